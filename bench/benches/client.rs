@@ -1,0 +1,2 @@
+//! Placeholder; filled by the issue that owns it.
+fn main() {}

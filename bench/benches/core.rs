@@ -1,0 +1,2 @@
+//! Placeholder; the real benchmark lands with the limiter.
+fn main() {}

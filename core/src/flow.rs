@@ -1,0 +1,1 @@
+//! (being written: see the issue that owns this module)

@@ -1,0 +1,45 @@
+//! # surgeguard-core
+//!
+//! One overload-control engine for every runtime: adaptive concurrency limits, bounded
+//! priority admission, client-side retry control, breakers and rate limits, written once
+//! and shared by the C, Python and Node bindings.
+//!
+//! The core is `#![no_std]`, never allocates, and never reads a clock: every call takes
+//! `now: u64`, nanoseconds on a monotonic clock the caller chooses. Randomness comes from
+//! seeded generators owned by each structure. Same inputs, same outputs — which is what
+//! makes cross-language conformance vectors and the simulator exact.
+//!
+//! Progress guarantees are stated on every public type. Hot paths (admit, release,
+//! record a sample) are a bounded number of atomic steps; where a window must be folded,
+//! whichever thread wins one compare-and-swap does it and everyone else moves on.
+//!
+//! Targets: anything with native 64-bit atomics is lock-free (the proof build is
+//! `aarch64-unknown-none`). Targets with only 32-bit atomics are not supported yet.
+#![no_std]
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+#[cfg(test)]
+extern crate std;
+
+pub(crate) mod sync;
+
+pub mod backoff;
+pub mod breaker;
+pub mod codel;
+pub mod flow;
+pub mod gate;
+pub mod keyed;
+pub mod limit;
+pub mod limiter;
+pub mod queue;
+pub mod rate;
+pub mod retry;
+pub mod rng;
+pub mod stats;
+pub mod throttle;
+pub mod time;
+mod types;
+
+// pub use limiter (being written)
+pub use types::{ConfigError, Outcome, Priority, Reason, Rejected, UsageError};

@@ -1,0 +1,1 @@
+//! Helpers shared by the limit algorithms (floor/ceiling, slow start, app-limited guard).

@@ -1,0 +1,1 @@
+//! STUB: the lock-free Limiter (being written).

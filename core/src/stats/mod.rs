@@ -1,0 +1,2 @@
+//! Latency statistics without allocation: EWMA, a fixed log-linear histogram (plain and
+//! atomic), and a windowed minimum.

@@ -1,0 +1,101 @@
+//! The one module that names atomics and cells.
+//!
+//! Under `cfg(loom)` everything comes from `loom`, so the model checker sees every
+//! atomic access and every access to the exclusive cell; otherwise from `core`.
+//! Nothing else in the crate imports `core::sync::atomic` directly.
+#![allow(unsafe_code)]
+
+#[cfg(loom)]
+#[allow(unused_imports)]
+pub(crate) use loom::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicI64, AtomicU16, AtomicU32, AtomicU64, AtomicU8, AtomicUsize,
+    Ordering,
+};
+
+#[cfg(not(loom))]
+#[allow(unused_imports)]
+pub(crate) use core::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicI64, AtomicU16, AtomicU32, AtomicU64, AtomicU8, AtomicUsize,
+    Ordering,
+};
+
+#[cfg(loom)]
+use loom::cell::UnsafeCell;
+
+#[cfg(not(loom))]
+#[derive(Debug)]
+struct UnsafeCell<T>(core::cell::UnsafeCell<T>);
+
+#[cfg(not(loom))]
+impl<T> UnsafeCell<T> {
+    fn new(value: T) -> Self {
+        Self(core::cell::UnsafeCell::new(value))
+    }
+    fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+        f(self.0.get())
+    }
+}
+
+/// A value that one thread at a time may update, and that nobody ever waits for.
+///
+/// `try_with` runs the closure only if no other thread is inside it; otherwise it returns
+/// `None` at once. This is how a window is folded: whichever thread wins the
+/// compare-and-swap folds, everyone else records their sample and moves on. It is not a
+/// lock in the blocking sense — no thread ever spins or sleeps on it — so structures
+/// built on it keep their lock-free hot paths; the cost is that a fold is skipped (and
+/// done by a later caller) while another thread is mid-fold.
+///
+/// Progress: wait-free (one CAS, one store).
+#[derive(Debug)]
+pub(crate) struct Exclusive<T> {
+    busy: AtomicBool,
+    value: UnsafeCell<T>,
+}
+
+// SAFETY: the value is only ever reached through `try_with`, which hands out `&mut T`
+// to exactly one thread at a time (guarded by `busy`), so sharing the cell between
+// threads is sound whenever moving a `T` between threads is.
+unsafe impl<T: Send> Sync for Exclusive<T> {}
+
+impl<T> Exclusive<T> {
+    pub(crate) fn new(value: T) -> Self {
+        Self { busy: AtomicBool::new(false), value: UnsafeCell::new(value) }
+    }
+
+    /// Runs `f` with exclusive access, or returns `None` if another thread is inside.
+    pub(crate) fn try_with<R>(&self, f: impl FnOnce(&mut T) -> R) -> Option<R> {
+        // Acquire: pairs with the Release store in `Release::drop`, so this thread sees
+        // every write the previous holder made to the value.
+        if self.busy.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            return None;
+        }
+        struct Release<'a>(&'a AtomicBool);
+        impl Drop for Release<'_> {
+            fn drop(&mut self) {
+                // Release: publishes this holder's writes to the next Acquire above.
+                self.0.store(false, Ordering::Release);
+            }
+        }
+        let _release = Release(&self.busy);
+        // SAFETY: `busy` was false and we set it to true, so no other thread is inside
+        // `try_with`; the `&mut T` does not outlive this call (the closure cannot return it
+        // because `R` does not borrow from the cell's lifetime).
+        Some(self.value.with_mut(|ptr| f(unsafe { &mut *ptr })))
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn second_entry_is_refused_not_blocked() {
+        let cell = Exclusive::new(1u32);
+        let inner = cell.try_with(|v| {
+            *v += 1;
+            cell.try_with(|_| ()).is_none()
+        });
+        assert_eq!(inner, Some(true));
+        assert_eq!(cell.try_with(|v| *v), Some(2));
+    }
+}

@@ -1,0 +1,117 @@
+//! Time is an argument: nanoseconds on a monotonic clock the caller chooses.
+//!
+//! The core never reads a clock. A `now` smaller than one already seen is treated as the
+//! latest seen, so time never runs backwards inside a structure (DESIGN.md §2).
+
+use crate::sync::{AtomicU64, Ordering};
+
+/// Nanoseconds per millisecond.
+pub const MS: u64 = 1_000_000;
+/// Nanoseconds per second.
+pub const SEC: u64 = 1_000_000_000;
+/// Nanoseconds per microsecond.
+pub const US: u64 = 1_000;
+
+/// A monotonic clamp for structures updated through `&mut self`.
+///
+/// Progress: not shared (plain `&mut self`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Monotonic {
+    latest: u64,
+}
+
+impl Monotonic {
+    /// A clamp that has seen nothing yet (time 0).
+    pub const fn new() -> Self {
+        Self { latest: 0 }
+    }
+
+    /// Returns `max(now, latest seen)` and remembers it.
+    pub fn observe(&mut self, now: u64) -> u64 {
+        if now > self.latest {
+            self.latest = now;
+        }
+        self.latest
+    }
+
+    /// The latest time seen.
+    pub const fn latest(&self) -> u64 {
+        self.latest
+    }
+}
+
+/// A monotonic clamp shared between threads.
+///
+/// Progress: wait-free (one `fetch_max`).
+#[derive(Debug)]
+pub struct AtomicMonotonic {
+    latest: AtomicU64,
+}
+
+impl Default for AtomicMonotonic {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl AtomicMonotonic {
+    /// A clamp that has seen nothing yet (time 0).
+    pub fn new() -> Self {
+        Self { latest: AtomicU64::new(0) }
+    }
+
+    /// Returns `max(now, latest seen)` and remembers it.
+    pub fn observe(&self, now: u64) -> u64 {
+        // Relaxed: the clamp orders nothing else; each structure orders its own state.
+        let prev = self.latest.fetch_max(now, Ordering::Relaxed);
+        if prev > now {
+            prev
+        } else {
+            now
+        }
+    }
+
+    /// The latest time seen.
+    pub fn latest(&self) -> u64 {
+        self.latest.load(Ordering::Relaxed)
+    }
+}
+
+/// Converts seconds (as bindings receive them) to nanoseconds, refusing NaN, negative,
+/// infinite and out-of-range values.
+pub fn secs_to_nanos(secs: f64) -> Option<u64> {
+    if !secs.is_finite() || secs < 0.0 {
+        return None;
+    }
+    let ns = secs * SEC as f64;
+    if ns >= u64::MAX as f64 {
+        return None;
+    }
+    Some(ns as u64)
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_never_runs_backwards() {
+        let mut m = Monotonic::new();
+        assert_eq!(m.observe(10), 10);
+        assert_eq!(m.observe(5), 10);
+        assert_eq!(m.observe(11), 11);
+        let a = AtomicMonotonic::new();
+        assert_eq!(a.observe(10), 10);
+        assert_eq!(a.observe(3), 10);
+        assert_eq!(a.latest(), 10);
+    }
+
+    #[test]
+    fn seconds_are_validated() {
+        assert_eq!(secs_to_nanos(1.5), Some(1_500_000_000));
+        assert_eq!(secs_to_nanos(f64::NAN), None);
+        assert_eq!(secs_to_nanos(-0.1), None);
+        assert_eq!(secs_to_nanos(f64::INFINITY), None);
+        assert_eq!(secs_to_nanos(1e12), None);
+    }
+}

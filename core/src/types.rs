@@ -1,0 +1,246 @@
+//! Small `Copy` vocabulary shared by every structure: outcomes, priorities, reasons and
+//! errors. Bindings map each one to one (C status code, Python exception, JS `err.code`).
+
+use core::fmt;
+
+/// How an admitted unit of work ended. Every permit ends exactly once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Outcome {
+    /// Completed; its latency is a sample for the limit algorithm.
+    Success = 0,
+    /// An overload signal: a timeout, a 429/503 from below, our own rejection downstream.
+    /// Every limit algorithm backs off on drops.
+    Dropped = 1,
+    /// Not a capacity signal (caller cancelled, a 4xx): the permit returns, no sample.
+    Ignored = 2,
+}
+
+impl Outcome {
+    /// Decodes the wire value used by the bindings (0, 1, 2).
+    pub const fn from_u32(v: u32) -> Option<Self> {
+        match v {
+            0 => Some(Self::Success),
+            1 => Some(Self::Dropped),
+            2 => Some(Self::Ignored),
+            _ => None,
+        }
+    }
+}
+
+/// A priority level: 0 is the most important. At most [`Priority::MAX_LEVELS`] levels.
+///
+/// The default three are seed 000's `X-Request-Priority` values: `critical` (0),
+/// `normal` (1, the default) and `background` (2). A more important level is never
+/// dropped to serve a less important one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Priority(u8);
+
+impl Priority {
+    /// Most important of the default levels (seed 000 P0).
+    pub const CRITICAL: Self = Self(0);
+    /// The default level (seed 000 P1).
+    pub const NORMAL: Self = Self(1);
+    /// Sheddable work (seed 000 P2).
+    pub const BACKGROUND: Self = Self(2);
+    /// The most levels any structure supports.
+    pub const MAX_LEVELS: usize = 8;
+
+    /// The level `level`, if it is below [`Priority::MAX_LEVELS`].
+    pub const fn new(level: u8) -> Option<Self> {
+        if (level as usize) < Self::MAX_LEVELS {
+            Some(Self(level))
+        } else {
+            None
+        }
+    }
+
+    /// The level as an index (0 = most important).
+    pub const fn index(self) -> usize {
+        self.0 as usize
+    }
+
+    /// Parses the default level names of the `X-Request-Priority` header.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "critical" => Some(Self::CRITICAL),
+            "normal" => Some(Self::NORMAL),
+            "background" => Some(Self::BACKGROUND),
+            _ => None,
+        }
+    }
+}
+
+impl Default for Priority {
+    fn default() -> Self {
+        Self::NORMAL
+    }
+}
+
+/// Why something was refused. Every rejection carries one, plus a `retry_after` hint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+#[non_exhaustive]
+pub enum Reason {
+    /// In-flight work is at the concurrency limit (or the level's share of it).
+    LimitReached = 1,
+    /// The admission queue is full and the arrival is not more important than any waiter.
+    QueueFull = 2,
+    /// A more important arrival took this waiter's place in a full queue.
+    Evicted = 3,
+    /// The deadline cannot be met at the current drain rate.
+    DeadlineUnmeetable = 4,
+    /// The waiter's deadline (or remaining time vs expected service time) ran out.
+    Expired = 5,
+    /// CoDel: the queue stood above target for a whole interval and this waiter waited
+    /// longer than the slough timeout.
+    CodelSlough = 6,
+    /// The on-call switch sheds this level.
+    Shed = 7,
+    /// The circuit breaker is open (or half-open with no probe slot free).
+    BreakerOpen = 8,
+    /// The retry budget has no tokens for another retry.
+    BudgetExhausted = 9,
+    /// Client-side adaptive throttling refused the request locally.
+    Throttled = 10,
+    /// The rate limiter has no capacity before the hint.
+    RateLimited = 11,
+    /// A per-key concurrency cap refused it.
+    KeyLimit = 12,
+    /// A per-key rate limit refused it.
+    KeyRate = 13,
+    /// The waiter was cancelled by its owner.
+    Cancelled = 14,
+}
+
+impl Reason {
+    /// A stable, machine-readable name (snake case), the same in every binding.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::LimitReached => "limit_reached",
+            Self::QueueFull => "queue_full",
+            Self::Evicted => "evicted",
+            Self::DeadlineUnmeetable => "deadline_unmeetable",
+            Self::Expired => "expired",
+            Self::CodelSlough => "codel_slough",
+            Self::Shed => "shed",
+            Self::BreakerOpen => "breaker_open",
+            Self::BudgetExhausted => "budget_exhausted",
+            Self::Throttled => "throttled",
+            Self::RateLimited => "rate_limited",
+            Self::KeyLimit => "key_limit",
+            Self::KeyRate => "key_rate",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
+    /// Every reason, in wire order.
+    pub const ALL: [Reason; 14] = [
+        Self::LimitReached,
+        Self::QueueFull,
+        Self::Evicted,
+        Self::DeadlineUnmeetable,
+        Self::Expired,
+        Self::CodelSlough,
+        Self::Shed,
+        Self::BreakerOpen,
+        Self::BudgetExhausted,
+        Self::Throttled,
+        Self::RateLimited,
+        Self::KeyLimit,
+        Self::KeyRate,
+        Self::Cancelled,
+    ];
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A refusal: why, and when trying again could succeed (nanoseconds from `now`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Rejected {
+    /// Why.
+    pub reason: Reason,
+    /// Do not try again sooner than this many nanoseconds from the call's `now`.
+    pub retry_after: u64,
+}
+
+impl Rejected {
+    /// A rejection for `reason` with a `retry_after` hint in nanoseconds.
+    pub const fn new(reason: Reason, retry_after: u64) -> Self {
+        Self { reason, retry_after }
+    }
+}
+
+impl fmt::Display for Rejected {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "rejected: {} (retry after {} ns)", self.reason, self.retry_after)
+    }
+}
+
+/// A configuration that cannot be used. Returned by every constructor and setter; the
+/// structure is left unchanged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A number was NaN or infinite.
+    NotFinite(&'static str),
+    /// A number was outside its allowed range.
+    OutOfRange(&'static str),
+    /// Two settings contradict each other (e.g. min above max).
+    Inconsistent(&'static str),
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotFinite(what) => write!(f, "{what} must be a finite number"),
+            Self::OutOfRange(what) => write!(f, "{what} is out of range"),
+            Self::Inconsistent(what) => write!(f, "inconsistent settings: {what}"),
+        }
+    }
+}
+
+/// A call that misuses a handle. The structure is left unchanged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum UsageError {
+    /// The permit was already released.
+    AlreadyReleased,
+    /// The permit or ticket belongs to another structure.
+    ForeignHandle,
+    /// The ticket is unknown (never issued, already granted, expired or cancelled).
+    UnknownTicket,
+    /// A priority level outside the configured levels.
+    BadLevel,
+}
+
+impl fmt::Display for UsageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::AlreadyReleased => "permit already released",
+            Self::ForeignHandle => "handle belongs to another object",
+            Self::UnknownTicket => "unknown ticket",
+            Self::BadLevel => "priority level out of range",
+        })
+    }
+}
+
+/// Checks that `x` is finite and within `[lo, hi]`.
+pub(crate) fn check_range(
+    x: f64,
+    lo: f64,
+    hi: f64,
+    what: &'static str,
+) -> Result<f64, ConfigError> {
+    if !x.is_finite() {
+        return Err(ConfigError::NotFinite(what));
+    }
+    if x < lo || x > hi {
+        return Err(ConfigError::OutOfRange(what));
+    }
+    Ok(x)
+}
