@@ -1,0 +1,589 @@
+//! Per-key isolation: per-tenant / per-agent concurrency caps in a fixed table addressed
+//! by a key hash, shuffle sharding, heavy-hitter reporting and actionable rejections
+//! (issue 11; seeds 002 and 004).
+//!
+//! Seed 002: "Rate-limit and concurrency-limit agents at the gateway, per agent identity …
+//! Return rejections the model can act on. 429, retry after 30s, do not retry sooner."
+//! Seed 004, failure scenario 3: one tenant's backlog stalls a shared queue; the fix is
+//! "per-tenant queues (or shuffle-sharded queues), per-tenant concurrency caps".
+//!
+//! - [`KeyedLimits`]: the table. A key maps to `k` of its `N` shards ([`ShardSet`]); it
+//!   is admitted if any of them has room, so one noisy key fills at most its own `k`.
+//! - [`isolation`]: how many other keys one noisy key can hurt, for given `N` and `k`.
+//! - [`TopKeys`]: which keys are refused most (space-saving heavy hitters).
+//! - [`actionable`]: 429 vs 503, `Retry-After` and the JSON body, identical in every binding.
+//! - [`hash_key`]: the seeded hash bindings apply to tenant ids, API keys, agent ids.
+
+mod actionable;
+mod shuffle;
+mod top;
+
+pub use actionable::{
+    actionable, is_per_key, retry_after_secs, Actionable, BufferTooSmall, MAX_BODY_LEN,
+    STATUS_SERVICE_UNAVAILABLE, STATUS_TOO_MANY_REQUESTS,
+};
+pub use shuffle::{isolation, Isolation, ShardSet, MAX_SHARDS_PER_KEY};
+pub use top::{KeyCount, TopKeys, TopKeysMetrics};
+
+use crate::rng::mix;
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
+use crate::time::SEC;
+use crate::{ConfigError, Reason, Rejected, UsageError};
+
+/// The golden-ratio increment of SplitMix64, reused to spread lengths and chain words.
+const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// Hashes a key (tenant id, API key, agent id) to the 64-bit key hash the table takes.
+///
+/// Seeded and deterministic on every platform (bytes are read as little-endian words), so
+/// every binding and every process with the same seed maps a key to the same shards. Built
+/// on [`crate::rng::mix`] (the SplitMix64 finalizer): the length and each 8-byte word are
+/// folded in with one mix each.
+///
+/// Not cryptographic. Choose the seed at random at startup and keep it private: then
+/// collisions cannot be aimed at casually, but an adversary who can probe the service may
+/// still find keys that share shards. Per-key limits are a fairness tool, not a security
+/// boundary. Two distinct keys collide on all 64 bits with probability about `2⁻⁶⁴`.
+///
+/// ```
+/// use surgeguard_core::keyed::hash_key;
+///
+/// assert_eq!(hash_key(1, b"tenant-a"), hash_key(1, b"tenant-a"));
+/// assert_ne!(hash_key(1, b"tenant-a"), hash_key(1, b"tenant-b"));
+/// assert_ne!(hash_key(1, b"tenant-a"), hash_key(2, b"tenant-a"));
+/// ```
+///
+/// Cost: `len / 8 + 2` mixes (about 1 ns per 8 bytes).
+pub fn hash_key(seed: u64, bytes: &[u8]) -> u64 {
+    let mut h = mix(seed ^ (bytes.len() as u64).wrapping_mul(GOLDEN));
+    let mut words = bytes.chunks_exact(8);
+    for w in &mut words {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(w);
+        h = mix((h ^ u64::from_le_bytes(a)).wrapping_add(GOLDEN));
+    }
+    let rest = words.remainder();
+    let mut a = [0u8; 8];
+    a[..rest.len()].copy_from_slice(rest);
+    mix((h ^ u64::from_le_bytes(a)).wrapping_add(GOLDEN))
+}
+
+/// How many heavy hitters a [`KeyedLimits`] tracks unless told otherwise.
+pub const DEFAULT_TOP_KEYS: usize = 16;
+
+/// Configuration of a [`KeyedLimits`] table.
+///
+/// ```
+/// use surgeguard_core::keyed::KeyedConfig;
+///
+/// let c = KeyedConfig { shards_per_key: 3, ..KeyedConfig::new(8) };
+/// assert_eq!(c.shard_limit, 8);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeyedConfig {
+    /// `k`: shards each key maps to, `1..=min(N, 8)`. 1 is plain hashing (a colliding key
+    /// shares the whole cap); 2 or more is shuffle sharding. Default 2, the smallest `k`
+    /// that isolates (see [`isolation`]).
+    pub shards_per_key: u32,
+    /// Concurrency cap of one shard, `1..=2³⁰`. A key alone can hold up to
+    /// `shards_per_key × shard_limit` permits ([`KeyedLimits::key_limit`]).
+    pub shard_limit: u32,
+    /// `retry_after` (ns) of a [`Reason::KeyLimit`] refusal: a concurrency slot frees when
+    /// some permit returns, which the table cannot foresee. Default 1 s (seed 002's
+    /// `Retry-After: 1` example); at most one hour.
+    pub limit_retry_after: u64,
+    /// Seed of the key-to-shards mapping (and of nothing else). Default 0.
+    pub seed: u64,
+}
+
+impl KeyedConfig {
+    /// `shard_limit` per shard, two shards per key, 1 s hint, seed 0.
+    pub const fn new(shard_limit: u32) -> Self {
+        Self { shards_per_key: 2, shard_limit, limit_retry_after: SEC, seed: 0 }
+    }
+
+    fn validate(&self, shards: usize) -> Result<(), ConfigError> {
+        if shards == 0 || shards > u32::MAX as usize {
+            return Err(ConfigError::OutOfRange("N (shards)"));
+        }
+        let k = self.shards_per_key as usize;
+        if k == 0 || k > MAX_SHARDS_PER_KEY {
+            return Err(ConfigError::OutOfRange("shards_per_key"));
+        }
+        if k > shards {
+            return Err(ConfigError::Inconsistent("shards_per_key above N (shards)"));
+        }
+        if self.shard_limit == 0 || self.shard_limit > MAX_SHARD_LIMIT {
+            return Err(ConfigError::OutOfRange("shard_limit"));
+        }
+        if self.limit_retry_after > MAX_RETRY_AFTER {
+            return Err(ConfigError::OutOfRange("limit_retry_after"));
+        }
+        Ok(())
+    }
+}
+
+/// Largest `shard_limit`: leaves headroom below `u32::MAX` in the counters.
+const MAX_SHARD_LIMIT: u32 = 1 << 30;
+/// Largest `limit_retry_after`: one hour; a longer hint is a misconfiguration.
+const MAX_RETRY_AFTER: u64 = 3600 * SEC;
+
+/// Proof that one request holds a slot of one shard of one [`KeyedLimits`].
+///
+/// Move-only (not `Clone`), so it can be released once only; [`KeyedLimits::release`]
+/// refuses a permit from another table with [`UsageError::ForeignHandle`]. Dropping a
+/// permit without releasing it leaks its slot.
+#[must_use = "a permit holds a slot until it is released"]
+#[derive(Debug, PartialEq, Eq)]
+pub struct KeyPermit {
+    owner: u32,
+    shard: u32,
+    key_hash: u64,
+}
+
+impl KeyPermit {
+    /// The shard whose slot this permit holds.
+    pub const fn shard(&self) -> usize {
+        self.shard as usize
+    }
+
+    /// The key hash it was admitted for.
+    pub const fn key_hash(&self) -> u64 {
+        self.key_hash
+    }
+}
+
+/// One shard: a concurrency counter and its statistics.
+#[derive(Debug)]
+struct Shard {
+    in_flight: AtomicU32,
+    admitted: AtomicU64,
+    /// Refusals of keys whose first shard this is (spreads the counting).
+    rejected_limit: AtomicU64,
+}
+
+impl Shard {
+    fn new() -> Self {
+        Self {
+            in_flight: AtomicU32::new(0),
+            admitted: AtomicU64::new(0),
+            rejected_limit: AtomicU64::new(0),
+        }
+    }
+
+    /// Takes a slot if one is free. Never admits at or above `limit`, even in a race.
+    fn try_enter(&self, limit: u32) -> bool {
+        // Relaxed: the counter is the whole state; a permit is a capacity token and orders
+        // no other memory. The CAS still never lets the count pass `limit`.
+        self.in_flight
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| (c < limit).then_some(c + 1))
+            .is_ok()
+    }
+}
+
+/// A snapshot of a [`KeyedLimits`] table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeyedMetrics<const N: usize, const K: usize> {
+    /// Permits granted.
+    pub admitted: u64,
+    /// Refusals with [`Reason::KeyLimit`].
+    pub rejected_key_limit: u64,
+    /// Refusals with [`Reason::KeyRate`] (0: no rate limit yet).
+    pub rejected_key_rate: u64,
+    /// Releases refused as [`UsageError::ForeignHandle`].
+    pub foreign_releases: u64,
+    /// Permits currently held, over all shards.
+    pub in_flight: u64,
+    /// Shards at their cap.
+    pub full_shards: u32,
+    /// Occupancy of each shard.
+    pub shard_in_flight: [u32; N],
+    /// The keys refused most (by this table, and by the global admission when composed
+    /// through [`KeyedLimits::try_acquire_then`]).
+    pub top_keys: TopKeysMetrics<K>,
+}
+
+impl<const N: usize, const K: usize> KeyedMetrics<N, K> {
+    /// Refusals by `reason` (0 for reasons this table never gives).
+    pub const fn rejected(&self, reason: Reason) -> u64 {
+        match reason {
+            Reason::KeyLimit => self.rejected_key_limit,
+            Reason::KeyRate => self.rejected_key_rate,
+            _ => 0,
+        }
+    }
+}
+
+/// Per-key concurrency caps in a fixed table of `N` shards, shuffle-sharded, with a
+/// heavy-hitters summary of the `K` most refused keys.
+///
+/// A key (its 64-bit hash, see [`hash_key`]) maps to `k` distinct shards
+/// ([`shards_of`](Self::shards_of)); [`try_acquire`](Self::try_acquire) takes a slot in
+/// the least occupied of them that has room, or refuses with [`Reason::KeyLimit`]. So:
+/// - a shard never holds more than `shard_limit` permits, even in a race;
+/// - a key never holds more than `k × shard_limit` ([`key_limit`](Self::key_limit));
+/// - keys whose shard sets overlap share those shards' room (fixed memory makes this
+///   unavoidable): a key sharing all `k` shards with a saturating key is shut out, a key
+///   sharing some keeps the rest. One saturating key shuts out a fraction `1/C(N, k)` of
+///   the other keys and touches `1 − C(N−k, k)/C(N, k)` of them; see [`isolation`] for the
+///   table. With `k = 1` (plain hashing) a colliding key is shut out — a fraction `1/N`.
+///
+/// Check the key first, then the global admission (the Gate), so a noisy key's surplus
+/// never reaches the global queue — [`try_acquire_then`](Self::try_acquire_then):
+///
+/// ```
+/// use std::cell::Cell;
+/// use surgeguard_core::keyed::{actionable, hash_key, KeyedConfig, KeyedLimits};
+/// use surgeguard_core::{Reason, Rejected};
+///
+/// // 64 shards, one slot each, two shards per key: a key holds at most 2.
+/// let keyed = KeyedLimits::<64>::new(KeyedConfig::new(1)).unwrap();
+/// // A stand-in for the Gate's admission: 3 global slots.
+/// let global_in_flight = Cell::new(0);
+/// let global = || {
+///     if global_in_flight.get() < 3 {
+///         global_in_flight.set(global_in_flight.get() + 1);
+///         Ok(())
+///     } else {
+///         Err(Rejected::new(Reason::LimitReached, 0))
+///     }
+/// };
+/// let (a, b) = (hash_key(7, b"tenant-a"), hash_key(7, b"tenant-b"));
+/// assert!(keyed.shards_of(a) != keyed.shards_of(b)); // with these seeds
+///
+/// let a1 = keyed.try_acquire_then(a, 0, 1, global).unwrap();
+/// let a2 = keyed.try_acquire_then(a, 0, 1, global).unwrap();
+/// for _ in 0..2 {
+///     let refused = keyed.try_acquire_then(a, 0, 1, global).unwrap_err();
+///     assert_eq!(refused.reason, Reason::KeyLimit); // tenant a is at its own cap
+///     assert_eq!(actionable(&refused).status, 429);
+/// }
+///
+/// let b1 = keyed.try_acquire_then(b, 0, 1, global).unwrap(); // b is unaffected
+/// let refused = keyed.try_acquire_then(b, 0, 1, global).unwrap_err();
+/// assert_eq!(refused.reason, Reason::LimitReached); // the global admission refused
+/// assert_eq!(actionable(&refused).status, 503);
+///
+/// // Release both: the key's permit here, the global one where it came from.
+/// for (permit, ()) in [a1, a2, b1] {
+///     keyed.release(permit).unwrap();
+///     global_in_flight.set(global_in_flight.get() - 1);
+/// }
+/// assert_eq!(keyed.metrics().in_flight, 0);
+/// let top = keyed.metrics().top_keys;
+/// assert_eq!((top.top[0].key_hash, top.top[0].count), (a, 2)); // refused most
+/// assert_eq!((top.top[1].key_hash, top.top[1].count), (b, 1));
+/// ```
+///
+/// Progress: lock-free. `try_acquire` does `k` relaxed loads and at most `k`
+/// compare-and-swap loops, one per shard, each retrying only when another thread changed
+/// that shard's count in between; a refusal adds one wait-free [`TopKeys`] update.
+/// `release` is wait-free (one `fetch_sub`). No call waits for another thread.
+///
+/// Cost: `N` shards of 24 bytes plus `24·K + 32` bytes of summary; `try_acquire` about
+/// `k` mixes, `O(k²)` compares and `k + 1` atomic operations when admitted.
+#[derive(Debug)]
+pub struct KeyedLimits<const N: usize, const K: usize = DEFAULT_TOP_KEYS> {
+    config: KeyedConfig,
+    id: u32,
+    shards: [Shard; N],
+    top: TopKeys<K>,
+    foreign_releases: AtomicU64,
+}
+
+/// A process-unique id for each table, so a permit from another table is recognised.
+#[cfg(not(loom))]
+fn next_table_id(_seed: u64) -> u32 {
+    static NEXT: AtomicU32 = AtomicU32::new(1);
+    // Relaxed: only uniqueness matters, which the read-modify-write gives.
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Under loom atomics cannot live in statics; models build one table at a time.
+#[cfg(loom)]
+fn next_table_id(seed: u64) -> u32 {
+    mix(seed) as u32
+}
+
+impl<const N: usize, const K: usize> KeyedLimits<N, K> {
+    /// A table with every shard empty, or the [`ConfigError`] of a bad config.
+    pub fn new(config: KeyedConfig) -> Result<Self, ConfigError> {
+        config.validate(N)?;
+        Ok(Self {
+            config,
+            id: next_table_id(config.seed),
+            shards: core::array::from_fn(|_| Shard::new()),
+            top: TopKeys::new(),
+            foreign_releases: AtomicU64::new(0),
+        })
+    }
+
+    /// The configuration.
+    pub const fn config(&self) -> &KeyedConfig {
+        &self.config
+    }
+
+    /// The most permits one key can hold: `shards_per_key × shard_limit`.
+    pub const fn key_limit(&self) -> u64 {
+        self.config.shards_per_key as u64 * self.config.shard_limit as u64
+    }
+
+    /// The isolation math for this table's `N` and `k`.
+    pub fn isolation(&self) -> Isolation {
+        match isolation(N as u32, self.config.shards_per_key) {
+            Some(iso) => iso,
+            None => unreachable!("validated: 1 <= k <= N"),
+        }
+    }
+
+    /// The `k` shards `key_hash` maps to (deterministic from the hash and the seed).
+    pub fn shards_of(&self, key_hash: u64) -> ShardSet {
+        shuffle::pick(key_hash, self.config.seed, N as u32, self.config.shards_per_key as usize)
+    }
+
+    /// Takes a slot for `key_hash` in the least occupied of its shards that has room, or
+    /// refuses with [`Reason::KeyLimit`] (retry after `limit_retry_after`) when all `k`
+    /// are full. A refusal is recorded in the top-keys summary.
+    ///
+    /// `now` (ns) and `cost` are reserved for the per-key rate limit ([`Reason::KeyRate`]),
+    /// which is not built yet; concurrency counts one slot per permit whatever the cost.
+    pub fn try_acquire(&self, key_hash: u64, now: u64, cost: u32) -> Result<KeyPermit, Rejected> {
+        let _ = (now, cost);
+        let set = self.shards_of(key_hash);
+        let limit = self.config.shard_limit;
+        for shard in self.least_occupied_first(&set).as_slice() {
+            if self.shards[*shard as usize].try_enter(limit) {
+                // Relaxed: a statistic.
+                self.shards[*shard as usize].admitted.fetch_add(1, Ordering::Relaxed);
+                return Ok(KeyPermit { owner: self.id, shard: *shard, key_hash });
+            }
+        }
+        // Relaxed: a statistic, counted on the key's first shard to spread contention.
+        self.shards[set.as_slice()[0] as usize].rejected_limit.fetch_add(1, Ordering::Relaxed);
+        self.top.record(key_hash, 1);
+        Err(Rejected::new(Reason::KeyLimit, self.config.limit_retry_after))
+    }
+
+    /// Checks the key first, then `global` (the Gate's admission, or any other), and
+    /// returns both permits; on a global refusal the key's permit is released and the
+    /// global [`Rejected`] is returned unchanged, so its reason names who refused
+    /// ([`Reason::KeyLimit`] / [`Reason::KeyRate`] here, the Gate's reasons there). A
+    /// global refusal is also recorded against the key in the top-keys summary.
+    ///
+    /// `global` runs only if the key was admitted. A waiter the Gate queues should keep its
+    /// key permit while it waits (map `Queued` into `Ok`), so one key cannot fill the
+    /// global queue either. Release both when the work ends: the key permit with
+    /// [`release`](Self::release), the global one where it came from.
+    pub fn try_acquire_then<P>(
+        &self,
+        key_hash: u64,
+        now: u64,
+        cost: u32,
+        global: impl FnOnce() -> Result<P, Rejected>,
+    ) -> Result<(KeyPermit, P), Rejected> {
+        let permit = self.try_acquire(key_hash, now, cost)?;
+        match global() {
+            Ok(p) => Ok((permit, p)),
+            Err(rejected) => {
+                let _ = self.release(permit);
+                self.top.record(key_hash, 1);
+                Err(rejected)
+            }
+        }
+    }
+
+    /// Returns a permit's slot. A permit from another table is refused with
+    /// [`UsageError::ForeignHandle`] and changes nothing here.
+    pub fn release(&self, permit: KeyPermit) -> Result<(), UsageError> {
+        if permit.owner != self.id || permit.shard as usize >= N {
+            // Relaxed: a statistic.
+            self.foreign_releases.fetch_add(1, Ordering::Relaxed);
+            return Err(UsageError::ForeignHandle);
+        }
+        // Relaxed: see `Shard::try_enter`. The permit is move-only and made only by
+        // `try_acquire` of this table, so its slot is held and the count is at least 1.
+        let before = self.shards[permit.shard as usize].in_flight.fetch_sub(1, Ordering::Relaxed);
+        debug_assert!(before > 0, "a permit's slot is always held");
+        Ok(())
+    }
+
+    /// Records a refusal of `key_hash` made elsewhere (say, by the Gate, when not composed
+    /// through [`try_acquire_then`](Self::try_acquire_then)) in the top-keys summary.
+    /// Returns false if the update was skipped because another thread was updating.
+    pub fn record_rejection(&self, key_hash: u64) -> bool {
+        self.top.record(key_hash, 1)
+    }
+
+    /// The key's shards, least occupied first (ties in draw order): `k` relaxed loads.
+    fn least_occupied_first(&self, set: &ShardSet) -> ShardSet {
+        let mut sorted = *set;
+        let mut load = [0u32; MAX_SHARDS_PER_KEY];
+        for (l, s) in load.iter_mut().zip(set.as_slice()) {
+            // Relaxed: a hint for the order only; `try_enter` decides.
+            *l = self.shards[*s as usize].in_flight.load(Ordering::Relaxed);
+        }
+        sorted.sort_by_key(&mut load);
+        sorted
+    }
+
+    /// A snapshot. Wait-free; `O(N + K log K)`. Counters are read one by one, so a
+    /// snapshot taken under traffic is not one instant.
+    pub fn metrics(&self) -> KeyedMetrics<N, K> {
+        let r = Ordering::Relaxed;
+        let shard_in_flight: [u32; N] = core::array::from_fn(|i| self.shards[i].in_flight.load(r));
+        let limit = self.config.shard_limit;
+        KeyedMetrics {
+            admitted: self.shards.iter().map(|s| s.admitted.load(r)).sum(),
+            rejected_key_limit: self.shards.iter().map(|s| s.rejected_limit.load(r)).sum(),
+            rejected_key_rate: 0,
+            foreign_releases: self.foreign_releases.load(r),
+            in_flight: shard_in_flight.iter().map(|&c| u64::from(c)).sum(),
+            full_shards: shard_in_flight.iter().filter(|&&c| c >= limit).count() as u32,
+            shard_in_flight,
+            top_keys: self.top.metrics(),
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+    use std::vec::Vec;
+
+    #[test]
+    fn bad_configs_are_refused() {
+        let ok = KeyedConfig::new(4);
+        assert!(KeyedLimits::<8>::new(ok).is_ok());
+        assert_eq!(KeyedLimits::<0>::new(ok).unwrap_err(), ConfigError::OutOfRange("N (shards)"));
+        for bad in [
+            KeyedConfig { shards_per_key: 0, ..ok },
+            KeyedConfig { shards_per_key: 9, ..ok },
+            KeyedConfig { shard_limit: 0, ..ok },
+            KeyedConfig { shard_limit: MAX_SHARD_LIMIT + 1, ..ok },
+            KeyedConfig { limit_retry_after: MAX_RETRY_AFTER + 1, ..ok },
+        ] {
+            assert!(matches!(KeyedLimits::<8>::new(bad), Err(ConfigError::OutOfRange(_))));
+        }
+        let k3 = KeyedConfig { shards_per_key: 3, ..ok };
+        assert!(matches!(KeyedLimits::<2>::new(k3), Err(ConfigError::Inconsistent(_))));
+        assert!(KeyedLimits::<3>::new(k3).is_ok());
+    }
+
+    #[test]
+    fn a_lone_key_fills_exactly_its_own_shards() {
+        for k in 1..=4u32 {
+            let cfg = KeyedConfig { shards_per_key: k, seed: u64::from(k), ..KeyedConfig::new(3) };
+            let t = KeyedLimits::<8>::new(cfg).unwrap();
+            let key = hash_key(5, b"noisy");
+            let set = t.shards_of(key);
+            let mut held = Vec::new();
+            while let Ok(p) = t.try_acquire(key, 0, 1) {
+                assert!(set.contains(p.shard() as u32));
+                assert_eq!(p.key_hash(), key);
+                held.push(p);
+            }
+            assert_eq!(held.len() as u64, t.key_limit());
+            let m = t.metrics();
+            assert_eq!(m.full_shards, k);
+            for (i, &c) in m.shard_in_flight.iter().enumerate() {
+                assert_eq!(c, if set.contains(i as u32) { 3 } else { 0 });
+            }
+            let r = t.try_acquire(key, 0, 1).unwrap_err();
+            assert_eq!(r, Rejected::new(Reason::KeyLimit, SEC));
+            assert_eq!(t.metrics().rejected(Reason::KeyLimit), 2);
+            assert_eq!(t.metrics().top_keys.top[0], KeyCount { key_hash: key, count: 2, error: 0 });
+            for p in held.drain(..) {
+                t.release(p).unwrap();
+            }
+            let m = t.metrics();
+            assert_eq!((m.in_flight, m.admitted, m.full_shards), (0, t.key_limit(), 0));
+        }
+    }
+
+    #[test]
+    fn load_spreads_over_a_keys_shards() {
+        let t = KeyedLimits::<16>::new(KeyedConfig { shards_per_key: 4, ..KeyedConfig::new(10) })
+            .unwrap();
+        let held: Vec<_> = (0..8).map(|_| t.try_acquire(99, 0, 1).unwrap()).collect();
+        for s in t.shards_of(99).as_slice() {
+            assert_eq!(t.metrics().shard_in_flight[*s as usize], 2);
+        }
+        for p in held {
+            t.release(p).unwrap();
+        }
+    }
+
+    #[test]
+    fn foreign_permits_are_refused_and_change_nothing() {
+        let a = KeyedLimits::<4>::new(KeyedConfig::new(1)).unwrap();
+        let b = KeyedLimits::<4>::new(KeyedConfig::new(1)).unwrap();
+        let pa = a.try_acquire(1, 0, 1).unwrap();
+        let pb = b.try_acquire(1, 0, 1).unwrap();
+        let before = (a.metrics(), b.metrics());
+        assert_eq!(a.release(pb), Err(UsageError::ForeignHandle));
+        assert_eq!(a.metrics().foreign_releases, 1);
+        assert_eq!(a.metrics().shard_in_flight, before.0.shard_in_flight);
+        assert_eq!(b.metrics(), before.1);
+        assert_eq!(a.release(pa), Ok(()));
+        assert_eq!(a.metrics().in_flight, 0);
+    }
+
+    #[test]
+    fn a_global_refusal_returns_the_key_slot() {
+        let t = KeyedLimits::<4>::new(KeyedConfig::new(1)).unwrap();
+        let r = t.try_acquire_then(3, 0, 1, || Err::<(), _>(Rejected::new(Reason::Shed, 7)));
+        assert_eq!(r.unwrap_err(), Rejected::new(Reason::Shed, 7));
+        let m = t.metrics();
+        assert_eq!((m.in_flight, m.admitted, m.rejected_key_limit), (0, 1, 0));
+        assert_eq!(m.top_keys.top[0].key_hash, 3);
+        let mut ran = false;
+        let held: Vec<_> = (0..2).map(|_| t.try_acquire(3, 0, 1).unwrap()).collect();
+        let r = t.try_acquire_then(3, 0, 1, || {
+            ran = true;
+            Ok(())
+        });
+        assert_eq!(r.unwrap_err().reason, Reason::KeyLimit);
+        assert!(!ran, "the global admission is not asked when the key is refused");
+        assert!(t.record_rejection(3));
+        assert_eq!(t.metrics().top_keys.top[0].count, 3);
+        for p in held {
+            t.release(p).unwrap();
+        }
+    }
+
+    #[test]
+    fn hash_key_separates_keys_seeds_and_lengths() {
+        let mut seen = HashSet::new();
+        for i in 0..20_000u32 {
+            let s = std::format!("tenant-{i}");
+            assert!(seen.insert(hash_key(0, s.as_bytes())), "{s}");
+        }
+        let mut lens = HashSet::new();
+        for n in 0..40 {
+            assert!(lens.insert(hash_key(0, &[0u8; 40][..n])), "length {n}");
+        }
+        assert_ne!(hash_key(0, b"a"), hash_key(0, b"a\0"));
+        assert_ne!(hash_key(1, b""), hash_key(2, b""));
+        // Avalanche: flipping one input bit flips about half of the output bits.
+        let base = *b"agent-0123456789";
+        let (mut flips, mut trials) = (0u32, 0u32);
+        for bit in 0..base.len() * 8 {
+            let mut x = base;
+            x[bit / 8] ^= 1 << (bit % 8);
+            flips += (hash_key(9, &x) ^ hash_key(9, &base)).count_ones();
+            trials += 1;
+        }
+        let mean = f64::from(flips) / f64::from(trials);
+        assert!((mean - 32.0).abs() < 3.0, "mean flipped bits {mean}");
+    }
+
+    #[test]
+    fn table_isolation_matches_the_free_function() {
+        let t = KeyedLimits::<64, 4>::new(KeyedConfig { shards_per_key: 3, ..KeyedConfig::new(1) })
+            .unwrap();
+        assert_eq!(t.isolation(), isolation(64, 3).unwrap());
+        assert_eq!(t.config().shards_per_key, 3);
+        assert_eq!(t.key_limit(), 3);
+    }
+}
