@@ -86,7 +86,7 @@ impl Eq for ShardSet {}
 /// order and stepping `r` past each one maps it onto the `r`-th unchosen shard, so every
 /// ordered draw of distinct shards is equally likely.
 pub(crate) fn pick(key_hash: u64, seed: u64, n: u32, k: usize) -> ShardSet {
-    debug_assert!(k >= 1 && k <= MAX_SHARDS_PER_KEY && k as u64 <= n as u64);
+    debug_assert!((1..=MAX_SHARDS_PER_KEY).contains(&k) && k as u64 <= u64::from(n));
     let mut rng = SplitMix64::new(mix(key_hash ^ mix(seed)));
     let mut set = ShardSet { idx: [0; MAX_SHARDS_PER_KEY], len: k as u8 };
     let mut sorted = [0u32; MAX_SHARDS_PER_KEY];
@@ -237,9 +237,9 @@ mod tests {
             counts[a as usize][b as usize] += 1;
         }
         let expect = keys as f64 / binom(6, 2) as f64;
-        for a in 0..6 {
-            for b in a + 1..6 {
-                let c = f64::from(counts[a][b]);
+        for (a, row) in counts.iter().enumerate() {
+            for (b, &c) in row.iter().enumerate().skip(a + 1) {
+                let c = f64::from(c);
                 assert!((c - expect).abs() < 6.0 * expect.sqrt(), "{a},{b}: {c} vs {expect}");
             }
         }
