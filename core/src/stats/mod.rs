@@ -7,4 +7,5 @@ mod window;
 
 pub use ewma::Ewma;
 pub use histogram::{bucket_index, bucket_value, AtomicHistogram, Histogram, BUCKETS};
+pub(crate) use window::summarize as summarize_window;
 pub use window::{SampleWindow, WindowedMin};

@@ -17,7 +17,7 @@ pub(crate) fn summarize(
         now,
         samples: samples.min(u32::MAX as u64) as u32,
         drops: drops.min(u32::MAX as u64) as u32,
-        avg_ns: if samples == 0 { 0 } else { sum_ns / samples },
+        avg_ns: sum_ns.checked_div(samples).unwrap_or(0),
         min_ns: counts.iter().position(|&c| c > 0).map_or(0, bucket_low),
         p50_ns: q(0.5),
         p90_ns: q(0.9),
