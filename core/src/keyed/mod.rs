@@ -291,27 +291,13 @@ pub struct KeyedLimits<const N: usize, const K: usize = DEFAULT_TOP_KEYS> {
     foreign_releases: AtomicU64,
 }
 
-/// A process-unique id for each table, so a permit from another table is recognised.
-#[cfg(not(loom))]
-fn next_table_id(_seed: u64) -> u32 {
-    static NEXT: AtomicU32 = AtomicU32::new(1);
-    // Relaxed: only uniqueness matters, which the read-modify-write gives.
-    NEXT.fetch_add(1, Ordering::Relaxed)
-}
-
-/// Under loom atomics cannot live in statics; models build one table at a time.
-#[cfg(loom)]
-fn next_table_id(seed: u64) -> u32 {
-    mix(seed) as u32
-}
-
 impl<const N: usize, const K: usize> KeyedLimits<N, K> {
     /// A table with every shard empty, or the [`ConfigError`] of a bad config.
     pub fn new(config: KeyedConfig) -> Result<Self, ConfigError> {
         config.validate(N)?;
         Ok(Self {
             config,
-            id: next_table_id(config.seed),
+            id: crate::sync::next_instance_id(),
             shards: core::array::from_fn(|_| Shard::new()),
             top: TopKeys::new(),
             foreign_releases: AtomicU64::new(0),
