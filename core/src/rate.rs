@@ -269,7 +269,7 @@ impl PacedDrainConfig {
     /// faster reaches the full drain rate.
     pub fn new(target_per_sec: f64) -> Self {
         let burst = libm::ceil(target_per_sec * 0.8 / 10.0);
-        let burst = if burst >= 1.0 && burst <= 1e9 { burst as u32 } else { 1 };
+        let burst = if (1.0..=1e9).contains(&burst) { burst as u32 } else { 1 };
         Self { target_per_sec, headroom: 0.2, burst }
     }
 }
@@ -488,7 +488,7 @@ mod tests {
             now += 7 * MS;
         }
         // 500/s for 10 s, plus the burst.
-        assert!(started <= 5000 + 10 && started >= 4990, "{started}");
+        assert!((4990..=5000 + 10).contains(&started), "{started}");
         assert_eq!(d.metrics().started, started);
         assert_eq!(d.permits(now, 0), 0);
         assert!(d.next_permit_in(now) <= 2 * MS);
