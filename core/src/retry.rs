@@ -82,10 +82,11 @@ struct BudgetRing {
 /// deposits expire after `ttl`, and a reserve of `min_retries_per_sec × ttl` retries is
 /// always available.
 ///
-/// Retries in any window are bounded by
-/// `percent_can_retry × requests + min_retries_per_sec × ttl` (checked by the quickcheck
-/// model in `tests/client_model.rs`), so when a dependency is down the load a client sends
-/// is at most `1 + percent` times its traffic, not `max_attempts` times (seed 003, seed 004).
+/// Every retry it allows keeps the retries of the last `ttl` within
+/// `percent_can_retry × requests of the last ttl + min_retries_per_sec × ttl` (checked by
+/// the quickcheck model in `tests/client_model.rs`), so when a dependency is down a client
+/// sends about `1 + percent` times its traffic, not `max_attempts` times (seed 003, seed
+/// 004; `tests/retry_amplification.rs`).
 ///
 /// ```
 /// use surgeguard_core::retry::{RetryBudget, RetryBudgetConfig};
