@@ -3,9 +3,12 @@
 //! sequential reference model, plus the isolation and heavy-hitter properties of issue 11.
 
 use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
-use surgeguard_core::keyed::{hash_key, isolation, KeyPermit, KeyedConfig, KeyedLimits, TopKeys};
+use surgeguard_core::keyed::{
+    hash_key, isolation, KeyPermit, KeyedConfig, KeyedLimits, ShardRate, TopKeys,
+};
+use surgeguard_core::rate::gcra_decide;
 use surgeguard_core::rng::SplitMix64;
-use surgeguard_core::{Reason, UsageError};
+use surgeguard_core::{Reason, Rejected, UsageError};
 
 const N: usize = 8;
 const TOP: usize = 4;
@@ -13,20 +16,28 @@ const KEYS: usize = 10;
 
 #[derive(Clone, Debug)]
 enum Op {
-    /// Try to admit key `0..KEYS`.
-    Acquire(u8),
+    /// Try to admit key `0..KEYS` with a cost `0..=3`, at `now − late` (time may appear to
+    /// run backwards for a caller whose clock read is late).
+    Acquire { key: u8, cost: u8, late: u8 },
     /// Release the held permit at this index (modulo the number held).
     Release(u8),
     /// Release a permit of another table here.
     ReleaseForeign,
+    /// Let time pass (ns).
+    Advance(u8),
 }
 
 impl Arbitrary for Op {
     fn arbitrary(g: &mut Gen) -> Self {
-        match u8::arbitrary(g) % 10 {
-            0..=5 => Op::Acquire(u8::arbitrary(g) % KEYS as u8),
+        match u8::arbitrary(g) % 12 {
+            0..=5 => Op::Acquire {
+                key: u8::arbitrary(g) % KEYS as u8,
+                cost: u8::arbitrary(g) % 4,
+                late: if bool::arbitrary(g) { 0 } else { u8::arbitrary(g) },
+            },
             6..=8 => Op::Release(u8::arbitrary(g)),
-            _ => Op::ReleaseForeign,
+            9 => Op::ReleaseForeign,
+            _ => Op::Advance(u8::arbitrary(g)),
         }
     }
 }
@@ -36,58 +47,112 @@ struct Setup {
     k: u32,
     limit: u32,
     seed: u64,
+    rate: Option<ShardRate>,
 }
 
 impl Arbitrary for Setup {
     fn arbitrary(g: &mut Gen) -> Self {
+        let rate = bool::arbitrary(g).then(|| ShardRate {
+            emission_ns: 1 + u64::arbitrary(g) % 60,
+            burst: 1 + u32::arbitrary(g) % 3,
+        });
         Setup {
             k: 1 + u32::arbitrary(g) % 4,
             limit: 1 + u32::arbitrary(g) % 3,
             seed: u64::arbitrary(g),
+            rate,
         }
     }
 }
 
-/// The reference: per-shard counts, per-key holdings and refusals, checked after each op.
+/// The reference shard: slot count, GCRA word and latest time seen.
+#[derive(Clone, Copy, Default)]
+struct ModelShard {
+    count: u32,
+    tat: u64,
+    clock: u64,
+}
+
+/// The reference: per-shard state, per-key holdings and refusals, checked after each op.
+/// The rate decision itself is `rate::gcra_decide` (tested on its own in `client_model`);
+/// this model checks how the table composes it with slots, shards and time.
 fn model_run(setup: Setup, ops: Vec<Op>) -> TestResult {
-    let cfg =
-        KeyedConfig { shards_per_key: setup.k, seed: setup.seed, ..KeyedConfig::new(setup.limit) };
+    let cfg = KeyedConfig {
+        shards_per_key: setup.k,
+        seed: setup.seed,
+        shard_rate: setup.rate,
+        ..KeyedConfig::new(setup.limit)
+    };
     let table = KeyedLimits::<N, TOP>::new(cfg).unwrap();
     let other = KeyedLimits::<N, TOP>::new(cfg).unwrap();
     let keys: Vec<u64> = (0..KEYS).map(|i| hash_key(setup.seed, &[i as u8])).collect();
-    let mut count = [0u32; N];
+    let mut shard = [ModelShard::default(); N];
     let mut held_by_key = [0u64; KEYS];
     let mut refused_by_key = [0u64; KEYS];
     let mut held: Vec<(usize, KeyPermit)> = Vec::new();
-    let (mut admitted, mut refused) = (0u64, 0u64);
+    let (mut admitted, mut by_limit, mut by_rate) = (0u64, 0u64, 0u64);
+    let mut now = 1_000u64;
 
     for op in ops {
         match op {
-            Op::Acquire(i) => {
-                let i = i as usize;
+            Op::Acquire { key, cost, late } => {
+                let (i, cost) = (key as usize, u32::from(cost));
+                let at = now - u64::from(late);
                 let set = table.shards_of(keys[i]);
                 assert_eq!(set.len(), setup.k as usize);
-                let least = set.as_slice().iter().map(|&s| count[s as usize]).min().unwrap();
-                match table.try_acquire(keys[i], 0, 1) {
-                    Ok(p) => {
-                        let s = p.shard();
-                        // Admitted only with room, in the least occupied of the key's shards.
-                        assert!(set.contains(s as u32), "shard {s} not in {set:?}");
-                        assert!(count[s] < setup.limit);
-                        assert_eq!(count[s], least);
-                        count[s] += 1;
+                // Least occupied first, ties in draw order; the first shard with a slot
+                // (and the rate) wins. Each shard tried sees the time.
+                let mut order: Vec<u32> = set.as_slice().to_vec();
+                order.sort_by_key(|&s| shard[s as usize].count);
+                let mut expect = Err(None);
+                for &s in &order {
+                    let m = &mut shard[s as usize];
+                    match setup.rate {
+                        None if m.count < setup.limit => expect = Ok((s, m.tat)),
+                        None => continue,
+                        Some(r) => {
+                            m.clock = m.clock.max(at);
+                            let tol = r.emission_ns * (u64::from(r.burst) - 1);
+                            match gcra_decide(m.tat, m.clock, r.emission_ns, tol, cost) {
+                                Err(wait) => {
+                                    expect = Err(Some(match expect {
+                                        Err(Some(w)) => wait.min(w),
+                                        _ => wait,
+                                    }));
+                                    continue;
+                                }
+                                Ok(_) if m.count == setup.limit => continue,
+                                Ok(tat) => expect = Ok((s, tat)),
+                            }
+                        }
+                    }
+                    break;
+                }
+                match (table.try_acquire(keys[i], at, cost), expect) {
+                    (Ok(p), Ok((s, tat))) => {
+                        assert_eq!(p.shard(), s as usize);
+                        assert!(shard[p.shard()].count < setup.limit);
+                        shard[p.shard()].count += 1;
+                        shard[p.shard()].tat = tat;
                         held_by_key[i] += 1;
                         admitted += 1;
                         held.push((i, p));
                     }
-                    Err(r) => {
-                        // Refused only when every one of the key's shards is full.
-                        assert_eq!(least, setup.limit);
-                        assert_eq!(r.reason, Reason::KeyLimit);
-                        assert_eq!(r.retry_after, cfg.limit_retry_after);
+                    (Err(r), Err(None)) => {
+                        assert_eq!(r, Rejected::new(Reason::KeyLimit, cfg.limit_retry_after));
+                        assert!(set
+                            .as_slice()
+                            .iter()
+                            .all(|&s| shard[s as usize].count == setup.limit));
                         refused_by_key[i] += 1;
-                        refused += 1;
+                        by_limit += 1;
                     }
+                    (Err(r), Err(Some(wait))) => {
+                        assert_eq!(r, Rejected::new(Reason::KeyRate, wait));
+                        refused_by_key[i] += 1;
+                        by_rate += 1;
+                    }
+                    (got, want) => panic!("table {got:?}, model {want:?}"),
                 }
             }
             Op::Release(j) => {
@@ -95,24 +160,31 @@ fn model_run(setup: Setup, ops: Vec<Op>) -> TestResult {
                     continue;
                 }
                 let (i, p) = held.swap_remove(j as usize % held.len());
-                count[p.shard()] -= 1;
+                shard[p.shard()].count -= 1;
                 held_by_key[i] -= 1;
                 assert_eq!(table.release(p), Ok(()));
             }
             Op::ReleaseForeign => {
-                if let Ok(p) = other.try_acquire(keys[0], 0, 1) {
+                if let Ok(p) = other.try_acquire(keys[0], now, 1) {
                     assert_eq!(table.release(p), Err(UsageError::ForeignHandle));
                 }
             }
+            Op::Advance(dt) => now += u64::from(dt),
         }
         let m = table.metrics();
-        assert_eq!(m.shard_in_flight, count);
+        let count: Vec<u32> = shard.iter().map(|s| s.count).collect();
+        assert_eq!(m.shard_in_flight[..], count[..]);
         assert_eq!(m.in_flight, count.iter().map(|&c| u64::from(c)).sum::<u64>());
         assert_eq!(m.full_shards as usize, count.iter().filter(|&&c| c == setup.limit).count());
-        assert_eq!((m.admitted, m.rejected(Reason::KeyLimit)), (admitted, refused));
+        assert_eq!(m.admitted, admitted);
+        assert_eq!(
+            (m.rejected(Reason::KeyLimit), m.rejected(Reason::KeyRate)),
+            (by_limit, by_rate)
+        );
         assert!(count.iter().all(|&c| c <= setup.limit));
         assert!(held_by_key.iter().all(|&h| h <= table.key_limit()), "a key above its cap");
         let top = m.top_keys;
+        let refused = by_limit + by_rate;
         assert_eq!((top.weight, top.recorded, top.skipped), (refused, refused, 0));
         for (i, &r) in refused_by_key.iter().enumerate() {
             if r > top.threshold() {
@@ -132,7 +204,7 @@ fn model_run(setup: Setup, ops: Vec<Op>) -> TestResult {
 
 #[test]
 fn keyed_limits_match_the_model() {
-    QuickCheck::new().tests(300).quickcheck(model_run as fn(Setup, Vec<Op>) -> TestResult);
+    QuickCheck::new().tests(500).quickcheck(model_run as fn(Setup, Vec<Op>) -> TestResult);
 }
 
 /// One key saturates its shards; every other key is refused exactly when it maps to the

@@ -6,14 +6,22 @@
 use loom::sync::atomic::{AtomicU32, Ordering};
 use loom::sync::Arc;
 use loom::thread;
-use surgeguard_core::keyed::{KeyedConfig, KeyedLimits, TopKeys};
+use surgeguard_core::keyed::{KeyedConfig, KeyedLimits, ShardRate, TopKeys};
 use surgeguard_core::Reason;
 
 /// Both threads use keys that share every shard (`N = k`), so they compete for the same
 /// slots. Each takes up to `per_thread` permits, holds them, then releases them.
-fn contend<const N: usize>(k: u32, limit: u32, keys: [u64; 2], per_thread: usize) {
+/// With `rate`, everything happens at one instant, so only the bursts can be admitted.
+/// Returns nothing; asserts no shard over its cap, no lost permit, every refusal counted.
+fn contend<const N: usize>(
+    k: u32,
+    limit: u32,
+    keys: [u64; 2],
+    per_thread: usize,
+    rate: Option<ShardRate>,
+) {
     loom::model(move || {
-        let cfg = KeyedConfig { shards_per_key: k, ..KeyedConfig::new(limit) };
+        let cfg = KeyedConfig { shards_per_key: k, shard_rate: rate, ..KeyedConfig::new(limit) };
         let table = Arc::new(KeyedLimits::<N, 2>::new(cfg).unwrap());
         // Witness occupancy per shard, raised after admission and lowered before release.
         let witness: Arc<[AtomicU32; N]> = Arc::new(core::array::from_fn(|_| AtomicU32::new(0)));
@@ -32,7 +40,9 @@ fn contend<const N: usize>(k: u32, limit: u32, keys: [u64; 2], per_thread: usize
                                 held.push(p);
                             }
                             Err(r) => {
-                                assert_eq!(r.reason, Reason::KeyLimit);
+                                let why =
+                                    if rate.is_some() { Reason::KeyRate } else { Reason::KeyLimit };
+                                assert_eq!(r.reason, why);
                                 refused += 1;
                             }
                         }
@@ -54,7 +64,12 @@ fn contend<const N: usize>(k: u32, limit: u32, keys: [u64; 2], per_thread: usize
         }
         let m = table.metrics();
         assert_eq!(m.in_flight, 0, "a permit was lost");
-        assert_eq!((m.admitted, m.rejected(Reason::KeyLimit)), (admitted, refused));
+        let refusals = m.rejected(Reason::KeyLimit) + m.rejected(Reason::KeyRate);
+        assert_eq!((m.admitted, refusals), (admitted, refused));
+        if let Some(r) = rate {
+            // One instant: each shard admits exactly its burst, whoever wins the race.
+            assert_eq!(admitted, u64::from(r.burst) * N as u64);
+        }
         assert_eq!(m.top_keys.recorded + m.top_keys.skipped, refused);
         // Someone always gets in: the first acquirer finds every slot free.
         assert!(admitted >= 1);
@@ -63,17 +78,24 @@ fn contend<const N: usize>(k: u32, limit: u32, keys: [u64; 2], per_thread: usize
 
 #[test]
 fn same_key_one_slot() {
-    contend::<1>(1, 1, [7, 7], 1);
+    contend::<1>(1, 1, [7, 7], 1, None);
 }
 
 #[test]
 fn colliding_keys_one_slot_two_tries_each() {
-    contend::<1>(1, 1, [7, 8], 2);
+    contend::<1>(1, 1, [7, 8], 2, None);
 }
 
 #[test]
 fn shuffle_sharded_keys_on_two_shared_shards() {
-    contend::<2>(2, 1, [7, 8], 2);
+    contend::<2>(2, 1, [7, 8], 2, None);
+}
+
+/// Two slots but a burst of one: both callers may take a slot, one loses the GCRA race and
+/// must give its slot back.
+#[test]
+fn rate_race_gives_the_losers_slot_back() {
+    contend::<1>(1, 2, [7, 8], 1, Some(ShardRate { emission_ns: 1_000, burst: 1 }));
 }
 
 #[test]

@@ -8,7 +8,8 @@
 //! "per-tenant queues (or shuffle-sharded queues), per-tenant concurrency caps".
 //!
 //! - [`KeyedLimits`]: the table. A key maps to `k` of its `N` shards ([`ShardSet`]); it
-//!   is admitted if any of them has room, so one noisy key fills at most its own `k`.
+//!   is admitted if any of them has room (a concurrency slot and, optionally, GCRA rate),
+//!   so one noisy key fills at most its own `k`.
 //! - [`isolation`]: how many other keys one noisy key can hurt, for given `N` and `k`.
 //! - [`TopKeys`]: which keys are refused most (space-saving heavy hitters).
 //! - [`actionable`]: 429 vs 503, `Retry-After` and the JSON body, identical in every binding.
@@ -25,9 +26,11 @@ pub use actionable::{
 pub use shuffle::{isolation, Isolation, ShardSet, MAX_SHARDS_PER_KEY};
 pub use top::{KeyCount, TopKeys, TopKeysMetrics};
 
+use crate::rate::gcra_decide;
 use crate::rng::mix;
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
-use crate::time::SEC;
+use crate::time::{AtomicMonotonic, SEC};
+use crate::types::check_range;
 use crate::{ConfigError, Reason, Rejected, UsageError};
 
 /// The golden-ratio increment of SplitMix64, reused to spread lengths and chain words.
@@ -94,15 +97,68 @@ pub struct KeyedConfig {
     pub limit_retry_after: u64,
     /// Seed of the key-to-shards mapping (and of nothing else). Default 0.
     pub seed: u64,
+    /// Rate limit of each shard (GCRA), or `None` (the default) for concurrency caps only.
+    /// A key alone can use up to `shards_per_key` times this rate.
+    pub shard_rate: Option<ShardRate>,
 }
 
-impl KeyedConfig {
-    /// `shard_limit` per shard, two shards per key, 1 s hint, seed 0.
-    pub const fn new(shard_limit: u32) -> Self {
-        Self { shards_per_key: 2, shard_limit, limit_retry_after: SEC, seed: 0 }
+/// The GCRA rate limit of one shard: one unit of cost per `emission_ns`, bursts of up to
+/// `burst` units (the tolerance is `emission_ns × (burst − 1)`, governor's formulas,
+/// research `queues_retries.md` §5.1; the decision is [`crate::rate::gcra_decide`]).
+///
+/// ```
+/// use surgeguard_core::keyed::ShardRate;
+/// use surgeguard_core::time::MS;
+///
+/// let r = ShardRate::per_second(10.0, 5).unwrap();
+/// assert_eq!((r.emission_ns, r.burst), (100 * MS, 5));
+/// assert!(ShardRate::per_second(f64::NAN, 5).is_err());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShardRate {
+    /// Nanoseconds per unit of cost, `1..=10⁶ s` (as [`crate::rate::RateLimiter`]).
+    pub emission_ns: u64,
+    /// Largest burst in units, also the largest single cost, `1..=10⁹`.
+    pub burst: u32,
+}
+
+impl ShardRate {
+    /// `per_second` units per second (`1e-6..=1e9`, as [`crate::rate::RateLimiter`]), bursts
+    /// of `burst`.
+    pub fn per_second(per_second: f64, burst: u32) -> Result<Self, ConfigError> {
+        let rate = check_range(per_second, 1e-6, 1e9, "shard_rate.per_second")?;
+        let rate = Self { emission_ns: libm::round(SEC as f64 / rate).max(1.0) as u64, burst };
+        rate.tolerance_ns()?;
+        Ok(rate)
     }
 
-    fn validate(&self, shards: usize) -> Result<(), ConfigError> {
+    /// The GCRA tolerance `τ = emission_ns × (burst − 1)`, or why the pair is unusable.
+    fn tolerance_ns(&self) -> Result<u64, ConfigError> {
+        if self.emission_ns == 0 || self.emission_ns > MAX_EMISSION {
+            return Err(ConfigError::OutOfRange("shard_rate.emission_ns"));
+        }
+        if self.burst == 0 || self.burst > MAX_BURST {
+            return Err(ConfigError::OutOfRange("shard_rate.burst"));
+        }
+        self.emission_ns
+            .checked_mul(u64::from(self.burst) - 1)
+            .ok_or(ConfigError::Inconsistent("shard_rate: burst × emission_ns overflows"))
+    }
+}
+
+/// Largest emission interval: 10⁶ s per unit, as `rate::RateLimiter`.
+const MAX_EMISSION: u64 = 1_000_000 * SEC;
+/// Largest burst, as `rate::RateLimiter`.
+const MAX_BURST: u32 = 1_000_000_000;
+
+impl KeyedConfig {
+    /// `shard_limit` per shard, two shards per key, 1 s hint, seed 0, no rate limit.
+    pub const fn new(shard_limit: u32) -> Self {
+        Self { shards_per_key: 2, shard_limit, limit_retry_after: SEC, seed: 0, shard_rate: None }
+    }
+
+    /// Checks the config for a table of `shards` shards; returns the GCRA tolerance.
+    fn validate(&self, shards: usize) -> Result<u64, ConfigError> {
         if shards == 0 || shards > u32::MAX as usize {
             return Err(ConfigError::OutOfRange("N (shards)"));
         }
@@ -119,7 +175,10 @@ impl KeyedConfig {
         if self.limit_retry_after > MAX_RETRY_AFTER {
             return Err(ConfigError::OutOfRange("limit_retry_after"));
         }
-        Ok(())
+        match self.shard_rate {
+            Some(rate) => rate.tolerance_ns(),
+            None => Ok(0),
+        }
     }
 }
 
@@ -153,21 +212,29 @@ impl KeyPermit {
     }
 }
 
-/// One shard: a concurrency counter and its statistics.
+/// One shard: a concurrency counter, a GCRA word, and their statistics.
 #[derive(Debug)]
 struct Shard {
     in_flight: AtomicU32,
+    /// GCRA theoretical arrival time (ns; 0 = never used).
+    tat: AtomicU64,
+    /// The latest `now` this shard has seen: time never runs backwards for its `tat`.
+    clock: AtomicMonotonic,
     admitted: AtomicU64,
     /// Refusals of keys whose first shard this is (spreads the counting).
     rejected_limit: AtomicU64,
+    rejected_rate: AtomicU64,
 }
 
 impl Shard {
     fn new() -> Self {
         Self {
             in_flight: AtomicU32::new(0),
+            tat: AtomicU64::new(0),
+            clock: AtomicMonotonic::new(),
             admitted: AtomicU64::new(0),
             rejected_limit: AtomicU64::new(0),
+            rejected_rate: AtomicU64::new(0),
         }
     }
 
@@ -179,6 +246,57 @@ impl Shard {
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| (c < limit).then_some(c + 1))
             .is_ok()
     }
+
+    /// Gives back a slot taken by `try_enter`.
+    fn exit(&self) {
+        // Relaxed: see `try_enter`.
+        let before = self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        debug_assert!(before > 0, "a slot is held");
+    }
+
+    /// Takes a slot and `cost` units of rate, or says why not: `Err(Some(wait))` for the
+    /// rate (wait in ns from `now`), `Err(None)` for a full shard.
+    ///
+    /// The rate is checked first without taking it, so a rate-limited shard never touches
+    /// its slot count; if the rate runs out between that check and the commit (another
+    /// thread took it), the slot just taken is given back. In that short window the slot
+    /// looks taken and a concurrent caller may be refused: conservative, never over.
+    fn try_take(
+        &self,
+        limit: u32,
+        rate: Option<(ShardRate, u64)>,
+        now: u64,
+        cost: u32,
+    ) -> Result<(), Option<u64>> {
+        let Some((rate, tolerance)) = rate else {
+            return if self.try_enter(limit) { Ok(()) } else { Err(None) };
+        };
+        let now = self.clock.observe(now);
+        let decide = |tat| gcra_decide(tat, now, rate.emission_ns, tolerance, cost);
+        // Relaxed: the GCRA word orders nothing but itself; the CAS makes updates atomic.
+        let mut tat = self.tat.load(Ordering::Relaxed);
+        decide(tat).map_err(Some)?;
+        if !self.try_enter(limit) {
+            return Err(None);
+        }
+        loop {
+            match decide(tat) {
+                Ok(new) => match self.tat.compare_exchange_weak(
+                    tat,
+                    new,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => return Ok(()),
+                    Err(current) => tat = current,
+                },
+                Err(wait) => {
+                    self.exit();
+                    return Err(Some(wait));
+                }
+            }
+        }
+    }
 }
 
 /// A snapshot of a [`KeyedLimits`] table.
@@ -188,7 +306,7 @@ pub struct KeyedMetrics<const N: usize, const K: usize> {
     pub admitted: u64,
     /// Refusals with [`Reason::KeyLimit`].
     pub rejected_key_limit: u64,
-    /// Refusals with [`Reason::KeyRate`] (0: no rate limit yet).
+    /// Refusals with [`Reason::KeyRate`].
     pub rejected_key_rate: u64,
     /// Releases refused as [`UsageError::ForeignHandle`].
     pub foreign_releases: u64,
@@ -214,14 +332,17 @@ impl<const N: usize, const K: usize> KeyedMetrics<N, K> {
     }
 }
 
-/// Per-key concurrency caps in a fixed table of `N` shards, shuffle-sharded, with a
-/// heavy-hitters summary of the `K` most refused keys.
+/// Per-key concurrency caps and GCRA rate limits in a fixed table of `N` shards,
+/// shuffle-sharded, with a heavy-hitters summary of the `K` most refused keys.
 ///
 /// A key (its 64-bit hash, see [`hash_key`]) maps to `k` distinct shards
 /// ([`shards_of`](Self::shards_of)); [`try_acquire`](Self::try_acquire) takes a slot in
-/// the least occupied of them that has room, or refuses with [`Reason::KeyLimit`]. So:
-/// - a shard never holds more than `shard_limit` permits, even in a race;
-/// - a key never holds more than `k × shard_limit` ([`key_limit`](Self::key_limit));
+/// the least occupied of them that has room (and rate, if [`KeyedConfig::shard_rate`] is
+/// set), or refuses with [`Reason::KeyLimit`] / [`Reason::KeyRate`]. So:
+/// - a shard never holds more than `shard_limit` permits, even in a race, and never
+///   admits more than its GCRA allows (`burst + T / emission` units in any span `T`);
+/// - a key never holds more than `k × shard_limit` ([`key_limit`](Self::key_limit)) nor
+///   gets more than `k` shards' rate;
 /// - keys whose shard sets overlap share those shards' room (fixed memory makes this
 ///   unavoidable): a key sharing all `k` shards with a saturating key is shut out, a key
 ///   sharing some keeps the rest. One saturating key shuts out a fraction `1/C(N, k)` of
@@ -275,16 +396,20 @@ impl<const N: usize, const K: usize> KeyedMetrics<N, K> {
 /// assert_eq!((top.top[1].key_hash, top.top[1].count), (b, 1));
 /// ```
 ///
-/// Progress: lock-free. `try_acquire` does `k` relaxed loads and at most `k`
-/// compare-and-swap loops, one per shard, each retrying only when another thread changed
-/// that shard's count in between; a refusal adds one wait-free [`TopKeys`] update.
-/// `release` is wait-free (one `fetch_sub`). No call waits for another thread.
+/// Progress: lock-free. `try_acquire` does `k` relaxed loads and, per shard tried, one
+/// compare-and-swap loop on the slot count (and with a rate, one `fetch_max` and one
+/// compare-and-swap loop on the GCRA word), each retrying only when another thread changed
+/// that word in between; a refusal adds one wait-free [`TopKeys`] update. `release` is
+/// wait-free (one `fetch_sub`). No call waits for another thread.
 ///
-/// Cost: `N` shards of 24 bytes plus `24·K + 32` bytes of summary; `try_acquire` about
-/// `k` mixes, `O(k²)` compares and `k + 1` atomic operations when admitted.
+/// Cost: `N` shards of 48 bytes plus `24·K + 32` bytes of summary; `try_acquire` about
+/// `k` mixes, `O(k²)` compares and `k + 2` atomic operations when admitted at the first
+/// shard (`k + 4` with a rate).
 #[derive(Debug)]
 pub struct KeyedLimits<const N: usize, const K: usize = DEFAULT_TOP_KEYS> {
     config: KeyedConfig,
+    /// The rate and its GCRA tolerance, if rate-limited.
+    rate: Option<(ShardRate, u64)>,
     id: u32,
     shards: [Shard; N],
     top: TopKeys<K>,
@@ -294,9 +419,10 @@ pub struct KeyedLimits<const N: usize, const K: usize = DEFAULT_TOP_KEYS> {
 impl<const N: usize, const K: usize> KeyedLimits<N, K> {
     /// A table with every shard empty, or the [`ConfigError`] of a bad config.
     pub fn new(config: KeyedConfig) -> Result<Self, ConfigError> {
-        config.validate(N)?;
+        let tolerance = config.validate(N)?;
         Ok(Self {
             config,
+            rate: config.shard_rate.map(|r| (r, tolerance)),
             id: crate::sync::next_instance_id(),
             shards: core::array::from_fn(|_| Shard::new()),
             top: TopKeys::new(),
@@ -327,27 +453,46 @@ impl<const N: usize, const K: usize> KeyedLimits<N, K> {
         shuffle::pick(key_hash, self.config.seed, N as u32, self.config.shards_per_key as usize)
     }
 
-    /// Takes a slot for `key_hash` in the least occupied of its shards that has room, or
-    /// refuses with [`Reason::KeyLimit`] (retry after `limit_retry_after`) when all `k`
-    /// are full. A refusal is recorded in the top-keys summary.
+    /// Takes a slot for `key_hash` — and `cost` units of its rate, if rate-limited — in
+    /// the least occupied of its shards that has both, or refuses: [`Reason::KeyRate`]
+    /// with the shortest wait until one of the shards has the rate (if any shard was
+    /// refused for rate), else [`Reason::KeyLimit`] with `limit_retry_after` (all `k` are
+    /// full). A refusal is recorded in the top-keys summary.
     ///
-    /// `now` (ns) and `cost` are reserved for the per-key rate limit ([`Reason::KeyRate`]),
-    /// which is not built yet; concurrency counts one slot per permit whatever the cost.
+    /// `now` is nanoseconds on the caller's monotonic clock; each shard treats a `now`
+    /// older than one it has seen as the latest it has seen. `cost` weighs the rate only
+    /// (a permit is one concurrency slot whatever the cost); `cost == 0` takes no rate, and
+    /// a cost above the burst never conforms (`retry_after == u64::MAX`). Without a rate
+    /// limit, `now` and `cost` are ignored.
     pub fn try_acquire(&self, key_hash: u64, now: u64, cost: u32) -> Result<KeyPermit, Rejected> {
-        let _ = (now, cost);
         let set = self.shards_of(key_hash);
-        let limit = self.config.shard_limit;
-        for shard in self.least_occupied_first(&set).as_slice() {
-            if self.shards[*shard as usize].try_enter(limit) {
-                // Relaxed: a statistic.
-                self.shards[*shard as usize].admitted.fetch_add(1, Ordering::Relaxed);
-                return Ok(KeyPermit { owner: self.id, shard: *shard, key_hash });
+        let mut rate_wait: Option<u64> = None;
+        for &shard in self.least_occupied_first(&set).as_slice() {
+            let s = &self.shards[shard as usize];
+            match s.try_take(self.config.shard_limit, self.rate, now, cost) {
+                Ok(()) => {
+                    // Relaxed: a statistic.
+                    s.admitted.fetch_add(1, Ordering::Relaxed);
+                    return Ok(KeyPermit { owner: self.id, shard, key_hash });
+                }
+                Err(Some(wait)) => rate_wait = Some(rate_wait.map_or(wait, |w| w.min(wait))),
+                Err(None) => {}
             }
         }
-        // Relaxed: a statistic, counted on the key's first shard to spread contention.
-        self.shards[set.as_slice()[0] as usize].rejected_limit.fetch_add(1, Ordering::Relaxed);
+        // Counted on the key's first shard to spread contention. Relaxed: statistics.
+        let first = &self.shards[set.as_slice()[0] as usize];
+        let rejected = match rate_wait {
+            Some(wait) => {
+                first.rejected_rate.fetch_add(1, Ordering::Relaxed);
+                Rejected::new(Reason::KeyRate, wait)
+            }
+            None => {
+                first.rejected_limit.fetch_add(1, Ordering::Relaxed);
+                Rejected::new(Reason::KeyLimit, self.config.limit_retry_after)
+            }
+        };
         self.top.record(key_hash, 1);
-        Err(Rejected::new(Reason::KeyLimit, self.config.limit_retry_after))
+        Err(rejected)
     }
 
     /// Checks the key first, then `global` (the Gate's admission, or any other), and
@@ -386,10 +531,9 @@ impl<const N: usize, const K: usize> KeyedLimits<N, K> {
             self.foreign_releases.fetch_add(1, Ordering::Relaxed);
             return Err(UsageError::ForeignHandle);
         }
-        // Relaxed: see `Shard::try_enter`. The permit is move-only and made only by
-        // `try_acquire` of this table, so its slot is held and the count is at least 1.
-        let before = self.shards[permit.shard as usize].in_flight.fetch_sub(1, Ordering::Relaxed);
-        debug_assert!(before > 0, "a permit's slot is always held");
+        // The permit is move-only and made only by `try_acquire` of this table, so its slot
+        // is held. The rate is not refunded: GCRA meters arrivals.
+        self.shards[permit.shard as usize].exit();
         Ok(())
     }
 
@@ -421,7 +565,7 @@ impl<const N: usize, const K: usize> KeyedLimits<N, K> {
         KeyedMetrics {
             admitted: self.shards.iter().map(|s| s.admitted.load(r)).sum(),
             rejected_key_limit: self.shards.iter().map(|s| s.rejected_limit.load(r)).sum(),
-            rejected_key_rate: 0,
+            rejected_key_rate: self.shards.iter().map(|s| s.rejected_rate.load(r)).sum(),
             foreign_releases: self.foreign_releases.load(r),
             in_flight: shard_in_flight.iter().map(|&c| u64::from(c)).sum(),
             full_shards: shard_in_flight.iter().filter(|&&c| c >= limit).count() as u32,
@@ -562,6 +706,94 @@ mod tests {
         }
         let mean = f64::from(flips) / f64::from(trials);
         assert!((mean - 32.0).abs() < 3.0, "mean flipped bits {mean}");
+    }
+
+    #[test]
+    fn bad_rates_are_refused() {
+        let rated = |rate| KeyedConfig { shard_rate: Some(rate), ..KeyedConfig::new(4) };
+        for (rate, err) in [
+            (ShardRate { emission_ns: 0, burst: 1 }, "shard_rate.emission_ns"),
+            (ShardRate { emission_ns: MAX_EMISSION + 1, burst: 1 }, "shard_rate.emission_ns"),
+            (ShardRate { emission_ns: 1, burst: 0 }, "shard_rate.burst"),
+            (ShardRate { emission_ns: 1, burst: MAX_BURST + 1 }, "shard_rate.burst"),
+        ] {
+            assert_eq!(
+                KeyedLimits::<4>::new(rated(rate)).unwrap_err(),
+                ConfigError::OutOfRange(err)
+            );
+        }
+        let overflow = ShardRate { emission_ns: MAX_EMISSION, burst: MAX_BURST };
+        assert!(matches!(
+            KeyedLimits::<4>::new(rated(overflow)),
+            Err(ConfigError::Inconsistent(_))
+        ));
+        for bad in [f64::NAN, f64::INFINITY, -1.0, 0.0, 2e9] {
+            assert!(ShardRate::per_second(bad, 1).is_err(), "{bad}");
+        }
+        assert!(ShardRate::per_second(1.0, 0).is_err());
+        assert_eq!(ShardRate::per_second(1e9, 1), Ok(ShardRate { emission_ns: 1, burst: 1 }));
+    }
+
+    #[test]
+    fn a_key_over_its_rate_is_told_when_to_come_back() {
+        let rate = ShardRate { emission_ns: 100, burst: 2 };
+        let (emission, tolerance) = (rate.emission_ns, rate.emission_ns);
+        for k in 1..=3u32 {
+            let cfg =
+                KeyedConfig { shards_per_key: k, shard_rate: Some(rate), ..KeyedConfig::new(50) };
+            let t = KeyedLimits::<4>::new(cfg).unwrap();
+            let now = 10_000;
+            // Each of the key's k shards admits a burst of 2 at one instant.
+            let held: Vec<_> = (0..2 * k).map(|_| t.try_acquire(5, now, 1).unwrap()).collect();
+            let r = t.try_acquire(5, now, 1).unwrap_err();
+            // Every shard's tat is now + 2·emission: the wait is what GCRA says for that.
+            let expect = gcra_decide(now + 2 * emission, now, emission, tolerance, 1).unwrap_err();
+            assert_eq!(r, Rejected::new(Reason::KeyRate, expect));
+            assert_eq!(t.metrics().in_flight, u64::from(2 * k), "a refusal holds no slot");
+            // Time running backwards changes nothing: the shards clamp to the latest now.
+            assert_eq!(t.try_acquire(5, 0, 1).unwrap_err(), r);
+            // After the wait one more unit conforms on each shard.
+            let later = now + expect;
+            let more: Vec<_> = (0..k).map(|_| t.try_acquire(5, later, 1).unwrap()).collect();
+            assert_eq!(t.try_acquire(5, later, 1).unwrap_err().reason, Reason::KeyRate);
+            assert_eq!(t.try_acquire(5, later, 3).unwrap_err().retry_after, u64::MAX);
+            // Cost 0 takes no rate.
+            let free = t.try_acquire(5, later, 0).unwrap();
+            let m = t.metrics();
+            assert_eq!((m.rejected(Reason::KeyRate), m.rejected(Reason::KeyLimit)), (4, 0));
+            assert_eq!(m.admitted, u64::from(3 * k + 1));
+            for p in held.into_iter().chain(more).chain([free]) {
+                t.release(p).unwrap();
+            }
+            assert_eq!(t.metrics().in_flight, 0);
+        }
+    }
+
+    #[test]
+    fn full_shards_say_key_limit_rate_limited_ones_say_key_rate() {
+        // k = 2, one slot per shard, a burst of 1 per shard.
+        let rate = ShardRate { emission_ns: SEC, burst: 1 };
+        let cfg = KeyedConfig { shard_rate: Some(rate), ..KeyedConfig::new(1) };
+        let t = KeyedLimits::<2>::new(cfg).unwrap();
+        let a = t.try_acquire(1, 0, 1).unwrap();
+        let b = t.try_acquire(1, 0, 1).unwrap();
+        t.release(a).unwrap();
+        // One shard has a slot but no rate, the other neither: the rate is the answer.
+        let r = t.try_acquire(1, SEC / 2, 1).unwrap_err();
+        assert_eq!(r, Rejected::new(Reason::KeyRate, SEC / 2));
+        // Rate back on both, a slot on one only: admitted there.
+        let c = t.try_acquire(1, SEC, 1).unwrap();
+        assert_ne!(c.shard(), b.shard());
+        // Both full, both with rate again: the limit is the answer.
+        let r = t.try_acquire(1, 3 * SEC, 1).unwrap_err();
+        assert_eq!(r, Rejected::new(Reason::KeyLimit, cfg.limit_retry_after));
+        t.release(b).unwrap();
+        t.release(c).unwrap();
+    }
+
+    #[test]
+    fn a_shard_is_48_bytes() {
+        assert_eq!(core::mem::size_of::<Shard>(), 48);
     }
 
     #[test]
