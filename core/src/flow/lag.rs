@@ -125,7 +125,7 @@ impl<const S: usize> Window<S> {
 /// in a new bucket also tries one CAS to fold the snapshot ring — whoever wins folds in
 /// O(1), everyone else moves on. Readers racing a fold may pair the new produce rate with
 /// the previous fold's consume rate (two windows one bucket apart); single-threaded use is
-/// exactly deterministic. Cost: `24 · SNAPSHOTS + 96` bytes.
+/// exactly deterministic. Cost: about `24 · SNAPSHOTS + 96` bytes.
 #[derive(Debug)]
 pub struct LagMeter<const SNAPSHOTS: usize> {
     produced: AtomicU64,

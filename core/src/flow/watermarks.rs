@@ -215,7 +215,7 @@ mod tests {
         assert!(matches!(new(10, 5, 5), Err(ConfigError::Inconsistent(_))));
         assert!(matches!(new(10, 6, 5), Err(ConfigError::Inconsistent(_))));
         assert!(matches!(new(10, 2, 10), Err(ConfigError::Inconsistent(_))));
-        assert!(matches!(new(0, 0, 0), Err(_)));
+        assert!(matches!(new(0, 1, 2), Err(ConfigError::Inconsistent(_))));
         assert!(new(3, 1, 2).is_ok());
         assert!(WatermarksConfig::default().validate().is_ok());
     }
