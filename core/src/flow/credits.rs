@@ -88,7 +88,7 @@ const fn pack(available: u32, buffered: u32) -> u64 {
 /// batches: [`replenish`](Self::replenish) grants nothing until outstanding credit falls to
 /// `low_water`, then tops it up to `capacity` in one grant (seed 004 §2).
 ///
-/// A refusal is `Rejected { reason: Reason::LimitReached, retry_after: 0 }`: credit arrives
+/// A refusal is `Rejected { reason: Reason::NoCredit, retry_after: 0 }`: credit arrives
 /// with the consumer's next grant, not with time, so there is no time hint — wait for the
 /// consumer's grant signal instead of retrying on a timer.
 ///
@@ -153,7 +153,7 @@ impl Credits {
     fn refuse(&self) -> Rejected {
         self.refused.fetch_add(1, Ordering::Relaxed);
         // Credit comes with a grant, not with time: no time hint (see the type's docs).
-        Rejected::new(Reason::LimitReached, 0)
+        Rejected::new(Reason::NoCredit, 0)
     }
 
     /// Producer: takes `k` credits for `k` items, all or nothing. Refused (and nothing
@@ -430,7 +430,7 @@ mod tests {
         let c = Credits::new(cfg(8, 2)).unwrap();
         assert!(c.is_stalled());
         let err = c.try_take(1).unwrap_err();
-        assert_eq!(err, Rejected::new(Reason::LimitReached, 0));
+        assert_eq!(err, Rejected::new(Reason::NoCredit, 0));
         assert_eq!(c.take_up_to(3), 0);
         assert_eq!(c.metrics().refused, 2);
         assert_eq!(c.grant_due(), 8);
