@@ -105,7 +105,7 @@ quickcheck! {
                         m.buffered += k;
                         m.taken += u64::from(k);
                     } else {
-                        assert_eq!(c.try_take(k), Err(Rejected::new(Reason::LimitReached, 0)));
+                        assert_eq!(c.try_take(k), Err(Rejected::new(Reason::NoCredit, 0)));
                         m.refused += 1;
                     }
                 }
