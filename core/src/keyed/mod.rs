@@ -499,7 +499,8 @@ impl<const N: usize, const K: usize> KeyedLimits<N, K> {
     /// returns both permits; on a global refusal the key's permit is released and the
     /// global [`Rejected`] is returned unchanged, so its reason names who refused
     /// ([`Reason::KeyLimit`] / [`Reason::KeyRate`] here, the Gate's reasons there). A
-    /// global refusal is also recorded against the key in the top-keys summary.
+    /// global refusal is also recorded against the key in the top-keys summary. The key's
+    /// rate (if any) stays spent: GCRA meters attempts that reached the key's check.
     ///
     /// `global` runs only if the key was admitted. A waiter the Gate queues should keep its
     /// key permit while it waits (map `Queued` into `Ok`), so one key cannot fill the
