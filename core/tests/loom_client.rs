@@ -138,3 +138,41 @@ fn budget_deposit_and_withdraw_keep_the_books() {
         assert_eq!(m.available, 1 - withdrew as u64);
     });
 }
+
+/// A withdrawal with an old `now` races a caller whose `now` starts a new slot and
+/// expires the only deposit: the old caller may spend the deposit only before it expires,
+/// the new one never, and never both.
+#[test]
+fn budget_fold_racing_a_withdrawal_never_spends_expired_credit() {
+    loom::model(|| {
+        let cfg = RetryBudgetConfig { ttl: SEC, min_retries_per_sec: 0, percent_can_retry: 1.0 };
+        let b = Arc::new(RetryBudget::new(cfg).unwrap());
+        b.deposit(T);
+        let late = b.clone();
+        let new_slot = thread::spawn(move || late.try_withdraw(T + SEC).is_ok());
+        let early = b.clone();
+        let old_slot = thread::spawn(move || early.try_withdraw(T).is_ok());
+        assert!(!new_slot.join().unwrap());
+        let spent = old_slot.join().unwrap();
+        let m = b.metrics();
+        assert_eq!((m.requests, m.retries_allowed, m.available), (1, spent as u64, 0));
+    });
+}
+
+/// The reserve (one retry) is already spent in the closing slot: neither the caller who
+/// folds the next slot nor an old caller racing the fold may spend it again.
+#[test]
+fn budget_fold_racing_a_withdrawal_never_double_spends() {
+    loom::model(|| {
+        let cfg = RetryBudgetConfig { ttl: SEC, min_retries_per_sec: 1, percent_can_retry: 1.0 };
+        let b = Arc::new(RetryBudget::new(cfg).unwrap());
+        assert!(b.try_withdraw(T).is_ok());
+        let folder = b.clone();
+        let next_slot = thread::spawn(move || folder.try_withdraw(T + 100 * MS).is_ok());
+        let racer = b.clone();
+        let old_slot = thread::spawn(move || racer.try_withdraw(T).is_ok());
+        assert!(!next_slot.join().unwrap());
+        assert!(!old_slot.join().unwrap());
+        assert_eq!(b.metrics().retries_allowed, 1);
+    });
+}
