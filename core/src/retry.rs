@@ -63,19 +63,40 @@ impl RetryBudgetConfig {
     }
 }
 
-/// Packs the deposits (low half) and withdrawals (high half) counted since the last fold.
-const PENDING_DEPOSIT: u64 = 1;
-const PENDING_WITHDRAWAL: u64 = 1 << 32;
-const PENDING_HALF_MASK: u64 = (1 << 32) - 1;
+// The current slot's word: deposits (top 24 bits) | withdrawals (24 bits) | slot tag (16).
+// A deposit is a plain `fetch_add` at the top, so more than 2^24 deposits in one slot drop
+// off the word (credit lost: errs towards fewer retries); withdrawals saturate.
+const TAG_BITS: u32 = 16;
+const TAG_MASK: u64 = (1 << TAG_BITS) - 1;
+const WITHDRAWAL_SHIFT: u32 = TAG_BITS;
+const DEPOSIT_SHIFT: u32 = 40;
+const COUNT_MASK: u64 = (1 << 24) - 1;
+const ONE_DEPOSIT: u64 = 1 << DEPOSIT_SHIFT;
+const ONE_WITHDRAWAL: u64 = 1 << WITHDRAWAL_SHIFT;
 
-/// The window proper, touched only by whichever thread folds (see [`Exclusive`]).
+const fn slot_tag(epoch: u64) -> u64 {
+    epoch & TAG_MASK
+}
+const fn deposits_of(word: u64) -> u64 {
+    word >> DEPOSIT_SHIFT
+}
+const fn withdrawals_of(word: u64) -> u64 {
+    (word >> WITHDRAWAL_SHIFT) & COUNT_MASK
+}
+
+/// The completed slots of the window, touched only by whichever thread folds.
 #[derive(Debug)]
 struct BudgetRing {
     started: bool,
-    /// The slot that pending counts are folded into.
+    /// The epoch of the current slot (whose counts are in `RetryBudget::current`).
     epoch: u64,
-    /// Deposits and withdrawals per slot, indexed by `epoch % BUDGET_SLOTS`.
+    /// Deposits and withdrawals of completed slots, indexed by `epoch % BUDGET_SLOTS`.
     slots: [(u32, u32); BUDGET_SLOTS],
+    /// Net credit of the completed slots still in the window.
+    base: i64,
+    /// Lifetime totals of completed slots.
+    deposits: u64,
+    withdrawals: u64,
 }
 
 /// A retry budget in the Finagle/SRE form: every request deposits, every retry withdraws,
@@ -104,23 +125,25 @@ struct BudgetRing {
 /// ```
 ///
 /// **How.** Fixed-point units as Finagle: a deposit is [`SCALE`] units, a withdrawal
-/// `⌊SCALE / percent⌋`, the reserve `min_retries_per_sec × ttl × withdrawal`. The balance
-/// is one `AtomicI64`; a withdrawal is a compare-and-swap on it, so concurrent callers can
-/// never withdraw more than the balance holds (no "check, then debit" race as in
-/// tower-resilience #370). Counts per slot go to a pending word and are folded into a
-/// [`BUDGET_SLOTS`]-slot ring by whichever thread first sees a new slot start; the fold
-/// removes expired slots from the balance. Expiry errs on the safe side: a deposit may
-/// expire up to one slot early, a withdrawal never early.
+/// `⌊SCALE / percent⌋`, the reserve `min_retries_per_sec × ttl × withdrawal`. The current
+/// slot (ttl / [`BUDGET_SLOTS`]) is one `AtomicU64` holding its deposit and withdrawal
+/// counts and a slot tag; the completed slots of the window are summed in a second word
+/// (`base`). A withdrawal is a compare-and-swap on the current word, conditioned on
+/// `base + reserve + its credit` — so concurrent callers can never withdraw more than the
+/// budget holds (no "check, then debit" race as in tower-resilience #370). When a new slot
+/// starts, whichever caller wins the fold swaps the current word out and updates `base`,
+/// expiring old slots. Expiry errs on the safe side: a deposit may expire up to one slot
+/// early, a withdrawal never early.
 ///
-/// **Progress.** Lock-free: [`deposit`](Self::deposit) is two `fetch_add`s (wait-free),
+/// **Progress.** Lock-free: [`deposit`](Self::deposit) is one `fetch_add` (wait-free),
 /// [`try_withdraw`](Self::try_withdraw) one compare-and-swap loop that only retries when
-/// another caller changed the balance. Nobody waits for a fold: at a slot boundary, a
+/// another caller changed the slot. Nobody waits for a fold: at a slot boundary, a
 /// withdrawal that finds another thread mid-fold is refused (it cannot yet know what has
 /// expired), never delayed.
 ///
-/// **Cost.** Deposit: one load, two `fetch_add`. Withdraw: one load, one CAS, one
-/// `fetch_add`. Once per slot (ttl/10), one caller folds: ≤ 10 slots of plain arithmetic.
-/// Size: about 200 bytes.
+/// **Cost.** Deposit: one load, one `fetch_add`. Withdraw: three loads, one CAS. Once per
+/// slot, one caller folds: a swap and ≤ 10 slots of plain arithmetic. Size: about 200 bytes.
+/// At most 16.7 M requests per slot are counted.
 ///
 /// Time: `now` in ns; a `now` older than the current slot counts as in the current slot.
 #[derive(Debug)]
@@ -130,13 +153,13 @@ pub struct RetryBudget {
     withdraw_units: i64,
     reserve: i64,
     slot_width: u64,
-    /// Credits minus debits of the slots in the window, without the reserve.
-    balance: AtomicI64,
-    /// Deposits and withdrawals not yet folded into the ring.
-    pending: AtomicU64,
+    /// The current slot: deposits | withdrawals | tag.
+    current: AtomicU64,
+    /// Net credit of the completed slots in the window (published by the folder).
+    base: AtomicI64,
     /// Start of the next slot (ns): the first call at or after it folds.
     next_fold: AtomicU64,
-    /// Lifetime totals folded so far (published by the folder, for metrics).
+    /// Lifetime totals of completed slots (published by the folder, for metrics).
     folded_deposits: AtomicU64,
     folded_withdrawals: AtomicU64,
     denied: AtomicU64,
@@ -175,8 +198,8 @@ impl RetryBudget {
             withdraw_units,
             reserve,
             slot_width: config.ttl / BUDGET_SLOTS as u64,
-            balance: AtomicI64::new(0),
-            pending: AtomicU64::new(0),
+            current: AtomicU64::new(0),
+            base: AtomicI64::new(0),
             next_fold: AtomicU64::new(0),
             folded_deposits: AtomicU64::new(0),
             folded_withdrawals: AtomicU64::new(0),
@@ -185,6 +208,9 @@ impl RetryBudget {
                 started: false,
                 epoch: 0,
                 slots: [(0, 0); BUDGET_SLOTS],
+                base: 0,
+                deposits: 0,
+                withdrawals: 0,
             }),
         })
     }
@@ -207,53 +233,70 @@ impl RetryBudget {
     /// Records one request (first attempts, not retries): it funds `percent` of a retry
     /// for `ttl`.
     pub fn deposit(&self, now: u64) {
-        // A deposit is safe to record without the fold: if the fold is busy the deposit
-        // lands in an older slot and expires early, which only errs towards fewer retries.
-        let _ = self.fold_if_due(now);
-        if self.deposit_units != 0 {
-            self.balance.fetch_add(self.deposit_units, Ordering::Relaxed);
-        }
-        self.pending.fetch_add(PENDING_DEPOSIT, Ordering::Relaxed);
+        // Safe without the fold: if it is busy, the deposit may land in the slot being
+        // closed and expire early, which only errs towards fewer retries.
+        let _ = self.current_epoch(now);
+        // Relaxed: a count; the fold's swap takes whatever is there.
+        self.current.fetch_add(ONE_DEPOSIT, Ordering::Relaxed);
     }
 
     /// Takes one retry from the budget, or refuses with
     /// [`Reason::BudgetExhausted`] and a hint of when expiring retries free enough room.
     pub fn try_withdraw(&self, now: u64) -> Result<(), Rejected> {
-        if !self.fold_if_due(now) {
-            // Another thread is folding the new slot right now; until it finishes we cannot
-            // know what has expired, so refuse rather than risk over-spending.
-            self.denied.fetch_add(1, Ordering::Relaxed);
-            return Err(Rejected::new(Reason::BudgetExhausted, 0));
-        }
         let w = self.withdraw_units;
-        // Relaxed: the balance is the only datum; fold results are ordered by the Acquire
-        // load of `next_fold` in `fold_if_due`, and an RMW always reads the latest value.
-        let mut balance = self.balance.load(Ordering::Relaxed);
-        loop {
-            if balance + self.reserve < w {
-                self.denied.fetch_add(1, Ordering::Relaxed);
-                return Err(Rejected::new(Reason::BudgetExhausted, self.refill_hint(now)));
-            }
-            match self.balance.compare_exchange(
-                balance,
-                balance - w,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => break,
-                Err(current) => balance = current,
+        // Two views at most: a tag mismatch means a fold swapped the slot under us.
+        for _ in 0..2 {
+            let Some(epoch) = self.current_epoch(now) else { break };
+            // Acquire: pairs with the Release store of `base` in `fold`; a base from a
+            // later fold than our slot tag orders that fold's swap before our CAS, which
+            // then fails.
+            let base = self.base.load(Ordering::Acquire);
+            let mut word = self.current.load(Ordering::Relaxed);
+            while word & TAG_MASK == slot_tag(epoch) {
+                let credit = base + self.reserve + self.credit_of(word);
+                if credit < w || withdrawals_of(word) == COUNT_MASK {
+                    self.denied.fetch_add(1, Ordering::Relaxed);
+                    return Err(Rejected::new(Reason::BudgetExhausted, self.refill_hint(now)));
+                }
+                // Relaxed: the word is the only datum this CAS decides on; `base` is
+                // ordered by the Acquire load above.
+                match self.current.compare_exchange_weak(
+                    word,
+                    word + ONE_WITHDRAWAL,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => return Ok(()),
+                    Err(current) => word = current,
+                }
             }
         }
-        // After the debit: a fold that misses this count puts it in a later slot, so the
-        // withdrawal expires late, never early.
-        self.pending.fetch_add(PENDING_WITHDRAWAL, Ordering::Relaxed);
-        Ok(())
+        // Another thread is folding the new slot right now; until it finishes we cannot
+        // know what has expired, so refuse rather than risk over-spending.
+        self.denied.fetch_add(1, Ordering::Relaxed);
+        Err(Rejected::new(Reason::BudgetExhausted, 0))
     }
 
     /// Retries that would be allowed now (reserve included), without taking any.
     pub fn available(&self, now: u64) -> u64 {
-        let _ = self.fold_if_due(now);
-        let total = self.balance.load(Ordering::Relaxed) + self.reserve;
+        let _ = self.current_epoch(now);
+        self.available_now()
+    }
+
+    /// A snapshot of the counters (`available` as of the last call's time).
+    pub fn metrics(&self) -> RetryBudgetMetrics {
+        let word = self.current.load(Ordering::Relaxed);
+        RetryBudgetMetrics {
+            requests: self.folded_deposits.load(Ordering::Relaxed) + deposits_of(word),
+            retries_allowed: self.folded_withdrawals.load(Ordering::Relaxed) + withdrawals_of(word),
+            retries_denied: self.denied.load(Ordering::Relaxed),
+            available: self.available_now(),
+        }
+    }
+
+    fn available_now(&self) -> u64 {
+        let base = self.base.load(Ordering::Acquire);
+        let total = base + self.reserve + self.credit_of(self.current.load(Ordering::Relaxed));
         if total <= 0 {
             0
         } else {
@@ -261,93 +304,92 @@ impl RetryBudget {
         }
     }
 
-    /// A snapshot of the counters (`available` as of the last call's time).
-    pub fn metrics(&self) -> RetryBudgetMetrics {
-        let pending = self.pending.load(Ordering::Relaxed);
-        let total = self.balance.load(Ordering::Relaxed) + self.reserve;
-        RetryBudgetMetrics {
-            requests: self.folded_deposits.load(Ordering::Relaxed) + (pending & PENDING_HALF_MASK),
-            retries_allowed: self.folded_withdrawals.load(Ordering::Relaxed) + (pending >> 32),
-            retries_denied: self.denied.load(Ordering::Relaxed),
-            available: if total <= 0 { 0 } else { (total / self.withdraw_units) as u64 },
-        }
+    /// Net credit of a slot with these counts.
+    fn credit_of(&self, word: u64) -> i64 {
+        self.net(deposits_of(word), withdrawals_of(word))
     }
 
-    /// Folds if `now` has reached a new slot. Returns false only if a fold is due and
-    /// another thread is doing it.
-    fn fold_if_due(&self, now: u64) -> bool {
-        // Acquire: pairs with the Release store at the end of `fold`, so the balance
-        // adjustments of that fold happen-before this caller's balance operations.
-        if now < self.next_fold.load(Ordering::Acquire) {
-            return true;
-        }
-        self.ring.try_with(|ring| self.fold(ring, now)).is_some()
+    fn net(&self, deposits: u64, withdrawals: u64) -> i64 {
+        deposits as i64 * self.deposit_units - withdrawals as i64 * self.withdraw_units
     }
 
-    fn fold(&self, ring: &mut BudgetRing, now: u64) {
+    /// The epoch of the current slot, folding first if `now` has reached a new slot.
+    /// `None` only if a fold is due and another thread is doing it.
+    fn current_epoch(&self, now: u64) -> Option<u64> {
+        // Acquire: pairs with the Release store at the end of `fold`, so that fold's swap
+        // and `base` happen-before what this caller reads next.
+        let next = self.next_fold.load(Ordering::Acquire);
+        if now < next {
+            return Some(next / self.slot_width - 1);
+        }
+        self.ring.try_with(|ring| self.fold(ring, now))
+    }
+
+    fn fold(&self, ring: &mut BudgetRing, now: u64) -> u64 {
+        let n = BUDGET_SLOTS as u64;
         let epoch = now / self.slot_width;
         if !ring.started {
             ring.started = true;
             ring.epoch = epoch;
-        }
-        // AcqRel: Acquire so the counts' increments are ours to fold; Release is not needed
-        // by anyone (plain counters) but keeps the swap an ordinary RMW.
-        let pending = self.pending.swap(0, Ordering::AcqRel);
-        let (deposits, withdrawals) = (pending & PENDING_HALF_MASK, pending >> 32);
-        self.folded_deposits.fetch_add(deposits, Ordering::Relaxed);
-        self.folded_withdrawals.fetch_add(withdrawals, Ordering::Relaxed);
-        let slot = &mut ring.slots[(ring.epoch % BUDGET_SLOTS as u64) as usize];
-        slot.0 = slot.0.saturating_add(deposits as u32);
-        slot.1 = slot.1.saturating_add(withdrawals as u32);
-        if epoch > ring.epoch {
-            // Slots holding epochs <= epoch - BUDGET_SLOTS leave the window.
-            let oldest = ring.epoch.saturating_sub(BUDGET_SLOTS as u64 - 1);
-            let last_expired = (epoch - BUDGET_SLOTS as u64).min(ring.epoch);
-            let mut net = 0i64;
-            if epoch >= BUDGET_SLOTS as u64 {
-                let mut e = oldest;
-                while e <= last_expired {
-                    let s = &mut ring.slots[(e % BUDGET_SLOTS as u64) as usize];
-                    net += s.1 as i64 * self.withdraw_units - s.0 as i64 * self.deposit_units;
-                    *s = (0, 0);
-                    e += 1;
-                }
+            // Tag the (so far untagged) first slot; the counts already in it stay.
+            // Relaxed: published by the Release store of `next_fold` below.
+            self.current.fetch_add(slot_tag(epoch), Ordering::Relaxed);
+        } else if epoch > ring.epoch {
+            // AcqRel: Acquire takes the counts' increments; Release (with the stores
+            // below) publishes the new tag.
+            let old = self.current.swap(slot_tag(epoch), Ordering::AcqRel);
+            let (deposits, withdrawals) = (deposits_of(old), withdrawals_of(old));
+            ring.deposits += deposits;
+            ring.withdrawals += withdrawals;
+            // Completed slots that leave the window: epochs <= epoch - n.
+            let mut e = ring.epoch.saturating_sub(n - 1);
+            while e < ring.epoch && e + n <= epoch {
+                let s = &mut ring.slots[(e % n) as usize];
+                ring.base -= self.net(s.0 as u64, s.1 as u64);
+                *s = (0, 0);
+                e += 1;
             }
-            if net != 0 {
-                self.balance.fetch_add(net, Ordering::Relaxed);
+            // The slot just closed joins them, unless it is already out of the window.
+            if ring.epoch + n > epoch {
+                ring.slots[(ring.epoch % n) as usize] = (deposits as u32, withdrawals as u32);
+                ring.base += self.net(deposits, withdrawals);
             }
             ring.epoch = epoch;
+            // Release: pairs with the Acquire load in `try_withdraw`.
+            self.base.store(ring.base, Ordering::Release);
+            self.folded_deposits.store(ring.deposits, Ordering::Relaxed);
+            self.folded_withdrawals.store(ring.withdrawals, Ordering::Relaxed);
         }
-        // Release: pairs with the Acquire load in `fold_if_due`; publishes the balance
-        // adjustment above before anyone treats this slot as folded.
+        // Release: pairs with the Acquire load in `current_epoch`.
         self.next_fold
             .store(ring.epoch.saturating_add(1).saturating_mul(self.slot_width), Ordering::Release);
+        ring.epoch
     }
 
     /// When expiring slots (oldest first) would free room for one retry; if none would,
     /// the start of the next slot.
     fn refill_hint(&self, now: u64) -> u64 {
         let width = self.slot_width;
-        let next_slot = |now: u64| width - now % width;
+        let next_slot = width - now % width;
+        let n = BUDGET_SLOTS as u64;
         let hint = self.ring.try_with(|ring| {
-            let pending = self.pending.load(Ordering::Relaxed);
-            let mut balance = self.balance.load(Ordering::Relaxed);
-            let oldest = ring.epoch.saturating_sub(BUDGET_SLOTS as u64 - 1);
-            for e in oldest..=ring.epoch {
-                let mut s = ring.slots[(e % BUDGET_SLOTS as u64) as usize];
-                if e == ring.epoch {
-                    s.0 = s.0.saturating_add((pending & PENDING_HALF_MASK) as u32);
-                    s.1 = s.1.saturating_add((pending >> 32) as u32);
-                }
-                balance += s.1 as i64 * self.withdraw_units - s.0 as i64 * self.deposit_units;
-                if balance + self.reserve >= self.withdraw_units {
-                    let expires = (e + BUDGET_SLOTS as u64).saturating_mul(width);
+            let current = self.credit_of(self.current.load(Ordering::Relaxed));
+            let mut credit = ring.base + self.reserve + current;
+            for e in ring.epoch.saturating_sub(n - 1)..=ring.epoch {
+                credit -= if e == ring.epoch {
+                    current
+                } else {
+                    let s = ring.slots[(e % n) as usize];
+                    self.net(s.0 as u64, s.1 as u64)
+                };
+                if credit >= self.withdraw_units {
+                    let expires = (e + n).saturating_mul(width);
                     return expires.saturating_sub(now).max(1);
                 }
             }
-            next_slot(now)
+            next_slot
         });
-        hint.unwrap_or_else(|| next_slot(now))
+        hint.unwrap_or(next_slot)
     }
 }
 
