@@ -1,0 +1,526 @@
+//! Raw N-API callbacks for the hot paths (`exports.fast.*`).
+//!
+//! Why raw: a napi-rs class method costs ~250 ns here, a raw free function ~30 ns
+//! (`research/ffi-costs.md`). Each callback here reads its handle with
+//! `napi_get_value_external` (no `napi_unwrap`), its numbers with `napi_get_value_double`,
+//! reads the clock natively unless a `nowNs` BigInt is passed last, calls the core once and
+//! returns one number.
+//!
+//! Return conventions (all plain numbers):
+//! - acquire-like calls return a permit id (`≥ 0`) or `-reason` (the core's `Reason` wire
+//!   value, 1..=15) on refusal; the refusal's `retry_after` is then read with
+//!   `lastRetryAfterMs()` (a per-thread cell, valid until the next refusal);
+//! - `gateArrive` also returns `-(QUEUED_BASE + ticket)` when the arrival waits;
+//! - release-like calls return `≥ 0` on success and `-1` (not a live permit: already
+//!   released or never issued) or `-2` (another object's permit) otherwise; the facade
+//!   turns those into `OverloadError`s;
+//! - bad argument types throw a `TypeError`, out-of-range values a `RangeError` (with an
+//!   `SG_*` code), before any state changes.
+
+use std::cell::Cell;
+use std::ffi::{c_char, c_void, CString};
+use std::ptr;
+
+use napi::bindgen_prelude::*;
+use napi::sys;
+use surgeguard_core::{Outcome, Priority, Rejected};
+
+use crate::clock;
+use crate::handle;
+use crate::keyed::KeyedInner;
+use crate::limiter::LimiterInner;
+use crate::resilience::{AdaptiveThrottleInner, BreakerInner, BudgetInner, RateInner};
+
+/// Offset of queued tickets in `gateArrive`'s result (above every reason code).
+pub const QUEUED_BASE: f64 = 16.0;
+
+thread_local! {
+    /// `retry_after` (ns) of the last refusal on this thread.
+    static LAST_RETRY_NS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Remembers a refusal and returns its wire value (`-reason`).
+#[inline]
+pub fn refuse(r: Rejected) -> f64 {
+    LAST_RETRY_NS.with(|c| c.set(r.retry_after));
+    -(r.reason as u8 as f64)
+}
+
+pub(crate) type Args<const N: usize> = ([sys::napi_value; N], usize);
+
+/// Reads up to `N` arguments; returns them and how many were passed.
+#[inline]
+pub(crate) unsafe fn args<const N: usize>(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> Args<N> {
+    let mut argv = [ptr::null_mut(); N];
+    let mut argc = N;
+    // SAFETY: `argv` has room for `argc` values; env/info come from N-API.
+    unsafe {
+        sys::napi_get_cb_info(
+            env,
+            info,
+            &mut argc,
+            argv.as_mut_ptr(),
+            ptr::null_mut(),
+            ptr::null_mut(),
+        )
+    };
+    (argv, argc)
+}
+
+#[inline]
+pub(crate) unsafe fn number(env: sys::napi_env, v: sys::napi_value) -> f64 {
+    let mut out = 0.0;
+    let mut status = sys::Status::napi_number_expected;
+    if !v.is_null() {
+        // SAFETY: valid env/value from the callback.
+        status = unsafe { sys::napi_get_value_double(env, v, &mut out) };
+    }
+    if status == sys::Status::napi_ok {
+        out
+    } else {
+        f64::NAN
+    }
+}
+
+#[inline]
+pub(crate) unsafe fn ret(env: sys::napi_env, x: f64) -> sys::napi_value {
+    let mut out = ptr::null_mut();
+    // SAFETY: valid env.
+    unsafe { sys::napi_create_double(env, x, &mut out) };
+    out
+}
+
+#[cold]
+pub(crate) unsafe fn throw(
+    env: sys::napi_env,
+    range: bool,
+    code: &str,
+    msg: &str,
+) -> sys::napi_value {
+    let code = CString::new(code).unwrap_or_default();
+    let msg = CString::new(msg).unwrap_or_default();
+    // SAFETY: valid env and NUL-terminated strings that outlive the call.
+    unsafe {
+        if range {
+            sys::napi_throw_range_error(env, code.as_ptr(), msg.as_ptr());
+        } else {
+            sys::napi_throw_type_error(env, code.as_ptr(), msg.as_ptr());
+        }
+    }
+    ptr::null_mut()
+}
+
+#[cold]
+pub(crate) unsafe fn bad_handle(env: sys::napi_env) -> sys::napi_value {
+    // SAFETY: valid env.
+    unsafe { throw(env, false, "SG_BAD_HANDLE", "surgeguard: not a handle of this kind") }
+}
+
+/// The object behind argument 0, or a thrown TypeError.
+macro_rules! handle_arg {
+    ($env:expr, $argv:expr, $t:ty) => {
+        // SAFETY: env and argv come from this callback.
+        match unsafe { handle::get::<$t>($env, $argv[0]) } {
+            Some(h) => h,
+            None => return unsafe { bad_handle($env) },
+        }
+    };
+}
+
+/// `now` from an optional trailing `nowNs` BigInt at `i`, else the clock.
+macro_rules! now {
+    ($env:expr, $argv:expr, $argc:expr, $i:expr) => {
+        if $argc > $i {
+            // SAFETY: env and argv come from this callback.
+            match unsafe { bigint_now($env, $argv[$i]) } {
+                Ok(Some(t)) => t,
+                Ok(None) => clock::now_ns(),
+                Err(()) => {
+                    return unsafe {
+                        throw(
+                            $env,
+                            false,
+                            "SG_BAD_NOW",
+                            "nowNs must be a non-negative BigInt below 2^64",
+                        )
+                    }
+                }
+            }
+        } else {
+            clock::now_ns()
+        }
+    };
+}
+
+/// `Ok(None)` for undefined, `Ok(Some(ns))` for a valid BigInt, `Err` otherwise.
+#[inline]
+pub(crate) unsafe fn bigint_now(
+    env: sys::napi_env,
+    v: sys::napi_value,
+) -> std::result::Result<Option<u64>, ()> {
+    let mut t = sys::ValueType::napi_undefined;
+    // SAFETY: valid env/value.
+    unsafe { sys::napi_typeof(env, v, &mut t) };
+    if t == sys::ValueType::napi_undefined {
+        return Ok(None);
+    }
+    if t != sys::ValueType::napi_bigint {
+        return Err(());
+    }
+    let mut out = 0u64;
+    let mut lossless = false;
+    // SAFETY: valid env/value of BigInt type.
+    let status = unsafe { sys::napi_get_value_bigint_uint64(env, v, &mut out, &mut lossless) };
+    if status != sys::Status::napi_ok || !lossless {
+        return Err(());
+    }
+    Ok(Some(out))
+}
+
+/// A level argument: a whole number below `levels`.
+macro_rules! level {
+    ($env:expr, $v:expr, $levels:expr) => {{
+        // SAFETY: env and value come from this callback.
+        let x = unsafe { number($env, $v) };
+        if x >= 0.0 && x < f64::from($levels) && x.fract() == 0.0 {
+            Priority::new(x as u8).expect("below levels ≤ 8")
+        } else {
+            return unsafe { throw($env, true, "SG_BAD_LEVEL", "priority out of range") };
+        }
+    }};
+}
+
+/// An outcome argument: 0, 1 or 2.
+macro_rules! outcome {
+    ($env:expr, $v:expr) => {{
+        // SAFETY: env and value come from this callback.
+        let x = unsafe { number($env, $v) };
+        match x {
+            0.0 => Outcome::Success,
+            1.0 => Outcome::Dropped,
+            2.0 => Outcome::Ignored,
+            _ => {
+                return unsafe { throw($env, true, "SG_BAD_OUTCOME", "outcome must be 0, 1 or 2") }
+            }
+        }
+    }};
+}
+
+/// A whole-number argument in `[0, max]`.
+macro_rules! count {
+    ($env:expr, $v:expr, $max:expr, $what:expr) => {{
+        // SAFETY: env and value come from this callback.
+        let x = unsafe { number($env, $v) };
+        if x >= 0.0 && x <= $max as f64 && x.fract() == 0.0 {
+            x
+        } else {
+            return unsafe { throw($env, true, "SG_BAD_ARG", $what) };
+        }
+    }};
+}
+
+// ---------------------------------------------------------------------------------------
+// Shared
+
+unsafe extern "C" fn last_retry_after_ms(
+    env: sys::napi_env,
+    _info: sys::napi_callback_info,
+) -> sys::napi_value {
+    let ns = LAST_RETRY_NS.with(Cell::get);
+    // SAFETY: valid env.
+    unsafe { ret(env, crate::convert::ns_to_ms(ns)) }
+}
+
+unsafe extern "C" fn now_ms(env: sys::napi_env, _info: sys::napi_callback_info) -> sys::napi_value {
+    // SAFETY: valid env.
+    unsafe { ret(env, crate::convert::ns_to_ms(clock::now_ns())) }
+}
+
+/// The floor of the benchmarks: a raw callback that reads its arguments (a handle-shaped
+/// value and a number) and returns the number, doing nothing else.
+unsafe extern "C" fn floor(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    let (argv, _argc) = unsafe { args::<2>(env, info) };
+    let x = unsafe { number(env, argv[1]) };
+    unsafe { ret(env, x) }
+}
+
+// ---------------------------------------------------------------------------------------
+// Limiter: limiterAcquire(h, level[, nowNs]) / limiterRelease(h, id, outcome[, nowNs])
+
+unsafe extern "C" fn limiter_acquire(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    let (argv, argc) = unsafe { args::<3>(env, info) };
+    let h = handle_arg!(env, argv, LimiterInner);
+    let level = level!(env, argv[1], h.levels);
+    let now = now!(env, argv, argc, 2);
+    let r = match h.core.try_acquire_raw(now, level) {
+        Ok(p) => h.permits.insert(p).unwrap_or_else(|p| {
+            let _ = h.core.release_raw(p, now, Outcome::Ignored);
+            -1.0
+        }),
+        Err(r) => refuse(r),
+    };
+    unsafe { ret(env, r) }
+}
+
+unsafe extern "C" fn limiter_release(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    let (argv, argc) = unsafe { args::<4>(env, info) };
+    let h = handle_arg!(env, argv, LimiterInner);
+    let id = unsafe { number(env, argv[1]) };
+    let outcome = outcome!(env, argv[2]);
+    let now = now!(env, argv, argc, 3);
+    let r = match h.permits.take(id) {
+        Some(p) => match h.core.release_raw(p, now, outcome) {
+            Ok(()) => 0.0,
+            Err(_) => -2.0,
+        },
+        None => -1.0,
+    };
+    unsafe { ret(env, r) }
+}
+
+// ---------------------------------------------------------------------------------------
+// CircuitBreaker: breakerAcquire(h[, nowNs]) / breakerRecord(h, id, outcome[, nowNs])
+
+unsafe extern "C" fn breaker_acquire(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    let (argv, argc) = unsafe { args::<2>(env, info) };
+    let h = handle_arg!(env, argv, BreakerInner);
+    let now = now!(env, argv, argc, 1);
+    unsafe { ret(env, h.acquire(now)) }
+}
+
+unsafe extern "C" fn breaker_record(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    let (argv, argc) = unsafe { args::<4>(env, info) };
+    let h = handle_arg!(env, argv, BreakerInner);
+    let id = unsafe { number(env, argv[1]) };
+    let outcome = outcome!(env, argv[2]);
+    let now = now!(env, argv, argc, 3);
+    unsafe { ret(env, h.record(id, now, outcome)) }
+}
+
+// ---------------------------------------------------------------------------------------
+// RetryBudget: budgetDeposit(h[, nowNs]) / budgetTryWithdraw(h[, nowNs]) -> 0 | -reason
+
+unsafe extern "C" fn budget_deposit(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    let (argv, argc) = unsafe { args::<2>(env, info) };
+    let h = handle_arg!(env, argv, BudgetInner);
+    let now = now!(env, argv, argc, 1);
+    h.core.deposit(now);
+    unsafe { ret(env, 0.0) }
+}
+
+unsafe extern "C" fn budget_try_withdraw(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    let (argv, argc) = unsafe { args::<2>(env, info) };
+    let h = handle_arg!(env, argv, BudgetInner);
+    let now = now!(env, argv, argc, 1);
+    let r = match h.core.try_withdraw(now) {
+        Ok(()) => 0.0,
+        Err(r) => refuse(r),
+    };
+    unsafe { ret(env, r) }
+}
+
+// ---------------------------------------------------------------------------------------
+// AdaptiveThrottle: throttleCheck(h[, nowNs]) -> 0 | -reason; throttleRecord(h, accepted[, nowNs])
+
+unsafe extern "C" fn throttle_check(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    let (argv, argc) = unsafe { args::<2>(env, info) };
+    let h = handle_arg!(env, argv, AdaptiveThrottleInner);
+    let now = now!(env, argv, argc, 1);
+    unsafe { ret(env, h.check(now)) }
+}
+
+unsafe extern "C" fn throttle_record(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    let (argv, argc) = unsafe { args::<3>(env, info) };
+    let h = handle_arg!(env, argv, AdaptiveThrottleInner);
+    let mut accepted = false;
+    // SAFETY: valid env/value.
+    if unsafe { sys::napi_get_value_bool(env, argv[1], &mut accepted) } != sys::Status::napi_ok {
+        return unsafe { throw(env, false, "SG_BAD_ARG", "accepted must be a boolean") };
+    }
+    let now = now!(env, argv, argc, 2);
+    h.core.record(now, accepted);
+    unsafe { ret(env, 0.0) }
+}
+
+// ---------------------------------------------------------------------------------------
+// RateLimiter: rateCheck(h, cost[, nowNs]) -> 0 | -reason
+
+unsafe extern "C" fn rate_check(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    let (argv, argc) = unsafe { args::<3>(env, info) };
+    let h = handle_arg!(env, argv, RateInner);
+    let cost = count!(env, argv[1], u32::MAX, "cost must be a whole number in [0, 2^32)");
+    let now = now!(env, argv, argc, 2);
+    let r = match h.core.check(now, cost as u32) {
+        Ok(()) => 0.0,
+        Err(r) => refuse(r),
+    };
+    unsafe { ret(env, r) }
+}
+
+// ---------------------------------------------------------------------------------------
+// KeyedLimits: keyedAcquire(h, key, cost[, nowNs]) -> id | -reason; keyedRelease(h, id)
+
+/// Keys up to this many UTF-8 bytes are hashed from a stack buffer; longer ones allocate.
+const KEY_STACK: usize = 256;
+
+unsafe extern "C" fn keyed_acquire(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    let (argv, argc) = unsafe { args::<4>(env, info) };
+    let h = handle_arg!(env, argv, KeyedInner);
+    let Some(hash) = (unsafe { hash_string_arg(env, argv[1], h.seed()) }) else {
+        return unsafe { throw(env, false, "SG_BAD_ARG", "key must be a string") };
+    };
+    let cost = count!(env, argv[2], u32::MAX, "cost must be a whole number in [0, 2^32)");
+    let now = now!(env, argv, argc, 3);
+    unsafe { ret(env, h.acquire(hash, now, cost as u32)) }
+}
+
+unsafe extern "C" fn keyed_release(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    let (argv, _argc) = unsafe { args::<2>(env, info) };
+    let h = handle_arg!(env, argv, KeyedInner);
+    let id = unsafe { number(env, argv[1]) };
+    unsafe { ret(env, h.release(id)) }
+}
+
+/// `hash_key(seed, utf8(v))`, or `None` if `v` is not a string.
+pub(crate) unsafe fn hash_string_arg(
+    env: sys::napi_env,
+    v: sys::napi_value,
+    seed: u64,
+) -> Option<u64> {
+    let mut buf = [0u8; KEY_STACK];
+    let mut len = 0usize;
+    // SAFETY: `buf` has KEY_STACK bytes; N-API writes at most bufsize-1 plus a NUL.
+    let status = unsafe {
+        sys::napi_get_value_string_utf8(
+            env,
+            v,
+            buf.as_mut_ptr().cast::<c_char>(),
+            KEY_STACK,
+            &mut len,
+        )
+    };
+    if status != sys::Status::napi_ok {
+        return None;
+    }
+    if len < KEY_STACK - 1 {
+        return Some(surgeguard_core::keyed::hash_key(seed, &buf[..len]));
+    }
+    // Possibly truncated: ask for the full length and copy again.
+    let mut full = 0usize;
+    // SAFETY: a null buffer asks for the length only.
+    unsafe { sys::napi_get_value_string_utf8(env, v, ptr::null_mut(), 0, &mut full) };
+    let mut big = vec![0u8; full + 1];
+    // SAFETY: `big` has full+1 bytes.
+    unsafe {
+        sys::napi_get_value_string_utf8(
+            env,
+            v,
+            big.as_mut_ptr().cast::<c_char>(),
+            full + 1,
+            &mut len,
+        )
+    };
+    Some(surgeguard_core::keyed::hash_key(seed, &big[..len]))
+}
+
+// ---------------------------------------------------------------------------------------
+// Registration
+
+pub(crate) type Callback =
+    unsafe extern "C" fn(sys::napi_env, sys::napi_callback_info) -> sys::napi_value;
+
+const FAST: &[(&str, Callback)] = &[
+    ("lastRetryAfterMs", last_retry_after_ms),
+    ("nowMs", now_ms),
+    ("floor", floor),
+    ("limiterAcquire", limiter_acquire),
+    ("limiterRelease", limiter_release),
+    ("breakerAcquire", breaker_acquire),
+    ("breakerRecord", breaker_record),
+    ("budgetDeposit", budget_deposit),
+    ("budgetTryWithdraw", budget_try_withdraw),
+    ("throttleCheck", throttle_check),
+    ("throttleRecord", throttle_record),
+    ("rateCheck", rate_check),
+    ("keyedAcquire", keyed_acquire),
+    ("keyedRelease", keyed_release),
+];
+
+/// The `fast` object: every raw callback above as a plain function.
+pub fn create_fast_object(env: &Env) -> Result<Object<'_>> {
+    let mut obj = Object::new(env)?;
+    for (name, cb) in FAST.iter() {
+        let mut f = ptr::null_mut();
+        // SAFETY: valid env; `name` outlives the call (N-API copies it); no data pointer.
+        let status = unsafe {
+            sys::napi_create_function(
+                env.raw(),
+                name.as_ptr().cast::<c_char>(),
+                name.len() as isize,
+                Some(*cb),
+                ptr::null_mut::<c_void>(),
+                &mut f,
+            )
+        };
+        if status != sys::Status::napi_ok {
+            return Err(Error::new(Status::GenericFailure, format!("could not create {name}")));
+        }
+        // SAFETY: `f` was just created in `env`.
+        obj.set(name, unsafe { Unknown::from_raw_unchecked(env.raw(), f) })?;
+    }
+    Ok(obj)
+}
+
+/// Tags of the handle types (ASCII "SG" + a kind number), checked on every fast call.
+pub mod tags {
+    /// `Limiter`.
+    pub const LIMITER: u64 = 0x5347_0000_0000_0001;
+    /// `Gate`.
+    pub const GATE: u64 = 0x5347_0000_0000_0002;
+    /// `CircuitBreaker`.
+    pub const BREAKER: u64 = 0x5347_0000_0000_0003;
+    /// `RetryBudget`.
+    pub const BUDGET: u64 = 0x5347_0000_0000_0004;
+    /// `RateLimiter`.
+    pub const RATE: u64 = 0x5347_0000_0000_0005;
+    /// `KeyedLimits`.
+    pub const KEYED: u64 = 0x5347_0000_0000_0006;
+    /// `AdaptiveThrottle`.
+    pub const THROTTLE: u64 = 0x5347_0000_0000_0007;
+}
