@@ -1,0 +1,72 @@
+'use strict'
+const N = require('./native')
+
+/** Every reason name, in wire order: `REASONS[code - 1]`. */
+const REASONS = Object.freeze(N.reasonNames())
+
+/**
+ * The base of every error surgeguard throws on purpose. `code` is stable:
+ * `SG_REJECTED` (a refusal, see RejectedError), `SG_ALREADY_RELEASED`, `SG_FOREIGN_HANDLE`,
+ * `SG_UNKNOWN_TICKET`, `SG_BAD_LEVEL`, `SG_USAGE`.
+ */
+class OverloadError extends Error {
+  constructor (message, code, options) {
+    super(message, options)
+    this.name = 'OverloadError'
+    this.code = code
+  }
+}
+
+/**
+ * A refusal: `reason` is the core's reason name (`limit_reached`, `queue_full`, `shed`,
+ * `expired`, `breaker_open`, `budget_exhausted`, `key_limit`, ...), `retryAfterMs` says
+ * when trying again could succeed.
+ */
+class RejectedError extends OverloadError {
+  constructor (reason, retryAfterMs, message) {
+    super(message || `surgeguard: rejected (${reason}); retry after ${Math.ceil(retryAfterMs)} ms`, 'SG_REJECTED')
+    this.name = 'RejectedError'
+    this.reason = reason
+    this.retryAfterMs = retryAfterMs
+  }
+}
+
+/** The reason name of a fast-path refusal code (`-r`). */
+function reasonName (code) {
+  return REASONS[code - 1] || 'unknown'
+}
+
+function alreadyReleased () {
+  return new OverloadError('surgeguard: permit already released', 'SG_ALREADY_RELEASED')
+}
+
+/** Maps an error thrown by a native cold call to a TypeError/RangeError/OverloadError. */
+function mapNative (err) {
+  if (!err || typeof err.message !== 'string') return err
+  const code = err.code
+  const msg = 'surgeguard: ' + err.message
+  if (code === 'InvalidArg') {
+    const e = new RangeError(msg)
+    e.code = 'SG_INVALID_ARG'
+    return e
+  }
+  if (typeof code === 'string' && /Expected$/.test(code)) {
+    const e = new TypeError(msg)
+    e.code = 'SG_INVALID_ARG'
+    return e
+  }
+  const m = /^(SG_[A-Z_]+): /.exec(err.message)
+  if (m) return new OverloadError('surgeguard: ' + err.message.slice(m[0].length), m[1])
+  return err
+}
+
+/** Runs a native cold call, mapping its errors. */
+function call (fn) {
+  try {
+    return fn()
+  } catch (err) {
+    throw mapNative(err)
+  }
+}
+
+module.exports = { OverloadError, RejectedError, REASONS, reasonName, alreadyReleased, mapNative, call }

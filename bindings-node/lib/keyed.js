@@ -1,0 +1,118 @@
+'use strict'
+const N = require('./native')
+const { F } = N
+const { call, reasonName, OverloadError } = require('./errors')
+const v = require('./validate')
+
+/** A per-key permit: end it with `release()` exactly once. */
+class KeyPermit {
+  constructor (owner, id, key) {
+    this._o = owner
+    this._id = id
+    this.key = key
+  }
+
+  release () {
+    const id = this._id
+    if (id < 0) throw new OverloadError('surgeguard: key permit already released', 'SG_ALREADY_RELEASED')
+    this._id = -1
+    F.keyedRelease(this._o._h, id)
+  }
+
+  get released () {
+    return this._id < 0
+  }
+
+  [Symbol.dispose] () {
+    if (this._id >= 0) this.release()
+  }
+}
+
+/**
+ * Per-key (tenant, API key, agent) concurrency caps and rate limits in a fixed,
+ * shuffle-sharded table: one noisy key fills only its own shards (issue 11).
+ */
+class KeyedLimits {
+  constructor (options) {
+    if (options === undefined || options === null || options.shardLimit === undefined) {
+      throw v.typeErr('KeyedLimits needs { shardLimit }')
+    }
+    const o = v.options('KeyedLimits', options, {
+      shards: (w, x) => v.int(w, x, 1, 1024),
+      shardsPerKey: (w, x) => v.int(w, x, 1, 8),
+      shardLimit: (w, x) => v.int(w, x, 1, 2 ** 30),
+      limitRetryAfterMs: 'ms',
+      seed: (w, x) => v.int(w, x),
+      ratePerSecond: 'number',
+      rateBurst: (w, x) => v.int(w, x, 1, 1e9)
+    })
+    this._n = call(() => new N.NativeKeyedLimits(o))
+    this._h = this._n.handle()
+    this.lastRejection = null
+  }
+
+  /**
+   * A permit for `key` (its string is hashed with the table's seed by the core's
+   * `hash_key`), or null: `lastRejection` then says `key_limit` or `key_rate` and when.
+   */
+  tryAcquire (key, cost = 1, nowNs) {
+    const r = nowNs === undefined ? F.keyedAcquire(this._h, key, cost) : F.keyedAcquire(this._h, key, cost, nowNs)
+    if (r >= 0) return new KeyPermit(this, r, key)
+    this.lastRejection = { reason: reasonName(-r), retryAfterMs: F.lastRetryAfterMs() }
+    this._n.noteRefused(key)
+    return null
+  }
+
+  /** Records a refusal of `key` made elsewhere (e.g. the global gate) for `topKeys`. */
+  recordRejection (key) {
+    return this._n.recordRejection(v.string('key', key))
+  }
+
+  /** The most permits one key can hold. */
+  get keyLimit () {
+    return this._n.keyLimit()
+  }
+
+  shardsOf (key) {
+    return this._n.shardsOf(v.string('key', key))
+  }
+
+  isolation () {
+    return this._n.isolation()
+  }
+
+  get livePermits () {
+    return this._n.livePermits()
+  }
+
+  metrics () {
+    return this._n.metrics()
+  }
+}
+
+/** `hash_key(seed, utf8(key))`: the same 64-bit value in every binding. */
+function hashKey (key, seed = 0n) {
+  v.string('key', key)
+  if (typeof seed === 'number') seed = BigInt(v.int('seed', seed))
+  if (typeof seed !== 'bigint') throw v.typeErr('seed must be a bigint or a whole number')
+  return call(() => N.hashKey(seed, key))
+}
+
+/**
+ * What an HTTP edge answers for a refusal: `{ status (429 per key | 503 global),
+ * retryAfterS, reason, error, body }` — the body is the core's JSON, byte-identical in
+ * every binding.
+ */
+function actionable (rejection) {
+  if (rejection === null || typeof rejection !== 'object') throw v.typeErr('actionable needs { reason, retryAfterMs }')
+  const reason = v.string('reason', rejection.reason)
+  const ms = v.ms('retryAfterMs', rejection.retryAfterMs === undefined ? 0 : rejection.retryAfterMs)
+  return call(() => N.actionable(reason, ms))
+}
+
+/** The shuffle-sharding isolation math for `k` of `n` shards, or null. */
+function isolation (n, k) {
+  return call(() => N.isolation(v.int('n', n, 0, 2 ** 32 - 1), v.int('k', k, 0, 2 ** 32 - 1)))
+}
+
+module.exports = { KeyedLimits, KeyPermit, hashKey, actionable, isolation }
