@@ -609,7 +609,7 @@ impl<const CAP: usize> Gate<CAP> {
         let retry = self.retry_hint(service);
         // 1. Link arrivals, settle cancels, report evictions.
         let mut reported = 0;
-        d.refresh(|t, _| {
+        d.refresh(|t| {
             let ok = sink.push(Event::Expired(t, Rejected::new(Reason::Evicted, retry)));
             reported += u64::from(ok);
             ok

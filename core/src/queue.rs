@@ -71,14 +71,15 @@ const WAITING: u64 = 2;
 const CANCELLED: u64 = 3;
 /// Bit 3: the slot is on the attention stack (set by whoever pushed it).
 const ATTN: u64 = 1 << 3;
-/// Bit 4: the previous occupant was evicted and its ticket is not yet reported.
-const EVICTED: u64 = 1 << 4;
 /// Bits 8..=11: the level.
 const LEVEL_SHIFT: u32 = 8;
 const LEVEL_MASK: u64 = 0xF << LEVEL_SHIFT;
-/// Bits 12..=15: the evicted occupant's level (with `EVICTED`).
-const OLD_LEVEL_SHIFT: u32 = 12;
-const OLD_LEVEL_MASK: u64 = 0xF << OLD_LEVEL_SHIFT;
+/// Bits 16..=31: how many previous occupants were evicted and not yet reported. Each
+/// take-over bumps the generation by one, so they are the generations
+/// `gen − count .. gen`.
+const EVICTED_SHIFT: u32 = 16;
+const EVICTED_MASK: u64 = 0xFFFF << EVICTED_SHIFT;
+const EVICTED_ONE: u64 = 1 << EVICTED_SHIFT;
 /// Bits 32..=63: the generation, bumped each time the slot changes hands.
 const GEN_SHIFT: u32 = 32;
 
@@ -107,6 +108,9 @@ const fn status_of(s: u64) -> u64 {
 }
 const fn level_of(s: u64) -> usize {
     ((s & LEVEL_MASK) >> LEVEL_SHIFT) as usize
+}
+const fn evicted_of(s: u64) -> u32 {
+    ((s & EVICTED_MASK) >> EVICTED_SHIFT) as u32
 }
 fn priority(level: usize) -> Priority {
     Priority::new(level as u8).unwrap_or_default()
@@ -222,7 +226,7 @@ impl Slot {
 /// let b = q.push(Priority::NORMAL, 20, NO_DEADLINE, false).unwrap();
 /// let mut order = [None; 2];
 /// q.try_dispatch(|d| {
-///     d.refresh(|_, _| true);
+///     d.refresh(|_| true);
 ///     let oldest = d.oldest(Priority::NORMAL).unwrap();
 ///     let newest = d.newest(Priority::NORMAL).unwrap();
 ///     order = [Some(oldest.ticket), Some(newest.ticket)];
@@ -388,8 +392,10 @@ impl<const CAP: usize> WaitQueue<CAP> {
             let mut best: Option<(usize, u64, u64)> = None;
             for (i, slot) in self.slots[..self.capacity()].iter().enumerate() {
                 let s = slot.state.load(Ordering::Relaxed);
+                // A waiter that itself took a slot over is a fair victim too; only a slot
+                // with 65,535 unreported evictions is skipped.
                 if status_of(s) == WAITING
-                    && s & (ATTN | EVICTED) == 0
+                    && s & EVICTED_MASK != EVICTED_MASK
                     && level_of(s) == victim_level
                 {
                     let at = slot.enqueued_at.load(Ordering::Relaxed);
@@ -401,10 +407,7 @@ impl<const CAP: usize> WaitQueue<CAP> {
             let Some((i, s, _)) = best else { continue };
             let slot = &self.slots[i];
             let gen = gen_of(s).wrapping_add(1);
-            let new = pack(gen, CLAIMED, lvl)
-                | ATTN
-                | EVICTED
-                | ((victim_level as u64) << OLD_LEVEL_SHIFT);
+            let new = pack(gen, CLAIMED, lvl) | ATTN | ((s & EVICTED_MASK) + EVICTED_ONE);
             // AcqRel: Acquire pairs with the victim's Release publish (its incoming push
             // happens before our attention push); Release is unused (the attention push
             // below publishes our writes).
@@ -414,7 +417,11 @@ impl<const CAP: usize> WaitQueue<CAP> {
                 self.waiting[victim_level].fetch_sub(1, Ordering::Relaxed);
                 self.waiting[lvl].fetch_add(1, Ordering::Relaxed);
                 self.evictions.fetch_add(1, Ordering::Relaxed);
-                self.push_attention(i);
+                if s & ATTN == 0 {
+                    // Otherwise the slot is on the stack, or in the dispatcher's batch
+                    // whose settling CAS will fail and see the new count.
+                    self.push_attention(i);
+                }
                 // Release: pairs with the Acquire CAS in `cancel`/`take_over` (as in `push`).
                 // An xor, not a store: the dispatcher may be clearing the flags meanwhile.
                 slot.state.fetch_xor(CLAIMED ^ WAITING, Ordering::Release);
@@ -620,10 +627,10 @@ impl<const CAP: usize> Dispatcher<'_, CAP> {
     }
 
     /// Brings the lists up to date: settles cancelled and taken-over slots and links new
-    /// arrivals at the tail of their level, oldest first. Each evicted waiter's ticket and
-    /// level are passed to `report`; if it returns `false` (no room for the event), that
-    /// eviction is kept for a later round.
-    pub fn refresh(&mut self, mut report: impl FnMut(Ticket, Priority) -> bool) {
+    /// arrivals at the tail of their level, oldest first. Each evicted waiter's ticket is
+    /// passed to `report`; if it returns `false` (no room for the event), the evictions not
+    /// yet reported are kept for a later round.
+    pub fn refresh(&mut self, mut report: impl FnMut(Ticket) -> bool) {
         let q = self.q;
         // The attention batch first, then the arrivals: every slot in the batch was pushed
         // to `incoming` before it was flagged, so after both swaps it is linked.
@@ -647,7 +654,16 @@ impl<const CAP: usize> Dispatcher<'_, CAP> {
             let lvl = level_of(q.slots[i].state.load(Ordering::Relaxed));
             self.link_tail(lvl, i);
         }
+        // Settle the batch oldest first too, so evictions are reported in order.
+        reversed = NIL;
         cur = attention;
+        while cur != NIL {
+            let next = q.slots[cur as usize].attn_link.load(Ordering::Relaxed);
+            q.slots[cur as usize].attn_link.store(reversed, Ordering::Relaxed);
+            reversed = cur;
+            cur = next;
+        }
+        cur = reversed;
         while cur != NIL {
             let i = cur as usize;
             cur = q.slots[i].attn_link.load(Ordering::Relaxed);
@@ -656,23 +672,35 @@ impl<const CAP: usize> Dispatcher<'_, CAP> {
     }
 
     /// Settles a slot taken from the attention stack.
-    fn settle(&mut self, i: usize, report: &mut impl FnMut(Ticket, Priority) -> bool) {
+    fn settle(&mut self, i: usize, report: &mut impl FnMut(Ticket) -> bool) {
         let q = self.q;
         let slot = &q.slots[i];
-        let mut reported = false;
         // Acquire: pairs with the Release of the CAS that flagged it (cancel/take-over).
         let mut s = slot.state.load(Ordering::Acquire);
+        // The first evicted generation not yet reported.
+        let mut next = gen_of(s).wrapping_sub(evicted_of(s));
         loop {
-            if s & EVICTED != 0 && !reported {
-                let old = Ticket::new(q.owner, i, gen_of(s).wrapping_sub(1));
-                let old_level = ((s & OLD_LEVEL_MASK) >> OLD_LEVEL_SHIFT) as usize;
-                if !report(old, priority(old_level)) {
-                    // Keep the flag and the slot's place on the stack for a later round.
+            while next != gen_of(s) {
+                if !report(Ticket::new(q.owner, i, next)) {
+                    // Out of room: keep the unreported ones (and the flag) for later.
+                    loop {
+                        let left = u64::from(gen_of(s).wrapping_sub(next)) << EVICTED_SHIFT;
+                        let new = (s & !EVICTED_MASK) | left;
+                        match slot.state.compare_exchange(
+                            s,
+                            new,
+                            Ordering::Relaxed,
+                            Ordering::Relaxed,
+                        ) {
+                            Ok(_) => break,
+                            Err(actual) => s = actual,
+                        }
+                    }
                     self.unlink(i);
                     q.push_attention(i);
                     return;
                 }
-                reported = true;
+                next = next.wrapping_add(1);
             }
             if status_of(s) == CANCELLED {
                 // Nobody else writes a cancelled slot: free it.
@@ -681,15 +709,18 @@ impl<const CAP: usize> Dispatcher<'_, CAP> {
                 q.push_free(i);
                 return;
             }
-            // CLAIMED or WAITING after a take-over: clear the flags, re-link at its level.
-            let new = s & !(ATTN | EVICTED | OLD_LEVEL_MASK);
+            // CLAIMED or WAITING after a take-over: clear the flags, re-link at its level in
+            // arrival order (it may have arrived before waiters linked since).
+            let new = s & !(ATTN | EVICTED_MASK);
             match slot.state.compare_exchange(s, new, Ordering::Relaxed, Ordering::Relaxed) {
                 Ok(_) => {
                     self.unlink(i);
-                    self.link_tail(level_of(new), i);
+                    let at = slot.enqueued_at.load(Ordering::Relaxed);
+                    self.link_sorted(level_of(new), i, at);
                     return;
                 }
-                // A cancel, or the arrival publishing WAITING, changed the word: look again.
+                // A cancel, another take-over or the arrival publishing WAITING changed the
+                // word: look again (reporting any new eviction).
                 Err(actual) => s = actual,
             }
         }
@@ -879,7 +910,7 @@ mod tests {
     fn drain<const C: usize>(q: &WaitQueue<C>, lifo: bool) -> Vec<Ticket> {
         let mut out = Vec::new();
         assert!(q.try_dispatch(|d| {
-            d.refresh(|_, _| true);
+            d.refresh(|_| true);
             for l in 0..d.levels() {
                 let p = Priority::new(l).unwrap();
                 while let Some(w) = if lifo { d.newest(p) } else { d.oldest(p) } {
@@ -970,7 +1001,7 @@ mod tests {
         assert_eq!(q.len(), 1);
         assert_eq!(q.push(P0, 2, NO_DEADLINE, false), None, "not reclaimed yet");
         assert!(q.try_dispatch(|d| {
-            d.refresh(|_, _| true);
+            d.refresh(|_| true);
             true
         }));
         let c = q.push(P0, 2, NO_DEADLINE, false).unwrap();
@@ -992,8 +1023,8 @@ mod tests {
         let mut reports = Vec::new();
         let mut order = Vec::new();
         q.try_dispatch(|d| {
-            d.refresh(|t, l| {
-                reports.push((t, l));
+            d.refresh(|t| {
+                reports.push((t, P2));
                 true
             });
             for l in 0..3 {
@@ -1016,12 +1047,12 @@ mod tests {
         let c = q.push(P0, 1, NO_DEADLINE, true).unwrap();
         let mut reports = Vec::new();
         q.try_dispatch(|d| {
-            d.refresh(|_, _| false);
+            d.refresh(|_| false);
             assert_eq!(d.oldest(P0), None, "not dispatchable before its eviction is reported");
             true
         });
         q.try_dispatch(|d| {
-            d.refresh(|t, _| {
+            d.refresh(|t| {
                 reports.push(t);
                 true
             });
@@ -1032,6 +1063,34 @@ mod tests {
     }
 
     #[test]
+    fn a_waiter_that_evicted_can_be_evicted_before_the_next_round() {
+        let q = WaitQueue::<1>::new(3, 1).unwrap();
+        let b = q.push(P2, 0, NO_DEADLINE, true).unwrap();
+        let n = q.push(P1, 1, NO_DEADLINE, true).unwrap();
+        let c = q.push(P0, 2, NO_DEADLINE, true).unwrap();
+        assert_eq!((q.waiting(P0), q.waiting(P1), q.waiting(P2)), (1, 0, 0));
+        // Room for one report per round: both come out, oldest first, then c is linked.
+        let mut reports = Vec::new();
+        for _ in 0..2 {
+            q.try_dispatch(|d| {
+                let mut room = 1;
+                d.refresh(|t| {
+                    if room == 0 {
+                        return false;
+                    }
+                    room -= 1;
+                    reports.push(t);
+                    true
+                });
+                true
+            });
+        }
+        assert_eq!(reports, [b, n]);
+        assert_eq!(drain(&q, false), [c]);
+        assert_eq!(q.metrics().evictions, 2);
+    }
+
+    #[test]
     fn cancel_after_eviction_reports_and_frees() {
         let q = WaitQueue::<1>::new(2, 1).unwrap();
         let b = q.push(P1, 0, NO_DEADLINE, true).unwrap();
@@ -1039,7 +1098,7 @@ mod tests {
         assert_eq!(q.cancel(c), Ok(P0));
         let mut reports = Vec::new();
         q.try_dispatch(|d| {
-            d.refresh(|t, _| {
+            d.refresh(|t| {
                 reports.push(t);
                 true
             });
@@ -1057,7 +1116,7 @@ mod tests {
         let n = q.push(P1, 20, NO_DEADLINE, false).unwrap();
         let b2 = q.push(P2, 30, NO_DEADLINE, false).unwrap();
         q.try_dispatch(|d| {
-            d.refresh(|_, _| true);
+            d.refresh(|_| true);
             let w = d.oldest(P1).unwrap();
             assert!(d.demote(&w, P2));
             true
@@ -1071,7 +1130,7 @@ mod tests {
         let q = WaitQueue::<4>::new(1, 4).unwrap();
         let t: Vec<_> = (0..3).map(|k| q.push(P0, k, NO_DEADLINE, false).unwrap()).collect();
         q.try_dispatch(|d| {
-            d.refresh(|_, _| true);
+            d.refresh(|_| true);
             let a = d.oldest(P0).unwrap();
             let b = d.newer(&a).unwrap();
             assert_eq!(b.ticket, t[1]);
