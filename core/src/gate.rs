@@ -217,7 +217,7 @@ pub struct GateMetrics {
     pub capacity: u32,
     /// Age of the oldest waiter at the latest `now` seen, ns (0 when empty).
     pub oldest_age_ns: u64,
-    /// Arrivals queued.
+    /// Arrivals queued (derived: every queued arrival is waiting or left one way).
     pub queued: u64,
     /// Waiters granted a permit.
     pub granted: u64,
@@ -225,7 +225,7 @@ pub struct GateMetrics {
     pub expired: u64,
     /// Waiters sloughed by CoDel.
     pub sloughed: u64,
-    /// Waiters evicted by more important arrivals (reported).
+    /// Waiters evicted by more important arrivals.
     pub evicted: u64,
     /// Waiters cancelled by their owners.
     pub cancelled: u64,
@@ -324,11 +324,9 @@ pub struct Gate<const CAP: usize> {
     granted: AtomicU64,
     expired: AtomicU64,
     sloughed: AtomicU64,
-    evicted: AtomicU64,
     shed_waiters: AtomicU64,
     aged: AtomicU64,
     // Counters written by arrivals.
-    queued: AtomicU64,
     shed_arrivals: AtomicU64,
     queue_full: AtomicU64,
     unmeetable: AtomicU64,
@@ -363,6 +361,17 @@ impl Sink<'_, '_> {
 fn bump(counter: &AtomicU64, n: u64) {
     // Relaxed: single writer; readers want a value, not an order.
     counter.store(counter.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+}
+
+/// `max(now, latest seen)`, remembered; skips the read-modify-write when time did not
+/// advance.
+fn observe(clock: &AtomicMonotonic, now: u64) -> u64 {
+    let latest = clock.latest();
+    if now <= latest {
+        latest
+    } else {
+        clock.observe(now)
+    }
 }
 
 fn prio(l: usize) -> Priority {
@@ -402,10 +411,8 @@ impl<const CAP: usize> Gate<CAP> {
             granted: AtomicU64::new(0),
             expired: AtomicU64::new(0),
             sloughed: AtomicU64::new(0),
-            evicted: AtomicU64::new(0),
             shed_waiters: AtomicU64::new(0),
             aged: AtomicU64::new(0),
-            queued: AtomicU64::new(0),
             shed_arrivals: AtomicU64::new(0),
             queue_full: AtomicU64::new(0),
             unmeetable: AtomicU64::new(0),
@@ -460,7 +467,7 @@ impl<const CAP: usize> Gate<CAP> {
     /// One arrival at `level` with an optional absolute `deadline` (ns, same clock).
     /// Levels beyond the configured ones count as the least important level.
     pub fn arrive(&self, now: u64, level: Priority, deadline: Option<u64>) -> Arrival {
-        let now = self.clock.observe(now);
+        let now = observe(&self.clock, now);
         let lvl = self.clamp(level);
         let p = prio(lvl);
         if lvl >= self.shed.load(Ordering::Relaxed) as usize {
@@ -474,8 +481,8 @@ impl<const CAP: usize> Gate<CAP> {
             return Arrival::Rejected(Rejected::new(Reason::DeadlineUnmeetable, hint));
         }
         // No overtaking: go to the limiter only if nobody of the same or a more important
-        // level is waiting.
-        if self.queue.waiting_through(p) == 0 {
+        // level is waiting (and skip it when every slot is visibly taken).
+        if self.queue.waiting_through(p) == 0 && !self.limiter_full() {
             if let Ok(permit) = self.limiter.try_acquire_raw(now, p) {
                 return Arrival::Admitted(permit);
             }
@@ -496,7 +503,6 @@ impl<const CAP: usize> Gate<CAP> {
         }
         match self.queue.push(p, now, deadline, true) {
             Some(ticket) => {
-                self.queued.fetch_add(1, Ordering::Relaxed);
                 if deadline != NO_DEADLINE {
                     if !self.deadlines_used.load(Ordering::Relaxed) {
                         self.deadlines_used.store(true, Ordering::Relaxed);
@@ -518,7 +524,7 @@ impl<const CAP: usize> Gate<CAP> {
     /// sample for the limit algorithm. Then call [`poll`](Self::poll) if anyone waits.
     /// A permit of another gate or limiter is refused with `ForeignHandle`.
     pub fn release(&self, permit: RawPermit, now: u64, outcome: Outcome) -> Result<(), UsageError> {
-        let now = self.clock.observe(now);
+        let now = observe(&self.clock, now);
         let latency = now.saturating_sub(permit.started_at());
         self.limiter.release_raw(permit, now, outcome)?;
         if outcome == Outcome::Success {
@@ -527,20 +533,15 @@ impl<const CAP: usize> Gate<CAP> {
         Ok(())
     }
 
-    /// Folds a latency into the service-time EWMA with one CAS attempt: under contention a
-    /// sample may be skipped (wait-free; the estimate is a mean, not a count).
+    /// Folds a latency into the service-time EWMA with a load and a store: under
+    /// contention a concurrent sample may be overwritten (wait-free, no read-modify-write;
+    /// the estimate is a mean, not a count).
     fn record_service(&self, latency: u64) {
-        let bits = self.service.load(Ordering::Relaxed);
-        let old = f64::from_bits(bits);
+        // Relaxed: the estimate orders nothing else.
+        let old = f64::from_bits(self.service.load(Ordering::Relaxed));
         let x = latency as f64;
         let new = if old == 0.0 { x } else { old + self.service_alpha * (x - old) };
-        // Relaxed: the estimate orders nothing else.
-        let _ = self.service.compare_exchange(
-            bits,
-            new.to_bits(),
-            Ordering::Relaxed,
-            Ordering::Relaxed,
-        );
+        self.service.store(new.to_bits(), Ordering::Relaxed);
     }
 
     /// Withdraws a queued ticket. `UnknownTicket` if it already left (granted, expired,
@@ -574,7 +575,7 @@ impl<const CAP: usize> Gate<CAP> {
         if out.is_empty() {
             return 0;
         }
-        let now = self.clock.observe(now);
+        let now = observe(&self.clock, now);
         let mut sink = Sink { out, n: 0, limiter: &self.limiter, now };
         self.queue.try_dispatch(|d| self.round(d, now, &mut sink));
         sink.n
@@ -608,13 +609,7 @@ impl<const CAP: usize> Gate<CAP> {
         let service = self.service_ns();
         let retry = self.retry_hint(service);
         // 1. Link arrivals, settle cancels, report evictions.
-        let mut reported = 0;
-        d.refresh(|t| {
-            let ok = sink.push(Event::Expired(t, Rejected::new(Reason::Evicted, retry)));
-            reported += u64::from(ok);
-            ok
-        });
-        bump(&self.evicted, reported);
+        d.refresh(|t| sink.push(Event::Expired(t, Rejected::new(Reason::Evicted, retry))));
         if sink.is_full() {
             return false;
         }
@@ -730,19 +725,23 @@ impl<const CAP: usize> Gate<CAP> {
         finished
     }
 
+    /// Whether every whole slot of the limit is visibly taken (a fractional limit never
+    /// counts as full here: the limiter decides).
+    fn limiter_full(&self) -> bool {
+        let limit = self.limiter.limit();
+        limit >= 1.0 && f64::from(self.limiter.inflight()) >= libm::floor(limit)
+    }
+
     /// A permit for a waiter at `p`, or `Err(Some(wait))` if the limiter refused although
     /// slots are free (a partition reservation or a fractional limit's idle time, which
     /// lapse with time), `Err(None)` if every slot is taken (a release will come).
     fn try_permit(&self, now: u64, p: Priority) -> Result<RawPermit, Option<u64>> {
-        let limit = self.limiter.limit();
-        let inflight = self.limiter.inflight();
-        if limit >= 1.0 && f64::from(inflight) >= libm::floor(limit) {
+        if self.limiter_full() {
             return Err(None);
         }
-        self.limiter.try_acquire_raw(now, p).map_err(|r| {
-            let full = limit >= 1.0 && f64::from(self.limiter.inflight()) >= libm::floor(limit);
-            (!full).then_some(r.retry_after)
-        })
+        self.limiter
+            .try_acquire_raw(now, p)
+            .map_err(|r| (!self.limiter_full()).then_some(r.retry_after))
     }
 
     /// Expires waiters from the oldest end of `p` while they are expired. `false` if the
@@ -821,7 +820,7 @@ impl<const CAP: usize> Gate<CAP> {
     /// the earliest moment a waiter's deadline or maximum wait runs out, or a refusal
     /// with free slots may lapse. `None` when nothing waits. Never earlier than `now`.
     pub fn next_wakeup(&self, now: u64) -> Option<u64> {
-        let now = self.clock.observe(now);
+        let now = observe(&self.clock, now);
         if self.queue.is_empty() {
             return None;
         }
@@ -878,20 +877,29 @@ impl<const CAP: usize> Gate<CAP> {
         let q = self.queue.metrics();
         let now = self.clock.latest();
         let oldest_age_ns = q.oldest_enqueued_at.map_or(0, |t| now.saturating_sub(t));
+        let granted = self.granted.load(Ordering::Relaxed);
+        let expired = self.expired.load(Ordering::Relaxed);
+        let sloughed = self.sloughed.load(Ordering::Relaxed);
+        let shed_waiters = self.shed_waiters.load(Ordering::Relaxed);
         GateMetrics {
             state: self.state(),
             waiting_by_level: q.waiting_by_level,
             waiting: q.waiting,
             capacity: q.capacity,
             oldest_age_ns,
-            queued: self.queued.load(Ordering::Relaxed),
-            granted: self.granted.load(Ordering::Relaxed),
-            expired: self.expired.load(Ordering::Relaxed),
-            sloughed: self.sloughed.load(Ordering::Relaxed),
-            evicted: self.evicted.load(Ordering::Relaxed),
+            queued: granted
+                + expired
+                + sloughed
+                + q.evictions
+                + shed_waiters
+                + q.cancels
+                + u64::from(q.waiting),
+            granted,
+            expired,
+            sloughed,
+            evicted: q.evictions,
             cancelled: q.cancels,
-            shed: self.shed_arrivals.load(Ordering::Relaxed)
-                + self.shed_waiters.load(Ordering::Relaxed),
+            shed: self.shed_arrivals.load(Ordering::Relaxed) + shed_waiters,
             queue_full: self.queue_full.load(Ordering::Relaxed),
             deadline_unmeetable: self.unmeetable.load(Ordering::Relaxed),
             aged: self.aged.load(Ordering::Relaxed),

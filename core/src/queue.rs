@@ -91,7 +91,8 @@ const FREE_TAG_ONE: u64 = 1 << 32;
 
 /// Dispatch word: a thread is dispatching.
 const BUSY: u32 = 1;
-/// Dispatch word: someone asked for a dispatch round since the holder's last round began.
+/// Dispatch word: someone asked for a dispatch round since the holder's last round began
+/// (or, without `BUSY`, since the last holder stopped early).
 const PENDING: u32 = 2;
 
 /// How many times an arrival retries taking over a victim that changed under it.
@@ -472,18 +473,21 @@ impl<const CAP: usize> WaitQueue<CAP> {
     /// again (after a `true`). A call that finds the dispatcher busy returns `false` at
     /// once and leaves a request the holder honours before it leaves.
     pub fn try_dispatch(&self, mut round: impl FnMut(&mut Dispatcher<'_, CAP>) -> bool) -> bool {
-        // AcqRel: the Release half publishes this caller's earlier writes (a waiter it
-        // queued, a permit it returned) to whichever holder clears PENDING (Acquire swap
-        // below); the Acquire half, when we become the holder, pairs with the previous
-        // holder's Release exit so we see the private lists as it left them.
-        let prev = self.dispatch.fetch_or(BUSY | PENDING, Ordering::AcqRel);
-        if prev & BUSY != 0 {
-            return false;
+        loop {
+            // Acquire: pairs with the previous holder's Release exit, so a new holder sees
+            // the private lists as it left them.
+            if self.dispatch.fetch_or(BUSY, Ordering::Acquire) & BUSY == 0 {
+                break;
+            }
+            // Busy: leave a request. Release: publishes this caller's earlier writes (a
+            // waiter it queued, a permit it returned) to the holder's Acquire swap below.
+            if self.dispatch.fetch_or(PENDING, Ordering::Release) & BUSY != 0 {
+                return false;
+            }
+            // The holder left between our two steps: try to become the holder.
         }
         let mut d = Dispatcher { q: self };
         loop {
-            // Acquire: pairs with the Release half of every fetch_or that set PENDING.
-            self.dispatch.swap(BUSY, Ordering::Acquire);
             if !round(&mut d) {
                 // Release: pairs with the next holder's Acquire fetch_or. PENDING, if set,
                 // stays set for that holder.
@@ -495,6 +499,8 @@ impl<const CAP: usize> WaitQueue<CAP> {
             {
                 return true;
             }
+            // Acquire: pairs with the Release fetch_or of each request since.
+            self.dispatch.swap(BUSY, Ordering::Acquire);
         }
     }
 
@@ -606,6 +612,15 @@ pub struct Dispatcher<'a, const CAP: usize> {
     q: &'a WaitQueue<CAP>,
 }
 
+/// Takes a whole intrusive stack (Acquire: pairs with the pushers' Release CAS).
+fn take_all(head: &AtomicU32) -> u32 {
+    if head.load(Ordering::Relaxed) == NIL {
+        NIL
+    } else {
+        head.swap(NIL, Ordering::Acquire)
+    }
+}
+
 /// What the dispatcher found in a linked slot.
 enum Found {
     Waiter(Waiter),
@@ -634,10 +649,12 @@ impl<const CAP: usize> Dispatcher<'_, CAP> {
         let q = self.q;
         // The attention batch first, then the arrivals: every slot in the batch was pushed
         // to `incoming` before it was flagged, so after both swaps it is linked.
+        // A load first spares the read-modify-write when a stack is empty; a push that
+        // happens before this round is seen by the load (coherence).
         // Acquire: pairs with the Release CAS in `push_attention`.
-        let attention = q.attention.swap(NIL, Ordering::Acquire);
+        let attention = take_all(&q.attention);
         // Acquire: pairs with the Release CAS in `push_incoming`.
-        let incoming = q.incoming.swap(NIL, Ordering::Acquire);
+        let incoming = take_all(&q.incoming);
         // The stack is newest first: reverse it in place (the nodes are ours now).
         let mut reversed = NIL;
         let mut cur = incoming;
