@@ -9,17 +9,20 @@
 //!
 //! Layout (DESIGN.md §2 "fixed layout"): a const-generic array of slots, addressed by
 //! index, never by pointer. Each slot has one atomic state word
-//! (`generation | flags | level | status`) and the waiter's times. Four intrusive lists
-//! thread through the slots:
+//! (`generation | evictions | level | flags | status`) and the waiter's times. A slot is
+//! claimed by one CAS on its state (starting at the slot freed last), and three intrusive
+//! lists thread through the slots:
 //!
-//! - the **free list** — a Treiber stack with a tag against ABA; arrivals pop, the
-//!   dispatcher pushes;
 //! - the **incoming stack** — arrivals push, the dispatcher takes it whole and links the
 //!   new waiters, oldest first, at the tail of their level;
 //! - the **attention stack** — a cancel, or an eviction that took a slot over, pushes the
-//!   slot here so the dispatcher unlinks it (and reports the evicted ticket);
+//!   slot here so the dispatcher unlinks it (and reports the evicted tickets);
 //! - per-level **doubly linked lists** in arrival order, touched only by the dispatcher —
 //!   O(1) at both ends, so FIFO, LIFO and oldest-end expiry all cost the same.
+//!
+//! Both stack heads and the dispatch flags share one atomic word, so the dispatcher
+//! enters and takes all pending work in one compare-and-swap, and leaves with another
+//! that fails if anything arrived meanwhile.
 //!
 //! A waiter leaves exactly once, by one compare-and-swap on its state word: granted or
 //! expired by the dispatcher, cancelled by its owner, or taken over by a more important
@@ -33,7 +36,7 @@ const LEVELS: usize = Priority::MAX_LEVELS;
 
 /// `deadline` value meaning "no deadline".
 pub const NO_DEADLINE: u64 = u64::MAX;
-/// The largest capacity a queue can have (slot indices are 16 bits in a [`Ticket`]).
+/// The largest capacity a queue can have (slot indices are 16 bits, `0xFFFF` ends a list).
 pub const MAX_CAPACITY: usize = 0xFFFF;
 
 /// Sizes a queue by time, not count (seed 004: "max_queue_len = drain_rate ×
@@ -61,7 +64,7 @@ pub const fn capacity_for(drain_per_sec: u64, wait_budget_ns: u64) -> usize {
 // ---- the slot state word ------------------------------------------------------------
 /// Bits 0..=2: the occupancy status.
 const STATUS_MASK: u64 = 0b111;
-/// Not in use; in the free list (or being moved to it by the dispatcher).
+/// Not in use: any arrival may claim it.
 const FREE: u64 = 0;
 /// Taken by an arrival that is still writing it; not yet cancellable or dispatchable.
 const CLAIMED: u64 = 1;
@@ -69,7 +72,8 @@ const CLAIMED: u64 = 1;
 const WAITING: u64 = 2;
 /// Cancelled by its owner; the dispatcher frees it.
 const CANCELLED: u64 = 3;
-/// Bit 3: the slot is on the attention stack (set by whoever pushed it).
+/// Bit 3: the slot is on the attention stack or the dispatcher's deferred list (set by
+/// whoever pushed it).
 const ATTN: u64 = 1 << 3;
 /// Bits 8..=11: the level.
 const LEVEL_SHIFT: u32 = 8;
@@ -83,17 +87,20 @@ const EVICTED_ONE: u64 = 1 << EVICTED_SHIFT;
 /// Bits 32..=63: the generation, bumped each time the slot changes hands.
 const GEN_SHIFT: u32 = 32;
 
-/// End of an intrusive list.
-const NIL: u32 = u32::MAX;
-/// Free-list head: low 32 bits the slot index, high 32 bits an ABA tag.
-const FREE_INDEX_MASK: u64 = 0xFFFF_FFFF;
-const FREE_TAG_ONE: u64 = 1 << 32;
-
-/// Dispatch word: a thread is dispatching.
-const BUSY: u32 = 1;
-/// Dispatch word: someone asked for a dispatch round since the holder's last round began
-/// (or, without `BUSY`, since the last holder stopped early).
-const PENDING: u32 = 2;
+// ---- the control word: both stack heads and the dispatch flags ------------------------
+/// End of an intrusive list (slot indices are below it).
+const END: u32 = 0xFFFF;
+/// Bits 0..=15: head of the incoming stack.
+const INCOMING_SHIFT: u32 = 0;
+/// Bits 16..=31: head of the attention stack.
+const ATTENTION_SHIFT: u32 = 16;
+/// Both stacks empty.
+const STACKS_EMPTY: u64 = (END as u64) << INCOMING_SHIFT | (END as u64) << ATTENTION_SHIFT;
+/// Bit 32: a thread is dispatching.
+const BUSY: u64 = 1 << 32;
+/// Bit 33: someone asked for a dispatch round since the holder's last round began (or,
+/// without `BUSY`, since the last holder stopped early).
+const PENDING: u64 = 1 << 33;
 
 /// How many times an arrival retries taking over a victim that changed under it.
 const EVICT_ATTEMPTS: usize = 3;
@@ -112,6 +119,9 @@ const fn level_of(s: u64) -> usize {
 }
 const fn evicted_of(s: u64) -> u32 {
     ((s & EVICTED_MASK) >> EVICTED_SHIFT) as u32
+}
+const fn head_of(w: u64, shift: u32) -> u32 {
+    ((w >> shift) & END as u64) as u32
 }
 fn priority(level: usize) -> Priority {
     Priority::new(level as u8).unwrap_or_default()
@@ -188,9 +198,9 @@ struct Slot {
     state: AtomicU64,
     enqueued_at: AtomicU64,
     deadline: AtomicU64,
-    /// Free list or incoming stack (a slot is in at most one of them).
+    /// Incoming stack.
     link: AtomicU32,
-    /// Attention stack.
+    /// Attention stack, or the dispatcher's deferred list.
     attn_link: AtomicU32,
     // Dispatcher-private: only the thread holding the dispatch flag touches these, so
     // every access is Relaxed; the flag's Acquire/Release hands them from holder to holder.
@@ -206,12 +216,55 @@ impl Slot {
             state: AtomicU64::new(pack(0, FREE, 0)),
             enqueued_at: AtomicU64::new(0),
             deadline: AtomicU64::new(NO_DEADLINE),
-            link: AtomicU32::new(NIL),
-            attn_link: AtomicU32::new(NIL),
-            prev: AtomicU32::new(NIL),
-            next: AtomicU32::new(NIL),
+            link: AtomicU32::new(END),
+            attn_link: AtomicU32::new(END),
+            prev: AtomicU32::new(END),
+            next: AtomicU32::new(END),
             linked: AtomicU8::new(0),
         }
+    }
+}
+
+/// Per-level counts whose difference is the number of waiters. Each has one kind of
+/// writer, so the dispatcher's departures need no read-modify-write.
+#[derive(Debug)]
+struct Counts {
+    /// Arrivals (and aged-in waiters): read-modify-write by arrivals.
+    arrived: [AtomicU64; LEVELS],
+    /// Granted, expired or aged-out: written by the dispatcher only.
+    departed: [AtomicU64; LEVELS],
+    /// Cancelled: read-modify-write by cancellers.
+    cancelled: [AtomicU64; LEVELS],
+    /// Evicted: read-modify-write by evicting arrivals.
+    evicted: [AtomicU64; LEVELS],
+}
+
+impl Counts {
+    fn new() -> Self {
+        Self {
+            arrived: core::array::from_fn(|_| AtomicU64::new(0)),
+            departed: core::array::from_fn(|_| AtomicU64::new(0)),
+            cancelled: core::array::from_fn(|_| AtomicU64::new(0)),
+            evicted: core::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+
+    /// Waiters at `lvl`, never below the true count at the moment of the first load.
+    fn waiting(&self, lvl: usize) -> u32 {
+        // Acquire (each of the three): pairs with the Release write of the departure, so
+        // the arrival it undoes — which happened before it — is counted by the load of
+        // `arrived` that follows; the difference cannot go below zero.
+        let gone = self.departed[lvl].load(Ordering::Acquire)
+            + self.cancelled[lvl].load(Ordering::Acquire)
+            + self.evicted[lvl].load(Ordering::Acquire);
+        self.arrived[lvl].load(Ordering::Relaxed).saturating_sub(gone) as u32
+    }
+
+    /// One departure at `lvl`, by the dispatcher (single writer: load and store).
+    fn depart(&self, lvl: usize) {
+        let d = &self.departed[lvl];
+        // Release: pairs with the Acquire load in `waiting`.
+        d.store(d.load(Ordering::Relaxed) + 1, Ordering::Release);
     }
 }
 
@@ -242,39 +295,41 @@ impl Slot {
 ///
 /// **Progress.** [`push`](Self::push) and [`cancel`](Self::cancel) are lock-free: a few
 /// atomic steps, retried only when another thread changed the same word (so some thread
-/// always made progress); nobody waits for the dispatcher. A push into a full queue that
-/// evicts scans the slots once per attempt (at most three attempts). The dispatcher is
-/// single-consumer: [`try_dispatch`](Self::try_dispatch) runs rounds while it holds a
-/// flag, and a concurrent call returns `false` at once after asking the holder for one
-/// more round, so no request for dispatch is lost; the holder keeps serving such requests
-/// while they arrive (lock-free, not wait-free, for the holder).
+/// always made progress); nobody waits for the dispatcher. Finding a free slot starts at
+/// the slot freed last (usually one CAS) and scans the slots in the worst case; a push into
+/// a full queue that evicts scans the slots once per attempt (at most three attempts).
+/// The dispatcher is single-consumer: [`try_dispatch`](Self::try_dispatch) runs rounds
+/// while it holds a flag, and a concurrent call returns `false` at once after asking the
+/// holder for one more round, so no request for dispatch is lost; the holder keeps
+/// serving such requests while they arrive (lock-free, not wait-free, for the holder).
 ///
 /// **Bound.** Never more than `capacity` waiters, structurally: a waiter needs a slot. A
 /// cancelled waiter's slot is reused after the next dispatch round.
 ///
-/// **Cost.** Push: one CAS to pop a slot, one to publish, one store; cancel: two CAS;
-/// a dispatch round: two swaps plus O(1) per waiter it links, inspects or removes.
+/// **Cost.** Push: three atomic read-modify-writes (count, claim, publish). A dispatch
+/// round: one CAS to enter and take all pending arrivals and cancels, one to leave, plus
+/// one CAS per waiter removed and O(1) work per waiter linked, inspected or removed.
 /// Memory: about 48 bytes per slot.
 ///
-/// **Source.** Bounded per-level rings of DESIGN.md §3; Treiber stack with ABA tag; the
+/// **Source.** Bounded per-level rings of DESIGN.md §3; Treiber stacks taken whole; the
 /// HHVM `JobQueue` idea of priority deques scanned most important first
 /// (`research/queues_retries.md` §1.4).
 #[derive(Debug)]
 pub struct WaitQueue<const CAP: usize> {
     slots: [Slot; CAP],
-    free: AtomicU64,
-    incoming: AtomicU32,
-    attention: AtomicU32,
-    dispatch: AtomicU32,
-    waiting: [AtomicU32; LEVELS],
-    // Dispatcher-private list ends (Relaxed, like the private slot fields).
+    /// Stack heads and dispatch flags (see `INCOMING_SHIFT`, `BUSY`).
+    ctl: AtomicU64,
+    /// Where the next free-slot search starts (a hint, written without ordering).
+    hint: AtomicU32,
+    counts: Counts,
+    // Dispatcher-private (Relaxed, like the private slot fields): list ends, and the
+    // slots whose eviction reports did not fit in a round's output yet.
     head: [AtomicU32; LEVELS],
     tail: [AtomicU32; LEVELS],
+    deferred: AtomicU32,
     levels: u8,
     owner: u16,
     capacity: u32,
-    evictions: AtomicU64,
-    cancels: AtomicU64,
 }
 
 impl<const CAP: usize> WaitQueue<CAP> {
@@ -290,26 +345,18 @@ impl<const CAP: usize> WaitQueue<CAP> {
         if capacity > CAP {
             return Err(ConfigError::OutOfRange("queue capacity above CAP"));
         }
-        let q = Self {
+        Ok(Self {
             slots: core::array::from_fn(|_| Slot::new()),
-            free: AtomicU64::new(if capacity == 0 { NIL as u64 } else { 0 }),
-            incoming: AtomicU32::new(NIL),
-            attention: AtomicU32::new(NIL),
-            dispatch: AtomicU32::new(0),
-            waiting: core::array::from_fn(|_| AtomicU32::new(0)),
-            head: core::array::from_fn(|_| AtomicU32::new(NIL)),
-            tail: core::array::from_fn(|_| AtomicU32::new(NIL)),
+            ctl: AtomicU64::new(STACKS_EMPTY),
+            hint: AtomicU32::new(0),
+            counts: Counts::new(),
+            head: core::array::from_fn(|_| AtomicU32::new(END)),
+            tail: core::array::from_fn(|_| AtomicU32::new(END)),
+            deferred: AtomicU32::new(END),
             levels,
             owner: next_instance_id() as u16,
             capacity: capacity as u32,
-            evictions: AtomicU64::new(0),
-            cancels: AtomicU64::new(0),
-        };
-        for i in 0..capacity {
-            let next = if i + 1 < capacity { (i + 1) as u32 } else { NIL };
-            q.slots[i].link.store(next, Ordering::Relaxed);
-        }
-        Ok(q)
+        })
     }
 
     /// The bound on waiters.
@@ -326,20 +373,21 @@ impl<const CAP: usize> WaitQueue<CAP> {
         level.index().min(self.levels as usize - 1)
     }
 
-    /// Waiters at `level` (levels beyond the configured ones count as the last).
+    /// Waiters at `level` (levels beyond the configured ones count as the last). Under
+    /// concurrent changes it may count a waiter that just left, never miss one that was
+    /// queued before the call.
     pub fn waiting(&self, level: Priority) -> u32 {
-        self.waiting[self.clamp(level)].load(Ordering::Relaxed)
+        self.counts.waiting(self.clamp(level))
     }
 
     /// Waiters at `level` or more important.
     pub fn waiting_through(&self, level: Priority) -> u32 {
-        let lvl = self.clamp(level);
-        self.waiting[..=lvl].iter().map(|w| w.load(Ordering::Relaxed)).sum()
+        (0..=self.clamp(level)).map(|l| self.counts.waiting(l)).sum()
     }
 
     /// All waiters.
     pub fn len(&self) -> u32 {
-        self.waiting[..self.levels as usize].iter().map(|w| w.load(Ordering::Relaxed)).sum()
+        (0..self.levels as usize).map(|l| self.counts.waiting(l)).sum()
     }
 
     /// Whether no waiter is queued.
@@ -360,21 +408,22 @@ impl<const CAP: usize> WaitQueue<CAP> {
         evict: bool,
     ) -> Option<Ticket> {
         let lvl = self.clamp(level);
-        if let Some(i) = self.pop_free() {
-            let slot = &self.slots[i];
-            // The slot is ours alone until published: nobody CASes a FREE or CLAIMED word
-            // (cancel, evict and dispatch all require WAITING).
-            let gen = gen_of(slot.state.load(Ordering::Relaxed));
-            slot.enqueued_at.store(enqueued_at, Ordering::Relaxed);
-            slot.deadline.store(deadline, Ordering::Relaxed);
-            slot.state.store(pack(gen, CLAIMED, lvl), Ordering::Relaxed);
-            self.waiting[lvl].fetch_add(1, Ordering::Relaxed);
-            self.push_incoming(i);
-            // Release: pairs with the Acquire of the CAS in `cancel` and `take_over`, so a
-            // thread that sees WAITING also sees the push above, and the attention push it
-            // then makes reaches the dispatcher after this slot's incoming push.
-            slot.state.store(pack(gen, WAITING, lvl), Ordering::Release);
-            return Some(Ticket::new(self.owner, i, gen));
+        if (self.len() as usize) < self.capacity() {
+            if let Some((i, gen)) = self.claim(lvl) {
+                let slot = &self.slots[i];
+                // The slot is ours alone until published: nobody else CASes a CLAIMED word
+                // (cancel, evict and dispatch all require WAITING).
+                slot.enqueued_at.store(enqueued_at, Ordering::Relaxed);
+                slot.deadline.store(deadline, Ordering::Relaxed);
+                self.counts.arrived[lvl].fetch_add(1, Ordering::Relaxed);
+                self.push_stack(&slot.link, INCOMING_SHIFT, i);
+                // Release: pairs with the Acquire of the CAS in `cancel` and `take_over`,
+                // so a thread that sees WAITING also sees the push above, and the
+                // attention push it then makes reaches the dispatcher after this slot's
+                // incoming push.
+                slot.state.store(pack(gen, WAITING, lvl), Ordering::Release);
+                return Some(Ticket::new(self.owner, i, gen));
+            }
         }
         if evict {
             self.take_over(lvl, enqueued_at, deadline)
@@ -383,13 +432,38 @@ impl<const CAP: usize> WaitQueue<CAP> {
         }
     }
 
+    /// Claims a free slot for `lvl`: one CAS, starting where the last slot was freed.
+    fn claim(&self, lvl: usize) -> Option<(usize, u32)> {
+        let cap = self.capacity();
+        let start = self.hint.load(Ordering::Relaxed) as usize;
+        let start = if start < cap { start } else { 0 };
+        for k in 0..cap {
+            let i = if start + k < cap { start + k } else { start + k - cap };
+            let s = self.slots[i].state.load(Ordering::Relaxed);
+            if status_of(s) != FREE {
+                continue;
+            }
+            let gen = gen_of(s);
+            // Acquire: pairs with the dispatcher's Release when it freed the slot.
+            if self.slots[i]
+                .state
+                .compare_exchange(s, pack(gen, CLAIMED, lvl), Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                // Relaxed: a hint.
+                self.hint.store((i + 1) as u32, Ordering::Relaxed);
+                return Some((i, gen));
+            }
+        }
+        None
+    }
+
     /// Full queue: take the slot of the oldest waiter at the least important level below
     /// `lvl`.
     fn take_over(&self, lvl: usize, enqueued_at: u64, deadline: u64) -> Option<Ticket> {
         for _ in 0..EVICT_ATTEMPTS {
-            let victim_level = (lvl + 1..self.levels as usize)
-                .rev()
-                .find(|&q| self.waiting[q].load(Ordering::Relaxed) > 0)?;
+            let victim_level =
+                (lvl + 1..self.levels as usize).rev().find(|&q| self.counts.waiting(q) > 0)?;
             let mut best: Option<(usize, u64, u64)> = None;
             for (i, slot) in self.slots[..self.capacity()].iter().enumerate() {
                 let s = slot.state.load(Ordering::Relaxed);
@@ -410,18 +484,17 @@ impl<const CAP: usize> WaitQueue<CAP> {
             let gen = gen_of(s).wrapping_add(1);
             let new = pack(gen, CLAIMED, lvl) | ATTN | ((s & EVICTED_MASK) + EVICTED_ONE);
             // AcqRel: Acquire pairs with the victim's Release publish (its incoming push
-            // happens before our attention push); Release is unused (the attention push
-            // below publishes our writes).
+            // happens before our attention push); Release orders our count below after it.
             if slot.state.compare_exchange(s, new, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
                 slot.enqueued_at.store(enqueued_at, Ordering::Relaxed);
                 slot.deadline.store(deadline, Ordering::Relaxed);
-                self.waiting[victim_level].fetch_sub(1, Ordering::Relaxed);
-                self.waiting[lvl].fetch_add(1, Ordering::Relaxed);
-                self.evictions.fetch_add(1, Ordering::Relaxed);
+                self.counts.arrived[lvl].fetch_add(1, Ordering::Relaxed);
+                // Release: pairs with the Acquire loads in `Counts::waiting`.
+                self.counts.evicted[victim_level].fetch_add(1, Ordering::Release);
                 if s & ATTN == 0 {
-                    // Otherwise the slot is on the stack, or in the dispatcher's batch
-                    // whose settling CAS will fail and see the new count.
-                    self.push_attention(i);
+                    // Otherwise the slot is on the stack or the deferred list already, and
+                    // whoever settles it sees the new count.
+                    self.push_stack(&slot.attn_link, ATTENTION_SHIFT, i);
                 }
                 // Release: pairs with the Acquire CAS in `cancel`/`take_over` (as in `push`).
                 // An xor, not a store: the dispatcher may be clearing the flags meanwhile.
@@ -458,10 +531,10 @@ impl<const CAP: usize> WaitQueue<CAP> {
             }
         }
         let lvl = level_of(s);
-        self.waiting[lvl].fetch_sub(1, Ordering::Relaxed);
-        self.cancels.fetch_add(1, Ordering::Relaxed);
+        // Release: pairs with the Acquire loads in `Counts::waiting`.
+        self.counts.cancelled[lvl].fetch_add(1, Ordering::Release);
         if s & ATTN == 0 {
-            self.push_attention(i);
+            self.push_stack(&slot.attn_link, ATTENTION_SHIFT, i);
         }
         Ok(priority(lvl))
     }
@@ -469,38 +542,69 @@ impl<const CAP: usize> WaitQueue<CAP> {
     /// Runs dispatch rounds if no other thread is dispatching; returns whether it did.
     ///
     /// `round` returns `true` when it finished its work, `false` when it stopped early
-    /// (its output is full). If another thread asked for a round meanwhile, `round` runs
-    /// again (after a `true`). A call that finds the dispatcher busy returns `false` at
-    /// once and leaves a request the holder honours before it leaves.
+    /// (its output is full). If another thread asked for a round, or arrivals or cancels
+    /// came in meanwhile, `round` runs again (after a `true`). A call that finds the
+    /// dispatcher busy returns `false` at once and leaves a request the holder honours
+    /// before it leaves. Arrivals and cancels taken in a round are always linked and
+    /// settled, even if `round` does not call [`Dispatcher::refresh`].
     pub fn try_dispatch(&self, mut round: impl FnMut(&mut Dispatcher<'_, CAP>) -> bool) -> bool {
+        let mut w = self.ctl.load(Ordering::Relaxed);
         loop {
-            // Acquire: pairs with the previous holder's Release exit, so a new holder sees
-            // the private lists as it left them.
-            if self.dispatch.fetch_or(BUSY, Ordering::Acquire) & BUSY == 0 {
-                break;
+            if w & BUSY != 0 {
+                // Leave a request. Release: publishes this caller's earlier writes (a
+                // permit it returned, say) to the holder's Acquire swap below.
+                let prev = self.ctl.fetch_or(PENDING, Ordering::Release);
+                if prev & BUSY != 0 {
+                    return false;
+                }
+                // The holder left meanwhile: try to become the holder.
+                w = prev | PENDING;
+                continue;
             }
-            // Busy: leave a request. Release: publishes this caller's earlier writes (a
-            // waiter it queued, a permit it returned) to the holder's Acquire swap below.
-            if self.dispatch.fetch_or(PENDING, Ordering::Release) & BUSY != 0 {
-                return false;
+            // Enter and take both stacks in one step. Acquire: pairs with the pushers'
+            // Release CAS and the previous holder's Release exit.
+            match self.ctl.compare_exchange_weak(
+                w,
+                BUSY | STACKS_EMPTY,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(actual) => w = actual,
             }
-            // The holder left between our two steps: try to become the holder.
         }
-        let mut d = Dispatcher { q: self };
+        let mut d = Dispatcher {
+            q: self,
+            incoming: head_of(w, INCOMING_SHIFT),
+            attention: head_of(w, ATTENTION_SHIFT),
+        };
         loop {
-            if !round(&mut d) {
-                // Release: pairs with the next holder's Acquire fetch_or. PENDING, if set,
-                // stays set for that holder.
-                self.dispatch.fetch_and(!BUSY, Ordering::Release);
+            let finished = round(&mut d);
+            // Whatever the round did not take in is linked and settled now (reports wait).
+            d.refresh(|_| false);
+            if !finished {
+                // Release: pairs with the next holder's Acquire. Stacks and PENDING stay
+                // for that holder.
+                self.ctl.fetch_and(!BUSY, Ordering::Release);
                 return true;
             }
-            // Release: as above. Fails only if PENDING was set meanwhile: go again.
-            if self.dispatch.compare_exchange(BUSY, 0, Ordering::Release, Ordering::Relaxed).is_ok()
+            // Release: as above. Fails if something was pushed or requested: go again.
+            if self
+                .ctl
+                .compare_exchange(
+                    BUSY | STACKS_EMPTY,
+                    STACKS_EMPTY,
+                    Ordering::Release,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
             {
                 return true;
             }
-            // Acquire: pairs with the Release fetch_or of each request since.
-            self.dispatch.swap(BUSY, Ordering::Acquire);
+            // Acquire: pairs with the Release of each push or request since.
+            let w = self.ctl.swap(BUSY | STACKS_EMPTY, Ordering::Acquire);
+            d.incoming = head_of(w, INCOMING_SHIFT);
+            d.attention = head_of(w, ATTENTION_SHIFT);
         }
     }
 
@@ -515,90 +619,36 @@ impl<const CAP: usize> WaitQueue<CAP> {
 
     /// A snapshot (scans the slots: O(capacity)).
     pub fn metrics(&self) -> WaitQueueMetrics {
-        let waiting_by_level = core::array::from_fn(|l| self.waiting[l].load(Ordering::Relaxed));
+        let waiting_by_level = core::array::from_fn(|l| self.counts.waiting(l));
         let occupied = self.slots[..self.capacity()]
             .iter()
             .filter(|s| status_of(s.state.load(Ordering::Relaxed)) != FREE)
             .count() as u32;
+        let sum = |a: &[AtomicU64; LEVELS]| a.iter().map(|c| c.load(Ordering::Relaxed)).sum();
         WaitQueueMetrics {
             waiting_by_level,
             waiting: waiting_by_level.iter().sum(),
             occupied,
             capacity: self.capacity,
             oldest_enqueued_at: self.oldest_enqueued_at(),
-            evictions: self.evictions.load(Ordering::Relaxed),
-            cancels: self.cancels.load(Ordering::Relaxed),
+            evictions: sum(&self.counts.evicted),
+            cancels: sum(&self.counts.cancelled),
         }
     }
 
-    // ---- lock-free stacks ----------------------------------------------------------
-
-    fn pop_free(&self) -> Option<usize> {
-        // Acquire: pairs with the Release CAS in `push_free`, so the slot's freed state
-        // (its new generation) and link are visible.
-        let mut head = self.free.load(Ordering::Acquire);
+    /// Pushes slot `i` onto the stack at `shift` in the control word, linking through
+    /// `link`. Push-only stacks taken whole need no ABA tag: the CAS succeeds only if the
+    /// head is still the node we linked to.
+    fn push_stack(&self, link: &AtomicU32, shift: u32, i: usize) {
+        let mut w = self.ctl.load(Ordering::Relaxed);
         loop {
-            let i = (head & FREE_INDEX_MASK) as u32;
-            if i == NIL {
-                return None;
-            }
-            let next = self.slots[i as usize].link.load(Ordering::Relaxed);
-            // The tag makes the CAS fail if `i` was popped and pushed back meanwhile (its
-            // link may have changed). Acquire: as above, on the value we replace.
-            let new = (head & !FREE_INDEX_MASK).wrapping_add(FREE_TAG_ONE) | next as u64;
-            match self.free.compare_exchange_weak(head, new, Ordering::Acquire, Ordering::Acquire) {
-                Ok(_) => return Some(i as usize),
-                Err(actual) => head = actual,
-            }
-        }
-    }
-
-    fn push_free(&self, i: usize) {
-        let mut head = self.free.load(Ordering::Relaxed);
-        loop {
-            self.slots[i].link.store((head & FREE_INDEX_MASK) as u32, Ordering::Relaxed);
-            let new = (head & !FREE_INDEX_MASK).wrapping_add(FREE_TAG_ONE) | i as u64;
-            // Release: pairs with the Acquire in `pop_free` (state and link of slot `i`).
-            match self.free.compare_exchange_weak(head, new, Ordering::Release, Ordering::Relaxed) {
+            link.store(head_of(w, shift), Ordering::Relaxed);
+            let new = (w & !((END as u64) << shift)) | ((i as u64) << shift);
+            // Release: pairs with the dispatcher's Acquire when it takes the stack,
+            // publishing the slot's fields, state and link.
+            match self.ctl.compare_exchange_weak(w, new, Ordering::Release, Ordering::Relaxed) {
                 Ok(_) => return,
-                Err(actual) => head = actual,
-            }
-        }
-    }
-
-    /// Push-only stack taken whole by the dispatcher: ABA-safe without a tag (the CAS
-    /// succeeds only if the head is still the node we linked to).
-    fn push_incoming(&self, i: usize) {
-        let mut head = self.incoming.load(Ordering::Relaxed);
-        loop {
-            self.slots[i].link.store(head, Ordering::Relaxed);
-            // Release: pairs with the dispatcher's Acquire swap in `refresh`, publishing
-            // the slot's fields, state and link.
-            match self.incoming.compare_exchange_weak(
-                head,
-                i as u32,
-                Ordering::Release,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return,
-                Err(actual) => head = actual,
-            }
-        }
-    }
-
-    fn push_attention(&self, i: usize) {
-        let mut head = self.attention.load(Ordering::Relaxed);
-        loop {
-            self.slots[i].attn_link.store(head, Ordering::Relaxed);
-            // Release: pairs with the dispatcher's Acquire swap in `refresh`.
-            match self.attention.compare_exchange_weak(
-                head,
-                i as u32,
-                Ordering::Release,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return,
-                Err(actual) => head = actual,
+                Err(actual) => w = actual,
             }
         }
     }
@@ -610,15 +660,10 @@ impl<const CAP: usize> WaitQueue<CAP> {
 #[derive(Debug)]
 pub struct Dispatcher<'a, const CAP: usize> {
     q: &'a WaitQueue<CAP>,
-}
-
-/// Takes a whole intrusive stack (Acquire: pairs with the pushers' Release CAS).
-fn take_all(head: &AtomicU32) -> u32 {
-    if head.load(Ordering::Relaxed) == NIL {
-        NIL
-    } else {
-        head.swap(NIL, Ordering::Acquire)
-    }
+    /// Taken, not yet linked: newest first.
+    incoming: u32,
+    /// Taken, not yet settled: newest first.
+    attention: u32,
 }
 
 /// What the dispatcher found in a linked slot.
@@ -628,6 +673,23 @@ enum Found {
     Busy,
     /// Flagged for attention: unlinked now, settled by `refresh`.
     Gone,
+}
+
+/// Reverses an intrusive list in place (the nodes belong to the dispatcher).
+fn reverse<const CAP: usize>(
+    slots: &[Slot; CAP],
+    link: fn(&Slot) -> &AtomicU32,
+    mut cur: u32,
+) -> u32 {
+    let mut reversed = END;
+    while cur != END {
+        let l = link(&slots[cur as usize]);
+        let next = l.load(Ordering::Relaxed);
+        l.store(reversed, Ordering::Relaxed);
+        reversed = cur;
+        cur = next;
+    }
+    reversed
 }
 
 impl<const CAP: usize> Dispatcher<'_, CAP> {
@@ -641,54 +703,56 @@ impl<const CAP: usize> Dispatcher<'_, CAP> {
         self.q.waiting(level)
     }
 
-    /// Brings the lists up to date: settles cancelled and taken-over slots and links new
-    /// arrivals at the tail of their level, oldest first. Each evicted waiter's ticket is
-    /// passed to `report`; if it returns `false` (no room for the event), the evictions not
-    /// yet reported are kept for a later round.
+    /// Brings the lists up to date: links new arrivals at the tail of their level, oldest
+    /// first, and settles cancelled and taken-over slots. Each evicted waiter's ticket is
+    /// passed to `report`, oldest first; if it returns `false` (no room for the event), the
+    /// evictions not yet reported are kept for a later round.
     pub fn refresh(&mut self, mut report: impl FnMut(Ticket) -> bool) {
         let q = self.q;
-        // The attention batch first, then the arrivals: every slot in the batch was pushed
-        // to `incoming` before it was flagged, so after both swaps it is linked.
-        // A load first spares the read-modify-write when a stack is empty; a push that
-        // happens before this round is seen by the load (coherence).
-        // Acquire: pairs with the Release CAS in `push_attention`.
-        let attention = take_all(&q.attention);
-        // Acquire: pairs with the Release CAS in `push_incoming`.
-        let incoming = take_all(&q.incoming);
-        // The stack is newest first: reverse it in place (the nodes are ours now).
-        let mut reversed = NIL;
-        let mut cur = incoming;
-        while cur != NIL {
-            let next = q.slots[cur as usize].link.load(Ordering::Relaxed);
-            q.slots[cur as usize].link.store(reversed, Ordering::Relaxed);
-            reversed = cur;
-            cur = next;
-        }
-        cur = reversed;
-        while cur != NIL {
+        // Link first: every slot flagged for attention was pushed to `incoming` before it
+        // was flagged, and both stacks were taken together, so it is linked now.
+        let mut cur = reverse(&q.slots, |s| &s.link, self.incoming);
+        self.incoming = END;
+        while cur != END {
             let i = cur as usize;
             cur = q.slots[i].link.load(Ordering::Relaxed);
             let lvl = level_of(q.slots[i].state.load(Ordering::Relaxed));
             self.link_tail(lvl, i);
         }
-        // Settle the batch oldest first too, so evictions are reported in order.
-        reversed = NIL;
-        cur = attention;
-        while cur != NIL {
-            let next = q.slots[cur as usize].attn_link.load(Ordering::Relaxed);
-            q.slots[cur as usize].attn_link.store(reversed, Ordering::Relaxed);
-            reversed = cur;
-            cur = next;
-        }
-        cur = reversed;
-        while cur != NIL {
-            let i = cur as usize;
-            cur = q.slots[i].attn_link.load(Ordering::Relaxed);
-            self.settle(i, &mut report);
+        // Earlier rounds' deferred reports, then this batch, oldest first.
+        let deferred = q.deferred.swap(END, Ordering::Relaxed);
+        let batch = reverse(&q.slots, |s| &s.attn_link, self.attention);
+        self.attention = END;
+        for first in [deferred, batch] {
+            let mut cur = first;
+            while cur != END {
+                let i = cur as usize;
+                cur = q.slots[i].attn_link.load(Ordering::Relaxed);
+                self.settle(i, &mut report);
+            }
         }
     }
 
-    /// Settles a slot taken from the attention stack.
+    /// Keeps slot `i` (still flagged) for a later round's reports, in order.
+    fn defer(&mut self, i: usize) {
+        let q = self.q;
+        q.slots[i].attn_link.store(END, Ordering::Relaxed);
+        let mut cur = q.deferred.load(Ordering::Relaxed);
+        if cur == END {
+            q.deferred.store(i as u32, Ordering::Relaxed);
+            return;
+        }
+        loop {
+            let next = q.slots[cur as usize].attn_link.load(Ordering::Relaxed);
+            if next == END {
+                q.slots[cur as usize].attn_link.store(i as u32, Ordering::Relaxed);
+                return;
+            }
+            cur = next;
+        }
+    }
+
+    /// Settles a flagged slot.
     fn settle(&mut self, i: usize, report: &mut impl FnMut(Ticket) -> bool) {
         let q = self.q;
         let slot = &q.slots[i];
@@ -714,7 +778,7 @@ impl<const CAP: usize> Dispatcher<'_, CAP> {
                         }
                     }
                     self.unlink(i);
-                    q.push_attention(i);
+                    self.defer(i);
                     return;
                 }
                 next = next.wrapping_add(1);
@@ -722,8 +786,7 @@ impl<const CAP: usize> Dispatcher<'_, CAP> {
             if status_of(s) == CANCELLED {
                 // Nobody else writes a cancelled slot: free it.
                 self.unlink(i);
-                slot.state.store(pack(gen_of(s).wrapping_add(1), FREE, 0), Ordering::Relaxed);
-                q.push_free(i);
+                self.free(i, gen_of(s).wrapping_add(1));
                 return;
             }
             // CLAIMED or WAITING after a take-over: clear the flags, re-link at its level in
@@ -743,6 +806,14 @@ impl<const CAP: usize> Dispatcher<'_, CAP> {
         }
     }
 
+    /// Makes an unlinked, unflagged slot claimable again with generation `gen`.
+    fn free(&mut self, i: usize, gen: u32) {
+        // Release: pairs with the Acquire CAS in `claim`.
+        self.q.slots[i].state.store(pack(gen, FREE, 0), Ordering::Release);
+        // Relaxed: a hint; the next arrival starts its search here.
+        self.q.hint.store(i as u32, Ordering::Relaxed);
+    }
+
     fn inspect(&mut self, i: usize) -> Found {
         let slot = &self.q.slots[i];
         let s = slot.state.load(Ordering::Relaxed);
@@ -754,8 +825,8 @@ impl<const CAP: usize> Dispatcher<'_, CAP> {
             return Found::Busy;
         }
         // Fields were published with the slot (incoming or attention push, Release) and
-        // acquired by `refresh`. If the slot changes hands after the load above, the
-        // commit CAS in `remove` fails, so a mixed read is never acted on.
+        // acquired when the stack was taken. If the slot changes hands after the load
+        // above, the commit CAS in `remove` fails, so a mixed read is never acted on.
         Found::Waiter(Waiter {
             ticket: Ticket::new(self.q.owner, i, gen_of(s)),
             level: priority(level_of(s)),
@@ -765,7 +836,7 @@ impl<const CAP: usize> Dispatcher<'_, CAP> {
     }
 
     fn first_from(&mut self, mut i: u32, forward: bool) -> Option<Waiter> {
-        while i != NIL {
+        while i != END {
             let slot = &self.q.slots[i as usize];
             let next = if forward {
                 slot.next.load(Ordering::Relaxed)
@@ -810,19 +881,20 @@ impl<const CAP: usize> Dispatcher<'_, CAP> {
         let i = w.ticket.slot();
         let lvl = w.level.index();
         let expected = pack(w.ticket.gen(), WAITING, lvl);
+        // Exactly one of this CAS, `cancel` and `take_over` succeeds on the waiting word.
+        // Release: the slot is claimable from here on (pairs with the CAS in `claim`).
         let freed = pack(w.ticket.gen().wrapping_add(1), FREE, 0);
-        // Relaxed: exactly one of this CAS, `cancel` and `take_over` succeeds on the
-        // waiting word; the freed slot is published to the next arrival by `push_free`.
         if q.slots[i]
             .state
-            .compare_exchange(expected, freed, Ordering::Relaxed, Ordering::Relaxed)
+            .compare_exchange(expected, freed, Ordering::Release, Ordering::Relaxed)
             .is_err()
         {
             return false;
         }
         self.unlink(i);
-        q.waiting[lvl].fetch_sub(1, Ordering::Relaxed);
-        q.push_free(i);
+        q.counts.depart(lvl);
+        // Relaxed: a hint; the next arrival starts its search here.
+        q.hint.store(i as u32, Ordering::Relaxed);
         true
     }
 
@@ -842,8 +914,9 @@ impl<const CAP: usize> Dispatcher<'_, CAP> {
         {
             return false;
         }
-        q.waiting[to].fetch_add(1, Ordering::Relaxed);
-        q.waiting[from].fetch_sub(1, Ordering::Relaxed);
+        // Count the arrival at `to` before the departure from `from`.
+        q.counts.arrived[to].fetch_add(1, Ordering::Relaxed);
+        q.counts.depart(from);
         self.unlink(i);
         self.link_sorted(to, i, w.enqueued_at);
         true
@@ -861,7 +934,7 @@ impl<const CAP: usize> Dispatcher<'_, CAP> {
     fn link_sorted(&mut self, lvl: usize, i: usize, at: u64) {
         let q = self.q;
         let mut after = q.tail[lvl].load(Ordering::Relaxed);
-        while after != NIL && q.slots[after as usize].enqueued_at.load(Ordering::Relaxed) > at {
+        while after != END && q.slots[after as usize].enqueued_at.load(Ordering::Relaxed) > at {
             after = q.slots[after as usize].prev.load(Ordering::Relaxed);
         }
         self.link_after(lvl, after, i);
@@ -870,19 +943,19 @@ impl<const CAP: usize> Dispatcher<'_, CAP> {
     fn link_after(&mut self, lvl: usize, after: u32, i: usize) {
         let q = self.q;
         let slot = &q.slots[i];
-        let next = if after == NIL {
+        let next = if after == END {
             q.head[lvl].load(Ordering::Relaxed)
         } else {
             q.slots[after as usize].next.load(Ordering::Relaxed)
         };
         slot.prev.store(after, Ordering::Relaxed);
         slot.next.store(next, Ordering::Relaxed);
-        if after == NIL {
+        if after == END {
             q.head[lvl].store(i as u32, Ordering::Relaxed);
         } else {
             q.slots[after as usize].next.store(i as u32, Ordering::Relaxed);
         }
-        if next == NIL {
+        if next == END {
             q.tail[lvl].store(i as u32, Ordering::Relaxed);
         } else {
             q.slots[next as usize].prev.store(i as u32, Ordering::Relaxed);
@@ -900,12 +973,12 @@ impl<const CAP: usize> Dispatcher<'_, CAP> {
         let lvl = linked as usize - 1;
         let prev = slot.prev.load(Ordering::Relaxed);
         let next = slot.next.load(Ordering::Relaxed);
-        if prev == NIL {
+        if prev == END {
             q.head[lvl].store(next, Ordering::Relaxed);
         } else {
             q.slots[prev as usize].next.store(next, Ordering::Relaxed);
         }
-        if next == NIL {
+        if next == END {
             q.tail[lvl].store(prev, Ordering::Relaxed);
         } else {
             q.slots[next as usize].prev.store(prev, Ordering::Relaxed);
@@ -1146,7 +1219,12 @@ mod tests {
     fn newer_walks_and_remove_of_a_cancelled_waiter_fails() {
         let q = WaitQueue::<4>::new(1, 4).unwrap();
         let t: Vec<_> = (0..3).map(|k| q.push(P0, k, NO_DEADLINE, false).unwrap()).collect();
+        let mut rounds = 0;
         q.try_dispatch(|d| {
+            rounds += 1;
+            if rounds > 1 {
+                return true; // the cancel below asks for another round
+            }
             d.refresh(|_| true);
             let a = d.oldest(P0).unwrap();
             let b = d.newer(&a).unwrap();
@@ -1156,6 +1234,7 @@ mod tests {
             assert_eq!(d.newer(&a).map(|w| w.ticket), Some(t[2]), "skips the cancelled one");
             true
         });
+        assert_eq!(rounds, 2);
         assert_eq!(drain(&q, false), [t[0], t[2]]);
     }
 
