@@ -92,8 +92,6 @@ pub struct CodelMetrics {
     pub overloaded: bool,
     /// 0–100 load estimate ([`Codel::load`]).
     pub load: u8,
-    /// Dequeues judged.
-    pub dequeues: u64,
     /// Dequeues answered "drop".
     pub drops: u64,
     /// Intervals closed (folly bookkeeping).
@@ -130,8 +128,8 @@ pub struct CodelMetrics {
 /// "keep" without updating the state (the [`Gate`](crate::gate::Gate) calls it from its
 /// single dispatcher, so that never happens there).
 ///
-/// **Cost.** About ten relaxed atomic loads/stores per call; 48 bytes of state plus the
-/// RFC fields.
+/// **Cost.** About ten relaxed atomic loads and stores per call, plus a read-modify-write
+/// when time advances (the clamp) or the minimum falls; under 128 bytes of state.
 ///
 /// **Source.** folly `folly/executors/Codel.{h,cpp}` and HBase
 /// `AdaptiveLifoCoDelCallQueue` (folly rule), RFC 8289 §5 (control law); facts in
@@ -157,7 +155,6 @@ pub struct Codel {
     dropping: AtomicBool,
     advance_pending: AtomicBool,
     // counters
-    dequeues: AtomicU64,
     drops: AtomicU64,
     intervals: AtomicU64,
 }
@@ -183,7 +180,6 @@ impl Codel {
             last_count: AtomicU32::new(0),
             dropping: AtomicBool::new(false),
             advance_pending: AtomicBool::new(false),
-            dequeues: AtomicU64::new(0),
             drops: AtomicU64::new(0),
             intervals: AtomicU64::new(0),
         })
@@ -205,10 +201,11 @@ impl Codel {
     /// waiters are still queued behind it (used by RFC mode as the "queue nearly empty"
     /// floor; ignored by folly mode). Returns `true` if the waiter should be dropped.
     pub fn on_dequeue(&self, now: u64, delay: u64, remaining: usize) -> bool {
-        let now = self.clock.observe(now);
+        // The clamp skips its read-modify-write when time did not advance.
+        let latest = self.clock.latest();
+        let now = if now <= latest { latest } else { self.clock.observe(now) };
         // Relaxed everywhere in this type: each cell is an independent heuristic and no
         // other data is published through them (see the type's progress note).
-        self.dequeues.fetch_add(1, Ordering::Relaxed);
         let folly_drop = self.folly_overloaded(now, delay);
         let drop = match self.mode {
             CodelMode::Folly => folly_drop,
@@ -251,7 +248,9 @@ impl Codel {
             self.min_delay.store(delay, Ordering::Relaxed);
             return false;
         }
-        self.min_delay.fetch_min(delay, Ordering::Relaxed);
+        if delay < self.min_delay.load(Ordering::Relaxed) {
+            self.min_delay.fetch_min(delay, Ordering::Relaxed);
+        }
         self.overloaded.load(Ordering::Relaxed) && delay > self.slough_timeout_ns()
     }
 
@@ -345,7 +344,6 @@ impl Codel {
             min_delay_ns: self.min_delay.load(Ordering::Relaxed),
             overloaded: self.is_overloaded(),
             load: self.load(),
-            dequeues: self.dequeues.load(Ordering::Relaxed),
             drops: self.drops.load(Ordering::Relaxed),
             intervals: self.intervals.load(Ordering::Relaxed),
         }
@@ -438,7 +436,7 @@ mod tests {
         c.on_dequeue(0, 80 * MS, 0);
         assert_eq!(c.load(), 100);
         let m = c.metrics();
-        assert_eq!((m.min_delay_ns, m.load, m.dequeues, m.drops), (80 * MS, 100, 1, 0));
+        assert_eq!((m.min_delay_ns, m.load, m.drops, m.intervals), (80 * MS, 100, 0, 0));
     }
 
     #[test]

@@ -310,8 +310,9 @@ pub struct Gate<const CAP: usize> {
     shed: AtomicU8,
     /// f64 bits of the expected service time (ns); 0.0 = unknown.
     service: AtomicU64,
-    /// Lower bound of the earliest waiter deadline (arrivals lower it, each dispatch
-    /// round takes it and puts back what it knows).
+    /// Lower bound of the earliest waiter deadline: arrivals lower it (after their push),
+    /// a dispatch round that scanned every waiter raises it to the exact value unless it
+    /// was lowered meanwhile.
     deadline_hint: AtomicU64,
     /// Set once any arrival carried a deadline (until then rounds skip the hint).
     deadlines_used: AtomicBool,
@@ -577,24 +578,42 @@ impl<const CAP: usize> Gate<CAP> {
         }
         let now = observe(&self.clock, now);
         let mut sink = Sink { out, n: 0, limiter: &self.limiter, now };
-        self.queue.try_dispatch(|d| self.round(d, now, &mut sink));
-        sink.n
-    }
-
-    /// One dispatch round; `false` if it stopped because `sink` is full.
-    fn round(&self, d: &mut Dispatcher<'_, CAP>, now: u64, sink: &mut Sink<'_, '_>) -> bool {
-        let track = self.deadlines_used.load(Ordering::Relaxed);
-        // Take the deadline bound before the arrivals (Acquire: pairs with the Release
-        // fetch_min in `arrive`, so every deadline taken belongs to a linked waiter).
-        let mut hint = if track {
-            self.deadline_hint.swap(NO_DEADLINE, Ordering::Acquire)
+        // The deadline bound, read before the dispatcher takes the arrivals. Acquire:
+        // pairs with the Release fetch_min in `arrive` (after its push), so every deadline
+        // in this value belongs to a waiter the first round links.
+        let bound = if self.deadlines_used.load(Ordering::Relaxed) {
+            self.deadline_hint.load(Ordering::Acquire)
         } else {
             NO_DEADLINE
         };
-        let finished = self.round_inner(d, now, sink, &mut hint);
-        if track {
-            // Relaxed: a bound the dispatcher alone uses; `next_wakeup` only reads it.
-            self.deadline_hint.fetch_min(hint, Ordering::Relaxed);
+        self.queue.try_dispatch(|d| self.round(d, now, &mut sink, bound));
+        sink.n
+    }
+
+    /// One dispatch round; `false` if it stopped because `sink` is full. `bound` is the
+    /// deadline bound read before the first round.
+    fn round(
+        &self,
+        d: &mut Dispatcher<'_, CAP>,
+        now: u64,
+        sink: &mut Sink<'_, '_>,
+        bound: u64,
+    ) -> bool {
+        // Relaxed: a lower bound of the waiters' deadlines, possibly including arrivals
+        // not linked yet (a scan that finds nothing due is harmless).
+        let current = if self.deadlines_used.load(Ordering::Relaxed) {
+            self.deadline_hint.load(Ordering::Relaxed)
+        } else {
+            NO_DEADLINE
+        };
+        let mut earliest = None;
+        let finished = self.round_inner(d, now, sink, current, &mut earliest);
+        if let Some(e) = earliest {
+            // Raise the bound to the exact earliest deadline of the linked waiters, unless
+            // an arrival lowered it since `bound` was read (then its value stays: still a
+            // lower bound). Relaxed: the bound orders nothing else.
+            let _ =
+                self.deadline_hint.compare_exchange(bound, e, Ordering::Relaxed, Ordering::Relaxed);
         }
         finished
     }
@@ -604,12 +623,15 @@ impl<const CAP: usize> Gate<CAP> {
         d: &mut Dispatcher<'_, CAP>,
         now: u64,
         sink: &mut Sink<'_, '_>,
-        hint: &mut u64,
+        hint: u64,
+        earliest_out: &mut Option<u64>,
     ) -> bool {
         let service = self.service_ns();
-        let retry = self.retry_hint(service);
+        // The `retry_after` of this round's expiries, computed on first use.
+        let mut retry_cache = None;
+        let mut retry = || *retry_cache.get_or_insert_with(|| self.retry_hint(service));
         // 1. Link arrivals, settle cancels, report evictions.
-        d.refresh(|t| sink.push(Event::Expired(t, Rejected::new(Reason::Evicted, retry))));
+        d.refresh(|t| sink.push(Event::Expired(t, Rejected::new(Reason::Evicted, retry()))));
         if sink.is_full() {
             return false;
         }
@@ -632,16 +654,17 @@ impl<const CAP: usize> Gate<CAP> {
                 }
             }
         }
-        // 3. Expiry: oldest ends always (maximum wait, HHVM order); every waiter when the
-        // earliest deadline may have come.
-        if now.saturating_add(service) > *hint {
+        // 3. Expiry, if anything can expire: every waiter when the earliest deadline may
+        // have come; the oldest end of every level always (maximum wait, HHVM order).
+        let expiry_on = self.max_wait_ns.is_some() || hint != NO_DEADLINE;
+        if now.saturating_add(service) > hint {
             let mut earliest = NO_DEADLINE;
             for l in 0..self.levels as usize {
                 let mut cur = d.oldest(prio(l));
                 while let Some(w) = cur {
                     cur = d.newer(&w);
                     if self.is_expired(&w, now, service) {
-                        if !self.drop_waiter(d, sink, &w, Reason::Expired, retry) {
+                        if !self.drop_waiter(d, sink, &w, Reason::Expired, retry()) {
                             return false;
                         }
                     } else {
@@ -649,11 +672,13 @@ impl<const CAP: usize> Gate<CAP> {
                     }
                 }
             }
-            *hint = earliest;
+            *earliest_out = Some(earliest);
         }
-        for l in 0..self.levels as usize {
-            if !self.expire_oldest(d, sink, prio(l), now, service, retry) {
-                return false;
+        if expiry_on {
+            for l in 0..self.levels as usize {
+                if !self.expire_oldest(d, sink, prio(l), now, service, &mut retry) {
+                    return false;
+                }
             }
         }
         // 4. Dispatch, most important level first.
@@ -662,13 +687,19 @@ impl<const CAP: usize> Gate<CAP> {
         let mut finished = true;
         'levels: for l in 0..self.levels as usize {
             let p = prio(l);
+            if !d.has_linked(p) {
+                continue;
+            }
             let lifo = self.decide_lifo(l);
-            loop {
-                if !self.expire_oldest(d, sink, p, now, service, retry) {
-                    finished = false;
-                    break 'levels;
+            while let Some(oldest) = d.oldest(p) {
+                // Checked even when no sweep ran: a waiter is never dispatched late.
+                if self.is_expired(&oldest, now, service) {
+                    if !self.drop_waiter(d, sink, &oldest, Reason::Expired, retry()) {
+                        finished = false;
+                        break 'levels;
+                    }
+                    continue;
                 }
-                let Some(oldest) = d.oldest(p) else { break };
                 if sink.is_full() {
                     finished = false;
                     break 'levels;
@@ -691,18 +722,16 @@ impl<const CAP: usize> Gate<CAP> {
                         held = Some(permit);
                         if d.remove(&oldest) {
                             bump(&self.sloughed, 1);
-                            sink.push(Event::Expired(
-                                oldest.ticket,
-                                Rejected::new(Reason::CodelSlough, retry),
-                            ));
+                            let rejected = Rejected::new(Reason::CodelSlough, retry());
+                            sink.push(Event::Expired(oldest.ticket, rejected));
                         }
                         continue;
                     }
                 }
                 let chosen = if lifo { d.newest(p).unwrap_or(oldest) } else { oldest };
-                if self.is_expired(&chosen, now, service) {
+                if lifo && self.is_expired(&chosen, now, service) {
                     held = Some(permit);
-                    self.drop_waiter(d, sink, &chosen, Reason::Expired, retry);
+                    self.drop_waiter(d, sink, &chosen, Reason::Expired, retry());
                     continue;
                 }
                 if d.remove(&chosen) {
@@ -719,9 +748,11 @@ impl<const CAP: usize> Gate<CAP> {
         if let Some(permit) = held.take() {
             let _ = self.limiter.release_raw(permit, now, Outcome::Ignored);
         }
-        // Relaxed: a hint for `next_wakeup`.
         let recheck = refused_with_room.map_or(0, |w: u64| now.saturating_add(w.max(MS)));
-        self.recheck_at.store(recheck, Ordering::Relaxed);
+        if self.recheck_at.load(Ordering::Relaxed) != recheck {
+            // Relaxed: a hint for `next_wakeup`.
+            self.recheck_at.store(recheck, Ordering::Relaxed);
+        }
         finished
     }
 
@@ -729,7 +760,8 @@ impl<const CAP: usize> Gate<CAP> {
     /// counts as full here: the limiter decides).
     fn limiter_full(&self) -> bool {
         let limit = self.limiter.limit();
-        limit >= 1.0 && f64::from(self.limiter.inflight()) >= libm::floor(limit)
+        // For a limit ≥ 1, truncation is the floor (and saturates above u32::MAX).
+        limit >= 1.0 && self.limiter.inflight() >= limit as u32
     }
 
     /// A permit for a waiter at `p`, or `Err(Some(wait))` if the limiter refused although
@@ -753,13 +785,13 @@ impl<const CAP: usize> Gate<CAP> {
         p: Priority,
         now: u64,
         service: u64,
-        retry: u64,
+        retry: &mut impl FnMut() -> u64,
     ) -> bool {
         while let Some(w) = d.oldest(p) {
             if !self.is_expired(&w, now, service) {
                 break;
             }
-            if !self.drop_waiter(d, sink, &w, Reason::Expired, retry) {
+            if !self.drop_waiter(d, sink, &w, Reason::Expired, retry()) {
                 return false;
             }
         }

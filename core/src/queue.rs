@@ -851,6 +851,12 @@ impl<const CAP: usize> Dispatcher<'_, CAP> {
         None
     }
 
+    /// Whether anything is linked at `level` (a waiter, or an arrival still being
+    /// written): O(1), a quick test before looking.
+    pub fn has_linked(&self, level: Priority) -> bool {
+        self.q.head[self.q.clamp(level)].load(Ordering::Relaxed) != END
+    }
+
     /// The oldest waiter at `level` (FIFO end), skipping arrivals still being written.
     pub fn oldest(&mut self, level: Priority) -> Option<Waiter> {
         let head = self.q.head[self.q.clamp(level)].load(Ordering::Relaxed);

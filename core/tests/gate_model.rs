@@ -191,7 +191,10 @@ impl Model {
             });
         }
         'levels: for l in 0..LEVELS {
-            // Each level decides FIFO or LIFO when dispatch reaches it.
+            // Each non-empty level decides FIFO or LIFO when dispatch reaches it.
+            if self.levels[l].is_empty() {
+                continue;
+            }
             self.lifo[l] =
                 self.lifo_threshold.is_some_and(|f| self.waiting() as f64 > f * CAP as f64);
             while !self.levels[l].is_empty() {
