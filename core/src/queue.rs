@@ -102,8 +102,9 @@ const BUSY: u64 = 1 << 32;
 /// without `BUSY`, since the last holder stopped early).
 const PENDING: u64 = 1 << 33;
 
-/// How many times an arrival retries taking over a victim that changed under it.
-const EVICT_ATTEMPTS: usize = 3;
+/// How many times an arrival into a full queue looks for a free slot or a victim again
+/// after the one it found changed under it.
+const PUSH_ATTEMPTS: usize = 3;
 
 const fn pack(gen: u32, status: u64, level: usize) -> u64 {
     ((gen as u64) << GEN_SHIFT) | ((level as u64) << LEVEL_SHIFT) | status
@@ -297,7 +298,8 @@ impl Counts {
 /// atomic steps, retried only when another thread changed the same word (so some thread
 /// always made progress); nobody waits for the dispatcher. Finding a free slot starts at
 /// the slot freed last (usually one CAS) and scans the slots in the worst case; a push into
-/// a full queue that evicts scans the slots once per attempt (at most three attempts).
+/// a full queue that evicts scans the slots once per attempt (at most three attempts; an
+/// arrival racing departures from a full queue may be refused after them).
 /// The dispatcher is single-consumer: [`try_dispatch`](Self::try_dispatch) runs rounds
 /// while it holds a flag, and a concurrent call returns `false` at once after asking the
 /// holder for one more round, so no request for dispatch is lost; the holder keeps
@@ -399,7 +401,9 @@ impl<const CAP: usize> WaitQueue<CAP> {
     /// ([`NO_DEADLINE`] for none). If the queue is full and `evict` is set, the oldest
     /// waiter of the least important level *strictly less important* than `level` gives
     /// up its slot; the dispatcher reports its ticket (see [`Dispatcher::refresh`]).
-    /// Returns `None` if there is no room.
+    /// Returns `None` if there is no room. An arrival racing the departure of the last
+    /// occupant of a full queue looks again (at most three times), so it is refused only
+    /// if the queue stayed full through its attempts.
     pub fn push(
         &self,
         level: Priority,
@@ -408,8 +412,9 @@ impl<const CAP: usize> WaitQueue<CAP> {
         evict: bool,
     ) -> Option<Ticket> {
         let lvl = self.clamp(level);
-        if (self.len() as usize) < self.capacity() {
-            if let Some((i, gen)) = self.claim(lvl) {
+        let mut scan = (self.len() as usize) < self.capacity();
+        for _ in 0..PUSH_ATTEMPTS {
+            if let Some((i, gen)) = self.claim(lvl, scan) {
                 let slot = &self.slots[i];
                 // The slot is ours alone until published: nobody else CASes a CLAIMED word
                 // (cancel, evict and dispatch all require WAITING).
@@ -424,20 +429,26 @@ impl<const CAP: usize> WaitQueue<CAP> {
                 slot.state.store(pack(gen, WAITING, lvl), Ordering::Release);
                 return Some(Ticket::new(self.owner, i, gen));
             }
+            if !evict {
+                return None;
+            }
+            if let Some(ticket) = self.take_over(lvl, enqueued_at, deadline) {
+                return Some(ticket);
+            }
+            // No victim, or it left meanwhile (its slot may be free now): look everywhere.
+            scan = true;
         }
-        if evict {
-            self.take_over(lvl, enqueued_at, deadline)
-        } else {
-            None
-        }
+        None
     }
 
-    /// Claims a free slot for `lvl`: one CAS, starting where the last slot was freed.
-    fn claim(&self, lvl: usize) -> Option<(usize, u32)> {
+    /// Claims a free slot for `lvl` with one CAS: the slot freed last first, then (if
+    /// `scan`) every slot.
+    fn claim(&self, lvl: usize, scan: bool) -> Option<(usize, u32)> {
         let cap = self.capacity();
         let start = self.hint.load(Ordering::Relaxed) as usize;
         let start = if start < cap { start } else { 0 };
-        for k in 0..cap {
+        let tries = if scan { cap } else { cap.min(1) };
+        for k in 0..tries {
             let i = if start + k < cap { start + k } else { start + k - cap };
             let s = self.slots[i].state.load(Ordering::Relaxed);
             if status_of(s) != FREE {
@@ -459,50 +470,46 @@ impl<const CAP: usize> WaitQueue<CAP> {
     }
 
     /// Full queue: take the slot of the oldest waiter at the least important level below
-    /// `lvl`.
+    /// `lvl` (one attempt; `None` if there is none or it changed meanwhile).
     fn take_over(&self, lvl: usize, enqueued_at: u64, deadline: u64) -> Option<Ticket> {
-        for _ in 0..EVICT_ATTEMPTS {
-            let victim_level =
-                (lvl + 1..self.levels as usize).rev().find(|&q| self.counts.waiting(q) > 0)?;
-            let mut best: Option<(usize, u64, u64)> = None;
-            for (i, slot) in self.slots[..self.capacity()].iter().enumerate() {
-                let s = slot.state.load(Ordering::Relaxed);
-                // A waiter that itself took a slot over is a fair victim too; only a slot
-                // with 65,535 unreported evictions is skipped.
-                if status_of(s) == WAITING
-                    && s & EVICTED_MASK != EVICTED_MASK
-                    && level_of(s) == victim_level
-                {
-                    let at = slot.enqueued_at.load(Ordering::Relaxed);
-                    if best.is_none_or(|(_, _, b)| at < b) {
-                        best = Some((i, s, at));
-                    }
+        let victim_level =
+            (lvl + 1..self.levels as usize).rev().find(|&q| self.counts.waiting(q) > 0)?;
+        let mut best: Option<(usize, u64, u64)> = None;
+        for (i, slot) in self.slots[..self.capacity()].iter().enumerate() {
+            let s = slot.state.load(Ordering::Relaxed);
+            // A waiter that itself took a slot over is a fair victim too; only a slot with
+            // 65,535 unreported evictions is skipped.
+            if status_of(s) == WAITING
+                && s & EVICTED_MASK != EVICTED_MASK
+                && level_of(s) == victim_level
+            {
+                let at = slot.enqueued_at.load(Ordering::Relaxed);
+                if best.is_none_or(|(_, _, b)| at < b) {
+                    best = Some((i, s, at));
                 }
-            }
-            let Some((i, s, _)) = best else { continue };
-            let slot = &self.slots[i];
-            let gen = gen_of(s).wrapping_add(1);
-            let new = pack(gen, CLAIMED, lvl) | ATTN | ((s & EVICTED_MASK) + EVICTED_ONE);
-            // AcqRel: Acquire pairs with the victim's Release publish (its incoming push
-            // happens before our attention push); Release orders our count below after it.
-            if slot.state.compare_exchange(s, new, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-                slot.enqueued_at.store(enqueued_at, Ordering::Relaxed);
-                slot.deadline.store(deadline, Ordering::Relaxed);
-                self.counts.arrived[lvl].fetch_add(1, Ordering::Relaxed);
-                // Release: pairs with the Acquire loads in `Counts::waiting`.
-                self.counts.evicted[victim_level].fetch_add(1, Ordering::Release);
-                if s & ATTN == 0 {
-                    // Otherwise the slot is on the stack or the deferred list already, and
-                    // whoever settles it sees the new count.
-                    self.push_stack(&slot.attn_link, ATTENTION_SHIFT, i);
-                }
-                // Release: pairs with the Acquire CAS in `cancel`/`take_over` (as in `push`).
-                // An xor, not a store: the dispatcher may be clearing the flags meanwhile.
-                slot.state.fetch_xor(CLAIMED ^ WAITING, Ordering::Release);
-                return Some(Ticket::new(self.owner, i, gen));
             }
         }
-        None
+        let (i, s, _) = best?;
+        let slot = &self.slots[i];
+        let gen = gen_of(s).wrapping_add(1);
+        let new = pack(gen, CLAIMED, lvl) | ATTN | ((s & EVICTED_MASK) + EVICTED_ONE);
+        // AcqRel: Acquire pairs with the victim's Release publish (its incoming push
+        // happens before our attention push); Release orders our count below after it.
+        slot.state.compare_exchange(s, new, Ordering::AcqRel, Ordering::Relaxed).ok()?;
+        slot.enqueued_at.store(enqueued_at, Ordering::Relaxed);
+        slot.deadline.store(deadline, Ordering::Relaxed);
+        self.counts.arrived[lvl].fetch_add(1, Ordering::Relaxed);
+        // Release: pairs with the Acquire loads in `Counts::waiting`.
+        self.counts.evicted[victim_level].fetch_add(1, Ordering::Release);
+        if s & ATTN == 0 {
+            // Otherwise the slot is on the stack or the deferred list already, and whoever
+            // settles it sees the new count.
+            self.push_stack(&slot.attn_link, ATTENTION_SHIFT, i);
+        }
+        // Release: pairs with the Acquire CAS in `cancel`/`take_over` (as in `push`). An
+        // xor, not a store: the dispatcher may be clearing the flags meanwhile.
+        slot.state.fetch_xor(CLAIMED ^ WAITING, Ordering::Release);
+        Some(Ticket::new(self.owner, i, gen))
     }
 
     /// Withdraws a waiting ticket. Returns its level, or why not: another queue's ticket
@@ -897,10 +904,10 @@ impl<const CAP: usize> Dispatcher<'_, CAP> {
         {
             return false;
         }
-        self.unlink(i);
-        q.counts.depart(lvl);
         // Relaxed: a hint; the next arrival starts its search here.
         q.hint.store(i as u32, Ordering::Relaxed);
+        self.unlink(i);
+        q.counts.depart(lvl);
         true
     }
 

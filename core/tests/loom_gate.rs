@@ -201,3 +201,92 @@ fn concurrent_arrivals_into_a_full_queue_stay_bounded() {
         assert!(g.limiter().inflight() <= 1);
     });
 }
+
+#[test]
+fn a_cancel_racing_an_eviction_has_exactly_one_winner() {
+    loom::model(|| {
+        // Limit 1 (taken), capacity 1 (a normal waiter): its owner cancels while a
+        // critical arrival wants its place.
+        let g = Arc::new(gate::<1>(1.0, 2));
+        let Arrival::Admitted(_a) = g.arrive(0, P0, None) else { panic!() };
+        let Arrival::Queued(n0) = g.arrive(0, P1, None) else { panic!() };
+        let g1 = g.clone();
+        let canceller = thread::spawn(move || g1.cancel(n0).is_ok());
+        let g2 = g.clone();
+        let arriver = thread::spawn(move || {
+            let r = g2.arrive(1, P0, None);
+            let mut seen = Seen::default();
+            if matches!(r, Arrival::Queued(_)) {
+                poll_into(&g2, 1, &mut seen);
+            }
+            (r, seen)
+        });
+        let cancelled = canceller.join().unwrap();
+        let (r, s2) = arriver.join().unwrap();
+        let mut main = Seen::default();
+        poll_into(&g, 2, &mut main);
+        check_once(&[&s2, &main]);
+        let evicted = [&s2, &main].iter().flat_map(|s| s.expired.iter()).count();
+        assert_eq!(cancelled, evicted == 0, "cancelled and evicted must not both happen");
+        // The critical arrival queued iff it evicted (a cancelled slot is not yet free).
+        assert_eq!(matches!(r, Arrival::Queued(_)), evicted == 1);
+        assert_eq!(g.waiting(P1), 0);
+        assert_eq!(g.waiting(P0), u32::from(evicted == 1));
+        assert!(g.waiting_total() <= 1);
+    });
+}
+
+#[test]
+fn an_eviction_racing_a_dispatch_round_is_reported_once() {
+    loom::model(|| {
+        let g = Arc::new(gate::<1>(1.0, 2));
+        let Arrival::Admitted(a) = g.arrive(0, P0, None) else { panic!() };
+        let Arrival::Queued(n0) = g.arrive(0, P1, None) else { panic!() };
+        let g1 = g.clone();
+        let arriver = thread::spawn(move || {
+            let r = g1.arrive(1, P0, None);
+            let mut seen = Seen::default();
+            poll_into(&g1, 1, &mut seen);
+            (r, seen)
+        });
+        let g2 = g.clone();
+        let releaser = thread::spawn(move || {
+            let mut seen = Seen::default();
+            g2.release(a, 1, Outcome::Success).unwrap();
+            poll_into(&g2, 1, &mut seen);
+            seen
+        });
+        let (r, s1) = arriver.join().unwrap();
+        let s2 = releaser.join().unwrap();
+        let granted = check_once(&[&s1, &s2]);
+        let evicted: Vec<_> =
+            [&s1, &s2].iter().flat_map(|s| s.expired.iter()).map(|(t, _)| *t).collect();
+        let admitted = u32::from(matches!(r, Arrival::Admitted(_)));
+        assert_eq!(g.limiter().inflight(), granted.len() as u32 + admitted);
+        assert!(g.limiter().inflight() <= 1, "admitted above the limit");
+        // Quiescence without an extra poll: whoever waits, waits because the slot is taken.
+        if g.waiting_total() > 0 {
+            assert_eq!(g.limiter().inflight(), 1, "a waiter was left beside a free slot");
+        }
+        assert!(g.waiting_total() <= 1, "queue above capacity");
+        match r {
+            // Took n0's place: n0 reported evicted exactly once, never granted.
+            Arrival::Queued(c) if evicted == [n0] => {
+                assert!(!granted.contains(&n0));
+                assert_eq!(granted, [c]);
+            }
+            // n0 was granted first; the critical arrival queued behind the taken slot.
+            Arrival::Queued(_) => {
+                assert!(evicted.is_empty());
+                assert_eq!(granted, [n0]);
+                assert_eq!(g.waiting(P0), 1);
+            }
+            // The slot was free when it arrived: n0 waits behind it.
+            Arrival::Admitted(_) => {
+                assert!(evicted.is_empty() && granted.is_empty());
+                assert_eq!(g.waiting(P1), 1);
+            }
+            Arrival::Rejected(rj) => panic!("critical refused: {rj}"),
+        }
+    });
+}
