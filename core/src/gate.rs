@@ -287,9 +287,13 @@ pub struct GateMetrics {
 /// route events by ticket. Whenever a slot is free and a waiter exists, the next `poll`
 /// grants it; a ticket is granted at most once and never both granted and expired.
 ///
-/// **Cost.** Admitted arrival: two loads and the limiter's acquire (one CAS). Queued
-/// arrival: about four atomic read-modify-writes. A poll round: two swaps, then per
-/// event O(1) (a permit CAS and a slot CAS for a grant). `metrics()` scans the slots.
+/// **Cost.** Admitted arrival: the clock clamp and the limiter's acquire (three atomic
+/// read-modify-writes in all) plus a few loads. Queued arrival: four (clamp, count,
+/// claim a slot, publish it). A poll: the clamp, one CAS to enter and take all pending
+/// arrivals and cancels, one to leave; each grant adds the limiter's acquire, one slot CAS
+/// and the CoDel clamp. Release: the clamp and the limiter's release. Measured figures
+/// beside `ArrayQueue` and `Mutex<VecDeque>` are in BENCHMARKS.md (`gate` bench).
+/// `metrics()` scans the slots.
 ///
 /// **Sources.** DESIGN.md §3; folly `Codel`, HBase `AdaptiveLifoCoDelCallQueue`, HHVM
 /// `JobQueue` (`research/queues_retries.md` §1); seeds 000 (priorities, aging), 002 (shed
@@ -316,6 +320,9 @@ pub struct Gate<const CAP: usize> {
     deadline_hint: AtomicU64,
     /// Set once any arrival carried a deadline (until then rounds skip the hint).
     deadlines_used: AtomicBool,
+    /// Lower bound of the oldest waiter's arrival (kept like `deadline_hint`; only with a
+    /// maximum wait).
+    oldest_hint: AtomicU64,
     /// When a refusal with free slots (partition reservation, fractional idle) may lapse:
     /// the next poll worth making even if nothing is released. 0 = none.
     recheck_at: AtomicU64,
@@ -406,6 +413,7 @@ impl<const CAP: usize> Gate<CAP> {
             service: AtomicU64::new((cfg.initial_service_ns as f64).to_bits()),
             deadline_hint: AtomicU64::new(NO_DEADLINE),
             deadlines_used: AtomicBool::new(false),
+            oldest_hint: AtomicU64::new(u64::MAX),
             recheck_at: AtomicU64::new(0),
             lifo_mask: AtomicU8::new(0),
             lifo_switches: AtomicU64::new(0),
@@ -504,6 +512,10 @@ impl<const CAP: usize> Gate<CAP> {
         }
         match self.queue.push(p, now, deadline, true) {
             Some(ticket) => {
+                if self.max_wait_ns.is_some() && now < self.oldest_hint.load(Ordering::Relaxed) {
+                    // Release: pairs with the Acquire load in `poll` (as for deadlines).
+                    self.oldest_hint.fetch_min(now, Ordering::Release);
+                }
                 if deadline != NO_DEADLINE {
                     if !self.deadlines_used.load(Ordering::Relaxed) {
                         self.deadlines_used.store(true, Ordering::Relaxed);
@@ -586,7 +598,30 @@ impl<const CAP: usize> Gate<CAP> {
         } else {
             NO_DEADLINE
         };
-        self.queue.try_dispatch(|d| self.round(d, now, &mut sink, bound));
+        // The same for the oldest arrival (only needed with a maximum wait).
+        let oldest = if self.max_wait_ns.is_some() {
+            self.oldest_hint.load(Ordering::Acquire)
+        } else {
+            u64::MAX
+        };
+        self.queue.try_dispatch(|d| {
+            let finished = self.round(d, now, &mut sink, bound);
+            if self.max_wait_ns.is_some() {
+                let exact = (0..self.levels as usize)
+                    .filter_map(|l| d.oldest(prio(l)).map(|w| w.enqueued_at))
+                    .min()
+                    .unwrap_or(u64::MAX);
+                // Relaxed: a bound for `next_wakeup`; fails (keeping a lower bound) if an
+                // arrival lowered it since `oldest` was read.
+                let _ = self.oldest_hint.compare_exchange(
+                    oldest,
+                    exact,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
+            }
+            finished
+        });
         sink.n
     }
 
@@ -863,7 +898,8 @@ impl<const CAP: usize> Gate<CAP> {
             t = t.min(hint.saturating_sub(service).saturating_add(1));
         }
         if let Some(m) = self.max_wait_ns {
-            if let Some(oldest) = self.queue.oldest_enqueued_at() {
+            let oldest = self.oldest_hint.load(Ordering::Relaxed);
+            if oldest != u64::MAX {
                 t = t.min(oldest.saturating_add(m).saturating_add(1));
             }
         }
