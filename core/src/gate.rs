@@ -475,6 +475,13 @@ impl<const CAP: usize> Gate<CAP> {
 
     /// One arrival at `level` with an optional absolute `deadline` (ns, same clock).
     /// Levels beyond the configured ones count as the least important level.
+    ///
+    /// In order: the shed switch (`Shed`); a deadline already passed
+    /// (`DeadlineUnmeetable`); a free slot with nobody of the same or a more important
+    /// level waiting (`Admitted`); otherwise the arrival would queue, so a deadline that
+    /// cannot be met — `now + (waiters ahead + 1) × service / limit + service > deadline`
+    /// — is refused (`DeadlineUnmeetable`); then a place in the queue, evicting a less
+    /// important waiter if full (`Queued`), or `QueueFull`.
     pub fn arrive(&self, now: u64, level: Priority, deadline: Option<u64>) -> Arrival {
         let now = observe(&self.clock, now);
         let lvl = self.clamp(level);
