@@ -1,6 +1,6 @@
 # surgeguard — one entry point for humans and CI.
 #   make test   all checks: fmt, clippy (-D warnings), unit/integration/doc tests, loom, no_std build
-#   make demo   the main job (the overload simulator; until it lands, the limiter example)
+#   make demo   the main job: the overload simulator's comparison table and plots
 #   make bench  criterion benchmarks beside the peers (writes target/criterion)
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -40,7 +40,7 @@ nostd:
 	RUSTFLAGS=-Dwarnings $(CARGO) build -p surgeguard-core --target $(NO_STD_TARGET) --release --quiet
 
 demo:
-	$(CARGO) run --release --quiet -p surgeguard-core --example limiter
+	$(CARGO) run --release --quiet -p surgeguard-sim
 
 bench:
 	$(CARGO) bench -p surgeguard-bench
