@@ -25,8 +25,8 @@ use napi::bindgen_prelude::*;
 use napi::sys;
 use surgeguard_core::{Outcome, Priority, Rejected};
 
-use crate::clock;
-use crate::handle;
+
+
 use crate::keyed::KeyedInner;
 use crate::limiter::LimiterInner;
 use crate::resilience::{AdaptiveThrottleInner, BreakerInner, BudgetInner, RateInner};
@@ -123,9 +123,9 @@ pub(crate) unsafe fn bad_handle(env: sys::napi_env) -> sys::napi_value {
 macro_rules! handle_arg {
     ($env:expr, $argv:expr, $t:ty) => {
         // SAFETY: env and argv come from this callback.
-        match unsafe { handle::get::<$t>($env, $argv[0]) } {
+        match unsafe { $crate::handle::get::<$t>($env, $argv[0]) } {
             Some(h) => h,
-            None => return unsafe { bad_handle($env) },
+            None => return unsafe { $crate::fast::bad_handle($env) },
         }
     };
 }
@@ -137,7 +137,7 @@ macro_rules! now {
             // SAFETY: env and argv come from this callback.
             match unsafe { bigint_now($env, $argv[$i]) } {
                 Ok(Some(t)) => t,
-                Ok(None) => clock::now_ns(),
+                Ok(None) => $crate::clock::now_ns(),
                 Err(()) => {
                     return unsafe {
                         throw(
@@ -150,7 +150,7 @@ macro_rules! now {
                 }
             }
         } else {
-            clock::now_ns()
+            $crate::clock::now_ns()
         }
     };
 }
@@ -222,6 +222,9 @@ macro_rules! count {
     }};
 }
 
+#[allow(unused_imports)]
+pub(crate) use {count, handle_arg, level, now, outcome};
+
 // ---------------------------------------------------------------------------------------
 // Shared
 
@@ -236,7 +239,7 @@ unsafe extern "C" fn last_retry_after_ms(
 
 unsafe extern "C" fn now_ms(env: sys::napi_env, _info: sys::napi_callback_info) -> sys::napi_value {
     // SAFETY: valid env.
-    unsafe { ret(env, crate::convert::ns_to_ms(clock::now_ns())) }
+    unsafe { ret(env, crate::convert::ns_to_ms(crate::clock::now_ns())) }
 }
 
 /// The floor of the benchmarks: a raw callback that reads its arguments (a handle-shaped
@@ -485,7 +488,7 @@ const FAST: &[(&str, Callback)] = &[
 /// The `fast` object: every raw callback above as a plain function.
 pub fn create_fast_object(env: &Env) -> Result<Object<'_>> {
     let mut obj = Object::new(env)?;
-    for (name, cb) in FAST.iter() {
+    for (name, cb) in FAST.iter().chain(crate::gate::FAST) {
         let mut f = ptr::null_mut();
         // SAFETY: valid env; `name` outlives the call (N-API copies it); no data pointer.
         let status = unsafe {

@@ -28,6 +28,7 @@ pub mod clock;
 pub mod convert;
 pub mod fast;
 pub mod flow;
+pub mod gate;
 pub mod handle;
 pub mod keyed;
 pub mod limiter;

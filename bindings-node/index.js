@@ -1,0 +1,52 @@
+'use strict'
+// surgeguard for Node: the shared Rust overload-control core under a hand-written facade.
+// See index.d.ts for the documented API.
+const N = require('./lib/native')
+const { OverloadError, RejectedError, REASONS } = require('./lib/errors')
+const { PRIORITY } = require('./lib/priority')
+const { Permit } = require('./lib/permit')
+const { Limiter, ALGORITHMS } = require('./lib/limiter')
+const { Gate } = require('./lib/gate')
+const r = require('./lib/resilience')
+const flow = require('./lib/flow')
+const keyed = require('./lib/keyed')
+const { renderPrometheus } = require('./lib/prometheus')
+const http = require('./lib/http')
+const { createFetch } = require('./lib/fetch')
+
+/** The binding's monotonic clock, ns (what every call uses when no `nowNs` is given). */
+function nowNs () {
+  return N.nowNs()
+}
+
+module.exports = {
+  Gate,
+  Limiter,
+  Permit,
+  RetryBudget: r.RetryBudget,
+  TokenRetryThrottle: r.TokenRetryThrottle,
+  AdaptiveThrottle: r.AdaptiveThrottle,
+  Backoff: r.Backoff,
+  CircuitBreaker: r.CircuitBreaker,
+  RateLimiter: r.RateLimiter,
+  PacedDrain: r.PacedDrain,
+  Credits: flow.Credits,
+  LagMeter: flow.LagMeter,
+  Watermarks: flow.Watermarks,
+  KeyedLimits: keyed.KeyedLimits,
+  KeyPermit: keyed.KeyPermit,
+  hashKey: keyed.hashKey,
+  actionable: keyed.actionable,
+  isolation: keyed.isolation,
+  OverloadError,
+  RejectedError,
+  REASONS,
+  PRIORITY,
+  ALGORITHMS,
+  nowNs,
+  renderPrometheus,
+  express: http.express,
+  fastify: http.fastify,
+  readiness: http.readiness,
+  createFetch
+}

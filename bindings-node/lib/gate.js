@@ -1,0 +1,326 @@
+'use strict'
+const N = require('./native')
+const { F } = N
+const { call, reasonName, RejectedError, OverloadError } = require('./errors')
+const v = require('./validate')
+const { Levels } = require('./priority')
+const { Permit } = require('./permit')
+const { LIMITER_SPEC, releaseFailure } = require('./limiter')
+
+const QUEUED_BASE = 16
+const OUTCOME_CODE = { success: 0, dropped: 1, ignore: 2 }
+
+const GATE_SPEC = {
+  queueCapacity: (w, x) => v.int(w, x, 1, 4096),
+  codel: 'bool',
+  codelTargetMs: 'ms',
+  codelIntervalMs: 'ms',
+  codelMode: v.oneOf('folly', 'rfc8289'),
+  lifo: (w, x) => (typeof x === 'number' ? v.number(w, x) : v.oneOf('codel', 'never')(w, x)),
+  maxWaitMs: 'ms',
+  aging: (w, x) => v.options('Gate.aging', x, { from: () => x.from, to: () => x.to, afterMs: 'ms' }),
+  initialServiceMs: 'ms',
+  serviceAlpha: 'number',
+  fallbackRetryAfterMs: 'ms',
+  classify: 'fn'
+}
+
+/**
+ * The default outcome of work that threw: an overload signal (`dropped`) for our own
+ * refusals and timeouts, otherwise `ignore` (an application error is not a capacity
+ * signal, DESIGN.md §3).
+ */
+function defaultClassify (err) {
+  if (err instanceof OverloadError) return 'dropped'
+  if (err && (err.name === 'TimeoutError' || err.code === 'ETIMEDOUT' || err.code === 'UND_ERR_HEADERS_TIMEOUT')) return 'dropped'
+  return 'ignore'
+}
+
+function abortReason (signal) {
+  if (signal.reason !== undefined) return signal.reason
+  const e = new Error('The operation was aborted')
+  e.name = 'AbortError'
+  e.code = 'ABORT_ERR'
+  return e
+}
+
+/**
+ * Limiter + bounded priority admission queue + shed switch. `tryAcquire` admits or
+ * refuses at once (sync); `acquire` may wait in the queue (a Promise, cancelled by an
+ * AbortSignal, bounded by `timeoutMs`); one timer per gate, driven by the core's
+ * `next_wakeup`, expires waiters on time.
+ */
+class Gate {
+  constructor (options) {
+    if (options !== undefined && options !== null && (typeof options !== 'object' || Array.isArray(options))) {
+      throw v.typeErr(`Gate options must be an object (got ${v.show(options)})`)
+    }
+    const limiterIn = {}
+    const gateIn = {}
+    for (const k of Object.keys(options || {})) {
+      if (k in LIMITER_SPEC) limiterIn[k] = options[k]
+      else gateIn[k] = options[k]
+    }
+    const limiter = v.options('Gate', limiterIn, LIMITER_SPEC)
+    const g = v.options('Gate', gateIn, GATE_SPEC)
+    this._lv = new Levels(limiter.levels === undefined ? 3 : limiter.levels)
+    this._classify = g.classify || defaultClassify
+    const native = { limiter }
+    for (const k of ['queueCapacity', 'codel', 'codelTargetMs', 'codelIntervalMs', 'codelMode', 'lifo', 'maxWaitMs', 'initialServiceMs', 'serviceAlpha', 'fallbackRetryAfterMs']) {
+      if (g[k] !== undefined) native[k] = g[k]
+    }
+    if (g.aging !== undefined) {
+      native.agingFrom = this._lv.of(g.aging.from)
+      native.agingTo = this._lv.of(g.aging.to)
+      native.agingAfterMs = g.aging.afterMs
+    }
+    this._n = call(() => new N.NativeGate(native))
+    this._h = this._n.handle()
+    /** ticket → waiter { resolve, reject, level, signal, onAbort } */
+    this._waiters = new Map()
+    this._timer = null
+    this._timerAt = Infinity
+    this._rej = 0
+    this._rejMs = 0
+  }
+
+  /** The level of `opts.priority` (name or number; default `normal`). */
+  _level (opts) {
+    return opts === undefined || opts.priority === undefined ? this._lv.default : this._lv.of(opts.priority)
+  }
+
+  /**
+   * A permit now, or `null` (sync, never queues): refused when shedding, when anyone of
+   * the same or a more important level waits, or when the limiter is full.
+   * `lastRejection` then says why.
+   */
+  tryAcquire (opts) {
+    let lvl = this._lv.default
+    let now
+    if (opts !== undefined) {
+      if (opts.priority !== undefined) lvl = this._lv.of(opts.priority)
+      now = opts.nowNs
+    }
+    const r = now === undefined ? F.gateTryAcquire(this._h, lvl) : F.gateTryAcquire(this._h, lvl, now)
+    if (r >= 0) return new Permit(this, r, lvl)
+    this._rej = -r
+    this._rejMs = F.lastRetryAfterMs()
+    return null
+  }
+
+  /** Why the last `tryAcquire` returned null: `{ reason, retryAfterMs }`, or null. */
+  get lastRejection () {
+    return this._rej === 0 ? null : { reason: reasonName(this._rej), retryAfterMs: this._rejMs }
+  }
+
+  /**
+   * A permit, waiting in the queue if needed. Rejects with `RejectedError` (`shed`,
+   * `queue_full`, `deadline_unmeetable`, `expired`, `evicted`, `codel_slough`, ...) or
+   * with the signal's reason when `signal` aborts (the ticket is cancelled).
+   * `timeoutMs` is the longest the caller will wait (a core deadline).
+   */
+  acquire (opts) {
+    let lvl = this._lv.default
+    let timeout = -1
+    let signal
+    let now
+    if (opts !== undefined) {
+      if (opts === null || typeof opts !== 'object') return Promise.reject(v.typeErr(`acquire options must be an object (got ${v.show(opts)})`))
+      try {
+        if (opts.priority !== undefined) lvl = this._lv.of(opts.priority)
+        if (opts.timeoutMs !== undefined) timeout = v.ms('timeoutMs', opts.timeoutMs)
+        signal = opts.signal
+        if (signal !== undefined && (signal === null || typeof signal.aborted !== 'boolean')) throw v.typeErr('signal must be an AbortSignal')
+        now = opts.nowNs
+      } catch (err) {
+        return Promise.reject(err)
+      }
+      if (signal !== undefined && signal.aborted) return Promise.reject(abortReason(signal))
+    }
+    let r
+    try {
+      r = now === undefined ? F.gateArrive(this._h, lvl, timeout) : F.gateArrive(this._h, lvl, timeout, now)
+    } catch (err) {
+      return Promise.reject(err)
+    }
+    if (r >= 0) return Promise.resolve(new Permit(this, r, lvl))
+    if (r > -QUEUED_BASE) return Promise.reject(new RejectedError(reasonName(-r), F.lastRetryAfterMs()))
+    return this._wait(-r - QUEUED_BASE, lvl, signal, now)
+  }
+
+  _wait (ticket, lvl, signal, now) {
+    return new Promise((resolve, reject) => {
+      const w = { resolve, reject, level: lvl, signal, onAbort: null }
+      if (signal !== undefined) {
+        w.onAbort = () => this._abort(ticket, w)
+        signal.addEventListener('abort', w.onAbort, { once: true })
+      }
+      this._waiters.set(ticket, w)
+      // The core asks for one poll right after queueing (a slot may have freed).
+      this._pump(now)
+    })
+  }
+
+  _abort (ticket, w) {
+    if (this._waiters.get(ticket) !== w) return
+    this._waiters.delete(ticket)
+    this._n.cancel(ticket)
+    w.reject(abortReason(w.signal))
+    this._schedule()
+  }
+
+  _settled (w) {
+    if (w.signal !== undefined) w.signal.removeEventListener('abort', w.onAbort)
+  }
+
+  /** Polls the core and settles the waiters it reports, then re-arms the timer. */
+  _pump (nowNs) {
+    const ev = nowNs === undefined ? this._n.poll() : this._n.poll(nowNs)
+    for (let i = 0; i < ev.length; i += 4) {
+      const ticket = ev[i + 1]
+      const w = this._waiters.get(ticket)
+      if (ev[i] === 0) {
+        if (w === undefined) {
+          F.gateRelease(this._h, ev[i + 2], 2) // nobody waits for it any more
+          continue
+        }
+        this._waiters.delete(ticket)
+        this._settled(w)
+        w.resolve(new Permit(this, ev[i + 2], w.level))
+      } else if (w !== undefined) {
+        this._waiters.delete(ticket)
+        this._settled(w)
+        w.reject(new RejectedError(reasonName(ev[i + 2]), ev[i + 3]))
+      }
+    }
+    this._schedule()
+  }
+
+  /** One timer per gate, at the core's next wakeup; none while nothing waits. */
+  _schedule () {
+    let at = Infinity
+    if (this._waiters.size > 0) {
+      const ms = this._n.nextWakeupMs()
+      if (ms >= 0) at = performance.now() + ms
+    }
+    if (at === this._timerAt) return
+    if (this._timer !== null && at >= this._timerAt && at !== Infinity) return
+    if (this._timer !== null) clearTimeout(this._timer)
+    this._timer = null
+    this._timerAt = at
+    if (at === Infinity) return
+    this._timer = setTimeout(() => {
+      this._timer = null
+      this._timerAt = Infinity
+      this._pump()
+    }, Math.max(0, Math.ceil(at - performance.now())))
+  }
+
+  _release (id, outcome, nowNs) {
+    const r = nowNs === undefined ? F.gateRelease(this._h, id, outcome) : F.gateRelease(this._h, id, outcome, nowNs)
+    if (r < 0) throw releaseFailure(r)
+    if (r > 0 && this._waiters.size > 0) this._pump(nowNs)
+  }
+
+  /**
+   * Runs `fn(permit)` under a permit (waiting like `acquire(opts)`), then ends the permit:
+   * `success` when it resolves, and when it throws the outcome `classify(err)` returns
+   * (default: `dropped` for overload errors and timeouts, `ignore` otherwise).
+   */
+  run (fn, opts) {
+    if (typeof fn !== 'function') return Promise.reject(v.typeErr(`run needs a function (got ${v.show(fn)})`))
+    const classify = opts !== undefined && opts !== null && opts.classify !== undefined ? opts.classify : this._classify
+    if (opts === undefined || (opts.signal === undefined && opts.timeoutMs === undefined && opts.nowNs === undefined && opts.classify === undefined)) {
+      // Fast path: admitted at once.
+      const lvl = this._level(opts)
+      const r = F.gateArrive(this._h, lvl, -1)
+      if (r >= 0) return runUnder(new Permit(this, r, lvl), fn, classify)
+      if (r > -QUEUED_BASE) return Promise.reject(new RejectedError(reasonName(-r), F.lastRetryAfterMs()))
+      return this._wait(-r - QUEUED_BASE, lvl, undefined, undefined).then((p) => runUnder(p, fn, classify))
+    }
+    const o = Object.assign({}, opts)
+    delete o.classify
+    return this.acquire(o).then((p) => runUnder(p, fn, classify))
+  }
+
+  /** The on-call switch (seed 002): refuse every level ≥ `priority` at once; null = off. */
+  setShedLevel (priority) {
+    call(() => this._n.setShedLevel(priority === null ? null : this._lv.of(priority)))
+    if (this._waiters.size > 0) this._pump()
+  }
+
+  get shedLevel () {
+    return this._n.shedLevel()
+  }
+
+  /** `healthy` or `overloaded` — overloaded is not broken (keep it in rotation). */
+  get state () {
+    return this._n.state()
+  }
+
+  get waiting () {
+    return this._n.waiting()
+  }
+
+  get limit () {
+    return this._n.limit()
+  }
+
+  get inflight () {
+    return this._n.inflight()
+  }
+
+  /** Permits handed to JS and not yet ended (a leak check). */
+  get livePermits () {
+    return this._n.livePermits()
+  }
+
+  /** The kill switch (seed 000): pin the limit, or `null` to let it adapt. */
+  setStaticLimit (limit) {
+    if (limit !== null) v.number('limit', limit)
+    call(() => this._n.setStaticLimit(limit))
+    if (this._waiters.size > 0) this._pump()
+  }
+
+  /** The levels of this gate (`levels.of(name)`, `levels.fromHeader(value)`). */
+  get levels () {
+    return this._lv
+  }
+
+  metrics () {
+    return this._n.metrics()
+  }
+}
+
+function runUnder (permit, fn, classify) {
+  let out
+  try {
+    out = fn(permit)
+  } catch (err) {
+    endWith(permit, classify, err)
+    return Promise.reject(err)
+  }
+  if (out === null || typeof out !== 'object' || typeof out.then !== 'function') {
+    if (!permit.released) permit._end(0)
+    return Promise.resolve(out)
+  }
+  return out.then((value) => {
+    if (!permit.released) permit._end(0)
+    return value
+  }, (err) => {
+    endWith(permit, classify, err)
+    throw err
+  })
+}
+
+function endWith (permit, classify, err) {
+  if (permit.released) return
+  let o = 2
+  try {
+    const c = OUTCOME_CODE[classify(err)]
+    if (c !== undefined) o = c
+  } catch {}
+  permit._end(o)
+}
+
+module.exports = { Gate, defaultClassify }

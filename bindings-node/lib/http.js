@@ -1,0 +1,211 @@
+'use strict'
+// HTTP admission for Express and Fastify: per-key check first (429 + JSON), then the
+// gate (503 + Retry-After on a global refusal, possibly after waiting in the queue);
+// the permit is released on the response's 'close' with an outcome from the status.
+const v = require('./validate')
+const { RejectedError } = require('./errors')
+const { Gate } = require('./gate')
+const { KeyedLimits, actionable } = require('./keyed')
+
+/** The default outcome of a response: < 400 success; 429/503/504 dropped; else ignore. */
+function statusOutcome (status) {
+  if (status < 400) return 'success'
+  if (status === 429 || status === 503 || status === 504) return 'dropped'
+  return 'ignore'
+}
+
+function header (req, name) {
+  const h = req.headers[name]
+  return Array.isArray(h) ? h[0] : h
+}
+
+/** Checks middleware options once; returns the normalized config. */
+function config (type, options) {
+  const o = v.options(type, options, {
+    gate: (w, x) => {
+      if (!(x instanceof Gate)) throw v.typeErr(`${w} must be a surgeguard Gate`)
+      return x
+    },
+    priority: 'fn',
+    priorityHeader: 'string',
+    keyed: (w, x) => {
+      if (!(x instanceof KeyedLimits)) throw v.typeErr(`${w} must be a surgeguard KeyedLimits`)
+      return x
+    },
+    key: (w, x) => (typeof x === 'function' ? x : v.string(w, x).toLowerCase()),
+    keyCost: (w, x) => (typeof x === 'function' ? x : v.int(w, x, 0, 2 ** 32 - 1)),
+    timeoutMs: 'ms',
+    outcome: 'fn',
+    skip: 'fn',
+    readinessRoute: 'string',
+    overloadedStatus: (w, x) => v.int(w, x, 100, 599)
+  })
+  if (o.gate === undefined) throw v.typeErr(`${type} needs { gate }`)
+  if (o.key !== undefined && o.keyed === undefined) throw v.typeErr(`${type}: key needs keyed (a KeyedLimits)`)
+  const priorityHeader = (o.priorityHeader || 'x-request-priority').toLowerCase()
+  const levels = o.gate.levels
+  return {
+    gate: o.gate,
+    keyed: o.keyed,
+    priority: o.priority ? (req) => levels.of(o.priority(req)) : (req) => levels.fromHeader(header(req, priorityHeader)),
+    key: o.key === undefined ? undefined : typeof o.key === 'function' ? o.key : (req) => header(req, o.key),
+    keyCost: o.keyCost === undefined ? () => 1 : typeof o.keyCost === 'function' ? o.keyCost : () => o.keyCost,
+    timeoutMs: o.timeoutMs,
+    outcome: o.outcome || statusOutcome,
+    skip: o.skip,
+    readinessRoute: o.readinessRoute,
+    overloadedStatus: o.overloadedStatus
+  }
+}
+
+/** A refusal answer: the core's status, Retry-After and JSON body. */
+function refusal (rejection) {
+  const a = actionable(rejection)
+  return { status: a.status, retryAfterS: a.retryAfterS, body: a.body, reason: a.reason }
+}
+
+/**
+ * Admits one request. Resolves to null when admitted (the permits are released on
+ * `res` 'close'), to a refusal `{ status, retryAfterS, body }`, or to `false` when the
+ * client went away while waiting.
+ */
+async function admit (cfg, req, res) {
+  let kp = null
+  let key
+  if (cfg.keyed !== undefined && cfg.key !== undefined) {
+    key = cfg.key(req)
+    if (typeof key === 'string' && key !== '') {
+      kp = cfg.keyed.tryAcquire(key, cfg.keyCost(req))
+      if (kp === null) return refusal(cfg.keyed.lastRejection)
+    } else {
+      key = undefined
+    }
+  }
+  const ac = new AbortController()
+  let permit = null
+  let done = false
+  const onClose = () => {
+    done = true
+    if (permit === null) {
+      ac.abort()
+      return
+    }
+    const outcome = res.writableFinished ? cfg.outcome(res.statusCode) : 'ignore'
+    permit.release(outcome === 'success' || outcome === 'dropped' ? outcome : 'ignore')
+    if (kp !== null) kp.release()
+  }
+  res.once('close', onClose)
+  try {
+    const opts = { priority: cfg.priority(req), signal: ac.signal }
+    if (cfg.timeoutMs !== undefined) opts.timeoutMs = cfg.timeoutMs
+    permit = await cfg.gate.acquire(opts)
+  } catch (err) {
+    res.removeListener('close', onClose)
+    if (kp !== null) kp.release()
+    if (err instanceof RejectedError) {
+      if (key !== undefined) cfg.keyed.recordRejection(key)
+      return refusal(err)
+    }
+    if (done) return false
+    throw err
+  }
+  if (done) {
+    // The response closed between the grant and this continuation.
+    permit.ignore()
+    if (kp !== null) kp.release()
+    return false
+  }
+  return null
+}
+
+function readinessBody (gate) {
+  return {
+    status: gate.state,
+    waiting: gate.waiting,
+    inflight: gate.inflight,
+    limit: gate.limit,
+    shedLevel: gate.shedLevel
+  }
+}
+
+/**
+ * A readiness handler for Express, Fastify or plain `http`: 200 with
+ * `{ status: 'healthy' | 'overloaded', ... }`. Overloaded is not broken (seed 003:
+ * failing readiness under load removes capacity when it is most needed), so it answers
+ * 200 unless `overloadedStatus` says otherwise.
+ */
+function readiness (gate, options) {
+  if (!(gate instanceof Gate)) throw v.typeErr('readiness needs a surgeguard Gate')
+  const o = v.options('readiness', options, { overloadedStatus: (w, x) => v.int(w, x, 100, 599) })
+  const over = o.overloadedStatus || 200
+  return function surgeguardReadiness (req, res) {
+    const body = readinessBody(gate)
+    const status = body.status === 'healthy' ? 200 : over
+    if (typeof res.code === 'function' && typeof res.send === 'function') {
+      return res.code(status).header('cache-control', 'no-store').send(body)
+    }
+    res.statusCode = status
+    res.setHeader('content-type', 'application/json')
+    res.setHeader('cache-control', 'no-store')
+    res.end(JSON.stringify(body))
+  }
+}
+
+/**
+ * Express middleware: `app.use(surgeguard.express({ gate, keyed, key: 'x-tenant-id' }))`.
+ * Priority from `X-Request-Priority` (or `priority(req)`); 503 + Retry-After + JSON on a
+ * global refusal, 429 + Retry-After + JSON on a per-key refusal.
+ */
+function express (options) {
+  const cfg = config('express', options)
+  const ready = cfg.readinessRoute ? readiness(cfg.gate, { overloadedStatus: cfg.overloadedStatus }) : undefined
+  return function surgeguardMiddleware (req, res, next) {
+    if (ready !== undefined && req.method === 'GET' && req.path === cfg.readinessRoute) return ready(req, res)
+    if (cfg.skip !== undefined && cfg.skip(req)) return next()
+    admit(cfg, req, res).then((r) => {
+      if (r === null) return next()
+      if (r === false) return
+      res.statusCode = r.status
+      res.setHeader('retry-after', String(r.retryAfterS))
+      res.setHeader('content-type', 'application/json')
+      res.end(r.body)
+    }, next)
+  }
+}
+
+let fastifyPlugin
+/**
+ * Fastify plugin (fastify 5, fastify-plugin): `fastify.register(surgeguard.fastify,
+ * { gate, keyed, key: 'x-tenant-id', readinessRoute: '/ready' })`. Decorates
+ * `fastify.surgeguard` with the gate.
+ */
+function fastify (instance, options, done) {
+  let cfg
+  try {
+    cfg = config('fastify', options)
+  } catch (err) {
+    return done(err)
+  }
+  instance.decorate('surgeguard', cfg.gate)
+  instance.addHook('onRequest', async (request, reply) => {
+    if (cfg.readinessRoute && request.url === cfg.readinessRoute) return
+    if (cfg.skip !== undefined && cfg.skip(request)) return
+    const r = await admit(cfg, request, reply.raw)
+    if (r === null) return
+    if (r === false) return reply.hijack()
+    reply.code(r.status).header('retry-after', String(r.retryAfterS)).type('application/json').send(r.body)
+    return reply
+  })
+  if (cfg.readinessRoute) {
+    instance.get(cfg.readinessRoute, readiness(cfg.gate, { overloadedStatus: cfg.overloadedStatus }))
+  }
+  done()
+}
+
+try {
+  fastifyPlugin = require('fastify-plugin')(fastify, { fastify: '5.x', name: 'surgeguard' })
+} catch {
+  fastifyPlugin = fastify
+}
+
+module.exports = { express, fastify: fastifyPlugin, readiness, statusOutcome, admit }

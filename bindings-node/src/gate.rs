@@ -1,0 +1,498 @@
+//! `Gate`: limiter + admission queue + shed switch, pumped by the facade's one timer.
+//!
+//! The core gate is an event pump (DESIGN.md §3); this binding owns the waiters' side:
+//! `arrive` returns a permit, a ticket or a refusal; after a release (or a queued arrival,
+//! or when `nextWakeupMs` comes) the facade calls `poll`, which returns grants and expiries
+//! keyed by ticket, and resolves or rejects the matching Promises.
+
+use std::cell::Cell;
+use std::rc::Rc;
+
+use napi::bindgen_prelude::*;
+use napi::sys;
+use napi_derive::napi;
+use surgeguard_core::codel::{CodelConfig, CodelMode};
+use surgeguard_core::gate::{Aging, Arrival, Event, Gate, GateConfig, GateState, LifoTrigger};
+use surgeguard_core::queue::Ticket;
+use surgeguard_core::{Outcome, Priority, RawPermit, Reason, Rejected};
+
+use crate::clock::resolve_now;
+use crate::convert::{config_err, finite, int_in, ms_to_ns, ns_to_ms, range, usage_err};
+use crate::fast::{
+    args, bigint_now, handle_arg, level, now, number, outcome, ret, tags, throw,
+    Callback, QUEUED_BASE,
+};
+use crate::handle::{new_handle, Tagged};
+use crate::limiter::{limiter_config, limiter_metrics, set_static, LimiterMetricsJs, LimiterOptions};
+use crate::slab::Slab;
+
+/// Most waiters a gate can hold (the core's queue capacity is a compile-time constant);
+/// `queueCapacity` picks any bound up to it.
+pub const CAP: usize = 4096;
+/// Default `queueCapacity`.
+const DEFAULT_CAPACITY: usize = 1024;
+/// Events read per core `poll` call.
+const POLL_BATCH: usize = 64;
+/// Tickets travel to JS as their low 48 bits (slot and generation); the queue id in the
+/// top 16 bits is the same for every ticket of one gate and is kept here.
+const TICKET_MASK: u64 = (1 << 48) - 1;
+
+/// What a `Gate` handle points at.
+pub struct GateInner {
+    core: Box<Gate<CAP>>,
+    permits: Slab<RawPermit>,
+    /// Levels in use.
+    pub levels: u8,
+    /// The queue id of this gate's tickets (bits 48..64), learned from the first ticket.
+    owner: Cell<Option<u64>>,
+    fallback_retry_ns: u64,
+}
+
+impl Tagged for GateInner {
+    const TAG: u64 = tags::GATE;
+}
+
+fn refuse(r: Rejected) -> f64 {
+    crate::fast::refuse(r)
+}
+
+impl GateInner {
+    fn permit_id(&self, p: RawPermit, now: u64) -> f64 {
+        self.permits.insert(p).unwrap_or_else(|p| {
+            let _ = self.core.release(p, now, Outcome::Ignored);
+            refuse(Rejected::new(Reason::LimitReached, self.fallback_retry_ns))
+        })
+    }
+
+    /// A permit now or a refusal; never queues. Same order as `Gate::arrive` (shed
+    /// switch, no overtaking of waiters of the same or a more important level, the
+    /// limiter) without taking a queue place.
+    pub fn try_acquire(&self, now: u64, level: Priority) -> f64 {
+        if let Some(shed) = self.core.shed_level() {
+            if level >= shed {
+                // The core refuses (and counts) a shed arrival without queueing it.
+                return match self.core.arrive(now, level, None) {
+                    Arrival::Rejected(r) => refuse(r),
+                    Arrival::Admitted(p) => self.permit_id(p, now),
+                    Arrival::Queued(t) => {
+                        let _ = self.core.cancel(t);
+                        refuse(Rejected::new(Reason::Shed, self.fallback_retry_ns))
+                    }
+                };
+            }
+        }
+        let ahead: u32 = (0..=level.index())
+            .map(|l| self.core.waiting(Priority::new(l as u8).expect("level ≤ 7")))
+            .sum();
+        if ahead > 0 {
+            return refuse(Rejected::new(Reason::LimitReached, self.drain_hint()));
+        }
+        match self.core.limiter().try_acquire_raw(now, level) {
+            Ok(p) => self.permit_id(p, now),
+            Err(r) => refuse(r),
+        }
+    }
+
+    /// `retry_after` for a refusal behind waiters: the time to drain them at the current
+    /// service time and limit, or the fallback when no latency is known yet.
+    fn drain_hint(&self) -> u64 {
+        let service = self.core.service_ns();
+        if service == 0 {
+            return self.fallback_retry_ns;
+        }
+        let limit = self.core.limiter().limit().max(1e-9);
+        let t = (f64::from(self.core.waiting_total()) + 1.0) * service as f64 / limit;
+        (t.min(3.6e12) as u64).max(1_000_000)
+    }
+
+    /// A permit id, `-reason`, or `-(QUEUED_BASE + ticket)`.
+    pub fn arrive(&self, now: u64, level: Priority, deadline: Option<u64>) -> f64 {
+        match self.core.arrive(now, level, deadline) {
+            Arrival::Admitted(p) => self.permit_id(p, now),
+            Arrival::Rejected(r) => refuse(r),
+            Arrival::Queued(t) => {
+                let bits = t.to_bits();
+                if self.owner.get().is_none() {
+                    self.owner.set(Some(bits >> 48));
+                }
+                -(QUEUED_BASE + (bits & TICKET_MASK) as f64)
+            }
+        }
+    }
+
+    /// Waiters left (≥ 0, the facade polls if any), or `-1` / `-2` for a bad id.
+    pub fn release(&self, id: f64, now: u64, outcome: Outcome) -> f64 {
+        match self.permits.take(id) {
+            Some(p) => match self.core.release(p, now, outcome) {
+                Ok(()) => f64::from(self.core.waiting_total()),
+                Err(_) => -2.0,
+            },
+            None => -1.0,
+        }
+    }
+
+    fn ticket(&self, t: f64) -> Option<Ticket> {
+        let owner = self.owner.get()?;
+        if !(0.0..=TICKET_MASK as f64).contains(&t) || t.fract() != 0.0 {
+            return None;
+        }
+        Some(Ticket::from_bits(owner << 48 | t as u64))
+    }
+
+    /// Every event due: `[kind, ticket, a, b]` quadruples. `kind` 0 = granted (`a` = permit
+    /// id), 1 = expired (`a` = reason code, `b` = retryAfterMs).
+    pub fn poll(&self, now: u64) -> Vec<f64> {
+        let mut out = Vec::new();
+        let mut buf: [Option<Event>; POLL_BATCH] = std::array::from_fn(|_| None);
+        loop {
+            let n = self.core.poll(now, &mut buf);
+            for ev in buf.iter_mut().take(n) {
+                match ev.take() {
+                    Some(Event::Granted(t, p)) => {
+                        let id = self.permit_id(p, now);
+                        if id >= 0.0 {
+                            out.extend([0.0, (t.to_bits() & TICKET_MASK) as f64, id, 0.0]);
+                        } else {
+                            let r = f64::from(Reason::LimitReached as u8);
+                            let ms = ns_to_ms(self.fallback_retry_ns);
+                            out.extend([1.0, (t.to_bits() & TICKET_MASK) as f64, r, ms]);
+                        }
+                    }
+                    Some(Event::Expired(t, r)) => {
+                        let reason = f64::from(r.reason as u8);
+                        let ms = ns_to_ms(r.retry_after);
+                        out.extend([1.0, (t.to_bits() & TICKET_MASK) as f64, reason, ms]);
+                    }
+                    None => {}
+                }
+            }
+            if n < POLL_BATCH {
+                return out;
+            }
+        }
+    }
+}
+
+#[napi(object)]
+#[derive(Default)]
+pub struct GateOptions {
+    /// The limiter part.
+    pub limiter: Option<LimiterOptions>,
+    /// Waiters held at most (1..=4096, default 1024).
+    pub queue_capacity: Option<f64>,
+    /// CoDel per level (default on, folly's 5 ms / 100 ms); `false` turns it off.
+    pub codel: Option<bool>,
+    pub codel_target_ms: Option<f64>,
+    pub codel_interval_ms: Option<f64>,
+    /// `folly` (default) or `rfc8289`.
+    pub codel_mode: Option<String>,
+    /// `codel` (default: LIFO while CoDel says overloaded), `never`, or an occupancy
+    /// fraction in (0, 1] as a number.
+    pub lifo: Option<Either<String, f64>>,
+    /// A waiter queued longer than this is expired, ms.
+    pub max_wait_ms: Option<f64>,
+    /// Aging: waiters of `agingFrom` older than `agingAfterMs` move to `agingTo`.
+    pub aging_from: Option<f64>,
+    pub aging_to: Option<f64>,
+    pub aging_after_ms: Option<f64>,
+    pub initial_service_ms: Option<f64>,
+    pub service_alpha: Option<f64>,
+    pub fallback_retry_after_ms: Option<f64>,
+}
+
+fn gate_config(o: &GateOptions) -> Result<GateConfig> {
+    let limiter = limiter_config(o.limiter.as_ref().unwrap_or(&LimiterOptions::default()))?;
+    let mut c = GateConfig { limiter, ..GateConfig::default() };
+    c.queue_capacity = Some(match o.queue_capacity {
+        Some(x) => int_in("queueCapacity", x, 1, CAP as u64)? as usize,
+        None => DEFAULT_CAPACITY,
+    });
+    let mut codel = CodelConfig::default();
+    if let Some(x) = o.codel_target_ms {
+        codel.target_ns = ms_to_ns("codelTargetMs", x)?;
+    }
+    if let Some(x) = o.codel_interval_ms {
+        codel.interval_ns = ms_to_ns("codelIntervalMs", x)?;
+    }
+    codel.mode = match o.codel_mode.as_deref() {
+        None | Some("folly") => CodelMode::Folly,
+        Some("rfc8289") => CodelMode::Rfc8289,
+        Some(m) => return Err(range("codelMode", &format!("must be folly or rfc8289 (got {m:?})"))),
+    };
+    c.codel = if o.codel == Some(false) { None } else { Some(codel) };
+    c.lifo = match &o.lifo {
+        None => LifoTrigger::CodelOverloaded,
+        Some(Either::A(s)) if s == "codel" => LifoTrigger::CodelOverloaded,
+        Some(Either::A(s)) if s == "never" => LifoTrigger::Never,
+        Some(Either::A(s)) => {
+            return Err(range("lifo", &format!("must be 'codel', 'never' or a fraction (got {s:?})")))
+        }
+        Some(Either::B(f)) => LifoTrigger::Occupancy(finite("lifo", *f)?),
+    };
+    if let Some(x) = o.max_wait_ms {
+        c.max_wait_ns = Some(ms_to_ns("maxWaitMs", x)?);
+    }
+    match (o.aging_from, o.aging_to, o.aging_after_ms) {
+        (None, None, None) => {}
+        (Some(from), Some(to), Some(after)) => {
+            let lvl = |w, x| -> Result<Priority> {
+                Ok(Priority::new(int_in(w, x, 0, 7)? as u8).expect("≤ 7"))
+            };
+            c.aging = Some(Aging {
+                from: lvl("agingFrom", from)?,
+                to: lvl("agingTo", to)?,
+                after_ns: ms_to_ns("agingAfterMs", after)?,
+            });
+        }
+        _ => return Err(range("aging", "needs agingFrom, agingTo and agingAfterMs together")),
+    }
+    if let Some(x) = o.initial_service_ms {
+        c.initial_service_ns = ms_to_ns("initialServiceMs", x)?;
+    }
+    if let Some(x) = o.service_alpha {
+        c.service_alpha = finite("serviceAlpha", x)?;
+    }
+    if let Some(x) = o.fallback_retry_after_ms {
+        c.fallback_retry_after_ns = ms_to_ns("fallbackRetryAfterMs", x)?;
+    }
+    Ok(c)
+}
+
+#[napi(object)]
+pub struct CodelMetricsJs {
+    pub min_delay_ms: f64,
+    pub overloaded: bool,
+    pub load: f64,
+    pub drops: f64,
+    pub intervals: f64,
+}
+
+#[napi(object)]
+pub struct GateMetricsJs {
+    /// `healthy` or `overloaded`.
+    pub state: String,
+    pub waiting_by_level: Vec<f64>,
+    pub waiting: f64,
+    pub capacity: f64,
+    pub oldest_age_ms: f64,
+    pub queued: f64,
+    pub granted: f64,
+    pub expired: f64,
+    pub sloughed: f64,
+    pub evicted: f64,
+    pub cancelled: f64,
+    pub shed: f64,
+    pub queue_full: f64,
+    pub deadline_unmeetable: f64,
+    pub aged: f64,
+    pub lifo_switches: f64,
+    pub lifo_levels: f64,
+    pub shed_level: Option<f64>,
+    pub service_ms: f64,
+    pub codel: Vec<CodelMetricsJs>,
+    pub limiter: LimiterMetricsJs,
+}
+
+fn state_name(s: GateState) -> &'static str {
+    match s {
+        GateState::Healthy => "healthy",
+        GateState::Overloaded => "overloaded",
+    }
+}
+
+#[napi(js_name = "NativeGate")]
+pub struct NativeGate {
+    inner: Rc<GateInner>,
+}
+
+#[napi]
+impl NativeGate {
+    #[napi(constructor)]
+    pub fn new(options: Option<GateOptions>) -> Result<Self> {
+        let cfg = gate_config(&options.unwrap_or_default())?;
+        let core = Gate::<CAP>::new(&cfg).map_err(|e| config_err("Gate", e))?;
+        Ok(Self {
+            inner: Rc::new(GateInner {
+                core: Box::new(core),
+                permits: Slab::default(),
+                levels: cfg.limiter.levels,
+                owner: Cell::new(None),
+                fallback_retry_ns: cfg.fallback_retry_after_ns,
+            }),
+        })
+    }
+
+    #[napi]
+    pub fn handle<'env>(&self, env: &'env Env) -> Result<Unknown<'env>> {
+        new_handle(env, &self.inner)
+    }
+
+    /// Every event due, as `[kind, ticket, a, b]` quadruples (see `GateInner::poll`).
+    #[napi]
+    pub fn poll(&self, now_ns: Option<BigInt>) -> Result<Vec<f64>> {
+        Ok(self.inner.poll(resolve_now(now_ns)?))
+    }
+
+    /// Withdraws a waiting ticket: true if it was still waiting.
+    #[napi]
+    pub fn cancel(&self, ticket: f64) -> Result<bool> {
+        let Some(t) = self.inner.ticket(ticket) else { return Ok(false) };
+        match self.inner.core.cancel(t) {
+            Ok(()) => Ok(true),
+            Err(surgeguard_core::UsageError::UnknownTicket) => Ok(false),
+            Err(e) => Err(usage_err(e)),
+        }
+    }
+
+    /// When the one timer should next poll, in ms from now; -1 when nothing waits.
+    #[napi]
+    pub fn next_wakeup_ms(&self, now_ns: Option<BigInt>) -> Result<f64> {
+        let now = resolve_now(now_ns)?;
+        Ok(match self.inner.core.next_wakeup(now) {
+            Some(t) => ns_to_ms(t.saturating_sub(now)),
+            None => -1.0,
+        })
+    }
+
+    /// The on-call switch: shed every level ≥ `level`; `null` turns it off.
+    #[napi]
+    pub fn set_shed_level(&self, level: Option<f64>) -> Result<()> {
+        let p = match level {
+            Some(x) => Some(crate::convert::level_of(x, self.inner.levels)?),
+            None => None,
+        };
+        self.inner.core.set_shed_level(p);
+        Ok(())
+    }
+
+    #[napi]
+    pub fn shed_level(&self) -> Option<f64> {
+        self.inner.core.shed_level().map(|p| p.index() as f64)
+    }
+
+    /// `healthy` or `overloaded` (overloaded is not broken: keep the instance in
+    /// rotation).
+    #[napi]
+    pub fn state(&self) -> &'static str {
+        state_name(self.inner.core.state())
+    }
+
+    #[napi]
+    pub fn waiting(&self) -> f64 {
+        f64::from(self.inner.core.waiting_total())
+    }
+
+    #[napi]
+    pub fn limit(&self) -> f64 {
+        self.inner.core.limiter().limit()
+    }
+
+    #[napi]
+    pub fn inflight(&self) -> f64 {
+        f64::from(self.inner.core.limiter().inflight())
+    }
+
+    #[napi]
+    pub fn live_permits(&self) -> f64 {
+        self.inner.permits.live() as f64
+    }
+
+    #[napi]
+    pub fn set_static_limit(&self, limit: Option<f64>) -> Result<()> {
+        set_static(self.inner.core.limiter(), limit)
+    }
+
+    #[napi]
+    pub fn metrics(&self) -> GateMetricsJs {
+        let m = self.inner.core.metrics();
+        let n = self.inner.levels as usize;
+        GateMetricsJs {
+            state: state_name(m.state).to_string(),
+            waiting_by_level: m.waiting_by_level[..n].iter().map(|&x| f64::from(x)).collect(),
+            waiting: f64::from(m.waiting),
+            capacity: f64::from(m.capacity),
+            oldest_age_ms: ns_to_ms(m.oldest_age_ns),
+            queued: m.queued as f64,
+            granted: m.granted as f64,
+            expired: m.expired as f64,
+            sloughed: m.sloughed as f64,
+            evicted: m.evicted as f64,
+            cancelled: m.cancelled as f64,
+            shed: m.shed as f64,
+            queue_full: m.queue_full as f64,
+            deadline_unmeetable: m.deadline_unmeetable as f64,
+            aged: m.aged as f64,
+            lifo_switches: m.lifo_switches as f64,
+            lifo_levels: f64::from(m.lifo_levels),
+            shed_level: m.shed_level.map(|p| p.index() as f64),
+            service_ms: ns_to_ms(m.service_ns),
+            codel: m.codel[..n]
+                .iter()
+                .map(|c| CodelMetricsJs {
+                    min_delay_ms: ns_to_ms(c.min_delay_ns),
+                    overloaded: c.overloaded,
+                    load: f64::from(c.load),
+                    drops: c.drops as f64,
+                    intervals: c.intervals as f64,
+                })
+                .collect(),
+            limiter: limiter_metrics(&m.limiter),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Gate: gateTryAcquire(h, level[, nowNs]), gateArrive(h, level, timeoutMs[, nowNs]),
+// gateRelease(h, id, outcome[, nowNs]) -> waiters left
+
+unsafe extern "C" fn gate_try_acquire(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    let (argv, argc) = unsafe { args::<3>(env, info) };
+    let h = handle_arg!(env, argv, GateInner);
+    let level = level!(env, argv[1], h.levels);
+    let now = now!(env, argv, argc, 2);
+    unsafe { ret(env, h.try_acquire(now, level)) }
+}
+
+unsafe extern "C" fn gate_arrive(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    let (argv, argc) = unsafe { args::<4>(env, info) };
+    let h = handle_arg!(env, argv, GateInner);
+    let level = level!(env, argv[1], h.levels);
+    // timeoutMs: a non-negative number, or -1 for none.
+    let timeout = unsafe { number(env, argv[2]) };
+    let now = now!(env, argv, argc, 3);
+    let deadline = if timeout == -1.0 {
+        None
+    } else if timeout.is_finite() && timeout >= 0.0 && timeout < 1e15 {
+        Some(now.saturating_add((timeout * crate::convert::MS).round() as u64))
+    } else {
+        return unsafe {
+            throw(env, true, "SG_BAD_ARG", "timeoutMs must be a finite number ≥ 0")
+        };
+    };
+    unsafe { ret(env, h.arrive(now, level, deadline)) }
+}
+
+unsafe extern "C" fn gate_release(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    let (argv, argc) = unsafe { args::<4>(env, info) };
+    let h = handle_arg!(env, argv, GateInner);
+    let id = unsafe { number(env, argv[1]) };
+    let outcome = outcome!(env, argv[2]);
+    let now = now!(env, argv, argc, 3);
+    unsafe { ret(env, h.release(id, now, outcome)) }
+}
+
+/// The gate's raw callbacks (registered with the others in `fast`).
+pub const FAST: &[(&str, Callback)] = &[
+    ("gateTryAcquire", gate_try_acquire),
+    ("gateArrive", gate_arrive),
+    ("gateRelease", gate_release),
+];
