@@ -302,8 +302,10 @@ impl Algorithm for Vegas {
         };
         if let Some(new) = new {
             let new = clamp_limit(new, self.min, self.max);
-            // NCL: `(1 - smoothing) * estimatedLimit + smoothing * newLimit`
-            self.estimate = (1.0 - self.smoothing) * self.estimate + self.smoothing * new;
+            // NCL: `(1 - smoothing) * estimatedLimit + smoothing * newLimit`; clamped again
+            // because the blend of two in-range values can round one ulp outside.
+            let smoothed = (1.0 - self.smoothing) * self.estimate + self.smoothing * new;
+            self.estimate = clamp_limit(smoothed, self.min, self.max);
         }
         let limit = self.limit();
         self.counters.record(old, limit);
@@ -506,6 +508,21 @@ mod tests {
             v.update(&s(MS, 100));
         }
         assert_eq!(v.limit(), 5.0);
+    }
+
+    #[test]
+    fn smoothing_never_rounds_below_the_floor() {
+        // 0.99 × 1.5 + 0.01 × 1.5 = 1.4999999999999998 in f64: clamped back to 1.5.
+        let mut v = Vegas::new(&VegasConfig {
+            initial_limit: 1.5,
+            min_limit: 1.5,
+            smoothing: 0.01,
+            ..VegasConfig::netflix()
+        })
+        .unwrap();
+        v.update(&Window::single(0, MS, 1, true));
+        assert!(v.estimate() >= 1.5, "{}", v.estimate());
+        assert_eq!(v.limit(), 1.5);
     }
 
     #[test]
