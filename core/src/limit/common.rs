@@ -109,9 +109,7 @@ impl Counters {
 
 /// Clamps `x` to `[min, max]`; NaN becomes `min`.
 pub(crate) fn clamp_limit(x: f64, min: f64, max: f64) -> f64 {
-    if x.is_nan() {
-        min
-    } else if x < min {
+    if x.is_nan() || x < min {
         min
     } else if x > max {
         max

@@ -81,64 +81,80 @@ impl Default for HysteresisConfig {
     }
 }
 
-/// A time-bucketed rolling extreme: `N` buckets of `width` ns, each holding the max (or
-/// min) of the values recorded in it. A query covers the current bucket and the `N − 1`
-/// before it, i.e. the last `(N − 1)·width` to `N·width` ns.
+/// A time-bucketed rolling extreme: a ring of `N` buckets of `width` ns, each holding the
+/// max (or min) of the values recorded in it. A query covers the current bucket and the
+/// `N − 1` before it, i.e. the last `(N − 1)·width` to `N·width` ns. Empty buckets hold the
+/// neutral value (−∞ for a max, +∞ for a min), so no per-bucket flags or epochs are needed.
 #[derive(Clone, Copy, Debug)]
 struct Rolling<const N: usize> {
     width: u64,
-    epochs: [u64; N],
+    /// The epoch (`now / width`) of the newest bucket.
+    head: u64,
+    /// `values[epoch % N]` for the epochs `head − N + 1 ..= head`.
     values: [f64; N],
-    used: [bool; N],
     keep_max: bool,
 }
 
 impl<const N: usize> Rolling<N> {
     fn new(horizon_ns: u64, keep_max: bool) -> Self {
-        Self {
-            width: (horizon_ns / N as u64).max(1),
-            epochs: [0; N],
-            values: [0.0; N],
-            used: [false; N],
-            keep_max,
+        let empty = if keep_max { f64::NEG_INFINITY } else { f64::INFINITY };
+        Self { width: (horizon_ns / N as u64).max(1), head: 0, values: [empty; N], keep_max }
+    }
+
+    fn empty(&self) -> f64 {
+        if self.keep_max {
+            f64::NEG_INFINITY
+        } else {
+            f64::INFINITY
+        }
+    }
+
+    fn pick(&self, a: f64, b: f64) -> f64 {
+        if self.keep_max {
+            a.max(b)
+        } else {
+            a.min(b)
         }
     }
 
     fn clear(&mut self) {
-        self.used = [false; N];
+        self.values = [self.empty(); N];
     }
 
     fn insert(&mut self, now: u64, value: f64) {
         let epoch = now / self.width;
-        let i = (epoch % N as u64) as usize;
-        if !self.used[i] || self.epochs[i] != epoch {
-            self.used[i] = true;
-            self.epochs[i] = epoch;
-            self.values[i] = value;
-        } else if (self.keep_max && value > self.values[i])
-            || (!self.keep_max && value < self.values[i])
-        {
-            self.values[i] = value;
+        if epoch > self.head {
+            // Empty the buckets of the epochs skipped since the newest one.
+            let gap = epoch - self.head;
+            if gap >= N as u64 {
+                self.clear();
+            } else {
+                for k in 1..=gap {
+                    self.values[((self.head + k) % N as u64) as usize] = self.empty();
+                }
+            }
+            self.head = epoch;
         }
+        // Times are clamped monotonic by the caller, so `epoch == head` here.
+        let i = (self.head % N as u64) as usize;
+        self.values[i] = self.pick(self.values[i], value);
     }
 
-    /// The extreme over the live buckets, `None` when none is live.
+    /// The extreme over the buckets still inside the horizon at `now` (`now` ≥ every
+    /// insert), `None` when they are all empty.
     fn get(&self, now: u64) -> Option<f64> {
-        let current = now / self.width;
-        let mut out: Option<f64> = None;
-        for i in 0..N {
-            // Buckets are only written at times ≤ now (the clock is clamped), so
-            // `epochs[i] <= current`.
-            if self.used[i] && current.saturating_sub(self.epochs[i]) < N as u64 {
-                let v = self.values[i];
-                out = Some(match out {
-                    None => v,
-                    Some(o) if self.keep_max => o.max(v),
-                    Some(o) => o.min(v),
-                });
-            }
+        let age = (now / self.width).saturating_sub(self.head);
+        let live = (N as u64).saturating_sub(age);
+        let mut out = self.empty();
+        for k in 0..live {
+            let i = ((self.head + N as u64 - k) % N as u64) as usize;
+            out = self.pick(out, self.values[i]);
         }
-        out
+        if out.is_finite() {
+            Some(out)
+        } else {
+            None
+        }
     }
 }
 
@@ -181,7 +197,7 @@ impl<const N: usize> Rolling<N> {
 /// ```
 ///
 /// Progress: not shared (`&mut self`). Cost: O(1) per window — two scans of 10 and 4
-/// buckets, one `pow` when a window holds more than one sample. Size: about 300 bytes.
+/// buckets, one `pow` when a window holds more than one sample. Size: under 400 bytes.
 #[derive(Clone, Debug)]
 pub struct HysteresisAimd {
     limit: f64,
@@ -628,6 +644,30 @@ mod tests {
         assert_eq!(h.update(&Window { now: 5 * SEC, p99_ns: SEC, ..Window::default() }), 20.0);
         assert_eq!(h.metrics().windows, 0);
         assert_eq!(h.rolling_p99_ns(), 0);
+    }
+
+    #[test]
+    fn rolling_ring_expires_buckets() {
+        let mut r: Rolling<4> = Rolling::new(4, true);
+        assert_eq!(r.get(0), None);
+        r.insert(0, 5.0);
+        r.insert(0, 3.0);
+        r.insert(2, 1.0);
+        assert_eq!(r.get(3), Some(5.0));
+        assert_eq!(r.get(4), Some(1.0), "epoch 0 left the horizon");
+        r.insert(9, 2.0); // a gap longer than the ring empties it
+        assert_eq!(r.get(9), Some(2.0));
+        let mut m: Rolling<4> = Rolling::new(4, false);
+        m.insert(1, 7.0);
+        m.insert(2, 9.0);
+        assert_eq!(m.get(2), Some(7.0));
+        m.clear();
+        assert_eq!(m.get(2), None);
+    }
+
+    #[test]
+    fn size_is_as_documented() {
+        assert!(core::mem::size_of::<HysteresisAimd>() < 400);
     }
 
     #[test]
