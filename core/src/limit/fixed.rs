@@ -31,7 +31,8 @@ impl Default for FixedConfig {
 /// ```
 /// use surgeguard_core::limit::{Algorithm, Fixed, FixedConfig, Window};
 ///
-/// let mut fixed = Fixed::new(&FixedConfig { initial_limit: 0.5, ..FixedConfig::default() })?;
+/// let cfg = FixedConfig { initial_limit: 0.5, min_limit: 0.1, max_limit: 100.0 };
+/// let mut fixed = Fixed::new(&cfg)?;
 /// // A drop does not move it: half a request in flight on average, whatever happens.
 /// assert_eq!(fixed.update(&Window::single(0, 1_000_000, 1, true)), 0.5);
 /// # Ok::<(), surgeguard_core::ConfigError>(())
