@@ -18,6 +18,7 @@ mod hysteresis;
 mod vegas;
 
 pub use aimd::{Aimd, AimdConfig};
+pub use common::AlgorithmMetrics;
 pub use fixed::{Fixed, FixedConfig};
 pub use gradient::{Gradient, GradientConfig};
 pub use gradient2::{Gradient2, Gradient2Config};
