@@ -5,14 +5,23 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
+use surgeguard_core::backoff::{Backoff, BackoffConfig};
+use surgeguard_core::breaker::{CircuitBreaker, CircuitBreakerConfig};
 use surgeguard_core::flow::{
     Credits, CreditsConfig, LagMeter, LagMeterConfig, Watermarks, WatermarksConfig,
 };
+use surgeguard_core::keyed::{actionable, KeyedConfig, KeyedLimits};
 use surgeguard_core::limit::{
     AimdConfig, AlgorithmConfig, FixedConfig, Gradient2Config, GradientConfig, HysteresisConfig,
     VegasConfig,
 };
+use surgeguard_core::rate::{PacedDrain, PacedDrainConfig, RateLimiter, RateLimiterConfig};
+use surgeguard_core::retry::{
+    RetryBudget, RetryBudgetConfig, TokenRetryThrottle, TokenThrottleConfig,
+};
+use surgeguard_core::rng::SplitMix64;
 use surgeguard_core::stats::{Ewma, Histogram, SampleWindow, WindowedMin};
+use surgeguard_core::throttle::{AdaptiveThrottle, AdaptiveThrottleConfig};
 use surgeguard_core::{Limiter, LimiterConfig, Outcome, Priority};
 
 struct Counting;
@@ -78,6 +87,43 @@ fn drive_limiter(algorithm: AlgorithmConfig) {
     assert!(m.windows > 0 && m.successes > 0);
 }
 
+fn drive_client_controls() {
+    let budget = RetryBudget::new(RetryBudgetConfig::default()).unwrap();
+    let tokens = TokenRetryThrottle::new(TokenThrottleConfig::default()).unwrap();
+    let throttle = AdaptiveThrottle::new(AdaptiveThrottleConfig::default()).unwrap();
+    let breaker = CircuitBreaker::new(CircuitBreakerConfig::default()).unwrap();
+    let rate = RateLimiter::new(RateLimiterConfig { per_second: 100.0, burst: 10 }).unwrap();
+    let drain = PacedDrain::new(PacedDrainConfig::new(1_000.0)).unwrap();
+    let keyed: KeyedLimits<64> = KeyedLimits::new(KeyedConfig::new(4)).unwrap();
+    let mut backoff = Backoff::new(BackoffConfig::default()).unwrap();
+    let mut rng = SplitMix64::new(7);
+    let mut body = [0u8; 256];
+    for i in 0..20_000u64 {
+        let now = i * MS;
+        budget.deposit(now);
+        let _ = budget.try_withdraw(now);
+        tokens.record(i % 3 != 0);
+        let _ = tokens.try_retry();
+        throttle.record(now, i % 4 != 0);
+        let _ = throttle.should_throttle(now, rng.next_u64());
+        if let Ok(p) = breaker.try_acquire(now) {
+            let outcome = if i % 5 < 3 { Outcome::Dropped } else { Outcome::Success };
+            breaker.record(p, now + MS, outcome, MS);
+        }
+        let _ = rate.check(now, 1);
+        let _ = drain.permits(now, 1_000);
+        let _ = backoff.next_delay((i % 6) as u32, None, &mut rng);
+        match keyed.try_acquire(i % 17, now, 1) {
+            Ok(p) => keyed.release(p).unwrap(),
+            Err(r) => {
+                let _ = actionable(&r).write_json(&mut body);
+            }
+        }
+    }
+    let _ = (budget.metrics(), tokens.metrics(), throttle.metrics(), breaker.metrics(0));
+    let _ = (rate.metrics(), drain.metrics(), keyed.metrics());
+}
+
 #[test]
 fn no_structure_allocates() {
     let n = allocations_in(|| {
@@ -116,6 +162,8 @@ fn no_structure_allocates() {
         }
         let _ = lag.time_to_drain(5 * 1_000 * MS);
         let _ = (credits.metrics(), lag.metrics(5_000 * MS), marks.metrics(5_000 * MS));
+
+        drive_client_controls();
     });
     assert_eq!(n, 0, "the core allocated {n} times");
 }
