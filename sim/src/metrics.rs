@@ -8,17 +8,20 @@
 //!   client's deadline), so work finished after the caller gave up never counts;
 //! - **success rate by priority**: succeeded / finished originals created in the window;
 //! - **latency**: from the original's creation to its success (retries included), p50 / p99;
-//! - **retry amplification**: attempts that reached the deepest tier ÷ originals, both
-//!   counted from the trigger's start to the end of the run (1.0 = no retries);
-//! - **time to recover**: after the trigger ends, how long until goodput over every later
-//!   1 s window stays at or above 90 % of the pre-trigger goodput (`None`: not within the run).
+//! - **retry amplification**: attempts that reached the most-loaded tier ÷ originals, both
+//!   counted from the trigger's start to the end of the run (1.0 = no retries; with retries
+//!   at 3 layers the deepest tier can see up to 4³ = 64×);
+//! - **time to recover**: the earliest time after the trigger ends from which goodput over
+//!   every 1 s window stays at or above 80 % of the pre-trigger goodput (`None`: not within
+//!   the run).
 
 /// Width of one time-series bucket.
 pub const BUCKET_NS: u64 = 100_000_000;
 /// Rolling window used to judge recovery.
 pub const RECOVERY_WINDOW_NS: u64 = 1_000_000_000;
-/// Recovered = goodput at or above this share of the pre-trigger goodput.
-pub const RECOVERED_SHARE: f64 = 0.9;
+/// Recovered = goodput at or above this share of the pre-trigger goodput (0.8: a 1 s window
+/// at 500 req/s is 4.5 standard deviations of Poisson noise away from it).
+pub const RECOVERED_SHARE: f64 = 0.8;
 
 /// One finished original request.
 #[derive(Clone, Copy, Debug)]
@@ -40,8 +43,8 @@ pub struct Recorder {
     pub originals: Vec<u32>,
     /// Attempts sent to the first tier per bucket (originals and retries).
     pub attempts_top: Vec<u32>,
-    /// Attempts sent to the deepest tier per bucket.
-    pub attempts_bottom: Vec<u32>,
+    /// Attempts sent to each tier per bucket (`[tier][bucket]`).
+    pub attempts_by_tier: Vec<Vec<u32>>,
     /// Originals that succeeded per bucket (by success time).
     pub good: Vec<u32>,
     /// The first protected tier's limit, summed over live hosts, at each bucket's end
@@ -61,13 +64,13 @@ fn bump(v: &mut [u32], t: u64) {
 }
 
 impl Recorder {
-    /// A recorder for a run of `duration_ns`.
-    pub fn new(duration_ns: u64) -> Self {
+    /// A recorder for a run of `duration_ns` over `tiers` tiers.
+    pub fn new(duration_ns: u64, tiers: usize) -> Self {
         let n = duration_ns.div_ceil(BUCKET_NS) as usize;
         Self {
             originals: vec![0; n],
             attempts_top: vec![0; n],
-            attempts_bottom: vec![0; n],
+            attempts_by_tier: vec![vec![0; n]; tiers],
             good: vec![0; n],
             limit: vec![f64::NAN; n],
             waiting: vec![0; n],
@@ -85,13 +88,13 @@ impl Recorder {
         bump(&mut self.originals, now);
     }
 
-    /// An attempt went out to tier `tier` of `tiers`.
-    pub fn attempt(&mut self, now: u64, tier: usize, tiers: usize) {
+    /// An attempt went out to tier `tier`.
+    pub fn attempt(&mut self, now: u64, tier: usize) {
         if tier == 0 {
             bump(&mut self.attempts_top, now);
         }
-        if tier + 1 == tiers {
-            bump(&mut self.attempts_bottom, now);
+        if let Some(v) = self.attempts_by_tier.get_mut(tier) {
+            bump(v, now);
         }
     }
 
@@ -137,11 +140,16 @@ impl Recorder {
         self.per_second(&self.good, from_ns, to_ns)
     }
 
-    /// Attempts at the deepest tier ÷ originals, in `[from, to)`.
+    /// Attempts at the most-loaded tier ÷ originals, in `[from, to)`.
     pub fn amplification(&self, from_ns: u64, to_ns: u64) -> f64 {
         let r = self.range(from_ns, to_ns);
         let o: u64 = self.originals[r.clone()].iter().map(|&x| x as u64).sum();
-        let a: u64 = self.attempts_bottom[r].iter().map(|&x| x as u64).sum();
+        let a: u64 = self
+            .attempts_by_tier
+            .iter()
+            .map(|v| v[r.clone()].iter().map(|&x| x as u64).sum())
+            .max()
+            .unwrap_or(0);
         if o == 0 {
             0.0
         } else {
@@ -177,27 +185,29 @@ impl Recorder {
         Some(qs.iter().map(|q| lat[((lat.len() - 1) as f64 * q).round() as usize]).collect())
     }
 
-    /// Time from `trigger_end` until goodput over every later 1 s window stays at or above
-    /// [`RECOVERED_SHARE`] of `baseline` (originals/s). `None`: still below at the end.
+    /// The earliest time after `trigger_end` from which goodput over every 1 s window
+    /// (sliding by one bucket, up to the run's end) is at least [`RECOVERED_SHARE`] of
+    /// `baseline` (originals/s), as a delay from `trigger_end`. `None`: the last window is
+    /// still below.
     pub fn recovery(&self, trigger_end: u64, run_end: u64, baseline: f64) -> Option<u64> {
         let w = (RECOVERY_WINDOW_NS / BUCKET_NS) as usize;
-        let start = (trigger_end / BUCKET_NS) as usize;
+        let start = trigger_end.div_ceil(BUCKET_NS) as usize;
         let end = ((run_end / BUCKET_NS) as usize).min(self.buckets());
         if end < start + w {
             return None;
         }
         let threshold = RECOVERED_SHARE * baseline * (RECOVERY_WINDOW_NS as f64 / 1e9);
-        let mut last_bad: Option<usize> = None; // end bucket (exclusive) of the last bad window
-        for e in start + w..=end {
-            let sum: u32 = self.good[e - w..e].iter().sum();
+        let mut last_bad: Option<usize> = None; // start bucket of the last bad window
+        for s in start..=end - w {
+            let sum: u32 = self.good[s..s + w].iter().sum();
             if (sum as f64) < threshold {
-                last_bad = Some(e);
+                last_bad = Some(s);
             }
         }
         match last_bad {
-            None => Some(0),
-            Some(e) if e == end => None,
-            Some(e) => Some(e as u64 * BUCKET_NS - trigger_end),
+            None => Some(start as u64 * BUCKET_NS - trigger_end),
+            Some(s) if s == end - w => None,
+            Some(s) => Some((s as u64 + 1) * BUCKET_NS - trigger_end),
         }
     }
 }
@@ -264,7 +274,7 @@ mod tests {
 
     #[test]
     fn recovery_is_the_end_of_the_last_bad_window() {
-        let mut r = Recorder::new(10 * S);
+        let mut r = Recorder::new(10 * S, 1);
         // 100 successes per bucket (1,000/s) except a hole in [5 s, 6 s).
         for b in 0..100u64 {
             if !(50..60).contains(&b) {
@@ -274,15 +284,16 @@ mod tests {
             }
         }
         assert_eq!(r.goodput(0, S), 1000.0);
-        // The trigger ended at 4 s; the last window below 900 ends at 6.9 s.
-        assert_eq!(r.recovery(4 * S, 10 * S, 1000.0), Some(2_900_000_000));
+        // The trigger ended at 4 s; the last 1 s window below 800 starts at 5.7 s (it holds
+        // 0.3 s of the hole), so every window from 5.8 s on is good: 1.8 s.
+        assert_eq!(r.recovery(4 * S, 10 * S, 1000.0), Some(1_800_000_000));
         assert_eq!(r.recovery(7 * S, 10 * S, 1000.0), Some(0));
         assert_eq!(r.recovery(4 * S, 10 * S, 2000.0), None);
     }
 
     #[test]
     fn success_and_latency_by_window() {
-        let mut r = Recorder::new(2 * S);
+        let mut r = Recorder::new(2 * S, 1);
         r.finished(UserOutcome { created: 0, done: 10, level: 0, ok: true });
         r.finished(UserOutcome { created: 5, done: 30, level: 0, ok: false });
         assert_eq!(r.success_rate(0, 0, S), Some(0.5));

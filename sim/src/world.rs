@@ -220,7 +220,17 @@ impl<'a> World<'a> {
             .map(|p| client_policy(prot, delay, mix(seed ^ (0xC11E << 16) ^ p)))
             .collect();
         let end = secs(sc.duration_s);
-        let watched = sc.tiers.iter().position(|t| t.protect).unwrap_or(0);
+        // Plots show the protected tier with the least capacity (the bottleneck).
+        let watched = (0..sc.tiers.len())
+            .filter(|&i| sc.tiers[i].protect)
+            .min_by(|&a, &b| {
+                let cap = |i: usize| {
+                    let t = &sc.tiers[i];
+                    (t.hosts * t.workers) as f64 / t.cost_ms
+                };
+                cap(a).total_cmp(&cap(b))
+            })
+            .unwrap_or(0);
         let mut w = World {
             sc,
             prot,
@@ -233,7 +243,7 @@ impl<'a> World<'a> {
             calls: Slab::default(),
             attempts: Slab::default(),
             jobs: Slab::default(),
-            rec: Recorder::new(end),
+            rec: Recorder::new(end, sc.tiers.len()),
             end,
             dispatch: Vec::new(),
             seed,
@@ -399,7 +409,7 @@ impl World<'_> {
             settled: false,
             token,
         });
-        self.rec.attempt(now, tier, self.tiers.len());
+        self.rec.attempt(now, tier);
         self.q.schedule(now + timeout, Ev::Timeout { attempt });
         self.q.schedule(now + NET_NS, Ev::Deliver { attempt });
     }
