@@ -71,7 +71,11 @@ fn parse() -> Result<Option<Args>, String> {
         scenarios: Vec::new(),
         protections: None,
         seed: None,
-        out: Some(PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/sim"))),
+        out: Some(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .parent()
+                .map_or_else(|| PathBuf::from("docs/sim"), |root| root.join("docs").join("sim")),
+        ),
         scale: 1.0,
         dump: false,
     };

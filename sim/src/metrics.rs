@@ -223,7 +223,7 @@ pub struct Summary {
     pub goodput_trigger: f64,
     /// Goodput after the trigger.
     pub goodput_after: f64,
-    /// The first tier's capacity during the trigger (from the scenario).
+    /// The bottleneck's capacity during the trigger (from the scenario).
     pub degraded_capacity: f64,
     /// Success rate per level (critical, normal, background) over the whole run.
     pub success: [Option<f64>; 3],

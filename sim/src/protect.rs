@@ -198,12 +198,12 @@ impl Algo {
     ];
 
     /// The algorithm's config for a host with `workers` workers whose normal request takes
-    /// `service_ns`. Starts at the worker count (what an operator would configure) and may
-    /// range from 1 to 4× workers; everything else is the core's default.
+    /// `service_ns` (mean, downstream calls included). Starts at the worker count (what an
+    /// operator would configure) and may range from 1 to 4× workers; latency targets where
+    /// an algorithm needs one (below); everything else is the core's default.
     pub fn config(self, workers: u32, service_ns: u64) -> AlgorithmConfig {
         let initial = workers as f64;
         let max = 4.0 * workers as f64;
-        let _ = service_ns;
         macro_rules! bounds {
             ($cfg:expr) => {{
                 let mut c = $cfg;
@@ -215,14 +215,28 @@ impl Algo {
         }
         match self {
             Algo::Fixed => AlgorithmConfig::Fixed(bounds!(FixedConfig::default())),
-            Algo::Aimd => AlgorithmConfig::Aimd(bounds!(AimdConfig::default())),
-            Algo::Hysteresis => AlgorithmConfig::Hysteresis(bounds!(HysteresisConfig::default())),
+            Algo::Aimd => {
+                let c = bounds!(AimdConfig::default());
+                // TARGETS: the real AIMD's target goes here (3 × service_ns).
+                let _ = service_ns;
+                AlgorithmConfig::Aimd(c)
+            }
+            Algo::Hysteresis => {
+                let c = bounds!(HysteresisConfig::default());
+                // TARGETS: the real HysteresisAimd's target goes here (2 × normal p99).
+                let _ = P99_OVER_MEAN;
+                AlgorithmConfig::Hysteresis(c)
+            }
             Algo::Gradient => AlgorithmConfig::Gradient(bounds!(GradientConfig::default())),
             Algo::Gradient2 => AlgorithmConfig::Gradient2(bounds!(Gradient2Config::default())),
             Algo::Vegas => AlgorithmConfig::Vegas(bounds!(VegasConfig::default())),
         }
     }
 }
+
+/// p99 / mean of Erlang-2 work (the presets' `cost_shape`): the root of
+/// `e^{-2x}(1 + 2x) = 0.01`.
+pub const P99_OVER_MEAN: f64 = 3.32;
 
 /// The server half of a protection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -114,10 +114,11 @@ pub fn markdown(runs: &[RunResult]) -> String {
 pub const LEGEND: &str = "\
 offered/s: original requests per second during the trigger (retries excluded).
 goodput/s: originals answered successfully within the client's timeout, per second, during
-  the trigger and after it; % of degraded cap = trigger goodput / the first tier's capacity
-  during the trigger.
+  the trigger and after it; % of degraded cap = trigger goodput / the bottleneck's capacity
+  during the trigger (from the scenario).
 success: share of the originals created during the trigger that succeeded, by priority.
 p50/p99: end-to-end latency of successful originals over the whole run (retries included).
-retry amp: attempts reaching the deepest tier / originals, from the trigger's start to the end.
-recovery: after the trigger ends, time until goodput over every later 1 s window stays at or
-  above 90% of the pre-trigger goodput; never = not within the run.";
+retry amp: attempts reaching the most-loaded tier / originals, from the trigger's start to
+  the end (retries at 3 layers can reach 4^3 = 64x at the deepest one).
+recovery: the earliest time after the trigger ends from which goodput over every 1 s window
+  stays at or above 80% of the pre-trigger goodput; never = not within the run.";

@@ -424,7 +424,7 @@ pub fn busy_but_useless() -> Scenario {
             "hysteresis",
             "vegas",
             "gradient2",
-            "aimd+budget",
+            "gradient+budget",
         ]),
         degraded_capacity_per_s: None,
     }
@@ -480,9 +480,10 @@ pub fn retry_storm() -> Scenario {
             "none",
             "backoff",
             "breaker",
+            "throttle",
             "budget",
-            "aimd+budget",
-            "aimd+budget+backoff",
+            "gradient+budget",
+            "gradient+budget+backoff",
         ]),
         degraded_capacity_per_s: Some(32.0 / 0.1),
     }
@@ -545,8 +546,8 @@ pub fn metastable() -> Scenario {
             "static",
             "aimd",
             "gradient",
-            "aimd+budget",
-            "aimd+budget+breaker",
+            "gradient+budget",
+            "gradient+budget+breaker",
         ]),
         // The slowed database is the bottleneck: 64 workers / 100 ms.
         degraded_capacity_per_s: Some(640.0),
@@ -585,7 +586,7 @@ pub fn priority_flood() -> Scenario {
             changes: Vec::new(),
         }],
         health: None,
-        protections: protections(&["none", "static", "aimd", "gradient", "aimd+budget"]),
+        protections: protections(&["none", "static", "aimd", "gradient", "gradient+budget"]),
         degraded_capacity_per_s: Some(2500.0),
     }
 }
@@ -628,7 +629,7 @@ pub fn dependency_pause() -> Scenario {
             },
         ],
         health: None,
-        protections: protections(&["none", "static", "aimd", "gradient", "aimd+budget"]),
+        protections: protections(&["none", "static", "aimd", "gradient", "gradient+budget"]),
         degraded_capacity_per_s: Some(0.0),
     }
 }

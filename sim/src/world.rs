@@ -182,7 +182,11 @@ impl<'a> World<'a> {
                             busy: 0,
                             fifo: VecDeque::new(),
                             admission: Self::admission_for(
-                                prot, t.protect, t.workers, cost_ns, levels,
+                                prot,
+                                t.protect,
+                                t.workers,
+                                nominal_ns(sc, i),
+                                levels,
                             ),
                             client: client_policy(
                                 prot,
@@ -277,11 +281,11 @@ impl<'a> World<'a> {
         prot: &Protection,
         protect: bool,
         workers: u32,
-        cost_ns: f64,
+        nominal_ns: f64,
         levels: u8,
     ) -> Box<dyn Admission> {
         if protect {
-            prot.admission(workers, cost_ns as u64, levels)
+            prot.admission(workers, nominal_ns as u64, levels)
         } else {
             Box::new(Unbounded)
         }
@@ -750,7 +754,7 @@ impl World<'_> {
         h.wake_at = None;
         let t = &self.sc.tiers[tier];
         h.admission =
-            Self::admission_for(self.prot, t.protect, t.workers, t.cost_ms * MS as f64, 3);
+            Self::admission_for(self.prot, t.protect, t.workers, nominal_ns(self.sc, tier), 3);
         let epoch = h.epoch;
         self.q.schedule(now + restart, Ev::HostUp { host, epoch });
     }
@@ -783,6 +787,17 @@ impl World<'_> {
         let _ = self.seed;
         self.q.schedule(now + BUCKET_NS, Ev::Sample);
     }
+}
+
+/// Mean latency of a request at `tier` in normal times: its local work plus its downstream
+/// call (network both ways), with no queueing.
+pub fn nominal_ns(sc: &Scenario, tier: usize) -> f64 {
+    let t = &sc.tiers[tier];
+    let mut ns = t.cost_ms * MS as f64;
+    if t.call.is_some() && tier + 1 < sc.tiers.len() {
+        ns += 2.0 * NET_NS as f64 + nominal_ns(sc, tier + 1);
+    }
+    ns
 }
 
 /// Runs `scenario` under `protection`.

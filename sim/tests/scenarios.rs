@@ -7,6 +7,10 @@ use surgeguard_sim::{run, Protection, RunResult};
 
 const S: u64 = 1_000_000_000;
 
+/// The surgeguard configuration the assertions hold for: an adaptive limiter on every
+/// protected tier and retry budgets at every caller. (With the Gate on main, `gate+budget`.)
+const SG: &str = "gradient+budget";
+
 fn go(sc: &Scenario, protection: &str) -> RunResult {
     run(sc, &Protection::parse(protection).unwrap())
 }
@@ -23,7 +27,7 @@ fn busy() -> Scenario {
 #[test]
 fn deterministic_for_a_seed() {
     let sc = scenario::busy_but_useless().scaled(0.3, 0.3);
-    for p in ["none", "aimd+budget+backoff"] {
+    for p in ["none", "gradient+budget+backoff"] {
         let a = go(&sc, p);
         let b = go(&sc, p);
         assert_eq!(format!("{:?}", a.summary), format!("{:?}", b.summary), "{p}");
@@ -57,7 +61,7 @@ fn busy_but_useless_without_protection_stays_useless() {
 #[test]
 fn busy_but_useless_with_surgeguard_keeps_goodput_and_recovers() {
     let sc = busy();
-    let r = go(&sc, "aimd+budget");
+    let r = go(&sc, SG);
     let s = &r.summary;
     let cap = sc.degraded_capacity();
     assert!(s.goodput_trigger >= 0.85 * cap, "goodput {} vs capacity {cap}", s.goodput_trigger);
@@ -84,7 +88,7 @@ fn metastable_without_protection_and_recovery_with_surgeguard() {
     let sc = scenario::metastable().scaled(0.6, 0.5);
     let none = go(&sc, "none");
     assert_eq!(none.summary.recovery_s, None, "the platform does not recover");
-    let sg = go(&sc, "aimd+budget");
+    let sg = go(&sc, SG);
     let recovery = sg.summary.recovery_s.expect("recovers");
     assert!(recovery <= 2.0, "recovery {recovery} s");
     assert!(sg.summary.goodput_after >= 0.9 * sg.summary.goodput_before);
@@ -95,7 +99,7 @@ fn priority_flood_protects_critical_traffic() {
     let sc = scenario::priority_flood().scaled(0.5, 0.5);
     let none = go(&sc, "none");
     let fifo = go(&sc, "static");
-    let sg = go(&sc, "aimd");
+    let sg = go(&sc, "gradient");
     let crit = |r: &RunResult| r.summary.success_trigger[0].unwrap();
     assert!(crit(&none) < 0.5, "{}", crit(&none));
     assert!(crit(&fifo) < 0.9, "{}", crit(&fifo));
@@ -108,7 +112,7 @@ fn priority_flood_protects_critical_traffic() {
 fn dependency_pause_recovers_faster_and_amplifies_less_with_surgeguard() {
     let sc = scenario::dependency_pause().scaled(0.6, 0.5);
     let none = go(&sc, "none");
-    let sg = go(&sc, "aimd+budget");
+    let sg = go(&sc, SG);
     assert_eq!(none.summary.recovery_s, None);
     assert!(sg.summary.recovery_s.expect("recovers") <= 2.0);
     assert!(sg.summary.amplification < 0.5 * none.summary.amplification);
