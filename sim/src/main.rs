@@ -47,7 +47,7 @@ SCENARIOS
         ));
     }
     s.push_str(
-        "\nPROTECTIONS: SERVER[+CLIENT...], e.g. none, static, aimd, gate+budget, budget+backoff\n",
+        "\nPROTECTIONS: SERVER[+CLIENT...], e.g. none, static, aimd, gradient+budget, budget+backoff\n",
     );
     s.push_str("  server (on every tier with \"protect\": true; default none):\n");
     for (n, d) in SERVER_NAMES {
