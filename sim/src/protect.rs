@@ -15,10 +15,13 @@
 
 use surgeguard_core::backoff::{Backoff, BackoffConfig};
 use surgeguard_core::breaker::{BreakerPermit, CircuitBreaker, CircuitBreakerConfig};
+use surgeguard_core::codel::CodelConfig;
+use surgeguard_core::gate::{Arrival, Event, Gate, GateConfig, LifoTrigger};
 use surgeguard_core::limit::{
     AimdConfig, AlgorithmConfig, FixedConfig, Gradient2Config, GradientConfig, HysteresisConfig,
     VegasConfig,
 };
+use surgeguard_core::queue::Ticket;
 use surgeguard_core::retry::{RetryBudget, RetryBudgetConfig};
 use surgeguard_core::rng::SplitMix64;
 use surgeguard_core::throttle::{AdaptiveThrottle, AdaptiveThrottleConfig};
@@ -169,6 +172,80 @@ impl Admission for LimiterOnly {
     }
 }
 
+/// Compile-time capacity of the Gate's queue; the configured bound is below it.
+pub const GATE_CAP: usize = 1024;
+
+/// surgeguard [`Gate`]: the limiter plus a bounded priority queue with CoDel, adaptive LIFO
+/// and deadline checks, driven as the event pump the bindings use (arrive / poll /
+/// release / next_wakeup).
+pub struct GateAdmission {
+    gate: Box<Gate<GATE_CAP>>,
+    tickets: HashMap<Ticket, Key>,
+    buf: Vec<Option<Event>>,
+}
+
+impl GateAdmission {
+    /// A gate built from `config`.
+    pub fn new(config: &GateConfig) -> Self {
+        Self {
+            gate: Box::new(Gate::new(config).expect("the simulator's gate configs are valid")),
+            tickets: HashMap::new(),
+            buf: (0..64).map(|_| None).collect(),
+        }
+    }
+}
+
+impl Admission for GateAdmission {
+    fn arrive(&mut self, now: u64, job: Key, level: Priority, deadline: Option<u64>) -> Admit {
+        match self.gate.arrive(now, level, deadline) {
+            Arrival::Admitted(p) => Admit::Go(Permit::Raw(p)),
+            Arrival::Queued(t) => {
+                self.tickets.insert(t, job);
+                Admit::Wait
+            }
+            Arrival::Rejected(r) => Admit::Reject(r),
+        }
+    }
+    fn release(&mut self, now: u64, permit: Permit, outcome: Outcome) {
+        if let Permit::Raw(p) = permit {
+            self.gate.release(p, now, outcome).expect("own permit");
+        }
+    }
+    fn poll(&mut self, now: u64, out: &mut Vec<Dispatch>) {
+        loop {
+            let n = self.gate.poll(now, &mut self.buf);
+            for e in self.buf[..n].iter_mut() {
+                match e.take() {
+                    Some(Event::Granted(t, p)) => match self.tickets.remove(&t) {
+                        Some(job) => out.push(Dispatch::Go(job, Permit::Raw(p))),
+                        None => {
+                            let _ = self.gate.release(p, now, Outcome::Ignored);
+                        }
+                    },
+                    Some(Event::Expired(t, r)) => {
+                        if let Some(job) = self.tickets.remove(&t) {
+                            out.push(Dispatch::Drop(job, r));
+                        }
+                    }
+                    None => {}
+                }
+            }
+            if n < self.buf.len() {
+                break;
+            }
+        }
+    }
+    fn next_wakeup(&self, now: u64) -> Option<u64> {
+        self.gate.next_wakeup(now)
+    }
+    fn limit(&self) -> Option<f64> {
+        Some(self.gate.limiter().limit())
+    }
+    fn waiting(&self) -> usize {
+        self.gate.waiting_total() as usize
+    }
+}
+
 /// A surgeguard limit algorithm, by name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Algo {
@@ -216,15 +293,18 @@ impl Algo {
         match self {
             Algo::Fixed => AlgorithmConfig::Fixed(bounds!(FixedConfig::default())),
             Algo::Aimd => {
-                let c = bounds!(AimdConfig::default());
-                // TARGETS: the real AIMD's target goes here (3 × service_ns).
-                let _ = service_ns;
+                let mut c = bounds!(AimdConfig::default());
+                // Seed 002 leaves the target to the caller. On the window mean: 3× the normal
+                // mean, so a service that merely got slower (2× in busy-but-useless) is not
+                // mistaken for queueing and the limit does not collapse to the floor.
+                c.target_latency_ns = 3 * service_ns;
                 AlgorithmConfig::Aimd(c)
             }
             Algo::Hysteresis => {
-                let c = bounds!(HysteresisConfig::default());
-                // TARGETS: the real HysteresisAimd's target goes here (2 × normal p99).
-                let _ = P99_OVER_MEAN;
+                let mut c = bounds!(HysteresisConfig::default());
+                // Seed 000: "Start with a conservative target latency (e.g., 2x the normal
+                // P99)"; the presets' Erlang-2 work has p99 ≈ 3.3 × mean.
+                c.target_latency_ns = (2.0 * P99_OVER_MEAN * service_ns as f64) as u64;
                 AlgorithmConfig::Hysteresis(c)
             }
             Algo::Gradient => AlgorithmConfig::Gradient(bounds!(GradientConfig::default())),
@@ -247,6 +327,8 @@ pub enum Server {
     Static,
     /// surgeguard `Limiter` with an algorithm.
     Limiter(Algo),
+    /// surgeguard `Gate` (limiter with an algorithm + CoDel / LIFO / deadline queue).
+    Gate(Algo),
 }
 
 impl Server {
@@ -299,6 +381,11 @@ pub const SERVER_NAMES: &[(&str, &str)] = &[
     ("gradient", "surgeguard Limiter, limit::Gradient (Envoy)"),
     ("gradient2", "surgeguard Limiter, limit::Gradient2 (Netflix)"),
     ("vegas", "surgeguard Limiter, limit::Vegas (Netflix)"),
+    (
+        "gate",
+        "surgeguard Gate: Limiter (limit::Gradient) + priority queue of 100 ms of drain, \
+              folly CoDel, adaptive LIFO, deadline checks; gate-<algorithm> for another",
+    ),
 ];
 
 /// Client policy names and what they are.
@@ -319,7 +406,15 @@ impl Protection {
             let s = match part {
                 "none" => Some(Server::None),
                 "static" => Some(Server::Static),
-                _ => Algo::ALL.iter().find(|(n, _)| *n == part).map(|(_, a)| Server::Limiter(*a)),
+                "gate" => Some(Server::Gate(Algo::Gradient)),
+                _ => match part.strip_prefix("gate-") {
+                    Some(a) => {
+                        Algo::ALL.iter().find(|(n, _)| *n == a).map(|(_, a)| Server::Gate(*a))
+                    }
+                    None => {
+                        Algo::ALL.iter().find(|(n, _)| *n == part).map(|(_, a)| Server::Limiter(*a))
+                    }
+                },
             };
             if let Some(s) = s {
                 if server.replace(s).is_some() {
@@ -352,6 +447,20 @@ impl Protection {
                 cfg.levels = levels;
                 cfg.weights[..3].copy_from_slice(&SIM_WEIGHTS);
                 Box::new(LimiterOnly::new(&cfg))
+            }
+            Server::Gate(algo) => {
+                let mut limiter = LimiterConfig::with_algorithm(algo.config(workers, service_ns));
+                limiter.levels = levels;
+                limiter.weights[..3].copy_from_slice(&SIM_WEIGHTS);
+                let drain_per_s = workers as f64 * 1e9 / service_ns as f64;
+                let mut cfg = GateConfig::default();
+                cfg.limiter = limiter;
+                // seed 004: queue_capacity = drain_rate × wait budget (100 ms)
+                cfg.queue_capacity = Some(((drain_per_s * 0.1).ceil() as usize).clamp(1, GATE_CAP));
+                cfg.codel = Some(CodelConfig::default()); // folly: 5 ms target, 100 ms interval
+                cfg.lifo = LifoTrigger::CodelOverloaded; // "Fail at Scale" adaptive LIFO
+                cfg.initial_service_ns = service_ns;
+                Box::new(GateAdmission::new(&cfg))
             }
         }
     }

@@ -425,6 +425,8 @@ pub fn busy_but_useless() -> Scenario {
             "vegas",
             "gradient2",
             "gradient+budget",
+            "gate",
+            "gate+budget",
         ]),
         degraded_capacity_per_s: None,
     }
@@ -483,7 +485,8 @@ pub fn retry_storm() -> Scenario {
             "throttle",
             "budget",
             "gradient+budget",
-            "gradient+budget+backoff",
+            "gate+budget",
+            "gate+budget+backoff",
         ]),
         degraded_capacity_per_s: Some(32.0 / 0.1),
     }
@@ -547,7 +550,9 @@ pub fn metastable() -> Scenario {
             "aimd",
             "gradient",
             "gradient+budget",
-            "gradient+budget+breaker",
+            "gate",
+            "gate+budget",
+            "gate+budget+breaker",
         ]),
         // The slowed database is the bottleneck: 64 workers / 100 ms.
         degraded_capacity_per_s: Some(640.0),
@@ -586,7 +591,7 @@ pub fn priority_flood() -> Scenario {
             changes: Vec::new(),
         }],
         health: None,
-        protections: protections(&["none", "static", "aimd", "gradient", "gradient+budget"]),
+        protections: protections(&["none", "static", "aimd", "gradient", "gate", "gate+budget"]),
         degraded_capacity_per_s: Some(2500.0),
     }
 }
@@ -629,7 +634,7 @@ pub fn dependency_pause() -> Scenario {
             },
         ],
         health: None,
-        protections: protections(&["none", "static", "aimd", "gradient", "gradient+budget"]),
+        protections: protections(&["none", "static", "aimd", "gradient", "gate", "gate+budget"]),
         degraded_capacity_per_s: Some(0.0),
     }
 }

@@ -8,8 +8,9 @@ use surgeguard_sim::{run, Protection, RunResult};
 const S: u64 = 1_000_000_000;
 
 /// The surgeguard configuration the assertions hold for: an adaptive limiter on every
-/// protected tier and retry budgets at every caller. (With the Gate on main, `gate+budget`.)
-const SG: &str = "gradient+budget";
+/// protected tier (the Gate: limiter + CoDel / LIFO / deadline queue) and retry budgets at
+/// every caller.
+const SG: &str = "gate+budget";
 
 fn go(sc: &Scenario, protection: &str) -> RunResult {
     run(sc, &Protection::parse(protection).unwrap())
@@ -68,7 +69,7 @@ fn busy_but_useless_with_surgeguard_keeps_goodput_and_recovers() {
     let recovery = s.recovery_s.expect("recovers");
     assert!(recovery <= 2.0 * sc.client.timeout_ms / 1000.0, "recovery {recovery} s");
     let critical = s.success[0].unwrap();
-    assert!(critical >= 0.97, "critical success {critical}");
+    assert!(critical >= 0.99, "critical success {critical}");
 }
 
 #[test]
@@ -99,11 +100,11 @@ fn priority_flood_protects_critical_traffic() {
     let sc = scenario::priority_flood().scaled(0.5, 0.5);
     let none = go(&sc, "none");
     let fifo = go(&sc, "static");
-    let sg = go(&sc, "gradient");
+    let sg = go(&sc, "gate");
     let crit = |r: &RunResult| r.summary.success_trigger[0].unwrap();
     assert!(crit(&none) < 0.5, "{}", crit(&none));
     assert!(crit(&fifo) < 0.9, "{}", crit(&fifo));
-    assert!(crit(&sg) >= 0.97, "{}", crit(&sg));
+    assert!(crit(&sg) >= 0.99, "{}", crit(&sg));
     // ... and background pays for it.
     assert!(sg.summary.success_trigger[2].unwrap() < 0.5);
 }
