@@ -41,5 +41,5 @@ pub mod throttle;
 pub mod time;
 mod types;
 
-// pub use limiter (being written)
+pub use limiter::{Limiter, LimiterConfig, LimiterMetrics, Permit, RawPermit};
 pub use types::{ConfigError, Outcome, Priority, Reason, Rejected, UsageError};

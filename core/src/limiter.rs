@@ -1,1 +1,864 @@
-//! STUB: the lock-free Limiter (being written).
+//! The lock-free, exact, priority-aware concurrency [`Limiter`].
+
+use crate::limit::{Algorithm, AlgorithmConfig, AnyAlgorithm, Window};
+use crate::stats::{AtomicHistogram, BUCKETS};
+use crate::sync::{next_instance_id, AtomicU32, AtomicU64, Exclusive, Ordering};
+use crate::time::{AtomicMonotonic, MS, SEC};
+use crate::types::check_range;
+use crate::{ConfigError, Outcome, Priority, Reason, Rejected, UsageError};
+
+const LEVELS: usize = Priority::MAX_LEVELS;
+
+/// Low 32 bits of the admission word: requests in flight.
+const INFLIGHT_MASK: u64 = 0xFFFF_FFFF;
+/// Bits 32..=62 of the admission word: the whole-number limit (slots).
+const SLOTS_SHIFT: u32 = 32;
+const SLOTS_MASK: u64 = 0x7FFF_FFFF << SLOTS_SHIFT;
+/// Bit 63: the limit is below 1, so one request at a time with idle time between them.
+const FRACTIONAL_BIT: u64 = 1 << 63;
+/// The most slots a limit can have.
+pub const MAX_SLOTS: u32 = 0x7FFF_FFFF;
+/// `pinned` value meaning "no static limit" (a NaN bit pattern no finite limit has).
+const NO_PIN: u64 = u64::MAX;
+/// A level's last-arrival stamp is refreshed at most this often (saves stores).
+const SEEN_GRANULARITY: u64 = MS;
+
+/// How a [`Limiter`] is built.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LimiterConfig {
+    /// The limit algorithm (default: [`AlgorithmConfig::default`]).
+    pub algorithm: AlgorithmConfig,
+    /// Priority levels in use, 1..=8 (default 3: critical, normal, background).
+    pub levels: u8,
+    /// Guaranteed share of the limit for each level; the sum must not exceed 1.
+    /// Default 0.7 / 0.25 / 0.05 (seed 000, "The Math Behind the Priority Boost").
+    pub weights: [f64; LEVELS],
+    /// A window is at least this long (default 100 ms).
+    pub min_window_ns: u64,
+    /// ... and at most this long (default 1 s), whatever the latency.
+    pub max_window_ns: u64,
+    /// Window length = this × the previous window's smallest latency, clamped to
+    /// `[min_window_ns, max_window_ns]` (Netflix WindowedLimit uses 2).
+    pub window_rtt_multiple: f64,
+    /// A window closes only with at least this many samples, or any drop (default 10,
+    /// Netflix WindowedLimit's minimum).
+    pub min_samples: u32,
+    /// A level counts as active (its unused share is reserved, not lent) while it saw an
+    /// arrival within this long (default 1 s).
+    pub active_ns: u64,
+}
+
+impl Default for LimiterConfig {
+    fn default() -> Self {
+        let mut weights = [0.0; LEVELS];
+        weights[..3].copy_from_slice(&[0.7, 0.25, 0.05]);
+        Self {
+            algorithm: AlgorithmConfig::default(),
+            levels: 3,
+            weights,
+            min_window_ns: 100 * MS,
+            max_window_ns: SEC,
+            window_rtt_multiple: 2.0,
+            min_samples: 10,
+            active_ns: SEC,
+        }
+    }
+}
+
+impl LimiterConfig {
+    /// A config using `algorithm` and the other defaults.
+    pub fn with_algorithm(algorithm: AlgorithmConfig) -> Self {
+        Self { algorithm, ..Self::default() }
+    }
+
+    /// Checks every field; `Limiter::new` calls this.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.levels == 0 || self.levels as usize > LEVELS {
+            return Err(ConfigError::OutOfRange("levels"));
+        }
+        let mut sum = 0.0;
+        for &w in &self.weights[..self.levels as usize] {
+            sum += check_range(w, 0.0, 1.0, "weights")?;
+        }
+        if sum > 1.0 + 1e-9 {
+            return Err(ConfigError::Inconsistent("weights sum above 1"));
+        }
+        if self.max_window_ns == 0 || self.max_window_ns > 3600 * SEC {
+            return Err(ConfigError::OutOfRange("max_window_ns"));
+        }
+        if self.min_window_ns > self.max_window_ns {
+            return Err(ConfigError::Inconsistent("min_window_ns > max_window_ns"));
+        }
+        check_range(self.window_rtt_multiple, 0.0, 1e6, "window_rtt_multiple")?;
+        if self.min_samples > 1_000_000 {
+            return Err(ConfigError::OutOfRange("min_samples"));
+        }
+        if self.active_ns == 0 {
+            return Err(ConfigError::OutOfRange("active_ns"));
+        }
+        Ok(())
+    }
+}
+
+/// What only the window folder touches (inside [`Exclusive`]).
+#[derive(Debug)]
+struct FoldState {
+    algorithm: AnyAlgorithm,
+    prev: [u64; BUCKETS],
+    cur: [u64; BUCKETS],
+    prev_sum: u64,
+    prev_drops: u64,
+}
+
+/// A concurrency limiter: admits work while in-flight is below an adaptive limit, learns
+/// the limit from completions, and splits it between priority levels.
+///
+/// ```
+/// use surgeguard_core::{Limiter, LimiterConfig, Outcome, Priority};
+/// use surgeguard_core::limit::{AlgorithmConfig, AimdConfig};
+///
+/// let limiter = Limiter::new(&LimiterConfig::with_algorithm(
+///     AlgorithmConfig::Aimd(AimdConfig::default()),
+/// )).unwrap();
+/// let now = 1_000_000; // ns, from your monotonic clock
+/// match limiter.try_acquire(now, Priority::NORMAL) {
+///     Ok(permit) => {
+///         // ... call the dependency ...
+///         permit.release(now + 3_000_000, Outcome::Success); // latency 3 ms
+///     }
+///     Err(rejected) => {
+///         // shed: answer 503 with Retry-After = rejected.retry_after
+///         let _ = rejected;
+///     }
+/// }
+/// assert_eq!(limiter.inflight(), 0);
+/// ```
+///
+/// **Exact.** In-flight and the whole-number limit share one atomic word; a request is
+/// admitted only by a compare-and-swap that sees `in_flight < limit`, so admissions never
+/// exceed the limit, not even in a race (Netflix's partitioned limiter and Envoy over-admit
+/// by up to the number of threads). When the limit falls below in-flight, admissions
+/// stop until enough permits return.
+///
+/// **Partitions** (demand-aware reservation, DESIGN.md §3). Level `p` is guaranteed
+/// `g[p] = floor(limit × weights[p])`. A level is *active* if it saw an arrival within
+/// `active_ns`. An arrival at level `p` is admitted iff
+/// `in_flight + Σ_{q more important than p, q active} max(0, g[q] − in_flight[q]) < limit`.
+/// So an active level below its share always finds a slot while the limit is steady (the
+/// less important levels could only take slots beyond its reservation), an inactive
+/// level's share is lent to everyone, and lending never makes a more important level
+/// wait for a less important one. What cannot hold at once: at the instant an *idle*
+/// important level wakes up, its share may be on loan; it is refused until a permit
+/// returns (the [`Gate`](crate::gate) queues it and hands it the next freed slot). Per-level
+/// counts are updated next to the exact total (acquire: total then level; release: level
+/// then total), so a concurrent reader sees reservations that err on the safe side.
+///
+/// **Fractional limits.** A limit `L < 1` admits one request at a time and, after each
+/// completion of latency `r`, stays idle for `r·(1/L − 1)`: the dependency is busy `L`
+/// of the time.
+///
+/// **Windows.** Completions are recorded into cumulative atomic counters (a log-linear
+/// histogram, a latency sum, drops). When a window is due, whichever releasing thread wins
+/// a compare-and-swap folds it: it diffs the counters against the last fold, so no sample
+/// is lost or counted twice across a roll-over, feeds the [`Window`] to the algorithm and
+/// publishes the new limit. A window closes after `clamp(window_rtt_multiple × min
+/// latency, min_window_ns, max_window_ns)` and at least `min_samples` samples (or a drop).
+///
+/// **Progress.** `try_acquire` is lock-free (one CAS loop that retries only when another
+/// thread changed the word); release is wait-free plus, once per window, one fold by the
+/// CAS winner (bounded work: one pass over the histogram); nobody ever waits for the
+/// folder. **Cost**: uncontended single-level acquire + release with a sample is four
+/// atomic read-modify-writes (see BENCHMARKS.md).
+///
+/// **Time** is the caller's `now` in ns. A latency is never negative (`now` before the
+/// permit's start counts as 0), and windows never close backwards.
+#[derive(Debug)]
+pub struct Limiter {
+    id: u32,
+    levels: u8,
+    weights: [f64; LEVELS],
+    min_window_ns: u64,
+    max_window_ns: u64,
+    window_rtt_multiple: f64,
+    min_samples: u32,
+    active_ns: u64,
+    algorithm_name: &'static str,
+    /// `in_flight | slots << 32 | fractional << 63`.
+    state: AtomicU64,
+    level_inflight: [AtomicU32; LEVELS],
+    level_share: [AtomicU32; LEVELS],
+    level_seen: [AtomicU64; LEVELS],
+    rejected: [AtomicU64; LEVELS],
+    limit_bits: AtomicU64,
+    pinned_bits: AtomicU64,
+    idle_until: AtomicU64,
+    next_fold: AtomicU64,
+    max_inflight: AtomicU32,
+    hist: AtomicHistogram,
+    sum_ns: AtomicU64,
+    drops: AtomicU64,
+    ignored: AtomicU64,
+    windows: AtomicU64,
+    last_min_ns: AtomicU64,
+    last_avg_ns: AtomicU64,
+    last_p99_ns: AtomicU64,
+    clock: AtomicMonotonic,
+    fold: Exclusive<FoldState>,
+}
+
+/// An admission, released exactly once by [`Permit::release`] (or as
+/// [`Outcome::Ignored`] when dropped unreleased). It cannot be copied, so it cannot be
+/// released twice.
+#[must_use = "a permit holds a slot until released"]
+#[derive(Debug)]
+pub struct Permit<'a> {
+    limiter: &'a Limiter,
+    raw: Option<RawPermit>,
+}
+
+/// A permit detached from the limiter's lifetime, for bindings that keep it in their
+/// own objects. Move-only: release it with [`Limiter::release_raw`] exactly once.
+#[must_use = "a permit holds a slot until released"]
+#[derive(Debug, PartialEq, Eq)]
+pub struct RawPermit {
+    owner: u32,
+    level: u8,
+    started_at: u64,
+}
+
+impl RawPermit {
+    /// The level it was admitted at.
+    pub fn level(&self) -> Priority {
+        Priority::new(self.level).unwrap_or_default()
+    }
+    /// The `now` it was admitted at.
+    pub fn started_at(&self) -> u64 {
+        self.started_at
+    }
+}
+
+impl<'a> Permit<'a> {
+    /// Ends the work: a `Success` latency (`now − start`) becomes a sample, `Dropped`
+    /// is an overload signal, `Ignored` just returns the slot.
+    pub fn release(mut self, now: u64, outcome: Outcome) {
+        if let Some(raw) = self.raw.take() {
+            // Cannot fail: the permit came from this limiter.
+            let _ = self.limiter.release_raw(raw, now, outcome);
+        }
+    }
+
+    /// Detaches the permit from the limiter's lifetime.
+    pub fn into_raw(mut self) -> RawPermit {
+        self.raw.take().expect("a live permit always holds its raw part")
+    }
+
+    /// The level it was admitted at.
+    pub fn level(&self) -> Priority {
+        self.raw.as_ref().map(RawPermit::level).unwrap_or_default()
+    }
+
+    /// The `now` it was admitted at.
+    pub fn started_at(&self) -> u64 {
+        self.raw.as_ref().map_or(0, |r| r.started_at)
+    }
+}
+
+impl Drop for Permit<'_> {
+    fn drop(&mut self) {
+        if let Some(raw) = self.raw.take() {
+            let now = self.limiter.clock.latest().max(raw.started_at);
+            let _ = self.limiter.release_raw(raw, now, Outcome::Ignored);
+        }
+    }
+}
+
+/// A snapshot of a limiter's counters and gauges.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LimiterMetrics {
+    /// The algorithm's name.
+    pub algorithm: &'static str,
+    /// The limit in force.
+    pub limit: f64,
+    /// The static limit pinned by the kill switch, if any.
+    pub static_limit: Option<f64>,
+    /// Requests in flight.
+    pub inflight: u32,
+    /// Levels in use.
+    pub levels: u8,
+    /// In flight per level.
+    pub inflight_by_level: [u32; LEVELS],
+    /// Guaranteed share per level (`floor(limit × weight)`).
+    pub share_by_level: [u32; LEVELS],
+    /// Admissions ever (= successes + drops + ignored + in flight).
+    pub admitted: u64,
+    /// Rejections ever (all `LimitReached`).
+    pub rejected: u64,
+    /// Rejections per level.
+    pub rejected_by_level: [u64; LEVELS],
+    /// `Success` releases (latency samples).
+    pub successes: u64,
+    /// `Dropped` releases.
+    pub drops: u64,
+    /// `Ignored` releases.
+    pub ignored: u64,
+    /// Windows folded into the algorithm.
+    pub windows: u64,
+    /// Smallest latency of the last window (ns).
+    pub min_rtt_ns: u64,
+    /// Mean latency of the last window (ns).
+    pub avg_rtt_ns: u64,
+    /// p99 latency of the last window (ns).
+    pub p99_rtt_ns: u64,
+}
+
+fn slots_of(limit: f64) -> u64 {
+    if limit >= MAX_SLOTS as f64 {
+        MAX_SLOTS as u64
+    } else if limit >= 1.0 {
+        libm::floor(limit) as u64
+    } else {
+        1
+    }
+}
+
+impl Limiter {
+    /// Builds a limiter; every number in `config` is checked first.
+    pub fn new(config: &LimiterConfig) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let algorithm = AnyAlgorithm::new(&config.algorithm)?;
+        let limit = algorithm.limit();
+        let limiter = Self {
+            id: next_instance_id(),
+            levels: config.levels,
+            weights: config.weights,
+            min_window_ns: config.min_window_ns,
+            max_window_ns: config.max_window_ns,
+            window_rtt_multiple: config.window_rtt_multiple,
+            min_samples: config.min_samples,
+            active_ns: config.active_ns,
+            algorithm_name: algorithm.name(),
+            state: AtomicU64::new(0),
+            level_inflight: core::array::from_fn(|_| AtomicU32::new(0)),
+            level_share: core::array::from_fn(|_| AtomicU32::new(0)),
+            level_seen: core::array::from_fn(|_| AtomicU64::new(0)),
+            rejected: core::array::from_fn(|_| AtomicU64::new(0)),
+            limit_bits: AtomicU64::new(0),
+            pinned_bits: AtomicU64::new(NO_PIN),
+            idle_until: AtomicU64::new(0),
+            next_fold: AtomicU64::new(0),
+            max_inflight: AtomicU32::new(0),
+            hist: AtomicHistogram::new(),
+            sum_ns: AtomicU64::new(0),
+            drops: AtomicU64::new(0),
+            ignored: AtomicU64::new(0),
+            windows: AtomicU64::new(0),
+            last_min_ns: AtomicU64::new(0),
+            last_avg_ns: AtomicU64::new(0),
+            last_p99_ns: AtomicU64::new(0),
+            clock: AtomicMonotonic::new(),
+            fold: Exclusive::new(FoldState {
+                algorithm,
+                prev: [0; BUCKETS],
+                cur: [0; BUCKETS],
+                prev_sum: 0,
+                prev_drops: 0,
+            }),
+        };
+        limiter.publish(limit);
+        Ok(limiter)
+    }
+
+    /// Admits one unit of work at `level`, or says why not. Levels beyond the configured
+    /// ones count as the least important level.
+    pub fn try_acquire(&self, now: u64, level: Priority) -> Result<Permit<'_>, Rejected> {
+        self.try_acquire_raw(now, level).map(|raw| Permit { limiter: self, raw: Some(raw) })
+    }
+
+    /// [`try_acquire`](Self::try_acquire) returning a lifetime-free [`RawPermit`].
+    pub fn try_acquire_raw(&self, now: u64, level: Priority) -> Result<RawPermit, Rejected> {
+        let lvl = level.index().min(self.levels as usize - 1);
+        let multi = self.levels > 1;
+        if multi {
+            self.note_arrival_at(now, lvl);
+        }
+        // Relaxed: the CAS below re-validates the word; admission orders no other memory.
+        let mut word = self.state.load(Ordering::Relaxed);
+        loop {
+            let inflight = word & INFLIGHT_MASK;
+            let slots = (word & SLOTS_MASK) >> SLOTS_SHIFT;
+            let reserved = if multi && lvl > 0 { self.reserved_above(now, lvl) } else { 0 };
+            if inflight + reserved >= slots {
+                return Err(self.reject(now, lvl, inflight));
+            }
+            if word & FRACTIONAL_BIT != 0 {
+                let idle_until = self.idle_until.load(Ordering::Relaxed);
+                if now < idle_until {
+                    return Err(self.reject_for(lvl, idle_until - now));
+                }
+            }
+            match self.state.compare_exchange_weak(
+                word,
+                word + 1,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(actual) => word = actual,
+            }
+        }
+        if multi {
+            self.level_inflight[lvl].fetch_add(1, Ordering::Relaxed);
+        }
+        let inflight = ((word & INFLIGHT_MASK) + 1) as u32;
+        if inflight > self.max_inflight.load(Ordering::Relaxed) {
+            self.max_inflight.fetch_max(inflight, Ordering::Relaxed);
+        }
+        Ok(RawPermit { owner: self.id, level: lvl as u8, started_at: now })
+    }
+
+    /// Sum of the unused guaranteed shares of the active levels more important than `lvl`.
+    fn reserved_above(&self, now: u64, lvl: usize) -> u64 {
+        let mut reserved = 0u64;
+        for q in 0..lvl {
+            let seen = self.level_seen[q].load(Ordering::Relaxed);
+            if seen != 0 && now.saturating_sub(seen) <= self.active_ns {
+                let share = self.level_share[q].load(Ordering::Relaxed);
+                let used = self.level_inflight[q].load(Ordering::Relaxed);
+                reserved += share.saturating_sub(used) as u64;
+            }
+        }
+        reserved
+    }
+
+    fn reject(&self, now: u64, lvl: usize, inflight: u64) -> Rejected {
+        // Expected wait for one slot: a mean latency spread over what is in flight.
+        let avg = self.last_avg_ns.load(Ordering::Relaxed);
+        let hint = avg.checked_div(inflight).unwrap_or(avg);
+        let _ = now;
+        self.reject_for(lvl, hint.max(MS))
+    }
+
+    fn reject_for(&self, lvl: usize, retry_after: u64) -> Rejected {
+        self.rejected[lvl].fetch_add(1, Ordering::Relaxed);
+        Rejected::new(Reason::LimitReached, retry_after)
+    }
+
+    /// Marks `level` active at `now` without admitting anything: a queue calls this for
+    /// arrivals it holds, so their share is reserved while they wait.
+    pub fn note_arrival(&self, now: u64, level: Priority) {
+        if self.levels > 1 {
+            self.note_arrival_at(now, level.index().min(self.levels as usize - 1));
+        }
+    }
+
+    fn note_arrival_at(&self, now: u64, lvl: usize) {
+        let now = now.max(1); // 0 means "never seen"
+        let seen = self.level_seen[lvl].load(Ordering::Relaxed);
+        if now >= seen.saturating_add(SEEN_GRANULARITY) {
+            self.level_seen[lvl].fetch_max(now, Ordering::Relaxed);
+        }
+    }
+
+    /// Ends an admission made by [`try_acquire_raw`](Self::try_acquire_raw). A permit of
+    /// another limiter is refused with [`UsageError::ForeignHandle`] and changes nothing.
+    pub fn release_raw(
+        &self,
+        permit: RawPermit,
+        now: u64,
+        outcome: Outcome,
+    ) -> Result<(), UsageError> {
+        if permit.owner != self.id {
+            return Err(UsageError::ForeignHandle);
+        }
+        if self.levels > 1 {
+            self.level_inflight[permit.level as usize].fetch_sub(1, Ordering::Relaxed);
+        }
+        // Relaxed: the count is the only thing this publishes; admissions re-check it by CAS.
+        let word = self.state.fetch_sub(1, Ordering::Relaxed);
+        let latency = now.saturating_sub(permit.started_at);
+        match outcome {
+            Outcome::Success => {
+                self.hist.record(latency);
+                self.sum_ns.fetch_add(latency, Ordering::Relaxed);
+            }
+            Outcome::Dropped => {
+                self.drops.fetch_add(1, Ordering::Relaxed);
+            }
+            Outcome::Ignored => {
+                self.ignored.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if word & FRACTIONAL_BIT != 0 && outcome != Outcome::Ignored {
+            let limit = f64::from_bits(self.limit_bits.load(Ordering::Relaxed));
+            if limit > 0.0 && limit < 1.0 {
+                let idle = (latency as f64 * (1.0 / limit - 1.0)).min(3600.0 * SEC as f64);
+                self.idle_until.fetch_max(now.saturating_add(idle as u64), Ordering::Relaxed);
+            }
+        }
+        if outcome != Outcome::Ignored && now >= self.next_fold.load(Ordering::Relaxed) {
+            self.try_fold(now);
+        }
+        Ok(())
+    }
+
+    /// Folds the current window into the algorithm if it is due and no other thread is
+    /// folding. Returns the window fed to the algorithm, if any.
+    fn try_fold(&self, now: u64) -> Option<Window> {
+        self.fold
+            .try_with(|st| {
+                let now = self.clock.observe(now);
+                if now < self.next_fold.load(Ordering::Relaxed) {
+                    return None;
+                }
+                self.hist.snapshot(&mut st.cur);
+                let mut samples = 0u64;
+                let mut delta = [0u64; BUCKETS];
+                for ((d, cur), prev) in delta.iter_mut().zip(&st.cur).zip(&st.prev) {
+                    *d = cur.wrapping_sub(*prev);
+                    samples += *d;
+                }
+                let sum = self.sum_ns.load(Ordering::Relaxed);
+                let drops = self.drops.load(Ordering::Relaxed);
+                let window_drops = drops.wrapping_sub(st.prev_drops);
+                if samples < self.min_samples as u64 && window_drops == 0 {
+                    // Long enough but too few samples: look again a little later.
+                    let retry = (self.min_window_ns / 4).max(MS);
+                    self.next_fold.store(now.saturating_add(retry), Ordering::Relaxed);
+                    return None;
+                }
+                let inflight = (self.state.load(Ordering::Relaxed) & INFLIGHT_MASK) as u32;
+                let max_inflight = self.max_inflight.swap(inflight, Ordering::Relaxed);
+                let window = crate::stats::summarize_window(
+                    now,
+                    &delta,
+                    samples,
+                    sum.wrapping_sub(st.prev_sum),
+                    window_drops,
+                    max_inflight.max(inflight),
+                    inflight,
+                );
+                st.prev = st.cur;
+                st.prev_sum = sum;
+                st.prev_drops = drops;
+                let limit = st.algorithm.update(&window);
+                self.apply(limit);
+                if samples > 0 {
+                    self.last_min_ns.store(window.min_ns, Ordering::Relaxed);
+                    self.last_avg_ns.store(window.avg_ns, Ordering::Relaxed);
+                    self.last_p99_ns.store(window.p99_ns, Ordering::Relaxed);
+                }
+                self.windows.fetch_add(1, Ordering::Relaxed);
+                let len = (window.min_ns as f64 * self.window_rtt_multiple) as u64;
+                let len = len.clamp(self.min_window_ns, self.max_window_ns).max(1);
+                self.next_fold.store(now.saturating_add(len), Ordering::Relaxed);
+                Some(window)
+            })
+            .flatten()
+    }
+
+    /// Publishes the algorithm's limit unless a static limit is pinned.
+    fn apply(&self, algorithm_limit: f64) {
+        match self.pinned() {
+            Some(pin) => self.publish(pin),
+            None => {
+                self.publish(algorithm_limit);
+                // A pin may have been set while we published: its own publish and ours are
+                // ordered on `state`; if ours came last, restore the pin.
+                if let Some(pin) = self.pinned() {
+                    self.publish(pin);
+                }
+            }
+        }
+    }
+
+    /// Makes `limit` the limit in force: slots in the admission word, exact value and
+    /// level shares beside it.
+    fn publish(&self, limit: f64) {
+        let slots = slots_of(limit);
+        let fractional = if limit < 1.0 { FRACTIONAL_BIT } else { 0 };
+        // AcqRel: every publish is an RMW on `state`, so publishes are totally ordered;
+        // Release makes the pin stored before a publish visible to a later publisher
+        // (its Acquire) that re-reads the pin in `apply`.
+        let mut word = self.state.load(Ordering::Relaxed);
+        loop {
+            let new = (word & INFLIGHT_MASK) | (slots << SLOTS_SHIFT) | fractional;
+            match self.state.compare_exchange_weak(word, new, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => break,
+                Err(actual) => word = actual,
+            }
+        }
+        self.limit_bits.store(limit.to_bits(), Ordering::Relaxed);
+        for lvl in 0..self.levels as usize {
+            let share = libm::floor(limit * self.weights[lvl]).min(MAX_SLOTS as f64) as u32;
+            self.level_share[lvl].store(share, Ordering::Relaxed);
+        }
+    }
+
+    fn pinned(&self) -> Option<f64> {
+        // Acquire: pairs with the Release store in `set_static_limit`.
+        let bits = self.pinned_bits.load(Ordering::Acquire);
+        (bits != NO_PIN).then(|| f64::from_bits(bits))
+    }
+
+    /// The kill switch (seed 000: "if the controller goes wild, fall back to a static
+    /// limit"): `Some(n)` pins the limit to `n` at once; `None` hands control back to the
+    /// algorithm at its next window. The algorithm keeps learning while pinned.
+    pub fn set_static_limit(&self, limit: Option<f64>) -> Result<(), ConfigError> {
+        match limit {
+            Some(n) => {
+                check_range(n, 1e-6, MAX_SLOTS as f64, "static limit")?;
+                // Release: pairs with the Acquire in `pinned`.
+                self.pinned_bits.store(n.to_bits(), Ordering::Release);
+                self.publish(n);
+            }
+            None => {
+                self.pinned_bits.store(NO_PIN, Ordering::Release);
+                // If the folder is busy it will publish the algorithm's limit itself.
+                self.fold.try_with(|st| self.apply(st.algorithm.limit()));
+            }
+        }
+        Ok(())
+    }
+
+    /// The limit in force (possibly fractional).
+    pub fn limit(&self) -> f64 {
+        f64::from_bits(self.limit_bits.load(Ordering::Relaxed))
+    }
+
+    /// Requests in flight.
+    pub fn inflight(&self) -> u32 {
+        (self.state.load(Ordering::Relaxed) & INFLIGHT_MASK) as u32
+    }
+
+    /// Requests in flight at `level` (0 when only one level is configured).
+    pub fn inflight_of(&self, level: Priority) -> u32 {
+        let lvl = level.index().min(self.levels as usize - 1);
+        if self.levels == 1 {
+            return self.inflight();
+        }
+        self.level_inflight[lvl].load(Ordering::Relaxed)
+    }
+
+    /// Levels in use.
+    pub fn levels(&self) -> u8 {
+        self.levels
+    }
+
+    /// A snapshot of counters and gauges. Counters are exact; a snapshot taken while
+    /// other threads run may mix instants.
+    pub fn metrics(&self) -> LimiterMetrics {
+        let successes = self.hist.total();
+        let drops = self.drops.load(Ordering::Relaxed);
+        let ignored = self.ignored.load(Ordering::Relaxed);
+        let inflight = self.inflight();
+        let rejected_by_level: [u64; LEVELS] =
+            core::array::from_fn(|l| self.rejected[l].load(Ordering::Relaxed));
+        let inflight_by_level = if self.levels == 1 {
+            let mut a = [0; LEVELS];
+            a[0] = inflight;
+            a
+        } else {
+            core::array::from_fn(|l| self.level_inflight[l].load(Ordering::Relaxed))
+        };
+        LimiterMetrics {
+            algorithm: self.algorithm_name,
+            limit: self.limit(),
+            static_limit: self.pinned(),
+            inflight,
+            levels: self.levels,
+            inflight_by_level,
+            share_by_level: core::array::from_fn(|l| self.level_share[l].load(Ordering::Relaxed)),
+            admitted: successes + drops + ignored + inflight as u64,
+            rejected: rejected_by_level.iter().sum(),
+            rejected_by_level,
+            successes,
+            drops,
+            ignored,
+            windows: self.windows.load(Ordering::Relaxed),
+            min_rtt_ns: self.last_min_ns.load(Ordering::Relaxed),
+            avg_rtt_ns: self.last_avg_ns.load(Ordering::Relaxed),
+            p99_rtt_ns: self.last_p99_ns.load(Ordering::Relaxed),
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::limit::FixedConfig;
+
+    fn fixed(limit: f64, levels: u8) -> Limiter {
+        let cfg = LimiterConfig {
+            levels,
+            ..LimiterConfig::with_algorithm(AlgorithmConfig::Fixed(FixedConfig {
+                initial_limit: limit,
+                min_limit: limit.min(1.0),
+                max_limit: limit.max(1.0),
+            }))
+        };
+        Limiter::new(&cfg).unwrap()
+    }
+
+    #[test]
+    fn admits_exactly_up_to_the_limit() {
+        let l = fixed(2.0, 1);
+        let a = l.try_acquire(0, Priority::NORMAL).unwrap();
+        let b = l.try_acquire(0, Priority::NORMAL).unwrap();
+        let err = l.try_acquire(0, Priority::NORMAL).unwrap_err();
+        assert_eq!(err.reason, Reason::LimitReached);
+        assert!(err.retry_after > 0);
+        assert_eq!(l.inflight(), 2);
+        a.release(5 * MS, Outcome::Success);
+        let c = l.try_acquire(6 * MS, Priority::NORMAL).unwrap();
+        b.release(7 * MS, Outcome::Dropped);
+        drop(c); // released as Ignored
+        let m = l.metrics();
+        assert_eq!((m.inflight, m.successes, m.drops, m.ignored), (0, 1, 1, 1));
+        assert_eq!((m.admitted, m.rejected), (3, 1));
+    }
+
+    #[test]
+    fn foreign_permit_is_refused_and_changes_nothing() {
+        let a = fixed(4.0, 1);
+        let b = fixed(4.0, 1);
+        let p = a.try_acquire_raw(0, Priority::NORMAL).unwrap();
+        let q = b.try_acquire_raw(0, Priority::NORMAL).unwrap();
+        assert_eq!(b.release_raw(p, 1, Outcome::Success), Err(UsageError::ForeignHandle));
+        assert_eq!((a.inflight(), b.inflight()), (1, 1));
+        assert_eq!(b.metrics().successes, 0);
+        assert_eq!(b.release_raw(q, 1, Outcome::Success), Ok(()));
+        assert_eq!(b.inflight(), 0);
+    }
+
+    #[test]
+    fn active_important_level_keeps_its_share() {
+        // limit 10, shares 7 / 2 / 0.
+        let l = fixed(10.0, 3);
+        let crit = l.try_acquire(MS, Priority::CRITICAL).unwrap(); // critical now active
+        let mut bg = std::vec::Vec::new();
+        while let Ok(p) = l.try_acquire(MS, Priority::BACKGROUND) {
+            bg.push(p);
+        }
+        // Background may use what critical (6 unused of 7) does not reserve: 10 - 1 - 6 = 3.
+        assert_eq!(bg.len(), 3);
+        // Normal is inactive-then-arriving: critical still reserves 6, so 10 - 4 - 6 = 0 left.
+        assert!(l.try_acquire(MS, Priority::NORMAL).is_err());
+        // Critical itself always finds its reserved slots.
+        let more: std::vec::Vec<_> =
+            (0..6).map(|_| l.try_acquire(MS, Priority::CRITICAL).unwrap()).collect();
+        assert_eq!(l.inflight(), 10);
+        drop(more);
+        drop(crit);
+        drop(bg);
+        assert_eq!(l.inflight(), 0);
+    }
+
+    #[test]
+    fn inactive_levels_lend_their_share() {
+        let l = fixed(10.0, 3);
+        let bg: std::vec::Vec<_> =
+            (0..10).map(|_| l.try_acquire(SEC, Priority::BACKGROUND).unwrap()).collect();
+        assert_eq!(bg.len(), 10);
+        // Critical wakes up after 2 s idle... it arrives when everything is on loan.
+        assert_eq!(
+            l.try_acquire(3 * SEC, Priority::CRITICAL).unwrap_err().reason,
+            Reason::LimitReached
+        );
+        drop(bg);
+        // Critical is active now: background is held to 10 - 7 = 3.
+        let bg2: std::vec::Vec<_> =
+            core::iter::from_fn(|| l.try_acquire(3 * SEC, Priority::BACKGROUND).ok()).collect();
+        assert_eq!(bg2.len(), 3);
+        // Once critical has been quiet for longer than active_ns, its share is lent again.
+        let late: std::vec::Vec<_> =
+            core::iter::from_fn(|| l.try_acquire(3 * SEC + 2 * SEC, Priority::BACKGROUND).ok())
+                .collect();
+        assert_eq!(late.len(), 7);
+    }
+
+    #[test]
+    fn fractional_limit_idles_between_requests() {
+        let l = fixed(0.5, 1);
+        let p = l.try_acquire(0, Priority::NORMAL).unwrap();
+        assert!(l.try_acquire(0, Priority::NORMAL).is_err(), "one at a time");
+        p.release(10 * MS, Outcome::Success);
+        // Busy half the time: idle for 10 ms × (1/0.5 − 1) = 10 ms.
+        let err = l.try_acquire(15 * MS, Priority::NORMAL).unwrap_err();
+        assert_eq!(err.retry_after, 5 * MS);
+        assert!(l.try_acquire(20 * MS, Priority::NORMAL).is_ok());
+    }
+
+    #[test]
+    fn kill_switch_pins_and_releases_the_limit() {
+        let l = fixed(8.0, 1);
+        let held: std::vec::Vec<_> =
+            (0..5).map(|_| l.try_acquire(0, Priority::NORMAL).unwrap()).collect();
+        l.set_static_limit(Some(3.0)).unwrap();
+        assert_eq!(l.limit(), 3.0);
+        assert_eq!(l.metrics().static_limit, Some(3.0));
+        assert!(l.try_acquire(0, Priority::NORMAL).is_err(), "5 in flight > 3: wait");
+        drop(held);
+        let again: std::vec::Vec<_> =
+            core::iter::from_fn(|| l.try_acquire(0, Priority::NORMAL).ok()).collect();
+        assert_eq!(again.len(), 3);
+        drop(again);
+        assert!(l.set_static_limit(Some(f64::NAN)).is_err());
+        assert!(l.set_static_limit(Some(-1.0)).is_err());
+        assert_eq!(l.limit(), 3.0, "a bad pin changes nothing");
+        l.set_static_limit(None).unwrap();
+        assert_eq!(l.limit(), 8.0);
+        assert_eq!(l.metrics().static_limit, None);
+    }
+
+    #[test]
+    fn windows_fold_after_time_and_samples() {
+        let l = fixed(100.0, 1);
+        let mut t = 0;
+        let mut step = |l: &Limiter| {
+            let p = l.try_acquire(t, Priority::NORMAL).unwrap();
+            t += 20 * MS;
+            p.release(t, Outcome::Success);
+        };
+        for _ in 0..9 {
+            step(&l);
+        }
+        assert_eq!(l.metrics().windows, 0, "9 samples < min_samples");
+        // Too-small windows are looked at again every min_window/4 (25 ms), so the window
+        // closes within two more 20 ms completions.
+        step(&l);
+        step(&l);
+        let m = l.metrics();
+        assert_eq!(m.windows, 1);
+        assert_eq!(m.successes, 11);
+        let err = (m.avg_rtt_ns as f64 - (20 * MS) as f64).abs() / (20 * MS) as f64;
+        assert!(err < 1e-9, "avg {}", m.avg_rtt_ns);
+        assert!(m.min_rtt_ns <= 20 * MS && m.min_rtt_ns as f64 >= 0.95 * (20 * MS) as f64);
+    }
+
+    #[test]
+    fn bad_configs_are_refused() {
+        let bad = [
+            LimiterConfig { levels: 0, ..LimiterConfig::default() },
+            LimiterConfig { levels: 9, ..LimiterConfig::default() },
+            LimiterConfig {
+                weights: [0.9, 0.2, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+                ..LimiterConfig::default()
+            },
+            LimiterConfig {
+                weights: [f64::NAN, 0.2, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+                ..LimiterConfig::default()
+            },
+            LimiterConfig {
+                min_window_ns: 2 * SEC,
+                max_window_ns: SEC,
+                ..LimiterConfig::default()
+            },
+            LimiterConfig { window_rtt_multiple: f64::INFINITY, ..LimiterConfig::default() },
+            LimiterConfig { active_ns: 0, ..LimiterConfig::default() },
+        ];
+        for cfg in bad {
+            assert!(Limiter::new(&cfg).is_err(), "{cfg:?}");
+        }
+        assert!(Limiter::new(&LimiterConfig::default()).is_ok());
+    }
+}

@@ -19,6 +19,14 @@ pub(crate) use core::sync::atomic::{
     Ordering,
 };
 
+/// A process-wide id for each new structure, so a permit or ticket of one structure is
+/// recognised as foreign by another. Not part of any structure's shared state, so it is a
+/// plain `core` atomic even under loom.
+pub(crate) fn next_instance_id() -> u32 {
+    static NEXT: core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32::new(1);
+    NEXT.fetch_add(1, core::sync::atomic::Ordering::Relaxed)
+}
+
 #[cfg(loom)]
 use loom::cell::UnsafeCell;
 
