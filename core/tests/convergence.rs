@@ -75,24 +75,38 @@ fn trace() {
 #[test]
 #[ignore]
 fn seeds() {
-    let env = |k: &str, d: &str| -> f64 { std::env::var(k).unwrap_or(d.into()).parse().unwrap() };
+    let d = GradientConfig::default();
+    let env =
+        |k: &str, d: f64| -> f64 { std::env::var(k).ok().map(|v| v.parse().unwrap()).unwrap_or(d) };
     let envoy = std::env::var("ENVOY").ok().and_then(|s| s.parse::<u64>().ok());
     let cfg = GradientConfig {
-        buffer: env("B", "0.1"),
-        headroom: env("H", "0.5"),
-        smoothing: env("SMOOTH", "0.3"),
-        sample_percentile: env("SP", "50"),
-        app_limited_ratio: env("AL", "0.8"),
-        ..Default::default()
+        buffer: env("B", d.buffer),
+        headroom: env("H", d.headroom),
+        smoothing: env("SMOOTH", d.smoothing),
+        sample_percentile: env("SP", d.sample_percentile),
+        app_limited_ratio: env("AL", d.app_limited_ratio),
+        initial_limit: env("INIT", d.initial_limit),
+        ..d
     };
     let mut all = Vec::new();
     for seed in 1..=8 {
         let f = match envoy {
+            Some(i) if std::env::var("REAL").is_ok() => figures(seed, &mut || {
+                let a = surgeguard_core::limit::AlgorithmConfig::Gradient(GradientConfig::envoy(
+                    i * SEC,
+                ));
+                let mut r = Real::new(a, "envoy");
+                r.timeouts_as_samples = true;
+                Box::new(r)
+            }),
             Some(i) => figures(seed, &mut || {
                 let mut w =
                     Windowed::new(Gradient::new(&GradientConfig::envoy(i * SEC)).unwrap(), "envoy");
                 w.timeouts_as_samples = true;
                 Box::new(w)
+            }),
+            None if std::env::var("REAL").is_ok() => figures(seed, &mut || {
+                Box::new(Real::new(surgeguard_core::limit::AlgorithmConfig::Gradient(cfg), "g"))
             }),
             None => figures(seed, &mut || gradient(cfg)),
         };
@@ -126,5 +140,71 @@ fn seeds() {
 fn static_band() {
     for l in [16.0, 17.0, 18.0, 19.0, 20.0, 21.0, 22.0, 24.0] {
         println!("static {l:4} {}", figures(1, &mut || Box::new(Static::new(l))));
+    }
+}
+
+#[test]
+#[ignore]
+fn trace_real() {
+    let env = |k: &str, d: &str| -> f64 { std::env::var(k).unwrap_or(d.into()).parse().unwrap() };
+    let cfg = GradientConfig {
+        buffer: env("B", "0.1"),
+        headroom: env("H", "0.5"),
+        smoothing: env("SMOOTH", "0.3"),
+        ..Default::default()
+    };
+    let sc = std::env::var("SC").unwrap_or("heavy".into());
+    let from = env("FROM", "0") as u64 * SEC;
+    for seed in 1..=8u64 {
+        let s = if sc == "halved" { scenarios::halved(seed) } else { scenarios::heavy_tail(seed) };
+        let mut c = Real::new(surgeguard_core::limit::AlgorithmConfig::Gradient(cfg), "g");
+        let r = run(&s, &mut c);
+        let m = c.limiter.metrics();
+        println!(
+            "seed {seed} good {} timeouts {} {:?}",
+            r.good_between(2 * SEC, 10 * SEC),
+            r.timeouts,
+            m
+        );
+        if seed == env("SEED", "0") as u64 {
+            let mut t = from;
+            while t < from + 4 * SEC {
+                let l = r.limits.iter().take_while(|x| x.0 <= t).last().map(|x| x.1).unwrap_or(0.0);
+                println!(
+                    "{:5.2} L {:6.2} p50 {:6.2} good {}",
+                    t as f64 / 1e9,
+                    l,
+                    r.quantile_between(0.5, t, t + SEC / 10) as f64 / 1e6,
+                    r.good_between(t, t + SEC / 10)
+                );
+                t += SEC / 10;
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore]
+fn scale() {
+    let env = |k: &str, d: &str| -> f64 { std::env::var(k).unwrap_or(d.into()).parse().unwrap() };
+    let cfg = GradientConfig {
+        buffer: env("B", "0.1"),
+        headroom: env("H", "0.5"),
+        smoothing: env("SMOOTH", "0.3"),
+        ..Default::default()
+    };
+    for slots in [4usize, 128, 512] {
+        for seed in 1..=2 {
+            let s = scenarios::overload_at(seed, slots);
+            let mut c = Real::new(surgeguard_core::limit::AlgorithmConfig::Gradient(cfg), "g");
+            let r = run(&s, &mut c);
+            let (a, b) = (2 * SEC, s.duration);
+            println!(
+                "slots {slots:4} seed {seed}: goodput {:5.1}% p99 {:5.1} ms mean L {:6.1}",
+                100.0 * r.good_between(a, b) as f64 / s.capacity_between(a, b),
+                r.quantile_between(0.99, a, b) as f64 / 1e6,
+                r.mean_limit(a, b)
+            );
+        }
     }
 }

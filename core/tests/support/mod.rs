@@ -508,6 +508,13 @@ pub mod scenarios {
         base("slots 16 -> 32", Service::BASE, vec![p0, p1], STEP_AT + 10 * SEC, seed)
     }
 
+    /// `overload` scaled up: `slots` slots at 150% load.
+    pub fn overload_at(seed: u64, slots: usize) -> Scenario {
+        let rate = 1.5 * slots as f64 * 100.0;
+        let p = Phase { at: 0, rate, slots, slow: 1.0 };
+        base("overload 150% (scaled)", Service::BASE, vec![p], 6 * SEC, seed)
+    }
+
     /// 150% of nominal load, heavy-tailed service time.
     pub fn heavy_tail(seed: u64) -> Scenario {
         let p = Phase { at: 0, rate: OVERLOAD_RATE, slots: SLOTS, slow: 1.0 };
@@ -632,5 +639,58 @@ impl Control for Static {
     }
     fn limit(&self) -> f64 {
         self.limit
+    }
+}
+
+/// The real lock-free [`Limiter`](surgeguard_core::Limiter) (one priority level), so its own
+/// windowing (histogram quantiles, window length, minimum samples) is what gets tested.
+pub struct Real {
+    pub limiter: surgeguard_core::Limiter,
+    label: String,
+    permits: std::collections::HashMap<u64, surgeguard_core::RawPermit>,
+    next: u64,
+    /// Report a client timeout as a `Success` of the timeout's latency (Envoy's view).
+    pub timeouts_as_samples: bool,
+}
+
+impl Real {
+    pub fn new(algorithm: surgeguard_core::limit::AlgorithmConfig, label: &str) -> Self {
+        let mut weights = [0.0; 8];
+        weights[0] = 1.0;
+        let cfg = surgeguard_core::LimiterConfig {
+            levels: 1,
+            weights,
+            ..surgeguard_core::LimiterConfig::with_algorithm(algorithm)
+        };
+        Self {
+            limiter: surgeguard_core::Limiter::new(&cfg).expect("valid limiter config"),
+            label: label.to_string(),
+            permits: Default::default(),
+            next: 0,
+            timeouts_as_samples: false,
+        }
+    }
+}
+
+impl Control for Real {
+    fn name(&self) -> String {
+        self.label.clone()
+    }
+    fn try_acquire(&mut self, now: u64) -> Option<u64> {
+        let permit = self.limiter.try_acquire_raw(now, surgeguard_core::Priority::CRITICAL).ok()?;
+        self.next += 1;
+        self.permits.insert(self.next, permit);
+        Some(self.next)
+    }
+    fn release(&mut self, now: u64, token: u64, outcome: Outcome) {
+        let permit = self.permits.remove(&token).expect("released once");
+        let outcome = match outcome {
+            Outcome::Dropped if self.timeouts_as_samples => Outcome::Success,
+            o => o,
+        };
+        self.limiter.release_raw(permit, now, outcome).expect("own permit");
+    }
+    fn limit(&self) -> f64 {
+        self.limiter.limit()
     }
 }
