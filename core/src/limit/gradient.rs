@@ -99,11 +99,11 @@ pub struct GradientConfig {
 
 impl Default for GradientConfig {
     /// The probe-free controller. `buffer`, `headroom` and `smoothing` were tuned in
-    /// `core/tests/convergence.rs`: Envoy's 25% buffer with the full `sqrt` headroom settles
-    /// near 1.55× the uncongested median, which after a dependency slowdown keeps p99 above
-    /// 2× the new base latency; `buffer 0, headroom 0.5` keeps a standing queue of about
-    /// `0.5·sqrt(L)` requests (enough for full goodput under Poisson arrivals), and smoothing
-    /// 0.3 damps window-to-window noise.
+    /// `core/tests/convergence.rs`. Envoy's 25% buffer with the full `sqrt` headroom settles
+    /// near 1.55× the uncongested median; after a dependency slowdown that keeps p99 above
+    /// 2× the new base latency. `buffer 0.1, headroom 0.4` keeps a standing queue of about
+    /// `0.1·C + 0.4·sqrt(C)` requests (enough for ~99% goodput under Poisson arrivals at
+    /// 150% load), and smoothing 0.3 damps window-to-window noise.
     fn default() -> Self {
         Self {
             initial_limit: 1.0, // learn the baseline uncongested; slow start doubles it
@@ -122,7 +122,7 @@ impl Default for GradientConfig {
             drop_tolerance: 0.01,
             slow_start: true,
             app_limited_ratio: 0.8, // congestion-limiter AIMD minimum utilisation
-            seed: 0x5eed_9ad1_e47,
+            seed: 0x5EED_5EED_5EED_5EED,
         }
     }
 }
@@ -201,14 +201,15 @@ pub struct GradientMetrics {
     pub probing: bool,
 }
 
-/// One operating point of the flat test: mean in-flight and sample RTT of a window.
+/// One operating point of the flat test: mean in-flight and sample RTT of a window
+/// (`f32`: ratios are all the test needs, and the limiter stores the algorithm by value).
 #[derive(Clone, Copy, Debug, Default)]
 struct Point {
     at: u64,
-    inflight: f64,
-    stat: f64,
-    se: f64,
-    weight: f64,
+    inflight: f32,
+    stat: f32,
+    se: f32,
+    weight: f32,
 }
 
 /// An Envoy min-RTT measurement under way.
@@ -228,58 +229,69 @@ struct Probe {
 ///
 /// ```text
 /// g      = clamp(B·(1 + buffer) / S, 0.5, 2)
-/// target = L·g + headroom·sqrt(L·g)            // Envoy: headroom 1
+/// target = L·g + headroom·sqrt(L·g)            // Envoy: buffer 0.25, headroom 1
 /// L      = clamp(L + smoothing·(target − L), min_limit, max_limit)
 /// ```
 ///
-/// At equilibrium `g = 1 − headroom/sqrt(L)`: the controller keeps a standing queue of
-/// about `headroom·sqrt(L)` requests in front of the dependency.
+/// At equilibrium `g = 1 − headroom/sqrt(L)`: over a dependency that serves `C` at once
+/// without queueing, the default keeps a standing queue of about `0.1·C + 0.4·sqrt(C)`
+/// requests, enough to cover the gaps between Poisson arrivals.
 ///
 /// # State machine
 ///
 /// Phases: **slow start** → **steady**, plus **probing** in probe mode. Every window:
 ///
 /// 1. *Probing* (probe mode only): the limit is pinned at `min(L, probe_limit)`. The first
-///    window after the pin is discarded (it holds requests admitted before it: Envoy's
-///    min-RTT epoch rule, PR #11579). The others accumulate until `probe_samples` samples;
-///    then `B` = their sample-weighted statistic, the deferred limit is restored, and the
-///    next probe is scheduled at `now + interval + U[0, interval·jitter)` from the seeded
-///    SplitMix64. Probing also starts after 5 consecutive windows at the floor (Envoy
-///    PR #10647). Drops are ignored while probing.
+///    window after the pin is discarded, because it holds requests admitted before the pin
+///    (Envoy's min-RTT epoch rule, PR #11579). Further windows accumulate until
+///    `probe_samples` samples. Then `B` is their sample-weighted statistic, the deferred
+///    limit comes back, and the next probe is scheduled at
+///    `now + interval + U[0, interval·jitter)` from the seeded SplitMix64. A probe also
+///    starts after 5 consecutive windows at the floor (Envoy PR #10647). Drops are ignored
+///    while probing.
 /// 2. *Drops*: if drops exceed `drop_tolerance` of the window's outcomes and `backoff < 1`,
-///    `L ×= backoff`, slow start ends, and nothing else happens this window. A small
-///    tolerance keeps timeouts that come from a heavy latency tail from collapsing the limit.
+///    then `L ×= backoff` and nothing else happens this window. Slow start ends unless the
+///    window is tiny (< 10 outcomes), so one stray timeout at a limit near 1 does not.
+///    The tolerance keeps timeouts from a heavy latency tail from collapsing the limit.
 /// 3. A window without samples changes nothing.
-/// 4. *Baseline* — pinned: fixed; probe: the last measurement; **probe-free** (default):
-///    - the first window, or a window whose median is clearly below `B` (by more than two
-///      standard errors, estimated from the window's own p50..p90 spread and sample count),
-///      restarts `B` at the upper confidence bound `S·(1 + 2·se)`: the dependency got
-///      faster. Windows with more than 10% drops never lower `B`, so fast rejections
-///      cannot poison it;
-///    - windows indistinguishable from `B` (within two standard errors) are averaged in,
-///      up to 16 of them; then `B` freezes, so a small standing queue cannot ratchet it up;
-///    - the **flat test** raises `B`. Each window with ≥ 10 samples becomes an operating
-///      point: mean in-flight `N = samples·avg/duration` (Little's law) and `S`. If two
-///      points within 4 s differ in `N` by ≥ 1.4× while `S` moved by less than
-///      `span^0.2`, latency is not responding to concurrency: the dependency is below its
-///      knee at both, whatever our limit did. If the low point's `S` is significantly above
-///      `B`, the baseline is stale (the dependency slowed, or a long quiet period passed).
-///      Then `B` = the low point's `S`, and `L` resumes at once at the high point's
-///      `N + headroom·sqrt(N)`, a load the dependency has just shown it serves without
-///      queueing.
+/// 4. *Baseline*. Pinned: fixed. Probe: the last measurement. **Probe-free** (the default):
+///    - `B` is a sample-weighted mean of windows compared in log space, each with the
+///      standard error of a median (`1.25·σ/√n`, `σ` read from the window's own p50..p90,
+///      plus the histogram's quantile error).
+///    - A window **clearly below** `B` (by more than 2 SE) restarts it: the dependency got
+///      faster, and queueing only ever adds latency. If our limit was binding, that window
+///      still holds our queue, so the limit is also cut by the speed-up ratio and slow
+///      start resumes, which lets the next windows see the uncongested latency.
+///    - A window **indistinguishable** from `B` (within 2 SE) is averaged in, but only
+///      if it holds no queue of our making: during slow start, or when the limit was not
+///      reached. At a binding limit the controller keeps its standing queue by design.
+///      After 2,000 samples `B` freezes, so it cannot ratchet up. Windows with more than
+///      10% drops never move `B`, so fast rejections cannot poison it.
+///    - The **flat test** raises `B` when it is stale. Each window with ≥ 10 samples is an
+///      operating point: its mean in-flight `N = samples·avg/duration` (Little's law) and
+///      its `S`. Take two points within 4 s whose `N` differ by ≥ 1.4×. If `S` at the higher
+///      `N` is at most `span^0.2` times, and no less (beyond noise) than, `S` at the lower,
+///      then latency is ignoring concurrency: the dependency is below its knee at both
+///      points, whatever our limit did. If the low point's `S` is then significantly above
+///      `B`, the dependency slowed, or a quiet period passed. `B` becomes that `S`, and `L`
+///      resumes at once at `N_high + headroom·sqrt(N_high)`, a load the dependency has just
+///      served without queueing. After a gap of more than 4 s between windows, the history
+///      is dropped.
 ///
-///    So a slowdown costs one gentle, self-limiting cut, which the controller makes
-///    anyway, instead of Envoy's periodic pin to 3 and its burst of 503s.
-/// 5. *Gradient*: `g` as above. In probe-free mode `min(B, S)` is used for `B`, so a
-///    stale-high baseline cannot double the limit before the speed-up is learned.
-/// 6. *Slow start*: while `g ≥ 1` the limit doubles; the first `g < 1` or drop ends it.
-///    Otherwise the smoothed Envoy step applies.
-/// 7. *App-limited guard*: no growth while the window's `max_inflight < app_limited_ratio · L`.
+///    So a slowdown costs one short, self-limiting cut, which the controller makes anyway,
+///    instead of Envoy's periodic pin to 3 and its burst of 503s. The baseline is learned
+///    uncongested from the start: the default initial limit is 1 and slow start doubles it.
+/// 5. *Gradient*: `g` as above. In probe-free mode `min(B, S)` stands in for `B`, so a
+///    stale-high baseline cannot double the limit.
+/// 6. *Slow start*: the limit doubles until a window's `S` is clearly (2 SE) above
+///    `B·(1 + buffer)`, or drops end it. Otherwise the smoothed step applies.
+/// 7. *App-limited guard*: no growth while the window's `max_inflight < app_limited_ratio · L`,
+///    unless it reached every whole permit (`max_inflight + 1 > L`: a limiter admits `⌊L⌋`).
 /// 8. Clamp to `[min_limit, max_limit]`.
 ///
 /// **Fractional limits.** Below 1 the headroom becomes `x·sqrt(x)` (continuous at 1), so a
-/// congested limit keeps shrinking towards a fractional floor instead of stalling at
-/// Envoy's fixed point of 4.
+/// congested limit keeps shrinking towards a fractional floor. Envoy's `sqrt` would hold it
+/// at its fixed point of 4.
 ///
 /// ```
 /// use surgeguard_core::limit::{Algorithm, Gradient, GradientConfig, Window};
@@ -468,7 +480,14 @@ impl Gradient {
         if w.samples >= MIN_SAMPLES && dur > 0 {
             let inflight = n * w.avg_ns as f64 / dur as f64;
             let se = median_se(sigma, n);
-            self.flat_test(Point { at: now, inflight, stat, se, weight: n });
+            let here = Point {
+                at: now,
+                inflight: inflight as f32,
+                stat: stat as f32,
+                se: se as f32,
+                weight: n as f32,
+            };
+            self.flat_test(here);
         }
     }
 
@@ -480,16 +499,25 @@ impl Gradient {
                 continue;
             }
             let (lo, hi) = if h.inflight < here.inflight { (h, here) } else { (here, h) };
-            if lo.inflight <= 0.0 {
+            let (lo_n, hi_n) = (lo.inflight as f64, hi.inflight as f64);
+            let (lo_s, hi_s) = (lo.stat as f64, hi.stat as f64);
+            let (lo_se, hi_se) = (lo.se as f64, hi.se as f64);
+            if lo_n <= 0.0 {
                 continue;
             }
-            let span = hi.inflight / lo.inflight;
-            let flat = span >= FLAT_SPAN && hi.stat <= lo.stat * libm::pow(span, FLAT_ELASTICITY);
-            let margin = self.cfg.buffer.max(2.0 * lo.se);
-            if flat && lo.stat > self.baseline * (1.0 + margin) {
-                self.baseline = lo.stat;
-                self.baseline_weight = lo.weight;
-                self.resume_at = hi.inflight + self.cfg.headroom * headroom(hi.inflight);
+            let span = hi_n / lo_n;
+            // Latency may rise a little with concurrency, never fall beyond noise: a pair
+            // whose latency is lower at the higher concurrency straddles a change of the
+            // dependency itself, and says nothing about its knee.
+            let noise = 1.0 + 2.0 * libm::sqrt(lo_se * lo_se + hi_se * hi_se);
+            let flat = span >= FLAT_SPAN
+                && hi_s <= lo_s * libm::pow(span, FLAT_ELASTICITY)
+                && hi_s * noise >= lo_s;
+            let margin = self.cfg.buffer.max(2.0 * lo_se);
+            if flat && lo_s > self.baseline * (1.0 + margin) {
+                self.baseline = lo_s;
+                self.baseline_weight = lo.weight as f64;
+                self.resume_at = hi_n + self.cfg.headroom * headroom(hi_n);
                 self.m.rebaselines += 1;
                 self.history_len = 0;
                 self.history_next = 0;
@@ -498,7 +526,9 @@ impl Gradient {
         }
         if self.history_len > 0 {
             let last = self.history[(self.history_next + FLAT_HISTORY - 1) % FLAT_HISTORY];
-            let moved = libm::fabs(libm::log(here.inflight.max(1e-9) / last.inflight.max(1e-9)));
+            let moved = libm::fabs(libm::log(
+                (here.inflight as f64).max(1e-9) / (last.inflight as f64).max(1e-9),
+            ));
             if here.at.saturating_sub(last.at) < FLAT_SPACING_NS && moved < FLAT_STEP {
                 return;
             }

@@ -7,8 +7,15 @@
 //! dependency still serves the request (wasted work). A completion before the timeout is a
 //! `Success` with latency = queueing + service.
 //!
+//! Service times are log-normal (the base σ 0.25 reproduces limiter-behaviour.md's unloaded
+//! p99 of 17.2 ms; σ 0.7 is the heavy tail) or exponential. Scenario phases change the offered
+//! rate, the slot count or a service-time multiplier at given times.
+//!
 //! Virtual time in ns, a binary heap of events, a seeded [`SplitMix64`]: every run replays
-//! bit for bit. The limiter under test is anything implementing [`Control`].
+//! bit for bit. The limiter under test is anything implementing [`Control`]: [`Real`] drives
+//! the crate's lock-free `Limiter` (its own windows, histogram quantiles, `⌊limit⌋` slots);
+//! [`Windowed`] feeds an algorithm windows aggregated here (exact quantiles); [`Static`] is a
+//! fixed limit.
 
 #![allow(dead_code)]
 
@@ -171,11 +178,9 @@ pub struct Windowed<A: Algorithm> {
     drops: u32,
     max_inflight: u32,
     pub windows: u64,
-    pub trace: bool,
     /// Report a client timeout as a latency sample of the timeout instead of a drop (what
     /// Envoy's filter sees: the 504 after the timeout is a response with that latency).
     pub timeouts_as_samples: bool,
-    pub note: Option<Box<dyn Fn(&A) -> String>>,
 }
 
 impl<A: Algorithm> Windowed<A> {
@@ -194,9 +199,7 @@ impl<A: Algorithm> Windowed<A> {
             drops: 0,
             max_inflight: 0,
             windows: 0,
-            trace: false,
             timeouts_as_samples: false,
-            note: None,
         }
     }
 
@@ -226,23 +229,7 @@ impl<A: Algorithm> Windowed<A> {
             max_inflight: self.max_inflight,
             inflight: self.inflight,
         };
-        let before = self.limit;
         self.limit = self.algo.update(&w);
-        if self.trace {
-            let dur = now - self.win_start;
-            println!(
-                "w {:7.3} n {:3} d {:2} p50 {:5.2} avg {:5.2} N {:5.2} L {:5.2} -> {:5.2} {}",
-                now as f64 / 1e9,
-                w.samples,
-                w.drops,
-                w.p50_ns as f64 / 1e6,
-                w.avg_ns as f64 / 1e6,
-                w.samples as f64 * w.avg_ns as f64 / dur as f64,
-                before,
-                self.limit,
-                self.note.as_ref().map(|f| f(&self.algo)).unwrap_or_default()
-            );
-        }
         self.windows += 1;
         self.win_len = (2 * w.min_ns).clamp(100 * MS, SEC);
         self.win_start = now;
@@ -286,6 +273,8 @@ impl<A: Algorithm> Control for Windowed<A> {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Ev {
+    /// A phase starts: new slots may take queued work.
+    Phase,
     Arrival,
     Done(usize),
     Timeout(usize),
@@ -391,9 +380,8 @@ pub fn run(scenario: &Scenario, control: &mut dyn Control) -> Report {
 
     let first = rng.exp(SEC as f64 / scenario.phase(0).rate) as u64;
     push(&mut heap, first, Ev::Arrival);
-    // Slot-count increases take effect when the phase starts.
     for p in &scenario.phases {
-        push(&mut heap, p.at, Ev::Done(usize::MAX));
+        push(&mut heap, p.at, Ev::Phase);
     }
 
     while let Some(Reverse((now, _, ev))) = heap.pop() {
@@ -417,17 +405,16 @@ pub fn run(scenario: &Scenario, control: &mut dyn Control) -> Report {
                     }
                 }
             }
+            Ev::Phase => {}
             Ev::Done(id) => {
-                if id != usize::MAX {
-                    busy -= 1;
-                    let r = &mut reqs[id];
-                    if !r.client_done {
-                        r.client_done = true;
-                        let lat = now - r.admitted;
-                        rep.good.push(now);
-                        rep.lat.push((now, lat));
-                        control.release(now, r.token, Outcome::Success);
-                    }
+                busy -= 1;
+                let r = &mut reqs[id];
+                if !r.client_done {
+                    r.client_done = true;
+                    let lat = now - r.admitted;
+                    rep.good.push(now);
+                    rep.lat.push((now, lat));
+                    control.release(now, r.token, Outcome::Success);
                 }
             }
             Ev::Timeout(id) => {
@@ -515,6 +502,16 @@ pub mod scenarios {
         base("overload 150% (scaled)", Service::BASE, vec![p], 6 * SEC, seed)
     }
 
+    pub const REMOVE_AT: u64 = 5 * SEC;
+
+    /// 150% load; at 5 s half the slots disappear (capacity halved, latency unchanged), so
+    /// Little's law's optimum in flight halves too.
+    pub fn slots_removed(seed: u64) -> Scenario {
+        let p0 = Phase { at: 0, rate: OVERLOAD_RATE, slots: SLOTS, slow: 1.0 };
+        let p1 = Phase { at: REMOVE_AT, slots: SLOTS / 2, ..p0 };
+        base("slots 16 -> 8", Service::BASE, vec![p0, p1], REMOVE_AT + 8 * SEC, seed)
+    }
+
     /// 150% of nominal load, heavy-tailed service time.
     pub fn heavy_tail(seed: u64) -> Scenario {
         let p = Phase { at: 0, rate: OVERLOAD_RATE, slots: SLOTS, slow: 1.0 };
@@ -522,24 +519,33 @@ pub mod scenarios {
     }
 }
 
-/// The figures of research/limiter-behaviour.md's table for one algorithm.
+/// The figures of research/limiter-behaviour.md's table for one algorithm and seed.
+///
+/// Definitions (the research note gives the columns, not their exact measurement):
+/// - overload: goodput = completions within the timeout from 2 s to the end, as % of the
+///   dependency's capacity; p99 of client latency over the same span (a timeout counts as
+///   the timeout);
+/// - halved: goodput over the 30 s slowdown as % of the degraded capacity (the transient
+///   included); `base` = the slowed dependency's unloaded mean latency (20 ms); settle = the
+///   first time after the slowdown (250 ms steps) from which the p99 of everything until the
+///   slowdown ends is below 2× base (`None`: never); p99 = from 5 s after the slowdown on;
+/// - step-up: goodput from 2 s after the step to the end, as % of what was offered;
+/// - heavy tail: goodput as % of the nominal capacity (16 slots / 10 ms), as the note does.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Figures {
-    /// Overload: goodput % of capacity, p99 ms.
     pub overload_goodput: f64,
     pub overload_p99_ms: f64,
     pub overload_mean_limit: f64,
-    /// Halved: goodput % of degraded capacity, time (s) until p99 < 2× base (None = never).
     pub halved_goodput: f64,
+    pub halved_base_ms: f64,
+    /// Until p99 < 2× base.
     pub halved_settle_s: Option<f64>,
-    /// Halved, from 3 s after the slowdown on: goodput % of degraded capacity.
-    pub halved_steady_goodput: f64,
+    /// Until p99 < 2.1× base.
+    pub halved_settle_21_s: Option<f64>,
     pub halved_p99_ms: f64,
     pub halved_mean_limit: f64,
-    /// Step-up: goodput % of offered after the step.
     pub step_goodput_of_offered: f64,
     pub step_mean_limit: f64,
-    /// Heavy tail: goodput % of nominal capacity, p99 ms.
     pub heavy_goodput: f64,
     pub heavy_p99_ms: f64,
 }
@@ -561,12 +567,13 @@ pub fn figures(seed: u64, make: &mut dyn FnMut() -> Box<dyn Control>) -> Figures
     let r = run(&s, make().as_mut());
     let (a, b) = (SLOW_AT, SLOW_AT + SLOW_FOR);
     f.halved_goodput = 100.0 * r.good_between(a, b) as f64 / s.capacity_between(a, b);
-    let bound = 2.0 * s.base_latency(a);
-    f.halved_settle_s = r.settle_time(bound, a, b).map(|t| t as f64 / SEC as f64);
+    let base = s.base_latency(a);
+    f.halved_base_ms = base / ms;
+    let secs = |t: Option<u64>| t.map(|t| t as f64 / SEC as f64);
+    f.halved_settle_s = secs(r.settle_time(2.0 * base, a, b));
+    f.halved_settle_21_s = secs(r.settle_time(2.1 * base, a, b));
     f.halved_p99_ms = r.quantile_between(0.99, a + 5 * SEC, b) as f64 / ms;
-    f.halved_mean_limit = r.mean_limit(a, b);
-    let a3 = a + 3 * SEC;
-    f.halved_steady_goodput = 100.0 * r.good_between(a3, b) as f64 / s.capacity_between(a3, b);
+    f.halved_mean_limit = r.mean_limit(a + 5 * SEC, b);
 
     let s = step_up(seed);
     let r = run(&s, make().as_mut());
@@ -577,35 +584,19 @@ pub fn figures(seed: u64, make: &mut dyn FnMut() -> Box<dyn Control>) -> Figures
     let s = heavy_tail(seed);
     let r = run(&s, make().as_mut());
     let (a, b) = (2 * SEC, s.duration);
-    // % of the nominal capacity (16 slots / 10 ms), as limiter-behaviour.md reports it.
     let nominal = s.capacity_between(a, b) * s.service.mean_ns() / Service::BASE.mean_ns();
     f.heavy_goodput = 100.0 * r.good_between(a, b) as f64 / nominal;
     f.heavy_p99_ms = r.quantile_between(0.99, a, b) as f64 / ms;
     f
 }
 
-impl std::fmt::Display for Figures {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let settle = match self.halved_settle_s {
-            Some(s) => format!("{s:.1} s"),
-            None => "never".to_string(),
-        };
-        write!(
-            f,
-            "{:5.1} / {:5.1} ms (L {:5.1}) | {:5.1} / {:>6} (p99 {:5.1}, L {:5.1}) | {:5.1} (L {:5.1}) | {:5.1} / {:5.1} ms",
-            self.overload_goodput,
-            self.overload_p99_ms,
-            self.overload_mean_limit,
-            self.halved_goodput,
-            settle,
-            self.halved_p99_ms,
-            self.halved_mean_limit,
-            self.step_goodput_of_offered,
-            self.step_mean_limit,
-            self.heavy_goodput,
-            self.heavy_p99_ms
-        )
-    }
+/// Mean and range of one figure over several seeds.
+pub fn spread(all: &[Figures], pick: impl Fn(&Figures) -> f64) -> (f64, f64, f64) {
+    let v: Vec<f64> = all.iter().map(pick).collect();
+    let mean = v.iter().sum::<f64>() / v.len() as f64;
+    let min = v.iter().cloned().fold(f64::INFINITY, f64::min);
+    let max = v.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    (mean, min, max)
 }
 
 /// A static limit (the "static limit 16 / 64" rows).
