@@ -2,7 +2,7 @@
 
 use crate::limit::{Algorithm, AlgorithmConfig, AnyAlgorithm, Window};
 use crate::stats::{AtomicHistogram, BUCKETS};
-use crate::sync::{next_instance_id, AtomicU32, AtomicU64, Exclusive, Ordering};
+use crate::sync::{fence, next_instance_id, AtomicBool, AtomicU32, AtomicU64, Exclusive, Ordering};
 use crate::time::{AtomicMonotonic, MS, SEC};
 use crate::types::check_range;
 use crate::{ConfigError, Outcome, Priority, Reason, Rejected, UsageError};
@@ -191,6 +191,7 @@ pub struct Limiter {
     rejected: [AtomicU64; LEVELS],
     limit_bits: AtomicU64,
     pinned_bits: AtomicU64,
+    publish_pending: AtomicBool,
     idle_until: AtomicU64,
     next_fold: AtomicU64,
     max_inflight: AtomicU32,
@@ -199,6 +200,7 @@ pub struct Limiter {
     drops: AtomicU64,
     ignored: AtomicU64,
     windows: AtomicU64,
+    folded_samples: AtomicU64,
     last_min_ns: AtomicU64,
     last_avg_ns: AtomicU64,
     last_p99_ns: AtomicU64,
@@ -303,6 +305,8 @@ pub struct LimiterMetrics {
     pub ignored: u64,
     /// Windows folded into the algorithm.
     pub windows: u64,
+    /// Latency samples those windows held (each success is folded exactly once).
+    pub folded_samples: u64,
     /// Smallest latency of the last window (ns).
     pub min_rtt_ns: u64,
     /// Mean latency of the last window (ns).
@@ -344,6 +348,7 @@ impl Limiter {
             rejected: core::array::from_fn(|_| AtomicU64::new(0)),
             limit_bits: AtomicU64::new(0),
             pinned_bits: AtomicU64::new(NO_PIN),
+            publish_pending: AtomicBool::new(false),
             idle_until: AtomicU64::new(0),
             next_fold: AtomicU64::new(0),
             max_inflight: AtomicU32::new(0),
@@ -352,6 +357,7 @@ impl Limiter {
             drops: AtomicU64::new(0),
             ignored: AtomicU64::new(0),
             windows: AtomicU64::new(0),
+            folded_samples: AtomicU64::new(0),
             last_min_ns: AtomicU64::new(0),
             last_avg_ns: AtomicU64::new(0),
             last_p99_ns: AtomicU64::new(0),
@@ -504,7 +510,8 @@ impl Limiter {
     /// Folds the current window into the algorithm if it is due and no other thread is
     /// folding. Returns the window fed to the algorithm, if any.
     fn try_fold(&self, now: u64) -> Option<Window> {
-        self.fold
+        let folded = self
+            .fold
             .try_with(|st| {
                 let now = self.clock.observe(now);
                 if now < self.next_fold.load(Ordering::Relaxed) {
@@ -548,25 +555,49 @@ impl Limiter {
                     self.last_p99_ns.store(window.p99_ns, Ordering::Relaxed);
                 }
                 self.windows.fetch_add(1, Ordering::Relaxed);
+                self.folded_samples.fetch_add(samples, Ordering::Relaxed);
                 let len = (window.min_ns as f64 * self.window_rtt_multiple) as u64;
                 let len = len.clamp(self.min_window_ns, self.max_window_ns).max(1);
                 self.next_fold.store(now.saturating_add(len), Ordering::Relaxed);
                 Some(window)
             })
-            .flatten()
+            .flatten();
+        self.drain_publish();
+        folded
     }
 
-    /// Publishes the algorithm's limit unless a static limit is pinned.
+    /// Publishes the algorithm's limit unless a static limit is pinned. Only called inside
+    /// the fold cell, so publishes never interleave.
     fn apply(&self, algorithm_limit: f64) {
-        match self.pinned() {
-            Some(pin) => self.publish(pin),
-            None => {
-                self.publish(algorithm_limit);
-                // A pin may have been set while we published: its own publish and ours are
-                // ordered on `state`; if ours came last, restore the pin.
-                if let Some(pin) = self.pinned() {
-                    self.publish(pin);
-                }
+        self.publish(self.pinned().unwrap_or(algorithm_limit));
+    }
+
+    /// Asks for a publish from outside the fold cell (the kill switch): done now if the
+    /// cell is free, otherwise by the thread inside it as it leaves.
+    fn request_publish(&self) {
+        // Release: pairs with the Acquire load in `drain_publish`, so whoever serves the
+        // request sees the pin stored before it.
+        self.publish_pending.store(true, Ordering::Release);
+        self.drain_publish();
+    }
+
+    /// Serves a pending publish request if the cell is free. Dekker-style hand-off: the
+    /// requester writes `publish_pending` then tries the cell; the holder leaves the cell
+    /// then reads `publish_pending`; the SeqCst fence on both sides guarantees at least one
+    /// of them sees the other's write, so a request is never stranded.
+    fn drain_publish(&self) {
+        loop {
+            fence(Ordering::SeqCst);
+            // Acquire: pairs with the Release store in `request_publish`.
+            if !self.publish_pending.load(Ordering::Acquire) {
+                return;
+            }
+            let served = self.fold.try_with(|st| {
+                self.publish_pending.store(false, Ordering::Relaxed);
+                self.apply(st.algorithm.limit());
+            });
+            if served.is_none() {
+                return; // the holder drains as it leaves
             }
         }
     }
@@ -576,13 +607,13 @@ impl Limiter {
     fn publish(&self, limit: f64) {
         let slots = slots_of(limit);
         let fractional = if limit < 1.0 { FRACTIONAL_BIT } else { 0 };
-        // AcqRel: every publish is an RMW on `state`, so publishes are totally ordered;
-        // Release makes the pin stored before a publish visible to a later publisher
-        // (its Acquire) that re-reads the pin in `apply`.
+        // Relaxed: publishes happen one at a time inside the fold cell (whose Acquire /
+        // Release order them); admissions only need the word itself.
         let mut word = self.state.load(Ordering::Relaxed);
         loop {
             let new = (word & INFLIGHT_MASK) | (slots << SLOTS_SHIFT) | fractional;
-            match self.state.compare_exchange_weak(word, new, Ordering::AcqRel, Ordering::Relaxed) {
+            match self.state.compare_exchange_weak(word, new, Ordering::Relaxed, Ordering::Relaxed)
+            {
                 Ok(_) => break,
                 Err(actual) => word = actual,
             }
@@ -601,22 +632,20 @@ impl Limiter {
     }
 
     /// The kill switch (seed 000: "if the controller goes wild, fall back to a static
-    /// limit"): `Some(n)` pins the limit to `n` at once; `None` hands control back to the
-    /// algorithm at its next window. The algorithm keeps learning while pinned.
+    /// limit"): `Some(n)` pins the limit to `n`; `None` hands control back to the
+    /// algorithm's current limit. Takes effect before this call returns unless a window is
+    /// being folded at that instant, in which case the folding thread applies it as it
+    /// finishes. The algorithm keeps learning while pinned.
     pub fn set_static_limit(&self, limit: Option<f64>) -> Result<(), ConfigError> {
         match limit {
             Some(n) => {
                 check_range(n, 1e-6, MAX_SLOTS as f64, "static limit")?;
                 // Release: pairs with the Acquire in `pinned`.
                 self.pinned_bits.store(n.to_bits(), Ordering::Release);
-                self.publish(n);
             }
-            None => {
-                self.pinned_bits.store(NO_PIN, Ordering::Release);
-                // If the folder is busy it will publish the algorithm's limit itself.
-                self.fold.try_with(|st| self.apply(st.algorithm.limit()));
-            }
+            None => self.pinned_bits.store(NO_PIN, Ordering::Release),
         }
+        self.request_publish();
         Ok(())
     }
 
@@ -675,6 +704,7 @@ impl Limiter {
             drops,
             ignored,
             windows: self.windows.load(Ordering::Relaxed),
+            folded_samples: self.folded_samples.load(Ordering::Relaxed),
             min_rtt_ns: self.last_min_ns.load(Ordering::Relaxed),
             avg_rtt_ns: self.last_avg_ns.load(Ordering::Relaxed),
             p99_rtt_ns: self.last_p99_ns.load(Ordering::Relaxed),

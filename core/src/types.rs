@@ -111,6 +111,8 @@ pub enum Reason {
     KeyRate = 13,
     /// The waiter was cancelled by its owner.
     Cancelled = 14,
+    /// The consumer has granted no credit for another item (pipeline backpressure).
+    NoCredit = 15,
 }
 
 impl Reason {
@@ -131,11 +133,12 @@ impl Reason {
             Self::KeyLimit => "key_limit",
             Self::KeyRate => "key_rate",
             Self::Cancelled => "cancelled",
+            Self::NoCredit => "no_credit",
         }
     }
 
     /// Every reason, in wire order.
-    pub const ALL: [Reason; 14] = [
+    pub const ALL: [Reason; 15] = [
         Self::LimitReached,
         Self::QueueFull,
         Self::Evicted,
@@ -150,6 +153,7 @@ impl Reason {
         Self::KeyLimit,
         Self::KeyRate,
         Self::Cancelled,
+        Self::NoCredit,
     ];
 }
 

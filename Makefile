@@ -1,0 +1,46 @@
+# surgeguard — one entry point for humans and CI.
+#   make test   all checks: fmt, clippy (-D warnings), unit/integration/doc tests, loom, no_std build
+#   make demo   the main job: the overload simulator's comparison table and plots
+#   make bench  criterion benchmarks beside the peers (writes target/criterion)
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+CARGO ?= cargo
+NO_STD_TARGET := aarch64-unknown-none
+LOOM_TESTS := $(patsubst core/tests/%.rs,%,$(wildcard core/tests/loom_*.rs))
+
+.PHONY: test setup fmt clippy unit loom nostd demo bench
+
+test: setup fmt clippy unit loom nostd
+	@echo "make test: all checks passed"
+
+# Everything a fresh machine of this kind needs (idempotent).
+setup:
+	rustup component add rustfmt clippy >/dev/null 2>&1 || rustup component add rustfmt clippy
+	rustup target add $(NO_STD_TARGET) >/dev/null 2>&1 || rustup target add $(NO_STD_TARGET)
+
+fmt:
+	$(CARGO) fmt --all -- --check
+
+clippy:
+	RUSTFLAGS=-Dwarnings $(CARGO) clippy --workspace --all-targets --quiet
+
+unit:
+	RUSTFLAGS=-Dwarnings $(CARGO) test --workspace --quiet
+
+# loom models: tiny configs, bounded preemptions, release mode, separate target dir.
+loom:
+	@for t in $(LOOM_TESTS); do \
+	  echo "loom: $$t"; \
+	  RUSTFLAGS="--cfg loom -Dwarnings" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom \
+	    $(CARGO) test -p surgeguard-core --release --quiet --test $$t; \
+	done
+
+# The proof that the core is no_std and allocation-free at link level: a bare-metal target.
+nostd:
+	RUSTFLAGS=-Dwarnings $(CARGO) build -p surgeguard-core --target $(NO_STD_TARGET) --release --quiet
+
+demo:
+	$(CARGO) run --release --quiet -p surgeguard-sim
+
+bench:
+	$(CARGO) bench -p surgeguard-bench

@@ -1,1 +1,0 @@
-//! (being written: see the issue that owns this module)

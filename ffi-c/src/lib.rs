@@ -1,0 +1,1 @@
+//! Placeholder: the C ABI lands with its issue.

@@ -1,0 +1,4 @@
+//! Placeholder: the simulator lands with its issue.
+fn main() {
+    println!("surgeguard-sim: not built yet");
+}
