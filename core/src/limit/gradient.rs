@@ -34,6 +34,8 @@ const DROP_SHARE_DIVISOR: u64 = 10;
 const FLAT_SPAN: f64 = 1.4;
 const FLAT_ELASTICITY: f64 = 0.2;
 const FLAT_HISTORY: usize = 8;
+// Latency moving faster than concurrency by this exponent is not our queue's doing.
+const FLAT_CHANGE: f64 = 1.5;
 const FLAT_HORIZON_NS: u64 = 4 * SEC;
 // A window becomes a history point only this long after the previous point, or when its
 // in-flight moved by FLAT_STEP (natural log) from it, so the points span distinct operating
@@ -493,6 +495,19 @@ impl Gradient {
 
     /// Compares `here` with the recent operating points; raises a stale baseline.
     fn flat_test(&mut self, here: Point) {
+        // A point whose latency differs from `here` by more than our own queue could explain
+        // (elasticity above FLAT_CHANGE, or the wrong sign, beyond noise) was taken from a
+        // different dependency (it slowed, sped up, lost capacity): forget the history.
+        let changed = self.history[..self.history_len].iter().any(|h| {
+            let dn = libm::log(here.inflight.max(1e-9) as f64 / h.inflight.max(1e-9) as f64);
+            let ds = libm::log(here.stat as f64 / h.stat as f64);
+            let noise = 3.0 * libm::sqrt((here.se * here.se + h.se * h.se) as f64);
+            libm::fabs(ds) > FLAT_CHANGE * libm::fabs(dn) + noise || ds * dn < -(noise * noise)
+        });
+        if changed {
+            self.history_len = 0;
+            self.history_next = 0;
+        }
         for i in 0..self.history_len {
             let h = self.history[i];
             if here.at.saturating_sub(h.at) > FLAT_HORIZON_NS {
