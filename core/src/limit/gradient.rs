@@ -277,8 +277,11 @@ struct Probe {
 ///      points, whatever our limit did. If the low point's `S` is then significantly above
 ///      `B`, the dependency slowed, or a quiet period passed. `B` becomes that `S`, and `L`
 ///      resumes at once at `N_high + headroom·sqrt(N_high)`, a load the dependency has just
-///      served without queueing. After a gap of more than 4 s between windows, the history
-///      is dropped.
+///      served without queueing. The history is dropped after a gap of more than 4 s
+///      between windows, and whenever a new point's latency differs from an old one's
+///      by more than our own queue could explain (elasticity above 1.5, or the wrong
+///      sign, beyond noise). That means the dependency itself changed, so old points would
+///      make false pairs.
 ///
 ///    So a slowdown costs one short, self-limiting cut, which the controller makes anyway,
 ///    instead of Envoy's periodic pin to 3 and its burst of 503s. The baseline is learned
