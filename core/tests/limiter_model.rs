@@ -221,3 +221,117 @@ fn a_long_saturating_sequence() {
     }
     assert!(!run(9, ops).is_failure());
 }
+
+/// Operations on a limiter driven by an adaptive algorithm.
+#[derive(Clone, Debug)]
+enum AdaptiveOp {
+    Acquire,
+    Release { index: usize, latency_ms: u16, outcome: u8 },
+    Advance(u16),
+}
+
+impl Arbitrary for AdaptiveOp {
+    fn arbitrary(g: &mut Gen) -> Self {
+        match u8::arbitrary(g) % 8 {
+            0..=3 => AdaptiveOp::Acquire,
+            4..=6 => AdaptiveOp::Release {
+                index: usize::arbitrary(g),
+                latency_ms: u16::arbitrary(g) % 400,
+                outcome: u8::arbitrary(g) % 3,
+            },
+            _ => AdaptiveOp::Advance(u16::arbitrary(g) % 2_000),
+        }
+    }
+}
+
+fn adaptive_configs() -> Vec<(AlgorithmConfig, f64, f64)> {
+    use surgeguard_core::limit::{
+        AimdConfig, Gradient2Config, GradientConfig, HysteresisConfig, VegasConfig,
+    };
+    let bounds = |c: &AlgorithmConfig| -> (f64, f64) {
+        match c {
+            AlgorithmConfig::Aimd(c) => (c.min_limit, c.max_limit),
+            AlgorithmConfig::Hysteresis(c) => (c.min_limit, c.max_limit),
+            AlgorithmConfig::Gradient(c) => (c.min_limit, c.max_limit),
+            AlgorithmConfig::Gradient2(c) => (c.min_limit, c.max_limit),
+            AlgorithmConfig::Vegas(c) => (c.min_limit, c.max_limit),
+            _ => (0.0, f64::MAX),
+        }
+    };
+    [
+        AlgorithmConfig::Aimd(AimdConfig::default()),
+        AlgorithmConfig::Aimd(AimdConfig::netflix()),
+        AlgorithmConfig::Hysteresis(HysteresisConfig::default()),
+        AlgorithmConfig::Gradient(GradientConfig::default()),
+        AlgorithmConfig::Gradient2(Gradient2Config::default()),
+        AlgorithmConfig::Vegas(VegasConfig::default()),
+    ]
+    .into_iter()
+    .map(|c| {
+        let (lo, hi) = bounds(&c);
+        (c, lo, hi)
+    })
+    .collect()
+}
+
+fn run_adaptive(which: u8, ops: Vec<AdaptiveOp>) -> TestResult {
+    let configs = adaptive_configs();
+    let (algorithm, min, max) = configs[which as usize % configs.len()];
+    let cfg = LimiterConfig {
+        levels: 1,
+        min_samples: 3,
+        min_window_ns: 10 * MS,
+        ..LimiterConfig::with_algorithm(algorithm)
+    };
+    let limiter = Limiter::new(&cfg).unwrap();
+    let mut held: Vec<RawPermit> = Vec::new();
+    let mut now = 0u64;
+    let mut admitted = 0u64;
+    for op in ops {
+        match op {
+            AdaptiveOp::Acquire => {
+                let slots = (limiter.limit().floor() as u64).max(1);
+                let before = held.len() as u64;
+                match limiter.try_acquire_raw(now, Priority::NORMAL) {
+                    Ok(p) => {
+                        assert!(before < slots, "admitted at {before} in flight, limit {slots}");
+                        held.push(p);
+                        admitted += 1;
+                    }
+                    Err(r) => {
+                        assert_eq!(r.reason, Reason::LimitReached);
+                        // Refused with room only by a fractional limit's idle time.
+                        assert!(before >= slots || limiter.limit() < 1.0, "refused with room");
+                    }
+                }
+            }
+            AdaptiveOp::Release { index, latency_ms, outcome } if !held.is_empty() => {
+                let p = held.swap_remove(index % held.len());
+                let outcome = Outcome::from_u32(u32::from(outcome)).unwrap();
+                let end = p.started_at() + u64::from(latency_ms) * MS;
+                now = now.max(end);
+                limiter.release_raw(p, end, outcome).unwrap();
+            }
+            AdaptiveOp::Release { .. } => {}
+            AdaptiveOp::Advance(ms) => now += u64::from(ms) * MS,
+        }
+        let limit = limiter.limit();
+        assert!(
+            limit.is_finite() && limit >= min && limit <= max,
+            "limit {limit} outside [{min}, {max}]"
+        );
+        assert_eq!(u64::from(limiter.inflight()), held.len() as u64);
+    }
+    for p in held.drain(..) {
+        limiter.release_raw(p, now, Outcome::Ignored).unwrap();
+    }
+    let m = limiter.metrics();
+    assert_eq!(m.inflight, 0, "in-flight returns to 0");
+    assert_eq!(m.admitted, admitted, "no permit lost");
+    TestResult::passed()
+}
+
+#[test]
+fn adaptive_limiters_stay_exact_and_within_bounds() {
+    quickcheck(run_adaptive as fn(u8, Vec<AdaptiveOp>) -> TestResult);
+}

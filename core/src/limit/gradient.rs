@@ -1055,3 +1055,21 @@ mod tests {
         }
     }
 }
+
+impl From<GradientMetrics> for super::AlgorithmMetrics {
+    /// The common shape: back-offs count as decreases and drop windows; increases and
+    /// app-limited windows are not counted by Gradient (0).
+    fn from(m: GradientMetrics) -> Self {
+        Self {
+            limit: m.limit,
+            windows: m.windows,
+            increases: 0,
+            decreases: m.backoffs,
+            drop_windows: m.backoffs,
+            app_limited: 0,
+            slow_start: m.slow_start,
+            latency_ns: m.sample_ns,
+            baseline_ns: m.baseline_ns,
+        }
+    }
+}
