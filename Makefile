@@ -8,9 +8,9 @@ CARGO ?= cargo
 NO_STD_TARGET := aarch64-unknown-none
 LOOM_TESTS := $(patsubst core/tests/%.rs,%,$(wildcard core/tests/loom_*.rs))
 
-.PHONY: test setup fmt clippy unit loom nostd demo bench
+.PHONY: test setup fmt clippy unit loom nostd demo bench nodetest
 
-test: setup fmt clippy unit loom nostd
+test: setup fmt clippy unit loom nostd nodetest
 	@echo "make test: all checks passed"
 
 # Everything a fresh machine of this kind needs (idempotent).
@@ -38,6 +38,10 @@ loom:
 # The proof that the core is no_std and allocation-free at link level: a bare-metal target.
 nostd:
 	RUSTFLAGS=-Dwarnings $(CARGO) build -p surgeguard-core --target $(NO_STD_TARGET) --release --quiet
+
+# The npm package: `npm ci` builds the addon (prepare script), then node:test and tsc.
+nodetest:
+	cd bindings-node && npm ci --no-audit --no-fund && npm test && npm run typecheck
 
 demo:
 	$(CARGO) run --release --quiet -p surgeguard-sim

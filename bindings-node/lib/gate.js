@@ -5,7 +5,7 @@ const { call, reasonName, RejectedError, OverloadError } = require('./errors')
 const v = require('./validate')
 const { Levels } = require('./priority')
 const { Permit } = require('./permit')
-const { LIMITER_SPEC, releaseFailure } = require('./limiter')
+const { LIMITER_SPEC, checkAlgorithmOptions, releaseFailure } = require('./limiter')
 
 const QUEUED_BASE = 16
 const OUTCOME_CODE = { success: 0, dropped: 1, ignore: 2 }
@@ -61,7 +61,7 @@ class Gate {
       if (k in LIMITER_SPEC) limiterIn[k] = options[k]
       else gateIn[k] = options[k]
     }
-    const limiter = v.options('Gate', limiterIn, LIMITER_SPEC)
+    const limiter = checkAlgorithmOptions('Gate', v.options('Gate', limiterIn, LIMITER_SPEC))
     const g = v.options('Gate', gateIn, GATE_SPEC)
     this._lv = new Levels(limiter.levels === undefined ? 3 : limiter.levels)
     this._classify = g.classify || defaultClassify

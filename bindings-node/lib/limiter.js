@@ -20,7 +20,69 @@ const LIMITER_SPEC = {
   maxWindowMs: 'ms',
   windowRttMultiple: 'nonNegative',
   minSamples: (w, x) => v.int(w, x, 0, 2 ** 32 - 1),
-  activeMs: 'ms'
+  activeMs: 'ms',
+  // Algorithm-specific (see ALGORITHM_OPTIONS).
+  targetLatencyMs: 'ms',
+  latencyPercentile: 'number',
+  backoffRatio: 'number',
+  timeoutMs: 'ms',
+  appLimitedFraction: 'number',
+  slowStart: 'bool',
+  netflixParity: 'bool',
+  healthyBelow: 'number',
+  criticalAbove: 'number',
+  criticalFactor: 'number',
+  jumpRise: 'number',
+  jumpWindowMs: 'ms',
+  jumpFactor: 'number',
+  avgAlpha: 'number',
+  coolOffMs: 'ms',
+  p99WindowMs: 'ms',
+  buffer: 'number',
+  headroom: 'number',
+  smoothing: 'number',
+  samplePercentile: 'number',
+  probeIntervalMs: 'ms',
+  probeJitter: 'number',
+  probeLimit: 'number',
+  probeSamples: (w, x) => v.int(w, x, 0, 2 ** 32 - 1),
+  pinnedBaselineMs: 'ms',
+  backoff: 'number',
+  dropTolerance: 'number',
+  appLimitedRatio: 'number',
+  seed: (w, x) => v.int(w, x),
+  queueSize: 'number',
+  longWindow: (w, x) => v.int(w, x, 0, 2 ** 32 - 1),
+  rttTolerance: 'number',
+  fixed: 'bool',
+  alpha: (w, x) => v.int(w, x, 0, 2 ** 32 - 1),
+  beta: (w, x) => v.int(w, x, 0, 2 ** 32 - 1),
+  threshold: (w, x) => v.int(w, x, 0, 2 ** 32 - 1),
+  decreaseRatio: 'number',
+  probeMultiplier: (w, x) => v.int(w, x, 0, 2 ** 32 - 1)
+}
+
+/** The algorithm-specific options each algorithm takes (the core's `limit::*Config`). */
+const ALGORITHM_OPTIONS = {
+  fixed: [],
+  aimd: ['targetLatencyMs', 'latencyPercentile', 'backoffRatio', 'timeoutMs', 'appLimitedFraction', 'slowStart', 'netflixParity'],
+  hysteresis: ['targetLatencyMs', 'healthyBelow', 'criticalAbove', 'criticalFactor', 'jumpRise', 'jumpWindowMs', 'jumpFactor', 'avgAlpha', 'coolOffMs', 'p99WindowMs', 'appLimitedFraction', 'slowStart'],
+  gradient: ['buffer', 'headroom', 'smoothing', 'samplePercentile', 'probeIntervalMs', 'probeJitter', 'probeLimit', 'probeSamples', 'pinnedBaselineMs', 'backoff', 'dropTolerance', 'slowStart', 'appLimitedRatio', 'seed'],
+  gradient2: ['smoothing', 'queueSize', 'longWindow', 'rttTolerance', 'fixed', 'backoffRatio', 'appLimitedFraction', 'slowStart'],
+  vegas: ['smoothing', 'alpha', 'beta', 'threshold', 'decreaseRatio', 'probeMultiplier', 'seed', 'appLimitedFraction', 'slowStart']
+}
+const COMMON = new Set(['algorithm', 'initialLimit', 'minLimit', 'maxLimit', 'levels', 'weights', 'minWindowMs', 'maxWindowMs', 'windowRttMultiple', 'minSamples', 'activeMs'])
+
+/** Refuses an option the chosen algorithm does not take (a silent no-op otherwise). */
+function checkAlgorithmOptions (type, o) {
+  const algorithm = o.algorithm || 'gradient'
+  const allowed = ALGORITHM_OPTIONS[algorithm]
+  for (const k of Object.keys(o)) {
+    if (!COMMON.has(k) && !allowed.includes(k)) {
+      throw v.typeErr(`${type}: option ${JSON.stringify(k)} does not apply to algorithm ${algorithm}`)
+    }
+  }
+  return o
 }
 
 /** A release code from the fast path as an error (never expected through a Permit). */
@@ -36,7 +98,7 @@ function releaseFailure (r) {
  */
 class Limiter {
   constructor (options) {
-    const o = v.options('Limiter', options, LIMITER_SPEC)
+    const o = checkAlgorithmOptions('Limiter', v.options('Limiter', options, LIMITER_SPEC))
     this._n = call(() => new N.NativeLimiter(o))
     this._h = this._n.handle()
     this._lv = new Levels(o.levels === undefined ? 3 : o.levels)
@@ -96,4 +158,4 @@ class Limiter {
   }
 }
 
-module.exports = { Limiter, LIMITER_SPEC, ALGORITHMS, releaseFailure }
+module.exports = { Limiter, LIMITER_SPEC, ALGORITHMS, ALGORITHM_OPTIONS, checkAlgorithmOptions, releaseFailure }

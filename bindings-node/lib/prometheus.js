@@ -31,7 +31,7 @@ const COUNTERS = new Set([
 const GAUGE_IN = { adaptive_throttle: new Set(['requests']), retry_budget: new Set() }
 const COUNTER_IN = { retry_budget: new Set(['requests']) }
 /** Arrays indexed by priority level. */
-const PER_LEVEL = new Set(['inflightByLevel', 'shareByLevel', 'rejectedByLevel', 'waitingByLevel', 'codel'])
+const PER_LEVEL = new Set(['inflightByLevel', 'shareByLevel', 'demandByLevel', 'rejectedByLevel', 'waitingByLevel', 'codel'])
 
 function snake (s) {
   return s.replace(/([a-z0-9])([A-Z])/g, '$1_$2').toLowerCase()

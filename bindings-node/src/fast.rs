@@ -25,8 +25,6 @@ use napi::bindgen_prelude::*;
 use napi::sys;
 use surgeguard_core::{Outcome, Priority, Rejected};
 
-
-
 use crate::keyed::KeyedInner;
 use crate::limiter::LimiterInner;
 use crate::resilience::{AdaptiveThrottleInner, BreakerInner, BudgetInner, RateInner};

@@ -19,11 +19,13 @@ use surgeguard_core::{Outcome, Priority, RawPermit, Reason, Rejected};
 use crate::clock::resolve_now;
 use crate::convert::{config_err, finite, int_in, ms_to_ns, ns_to_ms, range, usage_err};
 use crate::fast::{
-    args, bigint_now, handle_arg, level, now, number, outcome, ret, tags, throw,
-    Callback, QUEUED_BASE,
+    args, bigint_now, handle_arg, level, now, number, outcome, ret, tags, throw, Callback,
+    QUEUED_BASE,
 };
 use crate::handle::{new_handle, Tagged};
-use crate::limiter::{limiter_config, limiter_metrics, set_static, LimiterMetricsJs, LimiterOptions};
+use crate::limiter::{
+    limiter_config, limiter_metrics, set_static, LimiterMetricsJs, LimiterOptions,
+};
 use crate::slab::Slab;
 
 /// Most waiters a gate can hold (the core's queue capacity is a compile-time constant);
@@ -217,7 +219,9 @@ fn gate_config(o: &GateOptions) -> Result<GateConfig> {
     codel.mode = match o.codel_mode.as_deref() {
         None | Some("folly") => CodelMode::Folly,
         Some("rfc8289") => CodelMode::Rfc8289,
-        Some(m) => return Err(range("codelMode", &format!("must be folly or rfc8289 (got {m:?})"))),
+        Some(m) => {
+            return Err(range("codelMode", &format!("must be folly or rfc8289 (got {m:?})")))
+        }
     };
     c.codel = if o.codel == Some(false) { None } else { Some(codel) };
     c.lifo = match &o.lifo {
@@ -225,7 +229,10 @@ fn gate_config(o: &GateOptions) -> Result<GateConfig> {
         Some(Either::A(s)) if s == "codel" => LifoTrigger::CodelOverloaded,
         Some(Either::A(s)) if s == "never" => LifoTrigger::Never,
         Some(Either::A(s)) => {
-            return Err(range("lifo", &format!("must be 'codel', 'never' or a fraction (got {s:?})")))
+            return Err(range(
+                "lifo",
+                &format!("must be 'codel', 'never' or a fraction (got {s:?})"),
+            ))
         }
         Some(Either::B(f)) => LifoTrigger::Occupancy(finite("lifo", *f)?),
     };
@@ -468,7 +475,7 @@ unsafe extern "C" fn gate_arrive(
     let now = now!(env, argv, argc, 3);
     let deadline = if timeout == -1.0 {
         None
-    } else if timeout.is_finite() && timeout >= 0.0 && timeout < 1e15 {
+    } else if (0.0..1e15).contains(&timeout) {
         Some(now.saturating_add((timeout * crate::convert::MS).round() as u64))
     } else {
         return unsafe {

@@ -41,6 +41,99 @@ pub struct LimiterOptions {
     pub min_samples: Option<f64>,
     /// A level is active while it saw an arrival within this long, ms.
     pub active_ms: Option<f64>,
+    // Algorithm-specific settings (each applies to the algorithms named; the facade
+    // refuses one that does not apply). See the core's `limit::*Config` docs.
+    /// aimd, hysteresis.
+    pub target_latency_ms: Option<f64>,
+    /// aimd.
+    pub latency_percentile: Option<f64>,
+    /// aimd, gradient2.
+    pub backoff_ratio: Option<f64>,
+    /// aimd.
+    pub timeout_ms: Option<f64>,
+    /// aimd, hysteresis, gradient2, vegas.
+    pub app_limited_fraction: Option<f64>,
+    /// aimd, hysteresis, gradient, gradient2, vegas.
+    pub slow_start: Option<bool>,
+    /// aimd.
+    pub netflix_parity: Option<bool>,
+    /// hysteresis.
+    pub healthy_below: Option<f64>,
+    pub critical_above: Option<f64>,
+    pub critical_factor: Option<f64>,
+    pub jump_rise: Option<f64>,
+    pub jump_window_ms: Option<f64>,
+    pub jump_factor: Option<f64>,
+    pub avg_alpha: Option<f64>,
+    pub cool_off_ms: Option<f64>,
+    pub p99_window_ms: Option<f64>,
+    /// gradient.
+    pub buffer: Option<f64>,
+    pub headroom: Option<f64>,
+    /// gradient, gradient2, vegas.
+    pub smoothing: Option<f64>,
+    /// gradient.
+    pub sample_percentile: Option<f64>,
+    pub probe_interval_ms: Option<f64>,
+    pub probe_jitter: Option<f64>,
+    pub probe_limit: Option<f64>,
+    pub probe_samples: Option<f64>,
+    pub pinned_baseline_ms: Option<f64>,
+    pub backoff: Option<f64>,
+    pub drop_tolerance: Option<f64>,
+    pub app_limited_ratio: Option<f64>,
+    /// gradient, vegas.
+    pub seed: Option<f64>,
+    /// gradient2.
+    pub queue_size: Option<f64>,
+    pub long_window: Option<f64>,
+    pub rtt_tolerance: Option<f64>,
+    pub fixed: Option<bool>,
+    /// vegas.
+    pub alpha: Option<f64>,
+    pub beta: Option<f64>,
+    pub threshold: Option<f64>,
+    pub decrease_ratio: Option<f64>,
+    pub probe_multiplier: Option<f64>,
+}
+
+/// Copies an option into a config field through a conversion.
+macro_rules! set {
+    ($field:expr, $opt:expr, $name:literal, f64) => {
+        if let Some(x) = $opt {
+            $field = finite($name, x)?;
+        }
+    };
+    ($field:expr, $opt:expr, $name:literal, ms) => {
+        if let Some(x) = $opt {
+            $field = ms_to_ns($name, x)?;
+        }
+    };
+    ($field:expr, $opt:expr, $name:literal, u32) => {
+        if let Some(x) = $opt {
+            $field = int_in($name, x, 0, u32::MAX as u64)? as u32;
+        }
+    };
+    ($field:expr, $opt:expr, $name:literal, some_u32) => {
+        if let Some(x) = $opt {
+            $field = Some(int_in($name, x, 0, u32::MAX as u64)? as u32);
+        }
+    };
+    ($field:expr, $opt:expr, $name:literal, some_f64) => {
+        if let Some(x) = $opt {
+            $field = Some(finite($name, x)?);
+        }
+    };
+    ($field:expr, $opt:expr, $name:literal, seed) => {
+        if let Some(x) = $opt {
+            $field = int_in($name, x, 0, 1 << 53)?;
+        }
+    };
+    ($field:expr, $opt:expr, $name:literal, bool) => {
+        if let Some(x) = $opt {
+            $field = x;
+        }
+    };
 }
 
 macro_rules! bounds {
@@ -82,26 +175,76 @@ pub fn algorithm_config(o: &LimiterOptions) -> Result<AlgorithmConfig> {
         "aimd" => {
             let mut c = AimdConfig::default();
             bounds!(c, o);
+            set!(c.target_latency_ns, o.target_latency_ms, "targetLatencyMs", ms);
+            set!(c.latency_percentile, o.latency_percentile, "latencyPercentile", f64);
+            set!(c.backoff_ratio, o.backoff_ratio, "backoffRatio", f64);
+            set!(c.timeout_ns, o.timeout_ms, "timeoutMs", ms);
+            set!(c.app_limited_fraction, o.app_limited_fraction, "appLimitedFraction", f64);
+            set!(c.slow_start, o.slow_start, "slowStart", bool);
+            set!(c.netflix_parity, o.netflix_parity, "netflixParity", bool);
             AlgorithmConfig::Aimd(c)
         }
         "hysteresis" => {
             let mut c = HysteresisConfig::default();
             bounds!(c, o);
+            set!(c.target_latency_ns, o.target_latency_ms, "targetLatencyMs", ms);
+            set!(c.healthy_below, o.healthy_below, "healthyBelow", f64);
+            set!(c.critical_above, o.critical_above, "criticalAbove", f64);
+            set!(c.critical_factor, o.critical_factor, "criticalFactor", f64);
+            set!(c.jump_rise, o.jump_rise, "jumpRise", f64);
+            set!(c.jump_window_ns, o.jump_window_ms, "jumpWindowMs", ms);
+            set!(c.jump_factor, o.jump_factor, "jumpFactor", f64);
+            set!(c.avg_alpha, o.avg_alpha, "avgAlpha", f64);
+            set!(c.cool_off_ns, o.cool_off_ms, "coolOffMs", ms);
+            set!(c.p99_window_ns, o.p99_window_ms, "p99WindowMs", ms);
+            set!(c.app_limited_fraction, o.app_limited_fraction, "appLimitedFraction", f64);
+            set!(c.slow_start, o.slow_start, "slowStart", bool);
             AlgorithmConfig::Hysteresis(c)
         }
         "gradient" => {
             let mut c = GradientConfig::default();
             bounds!(c, o);
+            set!(c.buffer, o.buffer, "buffer", f64);
+            set!(c.headroom, o.headroom, "headroom", f64);
+            set!(c.smoothing, o.smoothing, "smoothing", f64);
+            set!(c.sample_percentile, o.sample_percentile, "samplePercentile", f64);
+            set!(c.probe_interval_ns, o.probe_interval_ms, "probeIntervalMs", ms);
+            set!(c.probe_jitter, o.probe_jitter, "probeJitter", f64);
+            set!(c.probe_limit, o.probe_limit, "probeLimit", f64);
+            set!(c.probe_samples, o.probe_samples, "probeSamples", u32);
+            set!(c.pinned_baseline_ns, o.pinned_baseline_ms, "pinnedBaselineMs", ms);
+            set!(c.backoff, o.backoff, "backoff", f64);
+            set!(c.drop_tolerance, o.drop_tolerance, "dropTolerance", f64);
+            set!(c.slow_start, o.slow_start, "slowStart", bool);
+            set!(c.app_limited_ratio, o.app_limited_ratio, "appLimitedRatio", f64);
+            set!(c.seed, o.seed, "seed", seed);
             AlgorithmConfig::Gradient(c)
         }
         "gradient2" => {
             let mut c = Gradient2Config::default();
             bounds!(c, o);
+            set!(c.smoothing, o.smoothing, "smoothing", f64);
+            set!(c.queue_size, o.queue_size, "queueSize", f64);
+            set!(c.long_window, o.long_window, "longWindow", u32);
+            set!(c.rtt_tolerance, o.rtt_tolerance, "rttTolerance", f64);
+            set!(c.fixed, o.fixed, "fixed", bool);
+            set!(c.backoff_ratio, o.backoff_ratio, "backoffRatio", f64);
+            set!(c.app_limited_fraction, o.app_limited_fraction, "appLimitedFraction", f64);
+            set!(c.slow_start, o.slow_start, "slowStart", bool);
             AlgorithmConfig::Gradient2(c)
         }
         "vegas" => {
             let mut c = VegasConfig::default();
             bounds!(c, o);
+            set!(c.smoothing, o.smoothing, "smoothing", f64);
+            set!(c.alpha, o.alpha, "alpha", some_u32);
+            set!(c.beta, o.beta, "beta", some_u32);
+            set!(c.threshold, o.threshold, "threshold", some_u32);
+            set!(c.decrease_ratio, o.decrease_ratio, "decreaseRatio", some_f64);
+            set!(c.probe_multiplier, o.probe_multiplier, "probeMultiplier", u32);
+            set!(c.seed, o.seed, "seed", seed);
+            set!(c.app_limited_fraction, o.app_limited_fraction, "appLimitedFraction", f64);
+            set!(c.slow_start, o.slow_start, "slowStart", bool);
             AlgorithmConfig::Vegas(c)
         }
         other => {
@@ -186,6 +329,7 @@ pub struct LimiterMetricsJs {
     pub levels: f64,
     pub inflight_by_level: Vec<f64>,
     pub share_by_level: Vec<f64>,
+    pub demand_by_level: Vec<f64>,
     pub admitted: f64,
     pub rejected: f64,
     pub rejected_by_level: Vec<f64>,
@@ -211,6 +355,7 @@ pub fn limiter_metrics(m: &LimiterMetrics) -> LimiterMetricsJs {
         levels: f64::from(m.levels),
         inflight_by_level: m.inflight_by_level[..n].iter().map(|&x| f64::from(x)).collect(),
         share_by_level: m.share_by_level[..n].iter().map(|&x| f64::from(x)).collect(),
+        demand_by_level: m.demand_by_level[..n].iter().map(|&x| f64::from(x)).collect(),
         admitted: m.admitted as f64,
         rejected: m.rejected as f64,
         rejected_by_level: m.rejected_by_level[..n].iter().map(|&x| x as f64).collect(),

@@ -25,14 +25,29 @@ test('Limiter admits up to a fixed limit and refuses beyond it', () => {
   assert.equal(m.rejected, 1)
 })
 
-test('every algorithm builds and admits', () => {
+test('every algorithm builds with its own options and admits', () => {
+  const specific = {
+    fixed: {},
+    aimd: { targetLatencyMs: 50, backoffRatio: 0.9, slowStart: false },
+    hysteresis: { targetLatencyMs: 100, coolOffMs: 5000 },
+    gradient: { buffer: 0.2, probeIntervalMs: 1000, seed: 3 },
+    gradient2: { smoothing: 0.2, longWindow: 600, rttTolerance: 1.5 },
+    vegas: { alpha: 3, beta: 6, seed: 1 }
+  }
   for (const algorithm of sg.ALGORITHMS) {
-    const l = new sg.Limiter({ algorithm, initialLimit: 10 })
+    const l = new sg.Limiter(Object.assign({ algorithm, initialLimit: 10 }, specific[algorithm]))
     const p = l.tryAcquire({ priority: 'critical' })
     assert.ok(p, algorithm)
     p.success()
     assert.ok(l.metrics().algorithm.startsWith(algorithm), l.metrics().algorithm)
   }
+})
+
+test('an option of another algorithm is refused, not ignored', () => {
+  assert.throws(() => new sg.Limiter({ algorithm: 'fixed', targetLatencyMs: 5 }), /does not apply to algorithm fixed/)
+  assert.throws(() => new sg.Gate({ algorithm: 'vegas', buffer: 0.1 }), /does not apply/)
+  assert.throws(() => new sg.Limiter({ algorithm: 'aimd', targetLatencyMs: -5 }), RangeError)
+  assert.throws(() => new sg.Limiter({ algorithm: 'aimd', backoffRatio: 5 }), RangeError)
 })
 
 test('priorities by name or number; shares reserve capacity for important levels', () => {

@@ -1,0 +1,549 @@
+// Type definitions for surgeguard (Node). Hand-written; the native loader's generated
+// types (native/binding.d.ts) are internal.
+//
+// Units: durations are milliseconds (number); `nowNs` is an optional bigint of
+// nanoseconds on the binding's monotonic clock (`nowNs()`), for deterministic tests.
+
+/// <reference types="node" />
+
+/** A priority: a default level name or a level number (0 = most important). */
+export type Priority = 'critical' | 'normal' | 'background' | number
+
+/** Why something was refused (the core's reason names). */
+export type Reason =
+  | 'limit_reached' | 'queue_full' | 'evicted' | 'deadline_unmeetable' | 'expired'
+  | 'codel_slough' | 'shed' | 'breaker_open' | 'budget_exhausted' | 'throttled'
+  | 'rate_limited' | 'key_limit' | 'key_rate' | 'cancelled' | 'no_credit'
+
+/** How admitted work ended. */
+export type Outcome = 'success' | 'dropped' | 'ignore'
+
+export interface Rejection {
+  reason: Reason
+  retryAfterMs: number
+}
+
+export declare const REASONS: readonly Reason[]
+export declare const PRIORITY: Readonly<{ critical: 0, normal: 1, background: 2 }>
+export declare const ALGORITHMS: readonly Algorithm[]
+
+/** The binding's monotonic clock, ns. */
+export declare function nowNs (): bigint
+
+/** Every error surgeguard throws on purpose; `code` is stable (`SG_*`). */
+export declare class OverloadError extends Error {
+  readonly code: string
+}
+
+/** A refusal (`code` is `SG_REJECTED`). */
+export declare class RejectedError extends OverloadError {
+  readonly code: 'SG_REJECTED'
+  readonly reason: Reason
+  readonly retryAfterMs: number
+}
+
+/**
+ * An admission: end it exactly once (in `finally`). A second end throws
+ * `OverloadError` with code `SG_ALREADY_RELEASED` and changes nothing.
+ */
+export declare class Permit {
+  private constructor ()
+  /** The level it was admitted at. */
+  readonly priority: number
+  readonly released: boolean
+  /** Completed: its latency is a sample. */
+  success (nowNs?: bigint): void
+  /** An overload signal (timeout, 429/503 from below). */
+  dropped (nowNs?: bigint): void
+  /** Not a capacity signal (4xx, caller went away). */
+  ignore (nowNs?: bigint): void
+  release (outcome?: Outcome, nowNs?: bigint): void
+  [Symbol.dispose] (): void
+}
+
+export type Algorithm = 'fixed' | 'aimd' | 'hysteresis' | 'gradient' | 'gradient2' | 'vegas'
+
+export interface LimiterOptions {
+  /** Default `gradient`. */
+  algorithm?: Algorithm
+  initialLimit?: number
+  minLimit?: number
+  maxLimit?: number
+  /** Priority levels, 1..8 (default 3). */
+  levels?: number
+  /** Guaranteed share per level (default 0.7 / 0.25 / 0.05). */
+  weights?: number[]
+  minWindowMs?: number
+  maxWindowMs?: number
+  windowRttMultiple?: number
+  minSamples?: number
+  activeMs?: number
+  // Algorithm-specific (refused when the chosen algorithm does not take them):
+  /** aimd, hysteresis */
+  targetLatencyMs?: number
+  /** aimd */
+  latencyPercentile?: number
+  /** aimd, gradient2 */
+  backoffRatio?: number
+  /** aimd */
+  timeoutMs?: number
+  /** aimd, hysteresis, gradient2, vegas */
+  appLimitedFraction?: number
+  slowStart?: boolean
+  /** aimd */
+  netflixParity?: boolean
+  /** hysteresis */
+  healthyBelow?: number
+  criticalAbove?: number
+  criticalFactor?: number
+  jumpRise?: number
+  jumpWindowMs?: number
+  jumpFactor?: number
+  avgAlpha?: number
+  coolOffMs?: number
+  p99WindowMs?: number
+  /** gradient */
+  buffer?: number
+  headroom?: number
+  smoothing?: number
+  samplePercentile?: number
+  probeIntervalMs?: number
+  probeJitter?: number
+  probeLimit?: number
+  probeSamples?: number
+  pinnedBaselineMs?: number
+  backoff?: number
+  dropTolerance?: number
+  appLimitedRatio?: number
+  seed?: number
+  /** gradient2 */
+  queueSize?: number
+  longWindow?: number
+  rttTolerance?: number
+  fixed?: boolean
+  /** vegas */
+  alpha?: number
+  beta?: number
+  threshold?: number
+  decreaseRatio?: number
+  probeMultiplier?: number
+}
+
+export interface LimiterMetrics {
+  algorithm: string
+  limit: number
+  staticLimit?: number
+  inflight: number
+  levels: number
+  inflightByLevel: number[]
+  shareByLevel: number[]
+  demandByLevel: number[]
+  admitted: number
+  rejected: number
+  rejectedByLevel: number[]
+  successes: number
+  drops: number
+  ignored: number
+  windows: number
+  foldedSamples: number
+  minRttMs: number
+  avgRttMs: number
+  p99RttMs: number
+}
+
+export interface AcquireNowOptions {
+  priority?: Priority
+  nowNs?: bigint
+}
+
+/** An exact, lock-free, priority-aware adaptive concurrency limiter. */
+export declare class Limiter {
+  constructor (options?: LimiterOptions)
+  /** A permit or null (sync). */
+  tryAcquire (options?: AcquireNowOptions): Permit | null
+  readonly lastRejection: Rejection | null
+  readonly limit: number
+  readonly inflight: number
+  readonly livePermits: number
+  /** The kill switch: pin the limit, or null to let it adapt. */
+  setStaticLimit (limit: number | null): void
+  metrics (): LimiterMetrics
+}
+
+export type Classify = (err: unknown) => Outcome
+
+export interface GateOptions extends LimiterOptions {
+  /** Waiters held at most, 1..4096 (default 1024). */
+  queueCapacity?: number
+  /** CoDel per level (default true: folly 5 ms / 100 ms). */
+  codel?: boolean
+  codelTargetMs?: number
+  codelIntervalMs?: number
+  codelMode?: 'folly' | 'rfc8289'
+  /** `codel` (default), `never`, or an occupancy fraction in (0, 1]. */
+  lifo?: 'codel' | 'never' | number
+  /** A waiter queued longer than this is expired. */
+  maxWaitMs?: number
+  /** Seed 000 aging: waiters of `from` older than `afterMs` move to `to`. */
+  aging?: { from: Priority, to: Priority, afterMs: number }
+  initialServiceMs?: number
+  serviceAlpha?: number
+  fallbackRetryAfterMs?: number
+  /** Outcome of work that threw inside `run` (default: dropped for overload/timeouts, else ignore). */
+  classify?: Classify
+}
+
+export interface AcquireOptions extends AcquireNowOptions {
+  /** The longest the caller will wait, ms. */
+  timeoutMs?: number
+  /** Aborting cancels the ticket; the Promise rejects with the signal's reason. */
+  signal?: AbortSignal
+}
+
+export interface RunOptions extends AcquireOptions {
+  classify?: Classify
+}
+
+export interface CodelMetrics {
+  minDelayMs: number
+  overloaded: boolean
+  load: number
+  drops: number
+  intervals: number
+}
+
+export interface GateMetrics {
+  state: 'healthy' | 'overloaded'
+  waitingByLevel: number[]
+  waiting: number
+  capacity: number
+  oldestAgeMs: number
+  queued: number
+  granted: number
+  expired: number
+  sloughed: number
+  evicted: number
+  cancelled: number
+  shed: number
+  queueFull: number
+  deadlineUnmeetable: number
+  aged: number
+  lifoSwitches: number
+  lifoLevels: number
+  shedLevel?: number
+  serviceMs: number
+  codel: CodelMetrics[]
+  limiter: LimiterMetrics
+}
+
+export interface Levels {
+  readonly count: number
+  readonly default: number
+  of (priority?: Priority): number
+  fromHeader (value: string | undefined): number
+  name (level: number): string
+}
+
+/** Limiter + bounded priority admission queue + shed switch. */
+export declare class Gate {
+  constructor (options?: GateOptions)
+  /** A permit now or null; never queues (sync). */
+  tryAcquire (options?: AcquireNowOptions): Permit | null
+  readonly lastRejection: Rejection | null
+  /** A permit, waiting in the queue if needed; rejects with RejectedError or the abort reason. */
+  acquire (options?: AcquireOptions): Promise<Permit>
+  /** Runs `fn` under a permit and records its outcome. */
+  run<T> (fn: (permit: Permit) => T | PromiseLike<T>, options?: RunOptions): Promise<T>
+  /** The on-call switch: refuse every level ≥ `priority`; null turns it off. */
+  setShedLevel (priority: Priority | null): void
+  readonly shedLevel: number | null
+  readonly state: 'healthy' | 'overloaded'
+  readonly waiting: number
+  readonly limit: number
+  readonly inflight: number
+  readonly livePermits: number
+  readonly levels: Levels
+  setStaticLimit (limit: number | null): void
+  metrics (): GateMetrics
+}
+
+export interface RetryBudgetOptions {
+  ttlMs?: number
+  minRetriesPerSec?: number
+  percentCanRetry?: number
+}
+
+export declare class RetryBudget {
+  constructor (options?: RetryBudgetOptions)
+  deposit (nowNs?: bigint): void
+  tryWithdraw (nowNs?: bigint): boolean
+  lastRejection: Rejection | null
+  available (nowNs?: bigint): number
+  metrics (): { requests: number, retriesAllowed: number, retriesDenied: number, available: number }
+}
+
+export declare class TokenRetryThrottle {
+  constructor (options?: { maxTokens?: number, tokenRatio?: number })
+  record (success: boolean): void
+  tryRetry (): boolean
+  lastRejection: Rejection | null
+  readonly isRetryAllowed: boolean
+  readonly tokens: number
+  metrics (): { tokens: number, throttled: boolean, retriesAllowed: number, retriesDenied: number, successes: number, failures: number }
+}
+
+export declare class AdaptiveThrottle {
+  constructor (options?: { k?: number, windowMs?: number, maxDropProbability?: number, form?: 'ring' | 'ema', seed?: number })
+  shouldThrottle (nowNs?: bigint): boolean
+  record (accepted: boolean, nowNs?: bigint): void
+  lastRejection: Rejection | null
+  dropProbability (nowNs?: bigint): number
+  metrics (): { requests: number, accepts: number, dropProbability: number, throttled: number }
+}
+
+export interface BackoffOptions {
+  baseMs?: number
+  multiplier?: number
+  capMs?: number
+  jitter?: 'none' | 'full' | 'equal' | 'decorrelated'
+  seed?: number
+}
+
+export declare class Backoff {
+  constructor (options?: BackoffOptions)
+  nextDelayMs (attempt: number, retryAfterMs?: number | null): number
+  ceilingMs (attempt: number): number
+  reset (): void
+}
+
+export interface CircuitBreakerOptions {
+  windowCalls?: number
+  windowMs?: number
+  failureRateThreshold?: number
+  slowCallRateThreshold?: number
+  slowCallMs?: number
+  minimumCalls?: number
+  openMs?: number
+  openJitter?: number
+  halfOpenProbes?: number
+  probeLeaseMs?: number
+  rampMs?: number
+  seed?: number
+  classify?: Classify
+}
+
+export type BreakerState = 'closed' | 'ramping' | 'open' | 'half_open'
+
+export interface BreakerMetrics {
+  state: BreakerState
+  admitPermille: number
+  openRemainingMs: number
+  windowCalls: number
+  windowFailures: number
+  windowSlow: number
+  opened: number
+  halfOpened: number
+  closed: number
+  rejected: number
+  rampShed: number
+  probes: number
+  staleRecords: number
+}
+
+export declare class CircuitBreaker {
+  constructor (options?: CircuitBreakerOptions)
+  tryAcquire (options?: { nowNs?: bigint }): Permit | null
+  run<T, A extends unknown[]> (fn: (...args: A) => T | PromiseLike<T>, ...args: A): Promise<T>
+  lastRejection: Rejection | null
+  state (nowNs?: bigint): BreakerState
+  isOpen (nowNs?: bigint): boolean
+  readonly livePermits: number
+  metrics (nowNs?: bigint): BreakerMetrics
+}
+
+export declare class RateLimiter {
+  constructor (options: { perSecond: number, burst?: number })
+  tryTake (cost?: number, nowNs?: bigint): boolean
+  lastRejection: Rejection | null
+  takeUpTo (max: number, nowNs?: bigint): number
+  available (nowNs?: bigint): number
+  waitTimeMs (cost?: number, nowNs?: bigint): number
+  metrics (): { allowed: number, denied: number, emissionMs: number, burst: number }
+}
+
+export declare class PacedDrain {
+  constructor (options: { targetPerSec: number, headroom?: number, burst?: number })
+  permits (backlog: number, nowNs?: bigint): number
+  nextPermitInMs (nowNs?: bigint): number
+  timeToDrainMs (backlog: number, producePerSec?: number): number | null
+  readonly drainPerSec: number
+  metrics (): { started: number, calls: number, drainPerSec: number }
+}
+
+export declare class Credits {
+  constructor (options?: { capacity?: number, lowWater?: number })
+  tryTake (k?: number): boolean
+  lastRejection: Rejection | null
+  takeUpTo (k: number): number
+  complete (k?: number): void
+  grant (n: number): number
+  readonly grantDue: number
+  replenish (): number
+  readonly available: number
+  readonly buffered: number
+  readonly outstanding: number
+  readonly isStalled: boolean
+  metrics (): { granted: number, taken: number, completed: number, refused: number, available: number, buffered: number, stalled: number, capacity: number }
+}
+
+export declare class LagMeter {
+  constructor (options?: { bucketMs?: number })
+  recordProduced (n?: number, nowNs?: bigint): void
+  recordConsumed (n?: number, nowNs?: bigint): void
+  observeTotals (produced: number, consumed: number, nowNs?: bigint): void
+  reportOldest (enqueuedAtNs: bigint | null, nowNs?: bigint): void
+  lag (nowNs?: bigint): number
+  produceRate (nowNs?: bigint): number | null
+  consumeRate (nowNs?: bigint): number | null
+  lagTimeMs (nowNs?: bigint): number | null
+  timeToDrainMs (nowNs?: bigint): number | null
+  timeToDrainExceeds (limitMs: number, nowNs?: bigint): boolean
+  oldestAgeMs (nowNs?: bigint): number | null
+  metrics (nowNs?: bigint): { produced: number, consumed: number, lag: number, ratesKnown: boolean, produceRate: number, consumeRate: number, lagSeconds: number, timeToDrainSeconds: number, oldestAgeMs?: number }
+}
+
+export declare class Watermarks {
+  constructor (options?: { capacity?: number, pauseBelow?: number, resumeAbove?: number })
+  observe (level: number, nowNs?: bigint): 'pause' | 'resume' | null
+  readonly isPaused: boolean
+  metrics (nowNs?: bigint): { paused: boolean, pauses: number, resumes: number, timePausedMs: number, lastLevel: number }
+}
+
+export interface KeyedOptions {
+  /** 16, 64 (default), 256 or 1024. */
+  shards?: number
+  /** 1..8 (default 2). */
+  shardsPerKey?: number
+  shardLimit: number
+  limitRetryAfterMs?: number
+  /** Seed of the key hash and shard mapping: choose at random, keep private. */
+  seed?: number
+  ratePerSecond?: number
+  rateBurst?: number
+}
+
+export interface Isolation {
+  shards: number
+  shardsPerKey: number
+  combinations: number
+  shareAll: number
+  shareAny: number
+  unaffected: number
+}
+
+export declare class KeyPermit {
+  private constructor ()
+  readonly key: string
+  readonly released: boolean
+  release (): void
+  [Symbol.dispose] (): void
+}
+
+export declare class KeyedLimits {
+  constructor (options: KeyedOptions)
+  tryAcquire (key: string, cost?: number, nowNs?: bigint): KeyPermit | null
+  lastRejection: Rejection | null
+  recordRejection (key: string): boolean
+  readonly keyLimit: number
+  shardsOf (key: string): number[]
+  isolation (): Isolation
+  readonly livePermits: number
+  metrics (): {
+    admitted: number
+    rejectedKeyLimit: number
+    rejectedKeyRate: number
+    foreignReleases: number
+    inFlight: number
+    fullShards: number
+    shards: number
+    topKeys: Array<{ key?: string, keyHash: string, count: number, error: number }>
+  }
+}
+
+/** The core's seeded 64-bit key hash (the same in every binding). */
+export declare function hashKey (key: string, seed?: bigint | number): bigint
+
+export interface Actionable {
+  status: 429 | 503 | number
+  retryAfterS: number
+  reason: Reason
+  error: string
+  /** The core's JSON body, byte-identical in every binding. */
+  body: string
+}
+
+export declare function actionable (rejection: { reason: Reason | string, retryAfterMs?: number }): Actionable
+export declare function isolation (n: number, k: number): Isolation | null
+
+export interface MetricsSource { metrics (...args: never[]): object }
+
+/** Prometheus text (format 0.0.4) of `{ name: object }` or `[name, object][]`. */
+export declare function renderPrometheus (
+  sources: Record<string, MetricsSource> | Array<[string, MetricsSource]>,
+  options?: { prefix?: string }
+): string
+
+/** The request shape the middleware reads. */
+export interface RequestLike { headers: Record<string, string | string[] | undefined> }
+
+export interface HttpOptions<Req extends RequestLike = RequestLike> {
+  gate: Gate
+  /** Priority from the request (default: the X-Request-Priority header). */
+  priority?: (req: Req) => Priority | undefined
+  priorityHeader?: string
+  /** Per-key limits, checked before the gate (429 + JSON on refusal). */
+  keyed?: KeyedLimits
+  /** The key: a header name (e.g. 'x-tenant-id') or a function. */
+  key?: string | ((req: Req) => string | undefined)
+  keyCost?: number | ((req: Req) => number)
+  /** Longest wait in the gate's queue, ms. */
+  timeoutMs?: number
+  /** The outcome from the response status (default: <400 success, 429/503/504 dropped, else ignore). */
+  outcome?: (status: number) => Outcome
+  skip?: (req: Req) => boolean
+  /** Serve readiness at this path (GET). */
+  readinessRoute?: string
+  /** Status while overloaded (default 200: overloaded is not broken). */
+  overloadedStatus?: number
+}
+
+/** Express middleware. */
+export declare function express (options: HttpOptions): (req: any, res: any, next: (err?: unknown) => void) => void
+
+/** Fastify plugin (fastify 5); register with `fastify.register(fastify, options)`. */
+export declare const fastify: {
+  (instance: any, options: HttpOptions, done: (err?: Error) => void): void
+}
+
+/** A readiness handler for Express, Fastify or node:http. */
+export declare function readiness (gate: Gate, options?: { overloadedStatus?: number }): (req: any, res: any) => unknown
+
+export interface FetchOptions {
+  fetch?: typeof globalThis.fetch
+  /** A RetryBudget or its options; `false` for none (default: a 10 % budget). */
+  budget?: RetryBudget | RetryBudgetOptions | false
+  backoff?: Backoff | BackoffOptions
+  breaker?: CircuitBreaker
+  throttle?: AdaptiveThrottle
+  /** Attempts per call, including the first (default 3). */
+  maxAttempts?: number
+  /** Statuses worth retrying (default 429, 502, 503, 504). */
+  retryOn?: number[]
+  /** Idempotent methods (default GET HEAD OPTIONS PUT DELETE TRACE). */
+  methods?: string[]
+  /** A longer Retry-After returns the response instead of waiting (default 30 000). */
+  maxRetryAfterMs?: number
+}
+
+/** `fetch` with budgeted, jittered retries that honour Retry-After, idempotency and AbortSignal. */
+export declare function createFetch (options?: FetchOptions): typeof globalThis.fetch

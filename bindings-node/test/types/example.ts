@@ -1,0 +1,64 @@
+// A typed example of the public API; `npm run typecheck` runs `tsc --noEmit` over it.
+import * as sg from '../..'
+import {
+  Gate, Limiter, RejectedError, OverloadError, CircuitBreaker, RetryBudget, Backoff,
+  KeyedLimits, createFetch, renderPrometheus, type Permit, type Priority, type Rejection
+} from '../..'
+
+const gate = new Gate({ algorithm: 'gradient', initialLimit: 20, maxWaitMs: 500, aging: { from: 'normal', to: 'background', afterMs: 500 } })
+
+function handle (priority: Priority): boolean {
+  const permit: Permit | null = gate.tryAcquire({ priority })
+  if (permit === null) {
+    const why: Rejection | null = gate.lastRejection
+    return why !== null && why.retryAfterMs >= 0
+  }
+  try {
+    return true
+  } finally {
+    permit.success()
+  }
+}
+
+async function queued (signal: AbortSignal): Promise<number> {
+  try {
+    const p = await gate.acquire({ priority: 'critical', timeoutMs: 100, signal })
+    p.release('dropped')
+    return p.priority
+  } catch (err) {
+    if (err instanceof RejectedError) return err.retryAfterMs
+    if (err instanceof OverloadError) return err.code.length
+    throw err
+  }
+}
+
+async function run (): Promise<string> {
+  const n: number = await gate.run(async (permit) => permit.priority + 1, { priority: 0 })
+  const breaker = new CircuitBreaker({ windowCalls: 20, minimumCalls: 10, openMs: 30_000 })
+  const s: string = await breaker.run(async (x: number) => String(x + n), 1)
+  return s
+}
+
+const limiter = new Limiter({ algorithm: 'aimd', targetLatencyMs: 50, levels: 2 })
+const lp = limiter.tryAcquire({ priority: 1, nowNs: sg.nowNs() })
+lp?.ignore()
+limiter.setStaticLimit(null)
+
+const budget = new RetryBudget({ percentCanRetry: 0.1 })
+budget.deposit()
+const mayRetry: boolean = budget.tryWithdraw()
+const delay: number = new Backoff({ jitter: 'decorrelated' }).nextDelayMs(1, 250)
+
+const keyed = new KeyedLimits({ shardLimit: 4, ratePerSecond: 50, rateBurst: 10 })
+const kp = keyed.tryAcquire('tenant-a')
+kp?.release()
+const body: string = sg.actionable({ reason: 'key_limit', retryAfterMs: 1000 }).body
+
+const fetchWithRetries = createFetch({ budget, backoff: { baseMs: 50 }, maxAttempts: 3 })
+const text: string = renderPrometheus({ api: gate, budget, keyed })
+const hash: bigint = sg.hashKey('tenant-a', 42n)
+
+const mw = sg.express({ gate, keyed, key: 'x-tenant-id', timeoutMs: 200, readinessRoute: '/ready' })
+const ready = sg.readiness(gate, { overloadedStatus: 503 })
+
+export { handle, queued, run, mayRetry, delay, body, fetchWithRetries, text, hash, mw, ready }
