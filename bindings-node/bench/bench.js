@@ -1,0 +1,115 @@
+'use strict'
+// One run, by hand (`npm run bench`), not in `make test`. What it simulates: the per-request
+// cost a Node gateway pays to admit one request and report its outcome, with no waiting
+// (the fast path that runs on every request), beside the peers a Node user would reach
+// for, and a raw N-API call as the floor. Reports ns/op (median of rounds) and ratios.
+//
+//   sync:     gate.tryAcquire() + permit.success()         vs the raw N-API floor
+//   promise:  await gate.acquire() + success; gate.run()   vs p-limit, bottleneck,
+//             cockatiel bulkhead (overhead above a bare `await fn()`)
+//   breaker:  breaker.run(fn)                              vs opossum, cockatiel breaker
+//             (overhead above a bare `await fn()`)
+const sg = require('..')
+const { F } = require('../lib/native')
+const Bottleneck = require('bottleneck')
+const Opossum = require('opossum')
+const cockatiel = require('cockatiel')
+
+const ROUNDS = Number(process.env.ROUNDS || 7)
+const SYNC_N = Number(process.env.SYNC_N || 2_000_000)
+const ASYNC_N = Number(process.env.ASYNC_N || 200_000)
+
+function median (xs) {
+  const s = [...xs].sort((a, b) => a - b)
+  return s[s.length >> 1]
+}
+
+function syncBench (fn, n = SYNC_N) {
+  const out = []
+  for (let r = 0; r < ROUNDS; r++) {
+    const t = process.hrtime.bigint()
+    for (let i = 0; i < n; i++) fn()
+    out.push(Number(process.hrtime.bigint() - t) / n)
+  }
+  return median(out)
+}
+
+async function asyncBench (fn, n = ASYNC_N) {
+  const out = []
+  for (let r = 0; r < ROUNDS; r++) {
+    const t = process.hrtime.bigint()
+    for (let i = 0; i < n; i++) await fn()
+    out.push(Number(process.hrtime.bigint() - t) / n)
+  }
+  return median(out)
+}
+
+async function main () {
+  const noop = async () => 1
+  const gate = new sg.Gate({ algorithm: 'fixed', initialLimit: 1_000_000, levels: 1 })
+  const limiter = new sg.Limiter({ algorithm: 'fixed', initialLimit: 1_000_000, levels: 1 })
+  const breaker = new sg.CircuitBreaker()
+  const budget = new sg.RetryBudget()
+  const { default: pLimit } = await import('p-limit')
+  const plimit = pLimit(1_000_000)
+  const bottleneck = new Bottleneck({ maxConcurrent: 1_000_000 })
+  const bulkhead = cockatiel.bulkhead(1_000_000)
+  const opossum = new Opossum(noop, { timeout: false, errorThresholdPercentage: 50, resetTimeout: 30000 })
+  const cbreaker = cockatiel.circuitBreaker(cockatiel.handleAll, { halfOpenAfter: 30000, breaker: new cockatiel.ConsecutiveBreaker(5) })
+  const h = gate._h
+
+  const rows = []
+  const add = (name, ns, note = '') => rows.push({ name, ns, note })
+
+  // Warm up every path once (JIT).
+  for (let i = 0; i < 200_000; i++) {
+    F.floor(h, 1)
+    gate.tryAcquire().success()
+  }
+
+  const floor = syncBench(() => F.floor(h, 1))
+  add('raw N-API call (floor)', floor)
+  add('raw N-API call × 2 (floor of acquire + release)', 2 * floor)
+  add('gate.tryAcquire() + permit.success()', syncBench(() => gate.tryAcquire().success()))
+  add('limiter.tryAcquire() + permit.success()', syncBench(() => limiter.tryAcquire().success()))
+  add('breaker.tryAcquire() + permit.success()', syncBench(() => breaker.tryAcquire().success()))
+  add('budget.deposit() + budget.tryWithdraw()', syncBench(() => { budget.deposit(); budget.tryWithdraw() }))
+  add('fast.gateTryAcquire + fast.gateRelease (no facade)', syncBench(() => F.gateRelease(h, F.gateTryAcquire(h, 0), 0)))
+
+  const bare = await asyncBench(() => noop())
+  add('await fn() (baseline)', bare)
+  const acquire = await asyncBench(async () => { (await gate.acquire()).success() })
+  add('await gate.acquire() + success (no wait)', acquire)
+  const gateRun = await asyncBench(() => gate.run(noop))
+  add('await gate.run(fn)', gateRun)
+  const pl = await asyncBench(() => plimit(noop))
+  add('await pLimit(n)(fn)   [p-limit 7]', pl)
+  const bn = await asyncBench(() => bottleneck.schedule(noop), ASYNC_N / 10)
+  add('await bottleneck.schedule(fn)   [bottleneck 2]', bn)
+  const bh = await asyncBench(() => bulkhead.execute(noop))
+  add('await bulkhead.execute(fn)   [cockatiel 3]', bh)
+  const br = await asyncBench(() => breaker.run(noop))
+  add('await breaker.run(fn)', br)
+  const op = await asyncBench(() => opossum.fire())
+  add('await opossum.fire()   [opossum 8]', op)
+  const cb = await asyncBench(() => cbreaker.execute(noop))
+  add('await circuitBreaker.execute(fn)   [cockatiel 3]', cb)
+
+  const over = (x) => Math.max(x - bare, 0.1)
+  console.log(`node ${process.version}, ${ROUNDS} rounds, median ns/op\n`)
+  console.log('| operation | ns/op | note |')
+  console.log('|---|---:|---|')
+  for (const r of rows) console.log(`| ${r.name} | ${r.ns.toFixed(1)} | ${r.note} |`)
+  console.log('\nRatios (overhead = ns/op − the `await fn()` baseline):\n')
+  const sync = rows.find((r) => r.name.startsWith('gate.tryAcquire')).ns
+  console.log(`- sync path: gate.tryAcquire()+success = ${sync.toFixed(0)} ns = ${(sync / floor).toFixed(1)}× the raw N-API floor (target ≤ 100 ns)`)
+  console.log(`- promise path: acquire() overhead ${over(acquire).toFixed(0)} ns = ${(over(acquire) / over(pl)).toFixed(2)}× p-limit's ${over(pl).toFixed(0)} ns (target ≤ 0.33); gate.run ${(over(gateRun) / over(pl)).toFixed(2)}×; vs bottleneck ${(over(acquire) / over(bn)).toFixed(3)}×, cockatiel bulkhead ${(over(acquire) / over(bh)).toFixed(2)}×`)
+  console.log(`- breaker: run() overhead ${over(br).toFixed(0)} ns = ${(over(br) / over(op)).toFixed(2)}× opossum's ${over(op).toFixed(0)} ns (target ≤ 0.33); ${(over(br) / over(cb)).toFixed(2)}× cockatiel's ${over(cb).toFixed(0)} ns`)
+  await bottleneck.stop({ dropWaitingJobs: true })
+  opossum.shutdown()
+}
+
+main().catch((err) => {
+  console.error(err)
+  process.exit(1)
+})
