@@ -87,7 +87,7 @@ algorithm_class!(FixedLimit, "fixed", FixedConfig, Fixed, Fixed,
 algorithm_class!(AimdLimit, "aimd", AimdConfig, Aimd, Aimd,
     doc = "Additive increase, multiplicative decrease on overload (seed 002).",
     { initial_limit: limit_f, min_limit: limit_f, max_limit: limit_f });
-algorithm_class!(HysteresisLimit, "hysteresis", HysteresisConfig, HysteresisAimd, Hysteresis,
+algorithm_class!(HysteresisLimit, "hysteresis_aimd", HysteresisConfig, HysteresisAimd, Hysteresis,
     doc = "Seed 000's AIMD with healthy / warning / critical zones on windowed p99.",
     { initial_limit: limit_f, min_limit: limit_f, max_limit: limit_f });
 algorithm_class!(GradientLimit, "gradient", GradientConfig, Gradient, Gradient,
@@ -109,7 +109,7 @@ pub fn algorithm_arg(v: Option<&Bound<'_, PyAny>>) -> PyResult<AlgorithmConfig> 
         return match &*s.to_cow()? {
             "fixed" => Ok(AlgorithmConfig::Fixed(FixedConfig::default())),
             "aimd" => Ok(AlgorithmConfig::Aimd(AimdConfig::default())),
-            "hysteresis" => Ok(AlgorithmConfig::Hysteresis(HysteresisConfig::default())),
+            "hysteresis" | "hysteresis_aimd" => Ok(AlgorithmConfig::Hysteresis(HysteresisConfig::default())),
             "gradient" => Ok(AlgorithmConfig::Gradient(GradientConfig::default())),
             "gradient2" => Ok(AlgorithmConfig::Gradient2(Gradient2Config::default())),
             "vegas" => Ok(AlgorithmConfig::Vegas(VegasConfig::default())),
