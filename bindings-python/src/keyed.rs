@@ -16,6 +16,8 @@ use crate::common::*;
 macro_rules! any_keyed {
     ($($variant:ident = $n:literal),* $(,)?) => {
         /// A keyed table of one of the compiled shard counts.
+        // Always boxed (one allocation per object), so variant sizes do not matter.
+        #[allow(clippy::large_enum_variant)]
         enum AnyKeyed {
             $($variant(CoreKeyed<$n>),)*
         }

@@ -12,12 +12,59 @@ use surgeguard_core::{Limiter as CoreLimiter, LimiterConfig, Priority};
 use crate::common::*;
 use crate::permit::{Owner, Permit};
 
-/// Builds one algorithm-configuration class: keyword-only settings, each checked as it is
-/// read, then the whole config checked by the core (nothing is built on error).
+/// How one algorithm setting is read from Python and shown back.
+trait Setting {
+    type T;
+    fn read(name: &str, v: &Bound<'_, PyAny>) -> PyResult<Self::T>;
+    fn show<'py>(py: Python<'py>, x: Self::T) -> PyResult<Bound<'py, PyAny>>;
+}
+
+macro_rules! setting {
+    ($kind:ident, $t:ty, |$n:ident, $v:ident| $read:expr, |$py:ident, $x:ident| $show:expr) => {
+        struct $kind;
+        impl Setting for $kind {
+            type T = $t;
+            fn read($n: &str, $v: &Bound<'_, PyAny>) -> PyResult<$t> {
+                $read
+            }
+            fn show<'py>($py: Python<'py>, $x: $t) -> PyResult<Bound<'py, PyAny>> {
+                Ok($show.into_pyobject($py)?.to_owned().into_any())
+            }
+        }
+    };
+}
+
+// A limit: a finite float in [1e-6, 1e9].
+setting!(Limit, f64, |n, v| ranged_arg(n, v, 1e-6, 1e9), |py, x| x);
+// Any float (the core checks its range; NaN and infinities are refused there).
+setting!(Real, f64, |n, v| real_arg(n, v), |py, x| x);
+// A duration in seconds, stored as nanoseconds.
+setting!(Secs, u64, |n, v| secs_arg(n, v, 86_400.0 * 365.0), |py, x| secs(x));
+setting!(Flag, bool, |n, v| bool_arg(n, v), |py, x| x);
+setting!(Count, u32, |n, v| Ok(uint_arg(n, v, u32::MAX as u64)? as u32), |py, x| x);
+setting!(Seed, u64, |n, v| uint_arg(n, v, u64::MAX), |py, x| x);
+setting!(
+    OptCount,
+    Option<u32>,
+    |n, v| if v.is_none() { Ok(None) } else { Ok(Some(uint_arg(n, v, u32::MAX as u64)? as u32)) },
+    |py, x| x
+);
+setting!(
+    OptReal,
+    Option<f64>,
+    |n, v| if v.is_none() { Ok(None) } else { Ok(Some(real_arg(n, v)?)) },
+    |py, x| x
+);
+
+/// Builds one algorithm-configuration class: keyword-only settings (seconds for
+/// durations), each checked as it is read, then the whole config checked by the core
+/// (nothing is built on error).
 macro_rules! algorithm_class {
     ($py_name:ident, $name:literal, $cfg:ident, $algo:ident, $variant:ident,
-     doc = $doc:literal, { $($field:ident : $conv:ident),* $(,)? }) => {
+     doc = $doc:literal, { $($key:ident = $field:ident : $kind:ident),* $(,)? }) => {
         #[doc = $doc]
+        #[doc = ""]
+        #[doc = concat!("Settings (keyword-only): ", $(stringify!($key), " "),*)]
         #[pyclass(frozen, module = "surgeguard._native")]
         pub struct $py_name {
             pub cfg: $cfg,
@@ -28,24 +75,23 @@ macro_rules! algorithm_class {
             #[new]
             #[pyo3(signature = (**kwargs))]
             fn new(py: Python<'_>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
-                #[allow(unused_mut)]
                 let mut cfg = $cfg::default();
                 if let Some(kw) = kwargs {
                     for (k, v) in kw.iter() {
                         let key = k.cast::<PyString>()?.to_cow()?.into_owned();
                         match key.as_str() {
-                            $(stringify!($field) => cfg.$field = $conv(stringify!($field), &v)?,)*
+                            $(stringify!($key) => cfg.$field = <$kind>::read(stringify!($key), &v)?,)*
                             other => {
                                 return Err(PyTypeError::new_err(format!(
                                     "{}() got an unexpected keyword argument {other:?}; settings: {}",
-                                    $name,
-                                    [$(stringify!($field)),*].join(", ")
+                                    stringify!($py_name),
+                                    [$(stringify!($key)),*].join(", ")
                                 )))
                             }
                         }
                     }
                 }
-                $algo::new(&cfg).map_err(|e| config_err(py, $name, e))?;
+                $algo::new(&cfg).map_err(|e| config_err(py, stringify!($py_name), e))?;
                 Ok(Self { cfg })
             }
 
@@ -55,16 +101,16 @@ macro_rules! algorithm_class {
                 $name
             }
 
-            /// The settings as a dict.
+            /// The settings as a dict (durations in seconds).
             fn config<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
                 let d = PyDict::new(py);
-                $(d.set_item(stringify!($field), self.cfg.$field)?;)*
+                $(d.set_item(stringify!($key), <$kind>::show(py, self.cfg.$field)?)?;)*
                 Ok(d)
             }
 
-            fn __repr__(&self) -> String {
-                let parts: Vec<String> = vec![$(format!("{}={:?}", stringify!($field), self.cfg.$field)),*];
-                format!("{}({})", stringify!($py_name), parts.join(", "))
+            fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+                let parts: Vec<String> = vec![$(format!("{}={}", stringify!($key), <$kind>::show(py, self.cfg.$field)?.repr()?)),*];
+                Ok(format!("{}({})", stringify!($py_name), parts.join(", ")))
             }
         }
 
@@ -76,29 +122,46 @@ macro_rules! algorithm_class {
     };
 }
 
-/// A limit value: a finite float in [1e-6, 1e9].
-fn limit_f(name: &str, v: &Bound<'_, PyAny>) -> PyResult<f64> {
-    ranged_arg(name, v, 1e-6, 1e9)
-}
-
 algorithm_class!(FixedLimit, "fixed", FixedConfig, Fixed, Fixed,
-    doc = "A static limit (`Limiter(algorithm=FixedLimit(initial_limit=20))`).",
-    { initial_limit: limit_f, min_limit: limit_f, max_limit: limit_f });
+    doc = "A static limit (`Limiter(FixedLimit(initial_limit=20))`, or `Limiter(limit=20)`).",
+    { initial_limit = initial_limit: Limit, min_limit = min_limit: Limit, max_limit = max_limit: Limit });
 algorithm_class!(AimdLimit, "aimd", AimdConfig, Aimd, Aimd,
-    doc = "Additive increase, multiplicative decrease on overload (seed 002).",
-    { initial_limit: limit_f, min_limit: limit_f, max_limit: limit_f });
+    doc = "Additive increase while latency is under target, multiplicative decrease on overload (seed 002; `netflix_parity=True` reproduces Netflix AIMDLimit).",
+    { initial_limit = initial_limit: Limit, min_limit = min_limit: Limit, max_limit = max_limit: Limit,
+      target_latency = target_latency_ns: Secs, latency_percentile = latency_percentile: Real,
+      backoff_ratio = backoff_ratio: Real, timeout = timeout_ns: Secs,
+      app_limited_fraction = app_limited_fraction: Real, slow_start = slow_start: Flag,
+      netflix_parity = netflix_parity: Flag });
 algorithm_class!(HysteresisLimit, "hysteresis_aimd", HysteresisConfig, HysteresisAimd, Hysteresis,
-    doc = "Seed 000's AIMD with healthy / warning / critical zones on windowed p99.",
-    { initial_limit: limit_f, min_limit: limit_f, max_limit: limit_f });
+    doc = "Seed 000's AIMD with healthy / warning / critical zones on the rolling p99, jump detection and cool-off.",
+    { initial_limit = initial_limit: Limit, min_limit = min_limit: Limit, max_limit = max_limit: Limit,
+      target_latency = target_latency_ns: Secs, healthy_below = healthy_below: Real,
+      critical_above = critical_above: Real, critical_factor = critical_factor: Real,
+      jump_rise = jump_rise: Real, jump_window = jump_window_ns: Secs, jump_factor = jump_factor: Real,
+      avg_alpha = avg_alpha: Real, cool_off = cool_off_ns: Secs, p99_window = p99_window_ns: Secs,
+      app_limited_fraction = app_limited_fraction: Real, slow_start = slow_start: Flag });
 algorithm_class!(GradientLimit, "gradient", GradientConfig, Gradient, Gradient,
-    doc = "Envoy's gradient controller on min RTT vs sampled RTT (the default).",
-    { initial_limit: limit_f, min_limit: limit_f, max_limit: limit_f });
+    doc = "Envoy's gradient controller (the default): limit follows baseline RTT / sampled RTT plus sqrt headroom; probe-free baseline unless `probe_interval` is set.",
+    { initial_limit = initial_limit: Limit, min_limit = min_limit: Limit, max_limit = max_limit: Limit,
+      buffer = buffer: Real, headroom = headroom: Real, smoothing = smoothing: Real,
+      sample_percentile = sample_percentile: Real, probe_interval = probe_interval_ns: Secs,
+      probe_jitter = probe_jitter: Real, probe_limit = probe_limit: Real,
+      probe_samples = probe_samples: Count, pinned_baseline = pinned_baseline_ns: Secs,
+      backoff = backoff: Real, drop_tolerance = drop_tolerance: Real, slow_start = slow_start: Flag,
+      app_limited_ratio = app_limited_ratio: Real, seed = seed: Seed });
 algorithm_class!(Gradient2Limit, "gradient2", Gradient2Config, Gradient2, Gradient2,
-    doc = "Netflix concurrency-limits' Gradient2 (long/short RTT ratio).",
-    { initial_limit: limit_f, min_limit: limit_f, max_limit: limit_f });
+    doc = "Netflix concurrency-limits' Gradient2 (long vs short RTT); `fixed=True` backs off on drops.",
+    { initial_limit = initial_limit: Limit, min_limit = min_limit: Limit, max_limit = max_limit: Limit,
+      smoothing = smoothing: Real, queue_size = queue_size: Real, long_window = long_window: Count,
+      rtt_tolerance = rtt_tolerance: Real, fixed = fixed: Flag, backoff_ratio = backoff_ratio: Real,
+      app_limited_fraction = app_limited_fraction: Real, slow_start = slow_start: Flag });
 algorithm_class!(VegasLimit, "vegas", VegasConfig, Vegas, Vegas,
     doc = "Netflix concurrency-limits' Vegas (queue-size estimate from RTT).",
-    { initial_limit: limit_f, min_limit: limit_f, max_limit: limit_f });
+    { initial_limit = initial_limit: Limit, min_limit = min_limit: Limit, max_limit = max_limit: Limit,
+      smoothing = smoothing: Real, alpha = alpha: OptCount, beta = beta: OptCount,
+      threshold = threshold: OptCount, decrease_ratio = decrease_ratio: OptReal,
+      probe_multiplier = probe_multiplier: Count, seed = seed: Seed,
+      app_limited_fraction = app_limited_fraction: Real, slow_start = slow_start: Flag });
 
 /// An algorithm given as a config object or by name (defaults).
 pub fn algorithm_arg(v: Option<&Bound<'_, PyAny>>) -> PyResult<AlgorithmConfig> {
@@ -109,7 +172,9 @@ pub fn algorithm_arg(v: Option<&Bound<'_, PyAny>>) -> PyResult<AlgorithmConfig> 
         return match &*s.to_cow()? {
             "fixed" => Ok(AlgorithmConfig::Fixed(FixedConfig::default())),
             "aimd" => Ok(AlgorithmConfig::Aimd(AimdConfig::default())),
-            "hysteresis" | "hysteresis_aimd" => Ok(AlgorithmConfig::Hysteresis(HysteresisConfig::default())),
+            "hysteresis" | "hysteresis_aimd" => {
+                Ok(AlgorithmConfig::Hysteresis(HysteresisConfig::default()))
+            }
             "gradient" => Ok(AlgorithmConfig::Gradient(GradientConfig::default())),
             "gradient2" => Ok(AlgorithmConfig::Gradient2(Gradient2Config::default())),
             "vegas" => Ok(AlgorithmConfig::Vegas(VegasConfig::default())),
@@ -355,6 +420,7 @@ pub fn limiter_metrics<'py>(
     d.set_item("levels", m.levels)?;
     d.set_item("inflight_by_level", m.inflight_by_level[..n].to_vec())?;
     d.set_item("share_by_level", m.share_by_level[..n].to_vec())?;
+    d.set_item("demand_by_level", m.demand_by_level[..n].to_vec())?;
     d.set_item("admitted", m.admitted)?;
     d.set_item("rejected", m.rejected)?;
     d.set_item("rejected_by_level", m.rejected_by_level[..n].to_vec())?;

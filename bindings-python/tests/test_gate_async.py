@@ -198,8 +198,10 @@ async def test_async_stress_invariants():
             async with g.acquire_async(prio, timeout=1.0):
                 inside += 1
                 peak = max(peak, inside)
-                await asyncio.sleep(0.0005 * (i % 4))
-                inside -= 1
+                try:
+                    await asyncio.sleep(0.0005 * (i % 4))
+                finally:
+                    inside -= 1
             counts["ok"] += 1
         except sg.Rejected:
             counts["refused"] += 1
