@@ -83,7 +83,7 @@ enum Await {
 
 /// One admission: use it as `with ... as permit:` / `async with ... as permit:`, or end it
 /// explicitly with `success()`, `dropped()` or `ignore()`.
-#[pyclass(module = "surgeguard._native", freelist = 64)]
+#[pyclass(module = "surgeguard._native")]
 pub struct Permit {
     owner: Owner,
     priority: Priority,
@@ -144,6 +144,14 @@ impl Permit {
     fn admit(slf: &Bound<'_, Self>, asynchronous: bool) -> PyResult<Option<Py<PyAny>>> {
         let py = slf.py();
         let mut this = slf.borrow_mut();
+        if this.is_async != asynchronous && matches!(this.owner, Owner::Gate(_)) {
+            return Err(PyTypeError::new_err(if asynchronous {
+                "Gate.acquire() blocks the thread while queued: use `async with \
+                 gate.acquire_async(...)` in async code"
+            } else {
+                "acquire_async() returns an async context manager: use `async with`"
+            }));
+        }
         match this.state {
             State::Pending => {}
             State::Held => return Ok(None),
@@ -169,16 +177,20 @@ impl Permit {
                 }
             },
             Owner::Gate(g) => {
-                let gate = g.clone_ref(py);
                 let (priority, timeout) = (this.priority, this.timeout_ns);
                 let injected = this.now.is_some();
-                match gate.get().arrive(py, now, priority, timeout) {
+                let arrival = g.get().arrive(py, now, priority, timeout);
+                match arrival {
                     Ok(Waiter::Admitted(raw)) => {
                         this.raw = Some(raw);
                         this.state = State::Held;
                         Ok(None)
                     }
                     Ok(Waiter::Queued(wait)) => {
+                        let gate = match &this.owner {
+                            Owner::Gate(g) => g.clone_ref(py),
+                            Owner::Limiter(_) => unreachable!("matched a gate above"),
+                        };
                         this.state = State::Waiting;
                         drop(this);
                         if asynchronous {
@@ -279,11 +291,6 @@ impl Permit {
 #[pymethods]
 impl Permit {
     fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
-        if slf.borrow().is_async {
-            return Err(PyTypeError::new_err(
-                "acquire_async() returns an async context manager: use `async with`",
-            ));
-        }
         Self::admit(&slf, false)?;
         Ok(slf)
     }
@@ -299,15 +306,6 @@ impl Permit {
     }
 
     fn __aenter__(slf: Bound<'_, Self>) -> PyResult<Py<PyAny>> {
-        {
-            let this = slf.borrow();
-            if !this.is_async && matches!(this.owner, Owner::Gate(_)) {
-                return Err(PyTypeError::new_err(
-                    "Gate.acquire() blocks the thread while queued: use `async with \
-                     gate.acquire_async(...)` in async code",
-                ));
-            }
-        }
         match Self::admit(&slf, true)? {
             Some(coroutine) => Ok(coroutine),
             None => {
