@@ -66,6 +66,12 @@ def main() -> None:
     floor = per_op("f()", {"f": lst.__len__})
     rows.append(("floor: bound C method call `lst.__len__()`", floor))
 
+    # A native `with` block that does nothing: a reported BreakerCall's __enter__/__exit__.
+    done_call = sg.CircuitBreaker().try_acquire()
+    done_call.success()
+    rows.append(("floor: native `with` block doing nothing", per_op("with c: pass", {"c": done_call})))
+    rows.append(("native clock read `surgeguard.clock_ns()`", per_op("c()", {"c": sg.clock_ns})))
+
     gate = sg.Gate(limit=1_000_000)
     limiter = sg.Limiter(limit=1_000_000)
     sem = threading.Semaphore(1_000_000)

@@ -31,7 +31,7 @@ Refusals raise :class:`OverloadError` subclasses carrying ``reason`` and ``retry
 
 from __future__ import annotations
 
-from . import errors
+from . import errors, prometheus
 from ._native import (
     AdaptiveThrottle,
     AimdLimit,
@@ -119,6 +119,7 @@ __all__ = [
     "hash_key",
     "clock_ns",
     "errors",
+    "prometheus",
     # exceptions
     "OverloadError",
     "Rejected",
