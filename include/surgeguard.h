@@ -176,10 +176,10 @@
 #define SG_NEVER UINT64_MAX
 
 // Nanoseconds per millisecond.
-#define SG_MS 1000000
+#define SG_MS 1000000ull
 
 // Nanoseconds per second.
-#define SG_SEC 1000000000
+#define SG_SEC 1000000000ull
 
 // Outcome of admitted work: completed; its latency is a sample for the limit.
 #define SG_OUTCOME_SUCCESS 0
@@ -933,9 +933,9 @@ sg_status sg_breaker_state(const struct sg_breaker *breaker, uint64_t now, uint3
 sg_status sg_breaker_is_open(const struct sg_breaker *breaker, uint64_t now, bool *is_open_out);
 
 // A snapshot at `now`.
-sg_status sg_breaker_metrics(const struct sg_breaker *breaker,
-                             uint64_t now,
-                             struct sg_breaker_metrics *metrics_out);
+sg_status sg_breaker_metrics_get(const struct sg_breaker *breaker,
+                                 uint64_t now,
+                                 struct sg_breaker_metrics *metrics_out);
 
 // Fills `cfg` with the defaults: capacity 256, low water 64 (seed 004).
 sg_status sg_credits_config_default(struct sg_credits_config *cfg);
@@ -1001,8 +1001,8 @@ sg_status sg_credits_outstanding(const struct sg_credits *credits, uint32_t *out
 sg_status sg_credits_is_stalled(const struct sg_credits *credits, bool *is_stalled_out);
 
 // A snapshot of the channel's counters and gauges.
-sg_status sg_credits_metrics(const struct sg_credits *credits,
-                             struct sg_credits_metrics *metrics_out);
+sg_status sg_credits_metrics_get(const struct sg_credits *credits,
+                                 struct sg_credits_metrics *metrics_out);
 
 // Fills `cfg` with the defaults: 1 s buckets.
 sg_status sg_lag_meter_config_default(struct sg_lag_meter_config *cfg);
@@ -1074,9 +1074,9 @@ sg_status sg_lag_meter_time_to_drain_exceeds(struct sg_lag_meter *lag_meter,
                                              bool *time_to_drain_exceeds_out);
 
 // A snapshot at `now`.
-sg_status sg_lag_meter_metrics(struct sg_lag_meter *lag_meter,
-                               uint64_t now,
-                               struct sg_lag_metrics *metrics_out);
+sg_status sg_lag_meter_metrics_get(struct sg_lag_meter *lag_meter,
+                                   uint64_t now,
+                                   struct sg_lag_metrics *metrics_out);
 
 // Fills `cfg` with the defaults: capacity 400, pause below 100 free, resume above 200 free.
 sg_status sg_watermarks_config_default(struct sg_watermarks_config *cfg);
@@ -1115,9 +1115,9 @@ sg_status sg_watermarks_observe(struct sg_watermarks *watermarks,
 sg_status sg_watermarks_is_paused(const struct sg_watermarks *watermarks, bool *is_paused_out);
 
 // A snapshot at `now`.
-sg_status sg_watermarks_metrics(struct sg_watermarks *watermarks,
-                                uint64_t now,
-                                struct sg_watermarks_metrics *metrics_out);
+sg_status sg_watermarks_metrics_get(struct sg_watermarks *watermarks,
+                                    uint64_t now,
+                                    struct sg_watermarks_metrics *metrics_out);
 
 // Fills `cfg` with the defaults: 64 shards, 2 per key, 8 permits per shard, 1 s hint, seed 0,
 // no rate.
@@ -1199,7 +1199,7 @@ sg_status sg_isolation_compute(uint32_t n, uint32_t k, struct sg_isolation *isol
 sg_status sg_keyed_isolation(const struct sg_keyed *keyed, struct sg_isolation *isolation_out);
 
 // A snapshot of the table.
-sg_status sg_keyed_metrics(const struct sg_keyed *keyed, struct sg_keyed_metrics *metrics_out);
+sg_status sg_keyed_metrics_get(const struct sg_keyed *keyed, struct sg_keyed_metrics *metrics_out);
 
 // The actionable answer for `rejection` (an unknown reason is `SG_INVALID_ARGUMENT`).
 sg_status sg_actionable_from(const struct sg_rejection *rejection,
@@ -1370,8 +1370,8 @@ sg_status sg_rate_limiter_wait_time(const struct sg_rate_limiter *rate_limiter,
                                     uint64_t *wait_time_out);
 
 // A snapshot of the counters.
-sg_status sg_rate_limiter_metrics(const struct sg_rate_limiter *rate_limiter,
-                                  struct sg_rate_limiter_metrics *metrics_out);
+sg_status sg_rate_limiter_metrics_get(const struct sg_rate_limiter *rate_limiter,
+                                      struct sg_rate_limiter_metrics *metrics_out);
 
 // Fills `cfg` with the defaults: a 1000/s target, 20 % headroom, bursts of 100 ms (seed 004's example;
 // use `sg_paced_drain_config_for` for your target).
@@ -1430,8 +1430,8 @@ sg_status sg_time_to_drain(uint64_t backlog,
                            uint64_t *time_to_drain_out);
 
 // A snapshot of the counters.
-sg_status sg_paced_drain_metrics(const struct sg_paced_drain *paced_drain,
-                                 struct sg_paced_drain_metrics *metrics_out);
+sg_status sg_paced_drain_metrics_get(const struct sg_paced_drain *paced_drain,
+                                     struct sg_paced_drain_metrics *metrics_out);
 
 // Fills `cfg` with the defaults: ttl 10 s, 10 retries/s, 10 % (SRE).
 sg_status sg_retry_budget_config_default(struct sg_retry_budget_config *cfg);
@@ -1477,8 +1477,8 @@ sg_status sg_retry_budget_available(struct sg_retry_budget *retry_budget,
                                     uint64_t *available_out);
 
 // A snapshot of the counters.
-sg_status sg_retry_budget_metrics(const struct sg_retry_budget *retry_budget,
-                                  struct sg_retry_budget_metrics *metrics_out);
+sg_status sg_retry_budget_metrics_get(const struct sg_retry_budget *retry_budget,
+                                      struct sg_retry_budget_metrics *metrics_out);
 
 // Fills `cfg` with the defaults: max 10 tokens, ratio 0.1 (gRPC A6).
 sg_status sg_token_throttle_config_default(struct sg_token_throttle_config *cfg);
@@ -1523,8 +1523,8 @@ sg_status sg_token_throttle_tokens(const struct sg_token_throttle *token_throttl
                                    double *tokens_out);
 
 // A snapshot of the counters.
-sg_status sg_token_throttle_metrics(const struct sg_token_throttle *token_throttle,
-                                    struct sg_token_throttle_metrics *metrics_out);
+sg_status sg_token_throttle_metrics_get(const struct sg_token_throttle *token_throttle,
+                                        struct sg_token_throttle_metrics *metrics_out);
 
 // A static, NUL-terminated name for a status (`"ok"`, `"rejected"`, ...); `"unknown
 // status"` for a value that is not one. Never NULL.
@@ -1583,8 +1583,8 @@ sg_status sg_adaptive_throttle_drop_probability(struct sg_adaptive_throttle *ada
                                                 double *drop_probability_out);
 
 // A snapshot (as of the last call's time).
-sg_status sg_adaptive_throttle_metrics(const struct sg_adaptive_throttle *adaptive_throttle,
-                                       struct sg_adaptive_throttle_metrics *metrics_out);
+sg_status sg_adaptive_throttle_metrics_get(const struct sg_adaptive_throttle *adaptive_throttle,
+                                           struct sg_adaptive_throttle_metrics *metrics_out);
 
 // A monotonic clock for the `now` arguments, if the program has none of its own:
 // nanoseconds since an arbitrary origin fixed at the first call in this process (so

@@ -9,8 +9,9 @@ use surgeguard_core::rng::SplitMix64;
 
 use crate::handle::{
     deinit_object, ffi, ffi_value, free_object, init_object, input, new_object, object, out,
-    with_mut, Head, Res,
+    with_mut, Res,
 };
+use crate::handle::{obj_align, obj_size};
 use crate::status::sg_status::{self, *};
 
 /// `sg_backoff_config.jitter`: exactly `min(cap, base·multiplier^(n−1))` (tests only:
@@ -66,8 +67,7 @@ pub struct BackoffState {
 /// Delays between the attempts of one retried call. NOT thread-safe: keep one per call
 /// (it remembers the previous delay), or guard it.
 pub struct sg_backoff {
-    head: Head,
-    inner: BackoffState,
+    _opaque: [u8; 0],
 }
 object!(sg_backoff, BackoffState, 0x5347_424B_4F46_4600);
 
@@ -121,13 +121,13 @@ pub unsafe extern "C" fn sg_backoff_free(backoff: *mut sg_backoff) {
 /// Bytes of caller storage `sg_backoff_init` needs.
 #[no_mangle]
 pub extern "C" fn sg_backoff_size() -> usize {
-    ffi_value(0, size_of::<sg_backoff>)
+    ffi_value(0, obj_size::<sg_backoff>)
 }
 
 /// Alignment the storage given to `sg_backoff_init` needs.
 #[no_mangle]
 pub extern "C" fn sg_backoff_align() -> usize {
-    ffi_value(0, align_of::<sg_backoff>)
+    ffi_value(0, obj_align::<sg_backoff>)
 }
 
 /// Creates a backoff in caller storage (`len` bytes at `mem`, aligned to

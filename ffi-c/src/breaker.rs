@@ -10,8 +10,9 @@ use surgeguard_core::breaker::{
 
 use crate::handle::{
     deinit_object, ffi, ffi_status, ffi_value, free_object, init_object, input, new_object, object,
-    out, rejected, with, Head, Res,
+    out, rejected, with, Res,
 };
+use crate::handle::{obj_align, obj_size};
 use crate::permit::{issue, sg_permit, take, SG_PERMIT_KIND_BREAKER};
 use crate::status::sg_rejection;
 use crate::status::sg_status::{self, *};
@@ -95,8 +96,7 @@ impl From<CircuitBreakerConfig> for sg_breaker_config {
 
 /// A circuit breaker: closed / open / half-open. Thread-safe, wait-free.
 pub struct sg_breaker {
-    head: Head,
-    inner: CircuitBreaker,
+    _opaque: [u8; 0],
 }
 object!(sg_breaker, CircuitBreaker, 0x5347_4252_4B52_0000);
 
@@ -155,13 +155,13 @@ pub unsafe extern "C" fn sg_breaker_free(breaker: *mut sg_breaker) {
 /// Bytes of caller storage `sg_breaker_init` needs.
 #[no_mangle]
 pub extern "C" fn sg_breaker_size() -> usize {
-    ffi_value(0, size_of::<sg_breaker>)
+    ffi_value(0, obj_size::<sg_breaker>)
 }
 
 /// Alignment the storage given to `sg_breaker_init` needs.
 #[no_mangle]
 pub extern "C" fn sg_breaker_align() -> usize {
-    ffi_value(0, align_of::<sg_breaker>)
+    ffi_value(0, obj_align::<sg_breaker>)
 }
 
 /// Creates a circuit breaker in caller storage (`len` bytes at `mem`, aligned to
@@ -222,9 +222,9 @@ pub unsafe extern "C" fn sg_breaker_record(
     latency_ns: u64,
 ) -> sg_status {
     ffi(|| {
-        let outcome = self::outcome(outcome)?;
         // SAFETY: the crate's contract for `permit`.
         let permit = unsafe { input(permit.cast_const())? };
+        let outcome = self::outcome(outcome)?;
         // SAFETY: the crate's contract for `breaker`.
         unsafe {
             with(breaker, |b| {
@@ -322,7 +322,7 @@ impl From<BreakerMetrics> for sg_breaker_metrics {
 
 /// A snapshot at `now`.
 #[no_mangle]
-pub unsafe extern "C" fn sg_breaker_metrics(
+pub unsafe extern "C" fn sg_breaker_metrics_get(
     breaker: *const sg_breaker,
     now: u64,
     metrics_out: *mut sg_breaker_metrics,

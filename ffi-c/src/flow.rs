@@ -11,8 +11,9 @@ use surgeguard_core::flow::{
 
 use crate::handle::{
     deinit_object, ffi, ffi_status, ffi_value, free_object, init_object, input, new_object, object,
-    out, rejected, with, Head, Res,
+    out, rejected, with, Res,
 };
+use crate::handle::{obj_align, obj_size};
 use crate::status::sg_rejection;
 use crate::status::sg_status::{self, *};
 use crate::time::SG_NEVER;
@@ -41,8 +42,7 @@ impl From<CreditsConfig> for sg_credits_config {
 /// takes one per item and never sends more than was granted (Reactive Streams rule 1.1).
 /// Thread-safe, lock-free.
 pub struct sg_credits {
-    head: Head,
-    inner: Credits,
+    _opaque: [u8; 0],
 }
 object!(sg_credits, Credits, 0x5347_4352_4544_4900);
 
@@ -80,13 +80,13 @@ pub unsafe extern "C" fn sg_credits_free(credits: *mut sg_credits) {
 /// Bytes of caller storage `sg_credits_init` needs.
 #[no_mangle]
 pub extern "C" fn sg_credits_size() -> usize {
-    ffi_value(0, size_of::<sg_credits>)
+    ffi_value(0, obj_size::<sg_credits>)
 }
 
 /// Alignment the storage given to `sg_credits_init` needs.
 #[no_mangle]
 pub extern "C" fn sg_credits_align() -> usize {
-    ffi_value(0, align_of::<sg_credits>)
+    ffi_value(0, obj_align::<sg_credits>)
 }
 
 /// Creates a credit channel in caller storage (`len` bytes at `mem`, aligned to
@@ -306,7 +306,7 @@ impl From<CreditsMetrics> for sg_credits_metrics {
 
 /// A snapshot of the channel's counters and gauges.
 #[no_mangle]
-pub unsafe extern "C" fn sg_credits_metrics(
+pub unsafe extern "C" fn sg_credits_metrics_get(
     credits: *const sg_credits,
     metrics_out: *mut sg_credits_metrics,
 ) -> sg_status {
@@ -338,8 +338,7 @@ pub struct sg_lag_meter_config {
 /// Consumer lag measured in time (seed 004 §3): produce and consume rates over a sliding
 /// window of 60 buckets, lag, lag in seconds, time to drain. Thread-safe, lock-free.
 pub struct sg_lag_meter {
-    head: Head,
-    inner: Meter,
+    _opaque: [u8; 0],
 }
 object!(sg_lag_meter, Meter, 0x5347_4C41_474D_5400);
 
@@ -383,13 +382,13 @@ pub unsafe extern "C" fn sg_lag_meter_free(lag_meter: *mut sg_lag_meter) {
 /// Bytes of caller storage `sg_lag_meter_init` needs.
 #[no_mangle]
 pub extern "C" fn sg_lag_meter_size() -> usize {
-    ffi_value(0, size_of::<sg_lag_meter>)
+    ffi_value(0, obj_size::<sg_lag_meter>)
 }
 
 /// Alignment the storage given to `sg_lag_meter_init` needs.
 #[no_mangle]
 pub extern "C" fn sg_lag_meter_align() -> usize {
-    ffi_value(0, align_of::<sg_lag_meter>)
+    ffi_value(0, obj_align::<sg_lag_meter>)
 }
 
 /// Creates a lag meter in caller storage (`len` bytes at `mem`, aligned to
@@ -617,7 +616,7 @@ impl From<LagMetrics> for sg_lag_metrics {
 
 /// A snapshot at `now`.
 #[no_mangle]
-pub unsafe extern "C" fn sg_lag_meter_metrics(
+pub unsafe extern "C" fn sg_lag_meter_metrics_get(
     lag_meter: *mut sg_lag_meter,
     now: u64,
     metrics_out: *mut sg_lag_metrics,
@@ -664,8 +663,7 @@ impl From<WatermarksConfig> for sg_watermarks_config {
 /// Pause/resume with hysteresis on a level (Kafka `pause()`/`resume()`, seed 004 §3).
 /// Thread-safe, wait-free; exactly one caller reports each transition.
 pub struct sg_watermarks {
-    head: Head,
-    inner: Watermarks,
+    _opaque: [u8; 0],
 }
 object!(sg_watermarks, Watermarks, 0x5347_574D_524B_5300);
 
@@ -710,13 +708,13 @@ pub unsafe extern "C" fn sg_watermarks_free(watermarks: *mut sg_watermarks) {
 /// Bytes of caller storage `sg_watermarks_init` needs.
 #[no_mangle]
 pub extern "C" fn sg_watermarks_size() -> usize {
-    ffi_value(0, size_of::<sg_watermarks>)
+    ffi_value(0, obj_size::<sg_watermarks>)
 }
 
 /// Alignment the storage given to `sg_watermarks_init` needs.
 #[no_mangle]
 pub extern "C" fn sg_watermarks_align() -> usize {
-    ffi_value(0, align_of::<sg_watermarks>)
+    ffi_value(0, obj_align::<sg_watermarks>)
 }
 
 /// Creates watermarks in caller storage (`len` bytes at `mem`, aligned to
@@ -807,7 +805,7 @@ impl From<WatermarksMetrics> for sg_watermarks_metrics {
 
 /// A snapshot at `now`.
 #[no_mangle]
-pub unsafe extern "C" fn sg_watermarks_metrics(
+pub unsafe extern "C" fn sg_watermarks_metrics_get(
     watermarks: *mut sg_watermarks,
     now: u64,
     metrics_out: *mut sg_watermarks_metrics,

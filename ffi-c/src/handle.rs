@@ -100,28 +100,46 @@ pub(crate) struct Head {
     heap: bool,
 }
 
-/// An exported object type: `Head` plus the core structure.
+/// An exported object type: an opaque marker (`pub struct sg_limiter { _opaque: [u8; 0] }`,
+/// which cbindgen turns into `typedef struct sg_limiter sg_limiter;`) whose handles point
+/// at an [`Obj`] holding the core structure.
 pub(crate) trait Object: Sized {
     /// The core structure inside.
     type Inner;
     /// This type's magic: identifies the handle's type and life.
     const MAGIC: u64;
-    fn from_parts(head: Head, inner: Self::Inner) -> Self;
-    fn head(&self) -> &Head;
 }
 
-/// Implements [`Object`] for `$t { head: Head, inner: $inner }`.
+/// What a handle points at. `repr(C)` puts the head first, so checking the magic of a
+/// wrong or dead handle reads only its first words.
+#[repr(C)]
+pub(crate) struct Obj<I> {
+    pub(crate) head: Head,
+    pub(crate) inner: I,
+}
+
+impl<I> Obj<I> {
+    fn head(&self) -> &Head {
+        &self.head
+    }
+}
+
+/// `sg_<type>_size()`.
+pub(crate) fn obj_size<T: Object>() -> usize {
+    size_of::<Obj<T::Inner>>()
+}
+
+/// `sg_<type>_align()`.
+pub(crate) fn obj_align<T: Object>() -> usize {
+    align_of::<Obj<T::Inner>>()
+}
+
+/// Declares `$t` (an opaque marker) an [`Object`] holding `$inner`.
 macro_rules! object {
     ($t:ty, $inner:ty, $magic:expr) => {
         impl crate::handle::Object for $t {
             type Inner = $inner;
             const MAGIC: u64 = $magic;
-            fn from_parts(head: crate::handle::Head, inner: $inner) -> Self {
-                Self { head, inner }
-            }
-            fn head(&self) -> &crate::handle::Head {
-                &self.head
-            }
         }
     };
 }
@@ -175,10 +193,13 @@ impl Head {
 ///
 /// # Safety
 /// `p` must be NULL or a pointer the crate's contract allows for a `T` handle.
-pub(crate) unsafe fn with<T: Object, R>(p: *const T, f: impl FnOnce(&T) -> Res<R>) -> Res<R> {
-    // SAFETY: the caller's contract: NULL or a handle (or storage holding one) valid for
-    // reads; `check` below refuses storage that does not hold a live `T`.
-    let obj = unsafe { p.as_ref() }.ok_or(SG_NULL_ARGUMENT)?;
+pub(crate) unsafe fn with<T: Object, R>(
+    p: *const T,
+    f: impl FnOnce(&Obj<T::Inner>) -> Res<R>,
+) -> Res<R> {
+    // SAFETY: the caller's contract: NULL or a handle (pointing at an `Obj`, or storage
+    // holding one) valid for reads; `check` below refuses storage without a live `T`.
+    let obj = unsafe { p.cast::<Obj<T::Inner>>().as_ref() }.ok_or(SG_NULL_ARGUMENT)?;
     obj.head().check::<T>()?;
     match catch_unwind(AssertUnwindSafe(|| f(obj))) {
         Ok(r) => r,
@@ -193,10 +214,13 @@ pub(crate) unsafe fn with<T: Object, R>(p: *const T, f: impl FnOnce(&T) -> Res<R
 ///
 /// # Safety
 /// As [`with`], and no other thread may use the object during the call.
-pub(crate) unsafe fn with_mut<T: Object, R>(p: *mut T, f: impl FnOnce(&mut T) -> Res<R>) -> Res<R> {
+pub(crate) unsafe fn with_mut<T: Object, R>(
+    p: *mut T,
+    f: impl FnOnce(&mut Obj<T::Inner>) -> Res<R>,
+) -> Res<R> {
     // SAFETY: the caller's contract, as in `with`; exclusive use is the documented
     // condition of the non-thread-safe types.
-    let obj = unsafe { p.as_mut() }.ok_or(SG_NULL_ARGUMENT)?;
+    let obj = unsafe { p.cast::<Obj<T::Inner>>().as_mut() }.ok_or(SG_NULL_ARGUMENT)?;
     obj.head().check::<T>()?;
     let head: *const Head = obj.head();
     match catch_unwind(AssertUnwindSafe(|| f(obj))) {
@@ -221,16 +245,16 @@ pub(crate) unsafe fn new_object<T: Object>(
     ffi(|| {
         let out_handle = out(out_handle)?;
         let inner = make()?;
-        let layout = Layout::new::<T>();
-        // SAFETY: `T` holds at least the `Head`, so the layout is not zero-sized.
-        let mem = unsafe { alloc(layout) }.cast::<T>();
+        let layout = Layout::new::<Obj<T::Inner>>();
+        // SAFETY: an `Obj` holds at least the `Head`, so the layout is not zero-sized.
+        let mem = unsafe { alloc(layout) }.cast::<Obj<T::Inner>>();
         if mem.is_null() {
             return Err(SG_OUT_OF_MEMORY);
         }
-        // SAFETY: `mem` is a fresh allocation with `T`'s layout; `_free` gives it back with
+        // SAFETY: `mem` is a fresh allocation with `Obj`'s layout; `_free` gives it back with
         // `Box::from_raw`, which uses the same global allocator and layout.
-        unsafe { mem.write(T::from_parts(Head::new::<T>(true), inner)) };
-        out_handle.write(mem);
+        unsafe { mem.write(Obj { head: Head::new::<T>(true), inner }) };
+        out_handle.write(mem.cast::<T>());
         Ok(())
     })
 }
@@ -244,9 +268,10 @@ pub(crate) unsafe fn free_object<T: Object>(p: *mut T) {
         if p.is_null() {
             return Ok(());
         }
+        let p = p.cast::<Obj<T::Inner>>();
         // SAFETY: the caller's contract: a handle from `_new`, still allocated.
         unsafe { &*p }.head().end::<T>(true)?;
-        // SAFETY: `end` confirmed a live heap object, allocated by `new_object` with `T`'s
+        // SAFETY: `end` confirmed a live heap object, allocated by `new_object` with `Obj`'s
         // layout by the global allocator; it is dropped once (its magic is now DEAD).
         drop(unsafe { Box::from_raw(p) });
         Ok(())
@@ -266,16 +291,17 @@ pub(crate) unsafe fn init_object<T: Object>(
         if mem.is_null() {
             return Err(SG_NULL_ARGUMENT);
         }
-        if len < size_of::<T>() {
+        if len < obj_size::<T>() {
             return Err(SG_BUFFER_TOO_SMALL);
         }
-        if (mem as usize) % align_of::<T>() != 0 {
+        if (mem as usize) % obj_align::<T>() != 0 {
             return Err(SG_MISALIGNED);
         }
         let inner = make()?;
-        // SAFETY: `mem` is non-NULL, aligned for `T` and (the caller's contract) writable for
-        // `len ≥ size_of::<T>()` bytes; its old contents are not read.
-        unsafe { ptr::write(mem.cast::<T>(), T::from_parts(Head::new::<T>(false), inner)) };
+        let obj = Obj { head: Head::new::<T>(false), inner };
+        // SAFETY: `mem` is non-NULL, aligned for `Obj` and (the caller's contract) writable for
+        // `len ≥ size_of::<Obj>()` bytes; its old contents are not read.
+        unsafe { ptr::write(mem.cast::<Obj<T::Inner>>(), obj) };
         Ok(())
     })
 }
@@ -290,6 +316,7 @@ pub(crate) unsafe fn deinit_object<T: Object>(p: *mut T) -> sg_status {
         if p.is_null() {
             return Ok(());
         }
+        let p = p.cast::<Obj<T::Inner>>();
         // SAFETY: the caller's contract: storage `_init` wrote; `end` checks it is live.
         unsafe { &*p }.head().end::<T>(false)?;
         // SAFETY: a live object, now marked dead, dropped exactly once; the storage stays
@@ -304,8 +331,7 @@ mod tests {
     use super::*;
 
     struct Dummy {
-        head: Head,
-        inner: u32,
+        _opaque: [u8; 0],
     }
     object!(Dummy, u32, 0x5347_5445_5354_0001);
 
@@ -319,7 +345,7 @@ mod tests {
         assert_eq!(got, Ok(7));
         let st = ffi(|| {
             // SAFETY: as above.
-            unsafe { with(h, |_: &Dummy| -> Res { panic!("boom") }) }
+            unsafe { with(h, |_: &Obj<u32>| -> Res { panic!("boom") }) }
         });
         assert_eq!(st, SG_PANIC);
         // SAFETY: as above (poisoned, not freed).
@@ -333,6 +359,7 @@ mod tests {
         #[repr(align(8))]
         struct Storage([u8; 64]);
         let mut s = Storage([0; 64]);
+        assert!(obj_size::<Dummy>() <= 64 && obj_align::<Dummy>() <= 8);
         let mem = s.0.as_mut_ptr().cast::<c_void>();
         // SAFETY: `mem` is writable for 64 bytes.
         unsafe {

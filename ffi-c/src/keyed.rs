@@ -14,8 +14,9 @@ use surgeguard_core::time::SEC;
 
 use crate::handle::{
     deinit_object, ffi, ffi_status, ffi_value, free_object, init_object, input, new_object, object,
-    out, rejected, with, Head, Res,
+    out, rejected, with, Res,
 };
+use crate::handle::{obj_align, obj_size};
 use crate::permit::{issue, restore, sg_permit, take, SG_PERMIT_KIND_KEYED};
 use crate::status::reason_of;
 use crate::status::sg_rejection;
@@ -82,8 +83,7 @@ pub struct sg_keyed_config {
 /// Per-key concurrency caps and rate limits in a fixed table of shards, shuffle-sharded,
 /// with the 16 most refused keys. Thread-safe, lock-free.
 pub struct sg_keyed {
-    head: Head,
-    inner: Table,
+    _opaque: [u8; 0],
 }
 object!(sg_keyed, Table, 0x5347_4B45_5945_4400);
 
@@ -155,13 +155,13 @@ pub unsafe extern "C" fn sg_keyed_free(keyed: *mut sg_keyed) {
 /// Bytes of caller storage `sg_keyed_init` needs.
 #[no_mangle]
 pub extern "C" fn sg_keyed_size() -> usize {
-    ffi_value(0, size_of::<sg_keyed>)
+    ffi_value(0, obj_size::<sg_keyed>)
 }
 
 /// Alignment the storage given to `sg_keyed_init` needs.
 #[no_mangle]
 pub extern "C" fn sg_keyed_align() -> usize {
-    ffi_value(0, align_of::<sg_keyed>)
+    ffi_value(0, obj_align::<sg_keyed>)
 }
 
 /// Creates a keyed table in caller storage (`len` bytes at `mem`, aligned to
@@ -478,7 +478,7 @@ fn keyed_metrics<const N: usize>(m: &KeyedMetrics<N, TOP>) -> sg_keyed_metrics {
 
 /// A snapshot of the table.
 #[no_mangle]
-pub unsafe extern "C" fn sg_keyed_metrics(
+pub unsafe extern "C" fn sg_keyed_metrics_get(
     keyed: *const sg_keyed,
     metrics_out: *mut sg_keyed_metrics,
 ) -> sg_status {
@@ -513,8 +513,9 @@ pub unsafe extern "C" fn sg_actionable_from(
 ) -> sg_status {
     ffi(|| {
         // SAFETY: the crate's contract for `rejection`.
-        let r = unsafe { input(rejection)? }.to_core().ok_or(SG_INVALID_ARGUMENT)?;
+        let rejection = unsafe { input(rejection)? };
         let actionable_out = out(actionable_out)?;
+        let r = rejection.to_core().ok_or(SG_INVALID_ARGUMENT)?;
         let a = actionable(&r);
         actionable_out.write(sg_actionable {
             status: a.status,

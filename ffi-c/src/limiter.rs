@@ -11,8 +11,9 @@ use surgeguard_core::{Limiter, LimiterConfig, LimiterMetrics, Priority, RawPermi
 
 use crate::handle::{
     deinit_object, ffi, ffi_status, ffi_value, free_object, init_object, input, new_object, object,
-    out, rejected, with, Head, Res,
+    out, rejected, with, Res,
 };
+use crate::handle::{obj_align, obj_size};
 use crate::permit::{issue, restore, sg_permit, take, SG_PERMIT_KIND_LIMITER};
 use crate::status::sg_rejection;
 use crate::status::sg_status::{self, *};
@@ -270,8 +271,7 @@ impl sg_limiter_config {
 /// `try_acquire` is lock-free, `release` wait-free (plus one window fold per window by
 /// whichever thread wins it). Exact: admissions never exceed the limit, even in a race.
 pub struct sg_limiter {
-    head: Head,
-    inner: Limiter,
+    _opaque: [u8; 0],
 }
 object!(sg_limiter, Limiter, 0x5347_4C49_4D49_5400);
 
@@ -310,13 +310,13 @@ pub unsafe extern "C" fn sg_limiter_free(limiter: *mut sg_limiter) {
 /// Bytes of caller storage `sg_limiter_init` needs.
 #[no_mangle]
 pub extern "C" fn sg_limiter_size() -> usize {
-    ffi_value(0, size_of::<sg_limiter>)
+    ffi_value(0, obj_size::<sg_limiter>)
 }
 
 /// Alignment the storage given to `sg_limiter_init` needs.
 #[no_mangle]
 pub extern "C" fn sg_limiter_align() -> usize {
-    ffi_value(0, align_of::<sg_limiter>)
+    ffi_value(0, obj_align::<sg_limiter>)
 }
 
 /// Creates a limiter in caller storage (`len` bytes at `mem`, aligned to
@@ -353,8 +353,8 @@ pub unsafe extern "C" fn sg_limiter_try_acquire(
     rejection_out: *mut sg_rejection,
 ) -> sg_status {
     ffi_status(|| {
-        let level = self::level(level)?;
         let permit_out = out(permit_out)?;
+        let level = self::level(level)?;
         // SAFETY: the crate's contract for `limiter`.
         unsafe {
             with(limiter, |l| match l.inner.try_acquire_raw(now, level) {
@@ -379,9 +379,9 @@ pub unsafe extern "C" fn sg_limiter_release(
     outcome: u32,
 ) -> sg_status {
     ffi(|| {
-        let outcome = self::outcome(outcome)?;
         // SAFETY: the crate's contract for `permit`.
         let permit = unsafe { input(permit.cast_const())? };
+        let outcome = self::outcome(outcome)?;
         // SAFETY: the crate's contract for `limiter`.
         unsafe {
             with(limiter, |l| {
@@ -479,8 +479,8 @@ pub unsafe extern "C" fn sg_limiter_inflight_of(
     inflight_out: *mut u32,
 ) -> sg_status {
     ffi(|| {
-        let level = self::level(level)?;
         let inflight_out = out(inflight_out)?;
+        let level = self::level(level)?;
         // SAFETY: the crate's contract for `limiter`.
         let n = unsafe { with(limiter, |l| Ok(l.inner.inflight_of(level)))? };
         inflight_out.write(n);

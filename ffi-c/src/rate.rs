@@ -10,8 +10,9 @@ use surgeguard_core::rate::{
 
 use crate::handle::{
     deinit_object, ffi, ffi_status, ffi_value, free_object, init_object, input, new_object, object,
-    out, rejected, with, Head, Res,
+    out, rejected, with, Res,
 };
+use crate::handle::{obj_align, obj_size};
 use crate::status::sg_rejection;
 use crate::status::sg_status::{self, *};
 use crate::time::SG_NEVER;
@@ -32,8 +33,7 @@ pub struct sg_rate_limiter_config {
 /// A GCRA rate limiter: at most `burst + rate × T` units in any span `T`; a refusal
 /// returns the wait. Thread-safe, lock-free.
 pub struct sg_rate_limiter {
-    head: Head,
-    inner: RateLimiter,
+    _opaque: [u8; 0],
 }
 object!(sg_rate_limiter, RateLimiter, 0x5347_5241_5445_4C00);
 
@@ -84,13 +84,13 @@ pub unsafe extern "C" fn sg_rate_limiter_free(rate_limiter: *mut sg_rate_limiter
 /// Bytes of caller storage `sg_rate_limiter_init` needs.
 #[no_mangle]
 pub extern "C" fn sg_rate_limiter_size() -> usize {
-    ffi_value(0, size_of::<sg_rate_limiter>)
+    ffi_value(0, obj_size::<sg_rate_limiter>)
 }
 
 /// Alignment the storage given to `sg_rate_limiter_init` needs.
 #[no_mangle]
 pub extern "C" fn sg_rate_limiter_align() -> usize {
-    ffi_value(0, align_of::<sg_rate_limiter>)
+    ffi_value(0, obj_align::<sg_rate_limiter>)
 }
 
 /// Creates a rate limiter in caller storage (`len` bytes at `mem`, aligned to
@@ -204,7 +204,7 @@ pub struct sg_rate_limiter_metrics {
 
 /// A snapshot of the counters.
 #[no_mangle]
-pub unsafe extern "C" fn sg_rate_limiter_metrics(
+pub unsafe extern "C" fn sg_rate_limiter_metrics_get(
     rate_limiter: *const sg_rate_limiter,
     metrics_out: *mut sg_rate_limiter_metrics,
 ) -> sg_status {
@@ -253,8 +253,7 @@ impl From<PacedDrainConfig> for sg_paced_drain_config {
 /// Paces the drain of a backlog after an outage: never more than
 /// `target × (1 − headroom)` per second (plus the burst). Thread-safe, lock-free.
 pub struct sg_paced_drain {
-    head: Head,
-    inner: PacedDrain,
+    _opaque: [u8; 0],
 }
 object!(sg_paced_drain, PacedDrain, 0x5347_5041_4345_4400);
 
@@ -302,13 +301,13 @@ pub unsafe extern "C" fn sg_paced_drain_free(paced_drain: *mut sg_paced_drain) {
 /// Bytes of caller storage `sg_paced_drain_init` needs.
 #[no_mangle]
 pub extern "C" fn sg_paced_drain_size() -> usize {
-    ffi_value(0, size_of::<sg_paced_drain>)
+    ffi_value(0, obj_size::<sg_paced_drain>)
 }
 
 /// Alignment the storage given to `sg_paced_drain_init` needs.
 #[no_mangle]
 pub extern "C" fn sg_paced_drain_align() -> usize {
-    ffi_value(0, align_of::<sg_paced_drain>)
+    ffi_value(0, obj_align::<sg_paced_drain>)
 }
 
 /// Creates a paced drain in caller storage (`len` bytes at `mem`, aligned to
@@ -449,7 +448,7 @@ impl From<PacedDrainMetrics> for sg_paced_drain_metrics {
 
 /// A snapshot of the counters.
 #[no_mangle]
-pub unsafe extern "C" fn sg_paced_drain_metrics(
+pub unsafe extern "C" fn sg_paced_drain_metrics_get(
     paced_drain: *const sg_paced_drain,
     metrics_out: *mut sg_paced_drain_metrics,
 ) -> sg_status {

@@ -10,8 +10,9 @@ use surgeguard_core::retry::{
 
 use crate::handle::{
     deinit_object, ffi, ffi_status, ffi_value, free_object, init_object, input, new_object, object,
-    out, rejected, with, Head, Res,
+    out, rejected, with, Res,
 };
+use crate::handle::{obj_align, obj_size};
 use crate::status::sg_rejection;
 use crate::status::sg_status::{self, *};
 
@@ -41,8 +42,7 @@ impl From<RetryBudgetConfig> for sg_retry_budget_config {
 /// `ttl`, and `min_retries_per_sec × ttl` retries are always available, so retries stay a
 /// bounded share of traffic (seeds 003, 004). Thread-safe, lock-free.
 pub struct sg_retry_budget {
-    head: Head,
-    inner: RetryBudget,
+    _opaque: [u8; 0],
 }
 object!(sg_retry_budget, RetryBudget, 0x5347_5254_5242_4400);
 
@@ -89,13 +89,13 @@ pub unsafe extern "C" fn sg_retry_budget_free(retry_budget: *mut sg_retry_budget
 /// Bytes of caller storage `sg_retry_budget_init` needs.
 #[no_mangle]
 pub extern "C" fn sg_retry_budget_size() -> usize {
-    ffi_value(0, size_of::<sg_retry_budget>)
+    ffi_value(0, obj_size::<sg_retry_budget>)
 }
 
 /// Alignment the storage given to `sg_retry_budget_init` needs.
 #[no_mangle]
 pub extern "C" fn sg_retry_budget_align() -> usize {
-    ffi_value(0, align_of::<sg_retry_budget>)
+    ffi_value(0, obj_align::<sg_retry_budget>)
 }
 
 /// Creates a retry budget in caller storage (`len` bytes at `mem`, aligned to
@@ -208,7 +208,7 @@ impl From<RetryBudgetMetrics> for sg_retry_budget_metrics {
 
 /// A snapshot of the counters.
 #[no_mangle]
-pub unsafe extern "C" fn sg_retry_budget_metrics(
+pub unsafe extern "C" fn sg_retry_budget_metrics_get(
     retry_budget: *const sg_retry_budget,
     metrics_out: *mut sg_retry_budget_metrics,
 ) -> sg_status {
@@ -242,8 +242,7 @@ impl From<TokenThrottleConfig> for sg_token_throttle_config {
 /// The gRPC A6 retry throttle: tokens start full, a failure takes one, a success adds
 /// `token_ratio`; retries only while above half. Thread-safe, lock-free.
 pub struct sg_token_throttle {
-    head: Head,
-    inner: TokenRetryThrottle,
+    _opaque: [u8; 0],
 }
 object!(sg_token_throttle, TokenRetryThrottle, 0x5347_544B_5448_5200);
 
@@ -289,13 +288,13 @@ pub unsafe extern "C" fn sg_token_throttle_free(token_throttle: *mut sg_token_th
 /// Bytes of caller storage `sg_token_throttle_init` needs.
 #[no_mangle]
 pub extern "C" fn sg_token_throttle_size() -> usize {
-    ffi_value(0, size_of::<sg_token_throttle>)
+    ffi_value(0, obj_size::<sg_token_throttle>)
 }
 
 /// Alignment the storage given to `sg_token_throttle_init` needs.
 #[no_mangle]
 pub extern "C" fn sg_token_throttle_align() -> usize {
-    ffi_value(0, align_of::<sg_token_throttle>)
+    ffi_value(0, obj_align::<sg_token_throttle>)
 }
 
 /// Creates a token throttle in caller storage (`len` bytes at `mem`, aligned to
@@ -421,7 +420,7 @@ impl From<TokenThrottleMetrics> for sg_token_throttle_metrics {
 
 /// A snapshot of the counters.
 #[no_mangle]
-pub unsafe extern "C" fn sg_token_throttle_metrics(
+pub unsafe extern "C" fn sg_token_throttle_metrics_get(
     token_throttle: *const sg_token_throttle,
     metrics_out: *mut sg_token_throttle_metrics,
 ) -> sg_status {

@@ -8,8 +8,9 @@ use surgeguard_core::throttle::{
 
 use crate::handle::{
     deinit_object, ffi, ffi_status, ffi_value, free_object, init_object, input, new_object, object,
-    out, rejected, with, Head, Res,
+    out, rejected, with, Res,
 };
+use crate::handle::{obj_align, obj_size};
 use crate::status::sg_rejection;
 use crate::status::sg_status::{self, *};
 
@@ -49,8 +50,7 @@ impl From<AdaptiveThrottleConfig> for sg_adaptive_throttle_config {
 /// SRE client-side adaptive throttling: refuses locally with probability
 /// `max(0, (requests − K·accepts) / (requests + 1))`, capped. Thread-safe, wait-free.
 pub struct sg_adaptive_throttle {
-    head: Head,
-    inner: AdaptiveThrottle,
+    _opaque: [u8; 0],
 }
 object!(sg_adaptive_throttle, AdaptiveThrottle, 0x5347_4144_5448_5200);
 
@@ -103,13 +103,13 @@ pub unsafe extern "C" fn sg_adaptive_throttle_free(adaptive_throttle: *mut sg_ad
 /// Bytes of caller storage `sg_adaptive_throttle_init` needs.
 #[no_mangle]
 pub extern "C" fn sg_adaptive_throttle_size() -> usize {
-    ffi_value(0, size_of::<sg_adaptive_throttle>)
+    ffi_value(0, obj_size::<sg_adaptive_throttle>)
 }
 
 /// Alignment the storage given to `sg_adaptive_throttle_init` needs.
 #[no_mangle]
 pub extern "C" fn sg_adaptive_throttle_align() -> usize {
-    ffi_value(0, align_of::<sg_adaptive_throttle>)
+    ffi_value(0, obj_align::<sg_adaptive_throttle>)
 }
 
 /// Creates an adaptive throttle in caller storage (`len` bytes at `mem`, aligned to
@@ -220,7 +220,7 @@ impl From<AdaptiveThrottleMetrics> for sg_adaptive_throttle_metrics {
 
 /// A snapshot (as of the last call's time).
 #[no_mangle]
-pub unsafe extern "C" fn sg_adaptive_throttle_metrics(
+pub unsafe extern "C" fn sg_adaptive_throttle_metrics_get(
     adaptive_throttle: *const sg_adaptive_throttle,
     metrics_out: *mut sg_adaptive_throttle_metrics,
 ) -> sg_status {

@@ -11,9 +11,9 @@ use crate::status::sg_status::{self, *};
 pub const SG_NEVER: u64 = u64::MAX;
 
 /// Nanoseconds per millisecond.
-pub const SG_MS: u64 = 1_000_000;
+pub const SG_MS: u64 = 1_000_000u64;
 /// Nanoseconds per second.
-pub const SG_SEC: u64 = 1_000_000_000;
+pub const SG_SEC: u64 = 1_000_000_000u64;
 
 /// A monotonic clock for the `now` arguments, if the program has none of its own:
 /// nanoseconds since an arbitrary origin fixed at the first call in this process (so
