@@ -1,1 +1,1497 @@
-//! (being written: see the issue that owns this module)
+//! The [`Gate`]: a [`Limiter`] in front of a bounded priority [`WaitQueue`], plus the
+//! on-call shed switch, driven as an event pump so that each binding owns its waiters.
+//!
+//! ```text
+//! arrive ──► shed? ──► waiter ahead (same or more important)? ──no──► limiter ──► Admitted
+//!                 │                      │ yes                            │ full
+//!                 ▼                      ▼                                ▼
+//!              Rejected        deadline meetable? ──► queue (evict less important if full)
+//!                                                         │
+//! release ──► limiter ──► (caller) poll ──► Granted(ticket, permit) / Expired(ticket, why)
+//! ```
+//!
+//! Rules (DESIGN.md §3, `research/queues_retries.md` §1, seeds 000 and 004):
+//! - **Order.** The most important level first; within a level FIFO, or LIFO while the
+//!   queue stands ([`LifoTrigger`]: CoDel overloaded, or occupancy above a threshold —
+//!   HBase uses 0.8). Expiry is always checked from the oldest end, even in LIFO mode
+//!   (HHVM `JobQueue`), so stale waiters never sit forgotten at the bottom of a stack.
+//! - **No overtaking.** An arrival goes to the limiter directly only if no waiter of the
+//!   same or a more important level is queued; otherwise it queues behind them. Dispatch
+//!   stops at the first level the limiter refuses, so a refused important waiter receives
+//!   the next freed slot before any less important one (the limiter's partition rule is
+//!   monotone in the level).
+//! - **Deadlines.** A waiter whose remaining time is shorter than the expected service
+//!   time (an EWMA of observed latencies) is dropped, never dispatched; an arrival whose
+//!   deadline cannot be met at the current drain rate (`limit / service time`) is refused
+//!   at once with `DeadlineUnmeetable`.
+//! - **CoDel** (folly by default; RFC 8289 as an option), one per level, judged on the
+//!   oldest waiter's sojourn each time a slot is handed out; a sloughed waiter is reported
+//!   `Expired(CodelSlough)`.
+//! - **Full queue.** A more important arrival evicts the oldest waiter of the least
+//!   important level below it (reported `Expired(Evicted)` by the next poll); otherwise the
+//!   arrival is refused with `QueueFull`.
+//! - **Aging** (optional, seed 000): a waiter of one level older than a threshold moves to a
+//!   less important level.
+//! - **Shed switch** (seed 002): `set_shed_level(Some(p))` refuses every arrival at level
+//!   ≥ p at once and expires such waiters at the next poll.
+
+use crate::codel::{Codel, CodelConfig, CodelMetrics};
+use crate::queue::{Dispatcher, Ticket, WaitQueue, Waiter, NO_DEADLINE};
+use crate::sync::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use crate::time::{AtomicMonotonic, MS, SEC};
+use crate::types::check_range;
+use crate::{
+    ConfigError, Limiter, LimiterConfig, LimiterMetrics, Outcome, Priority, RawPermit, Reason,
+    Rejected, UsageError,
+};
+
+const LEVELS: usize = Priority::MAX_LEVELS;
+/// `shed` value meaning "shed nothing".
+const NO_SHED: u8 = u8::MAX;
+/// The smallest `retry_after` hint computed from estimates (1 ms).
+const MIN_RETRY_AFTER_NS: u64 = MS;
+/// The largest `retry_after` (and similar) setting accepted: one hour.
+const MAX_SETTING_NS: u64 = 3600 * SEC;
+
+/// When a level switches from FIFO to LIFO dispatch (adaptive LIFO, "Fail at Scale").
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub enum LifoTrigger {
+    /// Always FIFO.
+    Never,
+    /// LIFO while the level's CoDel says the queue stands (the "Fail at Scale" wording).
+    /// Without CoDel this is the same as `Never`.
+    #[default]
+    CodelOverloaded,
+    /// LIFO while the queue holds more than this fraction of its capacity, in `(0, 1]`
+    /// (HBase `AdaptiveLifoCoDelCallQueue`: 0.8).
+    Occupancy(f64),
+}
+
+/// HBase `lifo.threshold` default.
+pub const HBASE_LIFO_THRESHOLD: f64 = 0.8;
+
+/// Aging: a waiter of level `from` that waited `after_ns` moves to level `to`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Aging {
+    /// The level that ages.
+    pub from: Priority,
+    /// The (less important) level it moves to.
+    pub to: Priority,
+    /// How long it may wait first, ns.
+    pub after_ns: u64,
+}
+
+impl Aging {
+    /// Seed 000: "if P1 requests wait longer than 500ms in the queue, they get downgraded
+    /// to P2".
+    pub const SEED_000: Aging =
+        Aging { from: Priority::NORMAL, to: Priority::BACKGROUND, after_ns: 500 * MS };
+}
+
+/// How a [`Gate`] is built. `Default`: the default limiter, queue capacity `CAP`, folly
+/// CoDel, LIFO while CoDel says overloaded, no maximum wait, no aging, service time
+/// learned from the first success, EWMA weight 0.1, fallback `retry_after` 1 s.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GateConfig {
+    /// The limiter (its `levels` are the gate's levels).
+    pub limiter: LimiterConfig,
+    /// Waiters held at most; `None` = `CAP`. Seed 004: size it with
+    /// [`capacity_for`](crate::queue::capacity_for)`(drain rate, wait budget)`.
+    pub queue_capacity: Option<usize>,
+    /// CoDel per level (`None`: no sloughing, and `LifoTrigger::CodelOverloaded` is FIFO).
+    pub codel: Option<CodelConfig>,
+    /// When to dispatch newest-first.
+    pub lifo: LifoTrigger,
+    /// A waiter queued longer than this is expired (HHVM `maxJobQueuingMs`; seed 004's
+    /// wait budget). `None`: only deadlines and CoDel expire waiters.
+    pub max_wait_ns: Option<u64>,
+    /// Optional aging (seed 000: [`Aging::SEED_000`]).
+    pub aging: Option<Aging>,
+    /// Expected service time before any sample, ns; 0 = unknown until the first success.
+    pub initial_service_ns: u64,
+    /// EWMA weight of each success latency in the service-time estimate, `(0, 1]`
+    /// (seed 000: alpha = 0.1).
+    pub service_alpha: f64,
+    /// `retry_after` when nothing better is known (seed 004's `Retry-After: 1`): 1 s.
+    pub fallback_retry_after_ns: u64,
+}
+
+impl Default for GateConfig {
+    fn default() -> Self {
+        Self {
+            limiter: LimiterConfig::default(),
+            queue_capacity: None,
+            codel: Some(CodelConfig::default()),
+            lifo: LifoTrigger::CodelOverloaded,
+            max_wait_ns: None,
+            aging: None,
+            initial_service_ns: 0,
+            // seed 000: "lat_avg: Rolling average latency (exponential weighted, alpha=0.1)"
+            service_alpha: 0.1,
+            // seed 004: `reply(503, retry_after="1")`
+            fallback_retry_after_ns: SEC,
+        }
+    }
+}
+
+impl GateConfig {
+    /// Checks every field against a queue of compile-time capacity `cap`.
+    pub fn validate(&self, cap: usize) -> Result<(), ConfigError> {
+        self.limiter.validate()?;
+        if self.queue_capacity.is_some_and(|c| c > cap) {
+            return Err(ConfigError::OutOfRange("queue_capacity above CAP"));
+        }
+        if let Some(c) = &self.codel {
+            c.validate()?;
+        }
+        if let LifoTrigger::Occupancy(f) = self.lifo {
+            check_range(f, f64::MIN_POSITIVE, 1.0, "lifo occupancy threshold")?;
+        }
+        if self.max_wait_ns.is_some_and(|w| w == 0 || w > MAX_SETTING_NS) {
+            return Err(ConfigError::OutOfRange("max_wait_ns"));
+        }
+        if let Some(a) = self.aging {
+            if a.after_ns == 0 || a.after_ns > MAX_SETTING_NS {
+                return Err(ConfigError::OutOfRange("aging.after_ns"));
+            }
+            if a.from >= a.to || a.to.index() >= self.limiter.levels as usize {
+                return Err(ConfigError::Inconsistent("aging must move to a less important level"));
+            }
+        }
+        if self.initial_service_ns > MAX_SETTING_NS {
+            return Err(ConfigError::OutOfRange("initial_service_ns"));
+        }
+        check_range(self.service_alpha, f64::MIN_POSITIVE, 1.0, "service_alpha")?;
+        if self.fallback_retry_after_ns == 0 || self.fallback_retry_after_ns > MAX_SETTING_NS {
+            return Err(ConfigError::OutOfRange("fallback_retry_after_ns"));
+        }
+        Ok(())
+    }
+}
+
+/// What [`Gate::arrive`] decided.
+#[must_use = "an admitted permit must be released; a queued ticket waits for poll"]
+#[derive(Debug, PartialEq, Eq)]
+pub enum Arrival {
+    /// Go ahead; release the permit with [`Gate::release`] when done.
+    Admitted(RawPermit),
+    /// Wait: a later [`Gate::poll`] reports `Granted` or `Expired` for this ticket. Call
+    /// `poll` once now as well (a slot may have freed while it was being queued).
+    Queued(Ticket),
+    /// Refused at once; `retry_after` says when trying again could succeed.
+    Rejected(Rejected),
+}
+
+/// What [`Gate::poll`] reports about a queued ticket. Each ticket gets exactly one event,
+/// unless it was cancelled.
+#[must_use = "a granted permit must be released"]
+#[derive(Debug, PartialEq, Eq)]
+pub enum Event {
+    /// The waiter may go ahead with this permit.
+    Granted(Ticket, RawPermit),
+    /// The waiter was dropped: `Expired` (deadline or maximum wait), `CodelSlough`,
+    /// `Evicted` or `Shed`, with a `retry_after` hint.
+    Expired(Ticket, Rejected),
+}
+
+/// Readiness: overloaded is not broken (seeds 002, 003).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GateState {
+    /// Serving without a standing queue.
+    Healthy,
+    /// Shedding, queue full, or a queue standing above the CoDel target.
+    Overloaded,
+}
+
+/// A snapshot of a [`Gate`]. Counters are exact; gauges taken while other threads run may
+/// mix instants.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GateMetrics {
+    /// Readiness.
+    pub state: GateState,
+    /// Waiters per level.
+    pub waiting_by_level: [u32; LEVELS],
+    /// All waiters.
+    pub waiting: u32,
+    /// The queue's bound.
+    pub capacity: u32,
+    /// Age of the oldest waiter at the latest `now` seen, ns (0 when empty).
+    pub oldest_age_ns: u64,
+    /// Arrivals queued (derived: every queued arrival is waiting or left one way).
+    pub queued: u64,
+    /// Waiters granted a permit.
+    pub granted: u64,
+    /// Waiters dropped for their deadline or the maximum wait.
+    pub expired: u64,
+    /// Waiters sloughed by CoDel.
+    pub sloughed: u64,
+    /// Waiters evicted by more important arrivals.
+    pub evicted: u64,
+    /// Waiters cancelled by their owners.
+    pub cancelled: u64,
+    /// Arrivals and waiters refused by the shed switch.
+    pub shed: u64,
+    /// Arrivals refused because the queue was full.
+    pub queue_full: u64,
+    /// Arrivals refused because their deadline could not be met.
+    pub deadline_unmeetable: u64,
+    /// Waiters moved to a less important level by aging.
+    pub aged: u64,
+    /// FIFO→LIFO switches, all levels.
+    pub lifo_switches: u64,
+    /// Levels dispatching LIFO now (bit `p` for level `p`).
+    pub lifo_levels: u8,
+    /// The shed level in force.
+    pub shed_level: Option<Priority>,
+    /// Expected service time, ns (0 = unknown).
+    pub service_ns: u64,
+    /// CoDel of each level.
+    pub codel: [CodelMetrics; LEVELS],
+    /// The limiter.
+    pub limiter: LimiterMetrics,
+}
+
+/// Limiter + admission queue + shed switch: admits, queues or refuses each arrival, and
+/// hands freed slots to waiters in priority order through [`poll`](Self::poll).
+///
+/// ```
+/// use surgeguard_core::gate::{Arrival, Event, Gate, GateConfig};
+/// use surgeguard_core::limit::{AlgorithmConfig, FixedConfig};
+/// use surgeguard_core::{LimiterConfig, Outcome, Priority};
+///
+/// let cfg = GateConfig {
+///     limiter: LimiterConfig::with_algorithm(AlgorithmConfig::Fixed(FixedConfig {
+///         initial_limit: 1.0, min_limit: 1.0, max_limit: 1.0,
+///     })),
+///     ..GateConfig::default()
+/// };
+/// let gate: Gate<64> = Gate::new(&cfg).unwrap();
+/// let Arrival::Admitted(first) = gate.arrive(0, Priority::NORMAL, None) else { panic!() };
+/// let Arrival::Queued(ticket) = gate.arrive(1, Priority::NORMAL, None) else { panic!() };
+/// gate.release(first, 2_000_000, Outcome::Success).unwrap();
+/// // The binding's pump: after a release (or a Queued, or when next_wakeup fires), poll.
+/// let mut events: [Option<Event>; 8] = Default::default();
+/// assert_eq!(gate.poll(2_000_000, &mut events), 1);
+/// let Some(Event::Granted(t, permit)) = events[0].take() else { panic!() };
+/// assert_eq!(t, ticket);
+/// gate.release(permit, 3_000_000, Outcome::Success).unwrap();
+/// ```
+///
+/// **Progress.** `arrive`, `release`, `cancel`, `set_shed_level`, `state` and
+/// `next_wakeup` never wait for another thread: each is a bounded number of atomic steps
+/// plus CAS retries that fail only when another thread made progress (lock-free); an
+/// arrival into a full queue scans the slots to pick its victim. `poll` is
+/// single-consumer: one thread dispatches at a time; a concurrent `poll` returns 0 at
+/// once, and the thread inside runs another round for it before leaving, so no wake-up is
+/// lost — the events of that round land in the *holder's* buffer, which is why bindings
+/// route events by ticket. Whenever a slot is free and a waiter exists, the next `poll`
+/// grants it; a ticket is granted at most once and never both granted and expired.
+///
+/// **Cost.** Admitted arrival: the clock clamp and the limiter's acquire (three atomic
+/// read-modify-writes in all) plus a few loads. Queued arrival: four (clamp, count,
+/// claim a slot, publish it). A poll: the clamp, one CAS to enter and take all pending
+/// arrivals and cancels, one to leave; each grant adds the limiter's acquire, one slot CAS
+/// and the CoDel clamp. Release: the clamp and the limiter's release. Measured figures
+/// beside `ArrayQueue` and `Mutex<VecDeque>` are in BENCHMARKS.md (`gate` bench).
+/// `metrics()` scans the slots.
+///
+/// **Sources.** DESIGN.md §3; folly `Codel`, HBase `AdaptiveLifoCoDelCallQueue`, HHVM
+/// `JobQueue` (`research/queues_retries.md` §1); seeds 000 (priorities, aging), 002 (shed
+/// switch), 004 (time-sized queue, deadline drop at dequeue).
+#[derive(Debug)]
+pub struct Gate<const CAP: usize> {
+    limiter: Limiter,
+    queue: WaitQueue<CAP>,
+    codel: [Codel; LEVELS],
+    codel_on: bool,
+    levels: u8,
+    lifo: LifoTrigger,
+    max_wait_ns: Option<u64>,
+    aging: Option<Aging>,
+    service_alpha: f64,
+    fallback_retry_after_ns: u64,
+    clock: AtomicMonotonic,
+    shed: AtomicU8,
+    /// f64 bits of the expected service time (ns); 0.0 = unknown.
+    service: AtomicU64,
+    /// Lower bound of the earliest waiter deadline: arrivals lower it (after their push),
+    /// a dispatch round that scanned every waiter raises it to the exact value unless it
+    /// was lowered meanwhile.
+    deadline_hint: AtomicU64,
+    /// Set once any arrival carried a deadline (until then rounds skip the hint).
+    deadlines_used: AtomicBool,
+    /// Lower bound of the oldest waiter's arrival (kept like `deadline_hint`; only with a
+    /// maximum wait).
+    oldest_hint: AtomicU64,
+    /// When a refusal with free slots (partition reservation, fractional idle) may lapse:
+    /// the next poll worth making even if nothing is released. 0 = none.
+    recheck_at: AtomicU64,
+    // Dispatcher-only state and counters (written only by the dispatch holder: load+store).
+    lifo_mask: AtomicU8,
+    lifo_switches: AtomicU64,
+    granted: AtomicU64,
+    expired: AtomicU64,
+    sloughed: AtomicU64,
+    shed_waiters: AtomicU64,
+    aged: AtomicU64,
+    // Counters written by arrivals.
+    shed_arrivals: AtomicU64,
+    queue_full: AtomicU64,
+    unmeetable: AtomicU64,
+}
+
+/// Where a dispatch round writes its events.
+struct Sink<'o, 'l> {
+    out: &'o mut [Option<Event>],
+    n: usize,
+    limiter: &'l Limiter,
+    now: u64,
+}
+
+impl Sink<'_, '_> {
+    fn is_full(&self) -> bool {
+        self.n >= self.out.len()
+    }
+
+    /// Writes `ev` if there is room. A grant left unconsumed in the slot by the caller is
+    /// returned to the limiter (as `Ignored`) rather than leaked.
+    fn push(&mut self, ev: Event) -> bool {
+        let Some(slot) = self.out.get_mut(self.n) else { return false };
+        if let Some(Event::Granted(_, stale)) = slot.replace(ev) {
+            let _ = self.limiter.release_raw(stale, self.now, Outcome::Ignored);
+        }
+        self.n += 1;
+        true
+    }
+}
+
+/// Adds `n` to a counter only the dispatch holder writes (no read-modify-write needed).
+fn bump(counter: &AtomicU64, n: u64) {
+    // Relaxed: single writer; readers want a value, not an order.
+    counter.store(counter.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+}
+
+/// `max(now, latest seen)`, remembered; skips the read-modify-write when time did not
+/// advance.
+fn observe(clock: &AtomicMonotonic, now: u64) -> u64 {
+    let latest = clock.latest();
+    if now <= latest {
+        latest
+    } else {
+        clock.observe(now)
+    }
+}
+
+fn prio(l: usize) -> Priority {
+    Priority::new(l as u8).unwrap_or_default()
+}
+
+impl<const CAP: usize> Gate<CAP> {
+    /// Builds a gate; every number in `cfg` is checked first.
+    pub fn new(cfg: &GateConfig) -> Result<Self, ConfigError> {
+        cfg.validate(CAP)?;
+        let limiter = Limiter::new(&cfg.limiter)?;
+        let queue = WaitQueue::new(cfg.limiter.levels, cfg.queue_capacity.unwrap_or(CAP))?;
+        let codel_cfg = cfg.codel.unwrap_or_default();
+        let mut codels = [const { None }; LEVELS];
+        for c in codels.iter_mut() {
+            *c = Some(Codel::new(&codel_cfg)?);
+        }
+        Ok(Self {
+            limiter,
+            queue,
+            codel: codels.map(|c| c.expect("filled above")),
+            codel_on: cfg.codel.is_some(),
+            levels: cfg.limiter.levels,
+            lifo: cfg.lifo,
+            max_wait_ns: cfg.max_wait_ns,
+            aging: cfg.aging,
+            service_alpha: cfg.service_alpha,
+            fallback_retry_after_ns: cfg.fallback_retry_after_ns,
+            clock: AtomicMonotonic::new(),
+            shed: AtomicU8::new(NO_SHED),
+            service: AtomicU64::new((cfg.initial_service_ns as f64).to_bits()),
+            deadline_hint: AtomicU64::new(NO_DEADLINE),
+            deadlines_used: AtomicBool::new(false),
+            oldest_hint: AtomicU64::new(u64::MAX),
+            recheck_at: AtomicU64::new(0),
+            lifo_mask: AtomicU8::new(0),
+            lifo_switches: AtomicU64::new(0),
+            granted: AtomicU64::new(0),
+            expired: AtomicU64::new(0),
+            sloughed: AtomicU64::new(0),
+            shed_waiters: AtomicU64::new(0),
+            aged: AtomicU64::new(0),
+            shed_arrivals: AtomicU64::new(0),
+            queue_full: AtomicU64::new(0),
+            unmeetable: AtomicU64::new(0),
+        })
+    }
+
+    /// The limiter inside.
+    pub fn limiter(&self) -> &Limiter {
+        &self.limiter
+    }
+
+    /// Levels in use.
+    pub fn levels(&self) -> u8 {
+        self.levels
+    }
+
+    fn clamp(&self, level: Priority) -> usize {
+        level.index().min(self.levels as usize - 1)
+    }
+
+    /// Expected service time, ns (0 = unknown).
+    pub fn service_ns(&self) -> u64 {
+        f64::from_bits(self.service.load(Ordering::Relaxed)) as u64
+    }
+
+    /// How long `ahead` waiters (plus the one asking) take to drain at the current rate:
+    /// `(ahead + 1) × service / limit`. 0 when the service time is unknown.
+    fn drain_time(&self, ahead: u32, service: u64) -> u64 {
+        let limit = self.limiter.limit().max(1e-9);
+        let t = (f64::from(ahead) + 1.0) * service as f64 / limit;
+        if t >= MAX_SETTING_NS as f64 {
+            MAX_SETTING_NS
+        } else {
+            t as u64
+        }
+    }
+
+    /// `retry_after` for a refusal: the time to drain what is queued, or the fallback when
+    /// nothing is known.
+    fn retry_hint(&self, service: u64) -> u64 {
+        if service == 0 {
+            return self.fallback_retry_after_ns;
+        }
+        self.drain_time(self.queue.len(), service).max(MIN_RETRY_AFTER_NS)
+    }
+
+    /// Whether level `lvl` dispatches newest-first now (as last decided by a poll).
+    fn lifo_now(&self, lvl: usize) -> bool {
+        self.lifo_mask.load(Ordering::Relaxed) & (1 << lvl) != 0
+    }
+
+    /// One arrival at `level` with an optional absolute `deadline` (ns, same clock).
+    /// Levels beyond the configured ones count as the least important level.
+    ///
+    /// In order: the shed switch (`Shed`); a deadline already passed
+    /// (`DeadlineUnmeetable`); a free slot with nobody of the same or a more important
+    /// level waiting (`Admitted`); otherwise the arrival would queue, so a deadline that
+    /// cannot be met — `now + (waiters ahead + 1) × service / limit + service > deadline`
+    /// — is refused (`DeadlineUnmeetable`); then a place in the queue, evicting a less
+    /// important waiter if full (`Queued`), or `QueueFull`.
+    pub fn arrive(&self, now: u64, level: Priority, deadline: Option<u64>) -> Arrival {
+        let now = observe(&self.clock, now);
+        let lvl = self.clamp(level);
+        let p = prio(lvl);
+        if lvl >= self.shed.load(Ordering::Relaxed) as usize {
+            self.shed_arrivals.fetch_add(1, Ordering::Relaxed);
+            return Arrival::Rejected(Rejected::new(Reason::Shed, self.fallback_retry_after_ns));
+        }
+        let deadline = deadline.unwrap_or(NO_DEADLINE);
+        if deadline <= now {
+            self.unmeetable.fetch_add(1, Ordering::Relaxed);
+            let hint = self.retry_hint(self.service_ns());
+            return Arrival::Rejected(Rejected::new(Reason::DeadlineUnmeetable, hint));
+        }
+        // No overtaking: go to the limiter only if nobody of the same or a more important
+        // level is waiting (and skip it when every slot is visibly taken).
+        if self.queue.waiting_through(p) == 0 && !self.limiter_full() {
+            if let Ok(permit) = self.limiter.try_acquire_raw(now, p) {
+                return Arrival::Admitted(permit);
+            }
+        }
+        self.limiter.note_arrival(now, p);
+        let service = self.service_ns();
+        if deadline != NO_DEADLINE {
+            let mut ahead = if lvl > 0 { self.queue.waiting_through(prio(lvl - 1)) } else { 0 };
+            if !self.lifo_now(lvl) {
+                ahead += self.queue.waiting(p);
+            }
+            let wait = self.drain_time(ahead, service);
+            if now.saturating_add(wait).saturating_add(service) > deadline {
+                self.unmeetable.fetch_add(1, Ordering::Relaxed);
+                let hint = wait.max(MIN_RETRY_AFTER_NS);
+                return Arrival::Rejected(Rejected::new(Reason::DeadlineUnmeetable, hint));
+            }
+        }
+        match self.queue.push(p, now, deadline, true) {
+            Some(ticket) => {
+                if self.max_wait_ns.is_some() && now < self.oldest_hint.load(Ordering::Relaxed) {
+                    // Release: pairs with the Acquire load in `poll` (as for deadlines).
+                    self.oldest_hint.fetch_min(now, Ordering::Release);
+                }
+                if deadline != NO_DEADLINE {
+                    if !self.deadlines_used.load(Ordering::Relaxed) {
+                        self.deadlines_used.store(true, Ordering::Relaxed);
+                    }
+                    // Release: pairs with the Acquire swap at the start of a dispatch
+                    // round; a round that takes this bound also sees the push above.
+                    self.deadline_hint.fetch_min(deadline, Ordering::Release);
+                }
+                Arrival::Queued(ticket)
+            }
+            None => {
+                self.queue_full.fetch_add(1, Ordering::Relaxed);
+                Arrival::Rejected(Rejected::new(Reason::QueueFull, self.retry_hint(service)))
+            }
+        }
+    }
+
+    /// Ends admitted work: a `Success` latency updates the expected service time and is a
+    /// sample for the limit algorithm. Then call [`poll`](Self::poll) if anyone waits.
+    /// A permit of another gate or limiter is refused with `ForeignHandle`.
+    pub fn release(&self, permit: RawPermit, now: u64, outcome: Outcome) -> Result<(), UsageError> {
+        let now = observe(&self.clock, now);
+        let latency = now.saturating_sub(permit.started_at());
+        self.limiter.release_raw(permit, now, outcome)?;
+        if outcome == Outcome::Success {
+            self.record_service(latency);
+        }
+        Ok(())
+    }
+
+    /// Folds a latency into the service-time EWMA with a load and a store: under
+    /// contention a concurrent sample may be overwritten (wait-free, no read-modify-write;
+    /// the estimate is a mean, not a count).
+    fn record_service(&self, latency: u64) {
+        // Relaxed: the estimate orders nothing else.
+        let old = f64::from_bits(self.service.load(Ordering::Relaxed));
+        let x = latency as f64;
+        let new = if old == 0.0 { x } else { old + self.service_alpha * (x - old) };
+        self.service.store(new.to_bits(), Ordering::Relaxed);
+    }
+
+    /// Withdraws a queued ticket. `UnknownTicket` if it already left (granted, expired,
+    /// evicted, cancelled — a racing grant wins or loses as a whole), `ForeignHandle` if it
+    /// belongs to another gate.
+    pub fn cancel(&self, ticket: Ticket) -> Result<(), UsageError> {
+        self.queue.cancel(ticket).map(|_| ())
+    }
+
+    /// The on-call switch (seed 002): `Some(p)` refuses every arrival at level ≥ p at once
+    /// (`Shed`) and expires such waiters at the next poll; `None` turns it off.
+    pub fn set_shed_level(&self, level: Option<Priority>) {
+        let v = level.map_or(NO_SHED, |p| p.index() as u8);
+        self.shed.store(v, Ordering::Relaxed);
+    }
+
+    /// The shed level in force.
+    pub fn shed_level(&self) -> Option<Priority> {
+        Priority::new(self.shed.load(Ordering::Relaxed))
+    }
+
+    /// Hands freed slots to waiters and reports waiters dropped, writing up to
+    /// `out.len()` events into `out[0..n]`; returns `n`.
+    ///
+    /// Call it after `arrive` returned `Queued`, after every `release`, and when
+    /// [`next_wakeup`](Self::next_wakeup) comes; call it again while it fills `out`.
+    /// Returns 0 at once if another thread is polling (that thread does this call's
+    /// work). Entries are overwritten; an unconsumed `Granted` found in a written entry
+    /// is returned to the limiter as `Ignored`.
+    pub fn poll(&self, now: u64, out: &mut [Option<Event>]) -> usize {
+        if out.is_empty() {
+            return 0;
+        }
+        let now = observe(&self.clock, now);
+        let mut sink = Sink { out, n: 0, limiter: &self.limiter, now };
+        // The deadline bound, read before the dispatcher takes the arrivals. Acquire:
+        // pairs with the Release fetch_min in `arrive` (after its push), so every deadline
+        // in this value belongs to a waiter the first round links.
+        let bound = if self.deadlines_used.load(Ordering::Relaxed) {
+            self.deadline_hint.load(Ordering::Acquire)
+        } else {
+            NO_DEADLINE
+        };
+        // The same for the oldest arrival (only needed with a maximum wait).
+        let oldest = if self.max_wait_ns.is_some() {
+            self.oldest_hint.load(Ordering::Acquire)
+        } else {
+            u64::MAX
+        };
+        self.queue.try_dispatch(|d| {
+            let finished = self.round(d, now, &mut sink, bound);
+            if self.max_wait_ns.is_some() {
+                let exact = (0..self.levels as usize)
+                    .filter_map(|l| d.oldest(prio(l)).map(|w| w.enqueued_at))
+                    .min()
+                    .unwrap_or(u64::MAX);
+                // Relaxed: a bound for `next_wakeup`; fails (keeping a lower bound) if an
+                // arrival lowered it since `oldest` was read.
+                let _ = self.oldest_hint.compare_exchange(
+                    oldest,
+                    exact,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
+            }
+            finished
+        });
+        sink.n
+    }
+
+    /// One dispatch round; `false` if it stopped because `sink` is full. `bound` is the
+    /// deadline bound read before the first round.
+    fn round(
+        &self,
+        d: &mut Dispatcher<'_, CAP>,
+        now: u64,
+        sink: &mut Sink<'_, '_>,
+        bound: u64,
+    ) -> bool {
+        // Relaxed: a lower bound of the waiters' deadlines, possibly including arrivals
+        // not linked yet (a scan that finds nothing due is harmless).
+        let current = if self.deadlines_used.load(Ordering::Relaxed) {
+            self.deadline_hint.load(Ordering::Relaxed)
+        } else {
+            NO_DEADLINE
+        };
+        let mut earliest = None;
+        let finished = self.round_inner(d, now, sink, current, &mut earliest);
+        if let Some(e) = earliest {
+            // Raise the bound to the exact earliest deadline of the linked waiters, unless
+            // an arrival lowered it since `bound` was read (then its value stays: still a
+            // lower bound). Relaxed: the bound orders nothing else.
+            let _ =
+                self.deadline_hint.compare_exchange(bound, e, Ordering::Relaxed, Ordering::Relaxed);
+        }
+        finished
+    }
+
+    fn round_inner(
+        &self,
+        d: &mut Dispatcher<'_, CAP>,
+        now: u64,
+        sink: &mut Sink<'_, '_>,
+        hint: u64,
+        earliest_out: &mut Option<u64>,
+    ) -> bool {
+        let service = self.service_ns();
+        // The `retry_after` of this round's expiries, computed on first use.
+        let mut retry_cache = None;
+        let mut retry = || *retry_cache.get_or_insert_with(|| self.retry_hint(service));
+        // 1. Link arrivals, settle cancels, report evictions.
+        d.refresh(|t| sink.push(Event::Expired(t, Rejected::new(Reason::Evicted, retry()))));
+        if sink.is_full() {
+            return false;
+        }
+        // 2. Aging, then the shed switch.
+        if let Some(a) = self.aging {
+            while let Some(w) = d.oldest(a.from) {
+                if now.saturating_sub(w.enqueued_at) < a.after_ns {
+                    break;
+                }
+                if d.demote(&w, a.to) {
+                    bump(&self.aged, 1);
+                }
+            }
+        }
+        let shed = self.shed.load(Ordering::Relaxed) as usize;
+        for l in shed..self.levels as usize {
+            while let Some(w) = d.oldest(prio(l)) {
+                if !self.drop_waiter(d, sink, &w, Reason::Shed, self.fallback_retry_after_ns) {
+                    return false;
+                }
+            }
+        }
+        // 3. Expiry, if anything can expire: every waiter when the earliest deadline may
+        // have come; the oldest end of every level always (maximum wait, HHVM order).
+        let expiry_on = self.max_wait_ns.is_some() || hint != NO_DEADLINE;
+        if now.saturating_add(service) > hint {
+            let mut earliest = NO_DEADLINE;
+            for l in 0..self.levels as usize {
+                let mut cur = d.oldest(prio(l));
+                while let Some(w) = cur {
+                    cur = d.newer(&w);
+                    if self.is_expired(&w, now, service) {
+                        if !self.drop_waiter(d, sink, &w, Reason::Expired, retry()) {
+                            return false;
+                        }
+                    } else {
+                        earliest = earliest.min(w.deadline);
+                    }
+                }
+            }
+            *earliest_out = Some(earliest);
+        }
+        if expiry_on {
+            for l in 0..self.levels as usize {
+                if !self.expire_oldest(d, sink, prio(l), now, service, &mut retry) {
+                    return false;
+                }
+            }
+        }
+        // 4. Dispatch, most important level first.
+        let mut refused_with_room = None;
+        let mut held: Option<RawPermit> = None;
+        let mut finished = true;
+        'levels: for l in 0..self.levels as usize {
+            let p = prio(l);
+            if !d.has_linked(p) {
+                continue;
+            }
+            let lifo = self.decide_lifo(l);
+            while let Some(oldest) = d.oldest(p) {
+                // Checked even when no sweep ran: a waiter is never dispatched late.
+                if self.is_expired(&oldest, now, service) {
+                    if !self.drop_waiter(d, sink, &oldest, Reason::Expired, retry()) {
+                        finished = false;
+                        break 'levels;
+                    }
+                    continue;
+                }
+                if sink.is_full() {
+                    finished = false;
+                    break 'levels;
+                }
+                let permit = match held.take() {
+                    Some(permit) => permit,
+                    None => match self.try_permit(now, p) {
+                        Ok(permit) => permit,
+                        Err(wait) => {
+                            refused_with_room = wait;
+                            break 'levels;
+                        }
+                    },
+                };
+                // CoDel judges the standing queue by its oldest waiter, in both modes.
+                if self.codel_on {
+                    let sojourn = now.saturating_sub(oldest.enqueued_at);
+                    let behind = d.waiting(p).saturating_sub(1) as usize;
+                    if self.codel[l].on_dequeue(now, sojourn, behind) {
+                        held = Some(permit);
+                        if d.remove(&oldest) {
+                            bump(&self.sloughed, 1);
+                            let rejected = Rejected::new(Reason::CodelSlough, retry());
+                            sink.push(Event::Expired(oldest.ticket, rejected));
+                        }
+                        continue;
+                    }
+                }
+                let chosen = if lifo { d.newest(p).unwrap_or(oldest) } else { oldest };
+                if lifo && self.is_expired(&chosen, now, service) {
+                    held = Some(permit);
+                    self.drop_waiter(d, sink, &chosen, Reason::Expired, retry());
+                    continue;
+                }
+                if d.remove(&chosen) {
+                    bump(&self.granted, 1);
+                    sink.push(Event::Granted(chosen.ticket, permit));
+                } else {
+                    held = Some(permit);
+                }
+            }
+            if let Some(permit) = held.take() {
+                let _ = self.limiter.release_raw(permit, now, Outcome::Ignored);
+            }
+        }
+        if let Some(permit) = held.take() {
+            let _ = self.limiter.release_raw(permit, now, Outcome::Ignored);
+        }
+        let recheck = refused_with_room.map_or(0, |w: u64| now.saturating_add(w.max(MS)));
+        if self.recheck_at.load(Ordering::Relaxed) != recheck {
+            // Relaxed: a hint for `next_wakeup`.
+            self.recheck_at.store(recheck, Ordering::Relaxed);
+        }
+        finished
+    }
+
+    /// Whether every whole slot of the limit is visibly taken (a fractional limit never
+    /// counts as full here: the limiter decides).
+    fn limiter_full(&self) -> bool {
+        let limit = self.limiter.limit();
+        // For a limit ≥ 1, truncation is the floor (and saturates above u32::MAX).
+        limit >= 1.0 && self.limiter.inflight() >= limit as u32
+    }
+
+    /// A permit for a waiter at `p`, or `Err(Some(wait))` if the limiter refused although
+    /// slots are free (a partition reservation or a fractional limit's idle time, which
+    /// lapse with time), `Err(None)` if every slot is taken (a release will come).
+    fn try_permit(&self, now: u64, p: Priority) -> Result<RawPermit, Option<u64>> {
+        if self.limiter_full() {
+            return Err(None);
+        }
+        self.limiter
+            .try_acquire_raw(now, p)
+            .map_err(|r| (!self.limiter_full()).then_some(r.retry_after))
+    }
+
+    /// Expires waiters from the oldest end of `p` while they are expired. `false` if the
+    /// sink filled up.
+    fn expire_oldest(
+        &self,
+        d: &mut Dispatcher<'_, CAP>,
+        sink: &mut Sink<'_, '_>,
+        p: Priority,
+        now: u64,
+        service: u64,
+        retry: &mut impl FnMut() -> u64,
+    ) -> bool {
+        while let Some(w) = d.oldest(p) {
+            if !self.is_expired(&w, now, service) {
+                break;
+            }
+            if !self.drop_waiter(d, sink, &w, Reason::Expired, retry()) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Removes `w` and reports it. `false` (and nothing changed) if the sink is full.
+    fn drop_waiter(
+        &self,
+        d: &mut Dispatcher<'_, CAP>,
+        sink: &mut Sink<'_, '_>,
+        w: &Waiter,
+        reason: Reason,
+        retry: u64,
+    ) -> bool {
+        if sink.is_full() {
+            return false;
+        }
+        if d.remove(w) {
+            match reason {
+                Reason::Shed => bump(&self.shed_waiters, 1),
+                _ => bump(&self.expired, 1),
+            }
+            sink.push(Event::Expired(w.ticket, Rejected::new(reason, retry)));
+        }
+        true
+    }
+
+    /// Whether `w` should be dropped: its remaining time is shorter than the expected
+    /// service time, or it waited longer than the maximum wait.
+    fn is_expired(&self, w: &Waiter, now: u64, service: u64) -> bool {
+        (w.deadline != NO_DEADLINE && now.saturating_add(service) > w.deadline)
+            || self.max_wait_ns.is_some_and(|m| now.saturating_sub(w.enqueued_at) > m)
+    }
+
+    /// Decides FIFO or LIFO for level `l` this round, counting switches to LIFO.
+    fn decide_lifo(&self, l: usize) -> bool {
+        let on = match self.lifo {
+            LifoTrigger::Never => false,
+            LifoTrigger::CodelOverloaded => self.codel_on && self.codel[l].is_overloaded(),
+            LifoTrigger::Occupancy(f) => {
+                f64::from(self.queue.len()) > f * self.queue.capacity() as f64
+            }
+        };
+        let mask = self.lifo_mask.load(Ordering::Relaxed);
+        let bit = 1u8 << l;
+        if on != (mask & bit != 0) {
+            if on {
+                bump(&self.lifo_switches, 1);
+            }
+            // Relaxed: written by the dispatch holder only; read as a hint.
+            self.lifo_mask.store(mask ^ bit, Ordering::Relaxed);
+        }
+        on
+    }
+
+    /// When the binding's one timer should next call [`poll`](Self::poll), if at all:
+    /// the earliest moment a waiter's deadline or maximum wait runs out, or a refusal
+    /// with free slots may lapse. `None` when nothing waits. Never earlier than `now`.
+    pub fn next_wakeup(&self, now: u64) -> Option<u64> {
+        let now = observe(&self.clock, now);
+        if self.queue.is_empty() {
+            return None;
+        }
+        let service = self.service_ns();
+        let mut t = u64::MAX;
+        let hint = self.deadline_hint.load(Ordering::Relaxed);
+        if hint != NO_DEADLINE {
+            t = t.min(hint.saturating_sub(service).saturating_add(1));
+        }
+        if let Some(m) = self.max_wait_ns {
+            let oldest = self.oldest_hint.load(Ordering::Relaxed);
+            if oldest != u64::MAX {
+                t = t.min(oldest.saturating_add(m).saturating_add(1));
+            }
+        }
+        let recheck = self.recheck_at.load(Ordering::Relaxed);
+        if recheck != 0 {
+            t = t.min(recheck);
+        }
+        (t != u64::MAX).then(|| t.max(now))
+    }
+
+    /// Readiness: `Overloaded` while shedding, while the queue is full, or while a level
+    /// with waiters has a standing queue (its CoDel is overloaded); `Healthy` otherwise.
+    pub fn state(&self) -> GateState {
+        if self.shed.load(Ordering::Relaxed) != NO_SHED {
+            return GateState::Overloaded;
+        }
+        let waiting = self.queue.len();
+        if waiting > 0 && waiting as usize >= self.queue.capacity() {
+            return GateState::Overloaded;
+        }
+        let standing = self.codel_on
+            && (0..self.levels as usize)
+                .any(|l| self.queue.waiting(prio(l)) > 0 && self.codel[l].is_overloaded());
+        if standing {
+            GateState::Overloaded
+        } else {
+            GateState::Healthy
+        }
+    }
+
+    /// Waiters at `level`.
+    pub fn waiting(&self, level: Priority) -> u32 {
+        self.queue.waiting(level)
+    }
+
+    /// All waiters.
+    pub fn waiting_total(&self) -> u32 {
+        self.queue.len()
+    }
+
+    /// A snapshot of counters and gauges (scans the queue's slots: O(capacity)).
+    pub fn metrics(&self) -> GateMetrics {
+        let q = self.queue.metrics();
+        let now = self.clock.latest();
+        let oldest_age_ns = q.oldest_enqueued_at.map_or(0, |t| now.saturating_sub(t));
+        let granted = self.granted.load(Ordering::Relaxed);
+        let expired = self.expired.load(Ordering::Relaxed);
+        let sloughed = self.sloughed.load(Ordering::Relaxed);
+        let shed_waiters = self.shed_waiters.load(Ordering::Relaxed);
+        GateMetrics {
+            state: self.state(),
+            waiting_by_level: q.waiting_by_level,
+            waiting: q.waiting,
+            capacity: q.capacity,
+            oldest_age_ns,
+            queued: granted
+                + expired
+                + sloughed
+                + q.evictions
+                + shed_waiters
+                + q.cancels
+                + u64::from(q.waiting),
+            granted,
+            expired,
+            sloughed,
+            evicted: q.evictions,
+            cancelled: q.cancels,
+            shed: self.shed_arrivals.load(Ordering::Relaxed) + shed_waiters,
+            queue_full: self.queue_full.load(Ordering::Relaxed),
+            deadline_unmeetable: self.unmeetable.load(Ordering::Relaxed),
+            aged: self.aged.load(Ordering::Relaxed),
+            lifo_switches: self.lifo_switches.load(Ordering::Relaxed),
+            lifo_levels: self.lifo_mask.load(Ordering::Relaxed),
+            shed_level: self.shed_level(),
+            service_ns: self.service_ns(),
+            codel: core::array::from_fn(|l| self.codel[l].metrics()),
+            limiter: self.limiter.metrics(),
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::limit::{AlgorithmConfig, FixedConfig};
+    use crate::queue::capacity_for;
+    use std::vec::Vec;
+
+    const P0: Priority = Priority::CRITICAL;
+    const P1: Priority = Priority::NORMAL;
+    const P2: Priority = Priority::BACKGROUND;
+
+    fn fixed(limit: f64, levels: u8) -> LimiterConfig {
+        let mut weights = [0.0; LEVELS];
+        weights[..3].copy_from_slice(&[0.0, 0.0, 0.0]);
+        LimiterConfig {
+            levels,
+            weights,
+            ..LimiterConfig::with_algorithm(AlgorithmConfig::Fixed(FixedConfig {
+                initial_limit: limit,
+                min_limit: limit.min(1.0),
+                max_limit: limit.max(1.0),
+            }))
+        }
+    }
+
+    /// A gate with a fixed limit, no partitions, no CoDel, FIFO.
+    fn plain<const C: usize>(limit: f64, levels: u8) -> Gate<C> {
+        Gate::new(&GateConfig {
+            limiter: fixed(limit, levels),
+            codel: None,
+            lifo: LifoTrigger::Never,
+            ..GateConfig::default()
+        })
+        .unwrap()
+    }
+
+    fn admitted(a: Arrival) -> RawPermit {
+        match a {
+            Arrival::Admitted(p) => p,
+            other => panic!("expected Admitted, got {other:?}"),
+        }
+    }
+
+    fn queued(a: Arrival) -> Ticket {
+        match a {
+            Arrival::Queued(t) => t,
+            other => panic!("expected Queued, got {other:?}"),
+        }
+    }
+
+    fn rejected(a: Arrival) -> Rejected {
+        match a {
+            Arrival::Rejected(r) => r,
+            other => panic!("expected Rejected, got {other:?}"),
+        }
+    }
+
+    type Grants = Vec<(Ticket, RawPermit)>;
+
+    /// Polls with a roomy buffer; returns (granted tickets with permits, expired).
+    fn poll<const C: usize>(g: &Gate<C>, now: u64) -> (Grants, Vec<(Ticket, Reason)>) {
+        let mut out: [Option<Event>; 16] = Default::default();
+        let n = g.poll(now, &mut out);
+        let mut granted = Vec::new();
+        let mut expired = Vec::new();
+        for e in out.iter_mut().take(n) {
+            match e.take().unwrap() {
+                Event::Granted(t, p) => granted.push((t, p)),
+                Event::Expired(t, r) => {
+                    assert!(r.retry_after > 0, "every rejection carries a retry_after");
+                    expired.push((t, r.reason));
+                }
+            }
+        }
+        assert!(out.iter().all(Option::is_none), "nothing written beyond n");
+        (granted, expired)
+    }
+
+    fn tickets(g: &[(Ticket, RawPermit)]) -> Vec<Ticket> {
+        g.iter().map(|(t, _)| *t).collect()
+    }
+
+    #[test]
+    fn admits_under_the_limit_then_queues_and_grants_fifo_on_release() {
+        let g: Gate<8> = plain(2.0, 1);
+        let a = admitted(g.arrive(0, P0, None));
+        let b = admitted(g.arrive(0, P0, None));
+        let t1 = queued(g.arrive(1, P0, None));
+        let t2 = queued(g.arrive(2, P0, None));
+        assert_eq!(poll(&g, 3).0.len(), 0, "no slot free: nothing granted");
+        g.release(a, 10 * MS, Outcome::Success).unwrap();
+        let (granted, expired) = poll(&g, 10 * MS);
+        assert_eq!(tickets(&granted), [t1]);
+        assert!(expired.is_empty());
+        assert_eq!(g.limiter().inflight(), 2);
+        g.release(b, 11 * MS, Outcome::Dropped).unwrap();
+        let (granted2, _) = poll(&g, 11 * MS);
+        assert_eq!(tickets(&granted2), [t2]);
+        for (_, p) in granted.into_iter().chain(granted2) {
+            g.release(p, 12 * MS, Outcome::Success).unwrap();
+        }
+        assert_eq!(g.limiter().inflight(), 0);
+        let m = g.metrics();
+        assert_eq!((m.queued, m.granted, m.waiting), (2, 2, 0));
+        // EWMA (alpha 0.1) of the successes: 10 ms, then 2 ms, then 1 ms.
+        let mut ewma = 10e6;
+        for x in [2e6, 1e6] {
+            ewma += 0.1 * (x - ewma);
+        }
+        assert_eq!(m.service_ns, ewma as u64);
+    }
+
+    #[test]
+    fn an_arrival_never_overtakes_an_equal_or_more_important_waiter() {
+        let g: Gate<8> = plain(1.0, 3);
+        let a = admitted(g.arrive(0, P1, None));
+        let waiting = queued(g.arrive(1, P1, None));
+        g.release(a, 2, Outcome::Ignored).unwrap();
+        // A slot is free, but a normal waiter is queued: a normal or background arrival
+        // queues behind it...
+        let later = queued(g.arrive(3, P1, None));
+        let bg = queued(g.arrive(3, P2, None));
+        assert_eq!(g.limiter().inflight(), 0);
+        // ...while a more important arrival may take the free slot at once.
+        let crit = admitted(g.arrive(3, P0, None));
+        g.release(crit, 4, Outcome::Ignored).unwrap();
+        let (granted, _) = poll(&g, 4);
+        assert_eq!(tickets(&granted), [waiting]);
+        let mut all = granted;
+        for expect in [later, bg] {
+            let p = all.pop().unwrap().1;
+            g.release(p, 5, Outcome::Ignored).unwrap();
+            let (next, _) = poll(&g, 5);
+            assert_eq!(tickets(&next), [expect]);
+            all.extend(next);
+        }
+    }
+
+    #[test]
+    fn most_important_level_is_dispatched_first() {
+        let g: Gate<8> = plain(1.0, 3);
+        let a = admitted(g.arrive(0, P0, None));
+        let b = queued(g.arrive(1, P2, None));
+        let n = queued(g.arrive(2, P1, None));
+        let c = queued(g.arrive(3, P0, None));
+        g.release(a, 4, Outcome::Ignored).unwrap();
+        let mut order = Vec::new();
+        for t in 5..8 {
+            let (granted, _) = poll(&g, t);
+            assert_eq!(granted.len(), 1);
+            order.push(granted[0].0);
+            g.release(granted.into_iter().next().unwrap().1, t, Outcome::Ignored).unwrap();
+        }
+        assert_eq!(order, [c, n, b]);
+    }
+
+    #[test]
+    fn a_refused_important_arrival_gets_the_next_freed_slot_under_partitions() {
+        // Default weights 0.7 / 0.25 / 0.05 of a limit of 10: shares 7 / 2 / 0.
+        let cfg = GateConfig {
+            limiter: LimiterConfig { weights: LimiterConfig::default().weights, ..fixed(10.0, 3) },
+            codel: None,
+            ..GateConfig::default()
+        };
+        let g: Gate<16> = Gate::new(&cfg).unwrap();
+        let mut permits = std::vec![admitted(g.arrive(MS, P0, None))]; // critical is active
+                                                                       // Background may use what critical does not reserve: 10 - 1 - 6 = 3.
+        let mut bg = Vec::new();
+        for _ in 0..3 {
+            bg.push(admitted(g.arrive(MS, P2, None)));
+        }
+        let bg_waiter = queued(g.arrive(MS, P2, None));
+        for _ in 0..6 {
+            permits.push(admitted(g.arrive(MS, P0, None)));
+        }
+        let crit_waiter = queued(g.arrive(2 * MS, P0, None));
+        // A background permit returns: the slot goes to the critical waiter.
+        g.release(bg.pop().unwrap(), 3 * MS, Outcome::Success).unwrap();
+        let (granted, _) = poll(&g, 3 * MS);
+        assert_eq!(tickets(&granted), [crit_waiter]);
+        assert_eq!(g.waiting(P2), 1);
+        let _ = bg_waiter;
+    }
+
+    #[test]
+    fn a_reservation_refusal_schedules_a_recheck_so_no_wakeup_is_lost() {
+        let cfg = GateConfig {
+            limiter: LimiterConfig { weights: LimiterConfig::default().weights, ..fixed(10.0, 3) },
+            codel: None,
+            ..GateConfig::default()
+        };
+        let g: Gate<16> = Gate::new(&cfg).unwrap();
+        let c = admitted(g.arrive(MS, P0, None)); // critical active: reserves 7
+        g.release(c, MS, Outcome::Ignored).unwrap();
+        let bg: Vec<_> = (0..3).map(|_| admitted(g.arrive(MS, P2, None))).collect();
+        let t = queued(g.arrive(MS, P2, None));
+        assert!(poll(&g, 2 * MS).0.is_empty(), "critical's reservation holds");
+        // Slots are free but refused: the gate asks to be polled again, no release needed.
+        let wake = g.next_wakeup(2 * MS).expect("a recheck is due");
+        assert!(wake > 2 * MS);
+        // Once critical has been idle for `active_ns`, its share is lent.
+        let lapse = MS + SEC + 1; // critical last seen at 1 ms, active_ns = 1 s
+        let mut now = wake;
+        let mut granted = Vec::new();
+        while granted.is_empty() {
+            assert!(now <= lapse + SEC, "the waiter was never granted");
+            granted = poll(&g, now).0;
+            now = g.next_wakeup(now).unwrap_or(now + MS).max(now + 1);
+        }
+        assert_eq!(tickets(&granted), [t]);
+        drop(bg);
+    }
+
+    #[test]
+    fn codel_sloughs_stale_waiters_and_lifo_serves_the_newest() {
+        let cfg = GateConfig { limiter: fixed(1.0, 1), ..GateConfig::default() };
+        let g: Gate<16> = Gate::new(&cfg).unwrap();
+        let mut permit = admitted(g.arrive(0, P0, None));
+        let old: Vec<_> = (1..=4).map(|k| queued(g.arrive(k * MS, P0, None))).collect();
+        // t = 50 ms: first dequeue of CoDel's first interval, FIFO.
+        g.release(permit, 50 * MS, Outcome::Success).unwrap();
+        let (granted, expired) = poll(&g, 50 * MS);
+        assert_eq!((tickets(&granted), expired.len()), (std::vec![old[0]], 0));
+        permit = granted.into_iter().next().unwrap().1;
+        // t = 160 ms: the interval's minimum was 49 ms > 5 ms: overloaded from now on, but
+        // the first dequeue of the new interval is never dropped.
+        g.release(permit, 160 * MS, Outcome::Success).unwrap();
+        let (granted, expired) = poll(&g, 160 * MS);
+        assert_eq!((tickets(&granted), expired.len()), (std::vec![old[1]], 0));
+        assert_eq!(g.state(), GateState::Overloaded, "a standing queue");
+        permit = granted.into_iter().next().unwrap().1;
+        // Two fresh arrivals; at the next release the stale ones (> 10 ms) are sloughed
+        // from the oldest end and the newest fresh one is served first (LIFO).
+        let f1 = queued(g.arrive(170 * MS, P0, None));
+        let f2 = queued(g.arrive(171 * MS, P0, None));
+        g.release(permit, 175 * MS, Outcome::Success).unwrap();
+        let (granted, expired) = poll(&g, 175 * MS);
+        assert_eq!(expired, [(old[2], Reason::CodelSlough), (old[3], Reason::CodelSlough)]);
+        assert_eq!(tickets(&granted), [f2]);
+        let m = g.metrics();
+        assert_eq!((m.sloughed, m.lifo_switches, m.lifo_levels), (2, 1, 1));
+        assert_eq!(g.waiting(P0), 1);
+        let _ = f1;
+    }
+
+    #[test]
+    fn hhvm_oldest_end_expiry_still_runs_in_lifo_mode() {
+        let cfg = GateConfig {
+            limiter: fixed(1.0, 1),
+            codel: None,
+            lifo: LifoTrigger::Occupancy(0.5),
+            max_wait_ns: Some(50 * MS),
+            ..GateConfig::default()
+        };
+        let g: Gate<4> = Gate::new(&cfg).unwrap();
+        let a = admitted(g.arrive(0, P0, None));
+        let w1 = queued(g.arrive(MS, P0, None));
+        let w: Vec<_> = (100..103).map(|k| queued(g.arrive(k * MS, P0, None))).collect();
+        assert_eq!(g.next_wakeup(103 * MS), Some(103 * MS), "w1 is already past its wait");
+        g.release(a, 110 * MS, Outcome::Success).unwrap();
+        let (granted, expired) = poll(&g, 110 * MS);
+        assert_eq!(expired, [(w1, Reason::Expired)], "the oldest is expired, not left behind");
+        assert_eq!(tickets(&granted), [w[2]], "occupancy 4/4 > 0.5: newest first");
+        assert_eq!(g.metrics().lifo_switches, 1);
+        // Back under the threshold (2/4 is not above 0.5): FIFO again.
+        g.release(granted.into_iter().next().unwrap().1, 111 * MS, Outcome::Success).unwrap();
+        let (granted, _) = poll(&g, 111 * MS);
+        assert_eq!(tickets(&granted), [w[0]]);
+        assert_eq!(g.metrics().lifo_levels, 0);
+    }
+
+    #[test]
+    fn deadlines_are_judged_against_expected_service_and_drain_rate() {
+        let cfg = GateConfig {
+            limiter: fixed(1.0, 1),
+            codel: None,
+            initial_service_ns: 10 * MS,
+            ..GateConfig::default()
+        };
+        let g: Gate<8> = Gate::new(&cfg).unwrap();
+        // Already past: refused even with a free slot.
+        let r = rejected(g.arrive(MS, P0, Some(MS)));
+        assert_eq!(r.reason, Reason::DeadlineUnmeetable);
+        let a = admitted(g.arrive(MS, P0, Some(100 * MS)));
+        // 1 ms + one completion (10 ms) + service 10 ms = 21 ms ≤ 30 ms: queued.
+        let b = queued(g.arrive(MS, P0, Some(30 * MS)));
+        // 2 ms + two completions + service = 32 ms > 25 ms: refused at once.
+        let r = rejected(g.arrive(2 * MS, P0, Some(25 * MS)));
+        assert_eq!(r, Rejected::new(Reason::DeadlineUnmeetable, 20 * MS));
+        // b is due for the timer when its remaining time falls below the service time.
+        assert_eq!(g.next_wakeup(3 * MS), Some(20 * MS + 1));
+        assert!(poll(&g, 20 * MS).1.is_empty());
+        // At 25 ms the slot frees, but b has 5 ms left and service takes ~11.4 ms: dropped.
+        g.release(a, 25 * MS, Outcome::Success).unwrap();
+        assert_eq!(g.service_ns(), (10e6 + 0.1 * (24e6 - 10e6)) as u64);
+        let (granted, expired) = poll(&g, 25 * MS);
+        assert!(granted.is_empty(), "never dispatched late");
+        assert_eq!(expired, [(b, Reason::Expired)]);
+        assert_eq!(g.metrics().deadline_unmeetable, 2);
+        assert_eq!(g.next_wakeup(26 * MS), None);
+    }
+
+    #[test]
+    fn a_timer_at_next_wakeup_expires_the_waiter() {
+        let g: Gate<8> = plain(1.0, 1);
+        let _a = admitted(g.arrive(0, P0, None));
+        let b = queued(g.arrive(0, P0, Some(40 * MS)));
+        let c = queued(g.arrive(0, P0, Some(30 * MS)));
+        let wake = g.next_wakeup(0).unwrap();
+        assert_eq!(wake, 30 * MS + 1, "service unknown: the deadline itself");
+        assert!(poll(&g, wake - 1).1.is_empty());
+        assert_eq!(poll(&g, wake).1, [(c, Reason::Expired)]);
+        assert_eq!(g.next_wakeup(wake), Some(40 * MS + 1));
+        let _ = b;
+    }
+
+    #[test]
+    fn full_queue_evicts_less_important_waiters_and_refuses_the_rest() {
+        let g: Gate<2> = plain(1.0, 3);
+        let _a = admitted(g.arrive(0, P1, None));
+        let b1 = queued(g.arrive(1, P2, None));
+        let b2 = queued(g.arrive(2, P2, None));
+        let r = rejected(g.arrive(3, P2, None));
+        assert_eq!(r.reason, Reason::QueueFull);
+        assert_eq!(r.retry_after, SEC, "nothing known yet: the fallback");
+        let c = queued(g.arrive(4, P0, None)); // evicts b1 (oldest background)
+        let n = queued(g.arrive(5, P1, None)); // evicts b2
+        assert_eq!(rejected(g.arrive(6, P1, None)).reason, Reason::QueueFull);
+        assert_eq!(g.cancel(b1), Err(UsageError::UnknownTicket));
+        assert_eq!(g.state(), GateState::Overloaded, "full");
+        let (granted, expired) = poll(&g, 7);
+        assert!(granted.is_empty());
+        let mut ev = expired.clone();
+        ev.sort_by_key(|e| e.0);
+        let mut want = std::vec![(b1, Reason::Evicted), (b2, Reason::Evicted)];
+        want.sort_by_key(|e| e.0);
+        assert_eq!(ev, want);
+        let m = g.metrics();
+        assert_eq!((m.evicted, m.queue_full, m.waiting), (2, 2, 2));
+        assert_eq!((m.waiting_by_level[0], m.waiting_by_level[1]), (1, 1));
+        let _ = (c, n);
+    }
+
+    #[test]
+    fn seed_000_aging_moves_a_normal_waiter_to_background_after_500_ms() {
+        let cfg = GateConfig {
+            limiter: fixed(1.0, 3),
+            codel: None,
+            aging: Some(Aging::SEED_000),
+            ..GateConfig::default()
+        };
+        let g: Gate<8> = Gate::new(&cfg).unwrap();
+        let a = admitted(g.arrive(0, P0, None));
+        let old_bg = queued(g.arrive(0, P2, None));
+        let n = queued(g.arrive(10 * MS, P1, None));
+        let new_bg = queued(g.arrive(20 * MS, P2, None));
+        assert!(poll(&g, 500 * MS).0.is_empty());
+        assert_eq!(g.waiting(P1), 1, "exactly 500 ms is not older than 500 ms");
+        poll(&g, 511 * MS);
+        assert_eq!((g.waiting(P1), g.waiting(P2)), (0, 3));
+        assert_eq!(g.metrics().aged, 1);
+        // In background it keeps its arrival order: after old_bg, before new_bg.
+        let mut order = Vec::new();
+        let mut p = a;
+        for t in 0..3 {
+            g.release(p, 520 * MS + t, Outcome::Ignored).unwrap();
+            let (granted, _) = poll(&g, 520 * MS + t);
+            order.push(granted[0].0);
+            p = granted.into_iter().next().unwrap().1;
+        }
+        assert_eq!(order, [old_bg, n, new_bg]);
+    }
+
+    #[test]
+    fn the_shed_switch_refuses_and_expires_less_important_levels() {
+        let g: Gate<8> = plain(1.0, 3);
+        let a = admitted(g.arrive(0, P0, None));
+        let n = queued(g.arrive(1, P1, None));
+        let c = queued(g.arrive(1, P0, None));
+        g.set_shed_level(Some(P1));
+        assert_eq!(g.state(), GateState::Overloaded);
+        assert_eq!(g.shed_level(), Some(P1));
+        for p in [P1, P2] {
+            let r = rejected(g.arrive(2, p, None));
+            assert_eq!((r.reason, r.retry_after), (Reason::Shed, SEC));
+        }
+        let (granted, expired) = poll(&g, 3);
+        assert!(granted.is_empty());
+        assert_eq!(expired, [(n, Reason::Shed)]);
+        g.release(a, 4, Outcome::Ignored).unwrap();
+        assert_eq!(tickets(&poll(&g, 4).0), [c], "critical still served");
+        g.set_shed_level(None);
+        assert_eq!(g.state(), GateState::Healthy);
+        assert!(matches!(g.arrive(5, P2, None), Arrival::Queued(_)));
+        assert_eq!(g.metrics().shed, 3);
+    }
+
+    #[test]
+    fn cancel_withdraws_once_and_detects_stale_and_foreign_tickets() {
+        let g: Gate<4> = plain(1.0, 1);
+        let other: Gate<4> = plain(1.0, 1);
+        let a = admitted(g.arrive(0, P0, None));
+        let t = queued(g.arrive(1, P0, None));
+        let u = queued(g.arrive(2, P0, None));
+        assert_eq!(other.cancel(t), Err(UsageError::ForeignHandle));
+        assert_eq!(g.cancel(t), Ok(()));
+        assert_eq!(g.cancel(t), Err(UsageError::UnknownTicket));
+        g.release(a, 3, Outcome::Ignored).unwrap();
+        let (granted, expired) = poll(&g, 3);
+        assert_eq!(tickets(&granted), [u], "the cancelled ticket is never granted");
+        assert!(expired.is_empty());
+        assert_eq!(g.cancel(u), Err(UsageError::UnknownTicket), "already granted");
+        let p = granted.into_iter().next().unwrap().1;
+        assert_eq!(other.release(p, 4, Outcome::Success), Err(UsageError::ForeignHandle));
+        assert_eq!(g.metrics().cancelled, 1);
+    }
+
+    #[test]
+    fn a_small_buffer_loses_nothing() {
+        let g: Gate<8> = plain(1.0, 2);
+        let a = admitted(g.arrive(0, P0, None));
+        let doomed: Vec<_> = (0..3).map(|k| queued(g.arrive(k, P0, Some(10 * MS + k)))).collect();
+        let bg = queued(g.arrive(3, P1, None));
+        // An eviction pending too: fill the rest and push one more critical.
+        g.release(a, 20 * MS, Outcome::Ignored).unwrap();
+        let mut seen = Vec::new();
+        let mut grants = Vec::new();
+        loop {
+            let mut out: [Option<Event>; 1] = Default::default();
+            let n = g.poll(20 * MS, &mut out);
+            if n == 0 {
+                break;
+            }
+            match out[0].take().unwrap() {
+                Event::Expired(t, r) => seen.push((t, r.reason)),
+                Event::Granted(t, p) => grants.push((t, p)),
+            }
+        }
+        let want: Vec<_> = doomed.iter().map(|&t| (t, Reason::Expired)).collect();
+        assert_eq!(seen, want);
+        assert_eq!(tickets(&grants), [bg]);
+    }
+
+    #[test]
+    fn an_unconsumed_grant_is_returned_not_leaked() {
+        let g: Gate<4> = plain(1.0, 1);
+        let a = admitted(g.arrive(0, P0, None));
+        let _t = queued(g.arrive(0, P0, None));
+        g.release(a, 1, Outcome::Ignored).unwrap();
+        let mut out: [Option<Event>; 1] = Default::default();
+        assert_eq!(g.poll(1, &mut out), 1);
+        assert_eq!(g.limiter().inflight(), 1);
+        let _u = queued(g.arrive(2, P0, Some(3)));
+        // Polling into the same buffer without taking the grant: the event is replaced
+        // by the new one and the stale grant's slot returns to the limiter.
+        assert_eq!(g.poll(10, &mut out), 1);
+        assert!(matches!(out[0], Some(Event::Expired(_, _))));
+        assert_eq!(g.limiter().inflight(), 0);
+    }
+
+    #[test]
+    fn configs_are_validated() {
+        let ok = GateConfig::default();
+        assert!(Gate::<4>::new(&ok).is_ok());
+        let bad = [
+            GateConfig { queue_capacity: Some(5), ..ok },
+            GateConfig { lifo: LifoTrigger::Occupancy(f64::NAN), ..ok },
+            GateConfig { lifo: LifoTrigger::Occupancy(0.0), ..ok },
+            GateConfig { lifo: LifoTrigger::Occupancy(1.5), ..ok },
+            GateConfig { max_wait_ns: Some(0), ..ok },
+            GateConfig { aging: Some(Aging { from: P2, to: P1, after_ns: MS }), ..ok },
+            GateConfig { aging: Some(Aging { from: P1, to: P2, after_ns: 0 }), ..ok },
+            GateConfig {
+                aging: Some(Aging { from: P1, to: Priority::new(5).unwrap(), after_ns: MS }),
+                ..ok
+            },
+            GateConfig { service_alpha: 0.0, ..ok },
+            GateConfig { service_alpha: f64::INFINITY, ..ok },
+            GateConfig { fallback_retry_after_ns: 0, ..ok },
+            GateConfig { initial_service_ns: u64::MAX, ..ok },
+            GateConfig {
+                codel: Some(CodelConfig { target_ns: 0, ..CodelConfig::default() }),
+                ..ok
+            },
+            GateConfig { limiter: LimiterConfig { levels: 0, ..ok.limiter }, ..ok },
+        ];
+        for cfg in bad {
+            assert!(Gate::<4>::new(&cfg).is_err(), "{cfg:?} accepted");
+        }
+        assert!(Gate::<{ capacity_for(2_000, 100 * MS) }>::new(&ok).is_ok());
+    }
+
+    #[test]
+    fn metrics_report_depth_age_and_state() {
+        let g: Gate<4> = plain(1.0, 3);
+        assert_eq!(g.state(), GateState::Healthy);
+        let _a = admitted(g.arrive(0, P0, None));
+        let _t = queued(g.arrive(10 * MS, P1, None));
+        let _u = queued(g.arrive(20 * MS, P2, None));
+        g.poll(50 * MS, &mut [None]);
+        let m = g.metrics();
+        assert_eq!((m.waiting, m.waiting_by_level[1], m.waiting_by_level[2]), (2, 1, 1));
+        assert_eq!((m.oldest_age_ns, m.capacity, m.queued), (40 * MS, 4, 2));
+        assert_eq!(m.limiter.inflight, 1);
+        assert_eq!(m.state, GateState::Healthy, "no CoDel, not full, not shedding");
+    }
+}

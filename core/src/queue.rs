@@ -1,1 +1,1271 @@
-//! (being written: see the issue that owns this module)
+//! The admission queue's storage: a bounded, lock-free set of waiters kept in per-level
+//! arrival order, drained by one dispatcher at a time.
+//!
+//! Arrivals ([`WaitQueue::push`]) and cancellations ([`WaitQueue::cancel`]) never wait for
+//! another thread; the dispatcher ([`WaitQueue::try_dispatch`]) is single-consumer — a
+//! second thread that tries to dispatch while one is inside returns at once, and the
+//! thread inside runs one more round on its behalf — the same "whoever wins the CAS does
+//! the work, everyone else moves on" rule the limiter uses to fold windows (DESIGN.md §2).
+//!
+//! Layout (DESIGN.md §2 "fixed layout"): a const-generic array of slots, addressed by
+//! index, never by pointer. Each slot has one atomic state word
+//! (`generation | evictions | level | flags | status`) and the waiter's times. A slot is
+//! claimed by one CAS on its state (starting at the slot freed last), and three intrusive
+//! lists thread through the slots:
+//!
+//! - the **incoming stack** — arrivals push, the dispatcher takes it whole and links the
+//!   new waiters, oldest first, at the tail of their level;
+//! - the **attention stack** — a cancel, or an eviction that took a slot over, pushes the
+//!   slot here so the dispatcher unlinks it (and reports the evicted tickets);
+//! - per-level **doubly linked lists** in arrival order, touched only by the dispatcher —
+//!   O(1) at both ends, so FIFO, LIFO and oldest-end expiry all cost the same.
+//!
+//! Both stack heads and the dispatch flags share one atomic word, so the dispatcher
+//! enters and takes all pending work in one compare-and-swap, and leaves with another
+//! that fails if anything arrived meanwhile.
+//!
+//! A waiter leaves exactly once, by one compare-and-swap on its state word: granted or
+//! expired by the dispatcher, cancelled by its owner, or taken over by a more important
+//! arrival. Whoever wins the CAS owns the outcome; the others see a changed word.
+
+use crate::sync::{next_instance_id, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use crate::time::SEC;
+use crate::{ConfigError, Priority, UsageError};
+
+const LEVELS: usize = Priority::MAX_LEVELS;
+
+/// `deadline` value meaning "no deadline".
+pub const NO_DEADLINE: u64 = u64::MAX;
+/// The largest capacity a queue can have (slot indices are 16 bits, `0xFFFF` ends a list).
+pub const MAX_CAPACITY: usize = 0xFFFF;
+
+/// Sizes a queue by time, not count (seed 004: "max_queue_len = drain_rate ×
+/// max_acceptable_wait"): `ceil(drain_per_sec × wait_budget_ns / 1 s)`, at most
+/// [`MAX_CAPACITY`]. Usable in a const generic.
+///
+/// ```
+/// use surgeguard_core::queue::capacity_for;
+/// use surgeguard_core::time::MS;
+/// // Seed 004: 2,000 req/s and a 100 ms wait budget is 200 slots, not 10,000.
+/// assert_eq!(capacity_for(2_000, 100 * MS), 200);
+/// const CAP: usize = capacity_for(500, 30 * MS);
+/// assert_eq!(CAP, 15);
+/// ```
+pub const fn capacity_for(drain_per_sec: u64, wait_budget_ns: u64) -> usize {
+    let sec = SEC as u128;
+    let slots = (drain_per_sec as u128 * wait_budget_ns as u128).div_ceil(sec);
+    if slots > MAX_CAPACITY as u128 {
+        MAX_CAPACITY
+    } else {
+        slots as usize
+    }
+}
+
+// ---- the slot state word ------------------------------------------------------------
+/// Bits 0..=2: the occupancy status.
+const STATUS_MASK: u64 = 0b111;
+/// Not in use: any arrival may claim it.
+const FREE: u64 = 0;
+/// Taken by an arrival that is still writing it; not yet cancellable or dispatchable.
+const CLAIMED: u64 = 1;
+/// Waiting: may be granted, expired, cancelled or evicted (first CAS wins).
+const WAITING: u64 = 2;
+/// Cancelled by its owner; the dispatcher frees it.
+const CANCELLED: u64 = 3;
+/// Bit 3: the slot is on the attention stack or the dispatcher's deferred list (set by
+/// whoever pushed it).
+const ATTN: u64 = 1 << 3;
+/// Bits 8..=11: the level.
+const LEVEL_SHIFT: u32 = 8;
+const LEVEL_MASK: u64 = 0xF << LEVEL_SHIFT;
+/// Bits 16..=31: how many previous occupants were evicted and not yet reported. Each
+/// take-over bumps the generation by one, so they are the generations
+/// `gen − count .. gen`.
+const EVICTED_SHIFT: u32 = 16;
+const EVICTED_MASK: u64 = 0xFFFF << EVICTED_SHIFT;
+const EVICTED_ONE: u64 = 1 << EVICTED_SHIFT;
+/// Bits 32..=63: the generation, bumped each time the slot changes hands.
+const GEN_SHIFT: u32 = 32;
+
+// ---- the control word: both stack heads and the dispatch flags ------------------------
+/// End of an intrusive list (slot indices are below it).
+const END: u32 = 0xFFFF;
+/// Bits 0..=15: head of the incoming stack.
+const INCOMING_SHIFT: u32 = 0;
+/// Bits 16..=31: head of the attention stack.
+const ATTENTION_SHIFT: u32 = 16;
+/// Both stacks empty.
+const STACKS_EMPTY: u64 = (END as u64) << INCOMING_SHIFT | (END as u64) << ATTENTION_SHIFT;
+/// Bit 32: a thread is dispatching.
+const BUSY: u64 = 1 << 32;
+/// Bit 33: someone asked for a dispatch round since the holder's last round began (or,
+/// without `BUSY`, since the last holder stopped early).
+const PENDING: u64 = 1 << 33;
+
+/// How many times an arrival into a full queue looks for a free slot or a victim again
+/// after the one it found changed under it.
+const PUSH_ATTEMPTS: usize = 3;
+
+const fn pack(gen: u32, status: u64, level: usize) -> u64 {
+    ((gen as u64) << GEN_SHIFT) | ((level as u64) << LEVEL_SHIFT) | status
+}
+const fn gen_of(s: u64) -> u32 {
+    (s >> GEN_SHIFT) as u32
+}
+const fn status_of(s: u64) -> u64 {
+    s & STATUS_MASK
+}
+const fn level_of(s: u64) -> usize {
+    ((s & LEVEL_MASK) >> LEVEL_SHIFT) as usize
+}
+const fn evicted_of(s: u64) -> u32 {
+    ((s & EVICTED_MASK) >> EVICTED_SHIFT) as u32
+}
+const fn head_of(w: u64, shift: u32) -> u32 {
+    ((w >> shift) & END as u64) as u32
+}
+fn priority(level: usize) -> Priority {
+    Priority::new(level as u8).unwrap_or_default()
+}
+
+/// A queued waiter's handle: which queue, which slot, which occupancy of the slot.
+///
+/// Copyable and 64 bits wide, so bindings can key their waiters by it (`to_bits`). A
+/// ticket whose waiter already left (granted, expired, cancelled, evicted) or that comes
+/// from another queue is detected and refused with a [`UsageError`]. Generations are 32
+/// bits per slot and queue ids 16 bits, so a ticket held across four billion reuses of
+/// its slot, or presented to a queue created 65,536 queues later, is not told apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Ticket(u64);
+
+impl Ticket {
+    const fn new(owner: u16, slot: usize, gen: u32) -> Self {
+        Self(((owner as u64) << 48) | ((slot as u64) << 32) | gen as u64)
+    }
+    /// The ticket as one number (for maps and the C ABI).
+    pub const fn to_bits(self) -> u64 {
+        self.0
+    }
+    /// A ticket from [`to_bits`](Self::to_bits). Any number is accepted; a number that
+    /// is not a live ticket is refused by the queue that is given it.
+    pub const fn from_bits(bits: u64) -> Self {
+        Self(bits)
+    }
+    const fn owner(self) -> u16 {
+        (self.0 >> 48) as u16
+    }
+    const fn slot(self) -> usize {
+        ((self.0 >> 32) & 0xFFFF) as usize
+    }
+    const fn gen(self) -> u32 {
+        self.0 as u32
+    }
+}
+
+/// A waiter as the dispatcher sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Waiter {
+    /// Its handle.
+    pub ticket: Ticket,
+    /// Its level (after any aging).
+    pub level: Priority,
+    /// The `now` it arrived at.
+    pub enqueued_at: u64,
+    /// Its deadline, or [`NO_DEADLINE`].
+    pub deadline: u64,
+}
+
+/// A snapshot of a [`WaitQueue`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WaitQueueMetrics {
+    /// Waiters per level.
+    pub waiting_by_level: [u32; LEVELS],
+    /// All waiters.
+    pub waiting: u32,
+    /// Slots in use (waiters, arrivals being written, cancelled ones not yet reclaimed).
+    pub occupied: u32,
+    /// The bound.
+    pub capacity: u32,
+    /// Arrival time of the oldest waiter, if any.
+    pub oldest_enqueued_at: Option<u64>,
+    /// Waiters evicted by more important arrivals.
+    pub evictions: u64,
+    /// Waiters cancelled by their owners.
+    pub cancels: u64,
+}
+
+#[derive(Debug)]
+struct Slot {
+    state: AtomicU64,
+    enqueued_at: AtomicU64,
+    deadline: AtomicU64,
+    /// Incoming stack.
+    link: AtomicU32,
+    /// Attention stack, or the dispatcher's deferred list.
+    attn_link: AtomicU32,
+    // Dispatcher-private: only the thread holding the dispatch flag touches these, so
+    // every access is Relaxed; the flag's Acquire/Release hands them from holder to holder.
+    prev: AtomicU32,
+    next: AtomicU32,
+    /// Level + 1 of the list the slot is linked into, 0 when unlinked.
+    linked: AtomicU8,
+}
+
+impl Slot {
+    fn new() -> Self {
+        Self {
+            state: AtomicU64::new(pack(0, FREE, 0)),
+            enqueued_at: AtomicU64::new(0),
+            deadline: AtomicU64::new(NO_DEADLINE),
+            link: AtomicU32::new(END),
+            attn_link: AtomicU32::new(END),
+            prev: AtomicU32::new(END),
+            next: AtomicU32::new(END),
+            linked: AtomicU8::new(0),
+        }
+    }
+}
+
+/// Per-level counts whose difference is the number of waiters. Each has one kind of
+/// writer, so the dispatcher's departures need no read-modify-write.
+#[derive(Debug)]
+struct Counts {
+    /// Arrivals (and aged-in waiters): read-modify-write by arrivals.
+    arrived: [AtomicU64; LEVELS],
+    /// Granted, expired or aged-out: written by the dispatcher only.
+    departed: [AtomicU64; LEVELS],
+    /// Cancelled: read-modify-write by cancellers.
+    cancelled: [AtomicU64; LEVELS],
+    /// Evicted: read-modify-write by evicting arrivals.
+    evicted: [AtomicU64; LEVELS],
+}
+
+impl Counts {
+    fn new() -> Self {
+        Self {
+            arrived: core::array::from_fn(|_| AtomicU64::new(0)),
+            departed: core::array::from_fn(|_| AtomicU64::new(0)),
+            cancelled: core::array::from_fn(|_| AtomicU64::new(0)),
+            evicted: core::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+
+    /// Waiters at `lvl`, never below the true count at the moment of the first load.
+    fn waiting(&self, lvl: usize) -> u32 {
+        // Acquire (each of the three): pairs with the Release write of the departure, so
+        // the arrival it undoes — which happened before it — is counted by the load of
+        // `arrived` that follows; the difference cannot go below zero.
+        let gone = self.departed[lvl].load(Ordering::Acquire)
+            + self.cancelled[lvl].load(Ordering::Acquire)
+            + self.evicted[lvl].load(Ordering::Acquire);
+        self.arrived[lvl].load(Ordering::Relaxed).saturating_sub(gone) as u32
+    }
+
+    /// One departure at `lvl`, by the dispatcher (single writer: load and store).
+    fn depart(&self, lvl: usize) {
+        let d = &self.departed[lvl];
+        // Release: pairs with the Acquire load in `waiting`.
+        d.store(d.load(Ordering::Relaxed) + 1, Ordering::Release);
+    }
+}
+
+/// Bounded storage of waiters `{ticket, level, enqueued_at, deadline}` for up to `CAP`
+/// waiters in up to eight priority levels, in arrival order per level.
+///
+/// ```
+/// use surgeguard_core::queue::{WaitQueue, NO_DEADLINE};
+/// use surgeguard_core::Priority;
+///
+/// let q: WaitQueue<4> = WaitQueue::new(3, 4).unwrap();
+/// let a = q.push(Priority::NORMAL, 10, NO_DEADLINE, false).unwrap();
+/// let b = q.push(Priority::NORMAL, 20, NO_DEADLINE, false).unwrap();
+/// let mut order = [None; 2];
+/// q.try_dispatch(|d| {
+///     d.refresh(|_| true);
+///     let oldest = d.oldest(Priority::NORMAL).unwrap();
+///     let newest = d.newest(Priority::NORMAL).unwrap();
+///     order = [Some(oldest.ticket), Some(newest.ticket)];
+///     assert!(d.remove(&oldest));
+///     true
+/// });
+/// assert_eq!(order, [Some(a), Some(b)]);
+/// assert_eq!(q.waiting(Priority::NORMAL), 1);
+/// assert!(q.cancel(a).is_err(), "a already left");
+/// assert_eq!(q.cancel(b), Ok(Priority::NORMAL));
+/// ```
+///
+/// **Progress.** [`push`](Self::push) and [`cancel`](Self::cancel) are lock-free: a few
+/// atomic steps, retried only when another thread changed the same word (so some thread
+/// always made progress); nobody waits for the dispatcher. Finding a free slot starts at
+/// the slot freed last (usually one CAS) and scans the slots in the worst case; a push into
+/// a full queue that evicts scans the slots once per attempt (at most three attempts; an
+/// arrival racing departures from a full queue may be refused after them).
+/// The dispatcher is single-consumer: [`try_dispatch`](Self::try_dispatch) runs rounds
+/// while it holds a flag, and a concurrent call returns `false` at once after asking the
+/// holder for one more round, so no request for dispatch is lost; the holder keeps
+/// serving such requests while they arrive (lock-free, not wait-free, for the holder).
+///
+/// **Bound.** Never more than `capacity` waiters, structurally: a waiter needs a slot. A
+/// cancelled waiter's slot is reused after the next dispatch round.
+///
+/// **Cost.** Push: three atomic read-modify-writes (count, claim, publish). A dispatch
+/// round: one CAS to enter and take all pending arrivals and cancels, one to leave, plus
+/// one CAS per waiter removed and O(1) work per waiter linked, inspected or removed.
+/// Memory: about 48 bytes per slot.
+///
+/// **Source.** Bounded per-level rings of DESIGN.md §3; Treiber stacks taken whole; the
+/// HHVM `JobQueue` idea of priority deques scanned most important first
+/// (`research/queues_retries.md` §1.4).
+#[derive(Debug)]
+pub struct WaitQueue<const CAP: usize> {
+    slots: [Slot; CAP],
+    /// Stack heads and dispatch flags (see `INCOMING_SHIFT`, `BUSY`).
+    ctl: AtomicU64,
+    /// Where the next free-slot search starts (a hint, written without ordering).
+    hint: AtomicU32,
+    counts: Counts,
+    // Dispatcher-private (Relaxed, like the private slot fields): list ends, and the
+    // slots whose eviction reports did not fit in a round's output yet.
+    head: [AtomicU32; LEVELS],
+    tail: [AtomicU32; LEVELS],
+    deferred: AtomicU32,
+    levels: u8,
+    owner: u16,
+    capacity: u32,
+}
+
+impl<const CAP: usize> WaitQueue<CAP> {
+    const CAP_FITS: () = assert!(CAP <= MAX_CAPACITY, "WaitQueue capacity above MAX_CAPACITY");
+
+    /// A queue for `levels` levels (1..=8) holding at most `capacity` (≤ `CAP`) waiters.
+    pub fn new(levels: u8, capacity: usize) -> Result<Self, ConfigError> {
+        #[allow(clippy::let_unit_value)]
+        let () = Self::CAP_FITS;
+        if levels == 0 || levels as usize > LEVELS {
+            return Err(ConfigError::OutOfRange("levels"));
+        }
+        if capacity > CAP {
+            return Err(ConfigError::OutOfRange("queue capacity above CAP"));
+        }
+        Ok(Self {
+            slots: core::array::from_fn(|_| Slot::new()),
+            ctl: AtomicU64::new(STACKS_EMPTY),
+            hint: AtomicU32::new(0),
+            counts: Counts::new(),
+            head: core::array::from_fn(|_| AtomicU32::new(END)),
+            tail: core::array::from_fn(|_| AtomicU32::new(END)),
+            deferred: AtomicU32::new(END),
+            levels,
+            owner: next_instance_id() as u16,
+            capacity: capacity as u32,
+        })
+    }
+
+    /// The bound on waiters.
+    pub fn capacity(&self) -> usize {
+        self.capacity as usize
+    }
+
+    /// Levels in use.
+    pub fn levels(&self) -> u8 {
+        self.levels
+    }
+
+    fn clamp(&self, level: Priority) -> usize {
+        level.index().min(self.levels as usize - 1)
+    }
+
+    /// Waiters at `level` (levels beyond the configured ones count as the last). Under
+    /// concurrent changes it may count a waiter that just left, never miss one that was
+    /// queued before the call.
+    pub fn waiting(&self, level: Priority) -> u32 {
+        self.counts.waiting(self.clamp(level))
+    }
+
+    /// Waiters at `level` or more important.
+    pub fn waiting_through(&self, level: Priority) -> u32 {
+        (0..=self.clamp(level)).map(|l| self.counts.waiting(l)).sum()
+    }
+
+    /// All waiters.
+    pub fn len(&self) -> u32 {
+        (0..self.levels as usize).map(|l| self.counts.waiting(l)).sum()
+    }
+
+    /// Whether no waiter is queued.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Queues a waiter at `level` arriving at `enqueued_at` with `deadline`
+    /// ([`NO_DEADLINE`] for none). If the queue is full and `evict` is set, the oldest
+    /// waiter of the least important level *strictly less important* than `level` gives
+    /// up its slot; the dispatcher reports its ticket (see [`Dispatcher::refresh`]).
+    /// Returns `None` if there is no room. An arrival racing the departure of the last
+    /// occupant of a full queue looks again (at most three times), so it is refused only
+    /// if the queue stayed full through its attempts.
+    pub fn push(
+        &self,
+        level: Priority,
+        enqueued_at: u64,
+        deadline: u64,
+        evict: bool,
+    ) -> Option<Ticket> {
+        let lvl = self.clamp(level);
+        let mut scan = (self.len() as usize) < self.capacity();
+        for _ in 0..PUSH_ATTEMPTS {
+            if let Some((i, gen)) = self.claim(lvl, scan) {
+                let slot = &self.slots[i];
+                // The slot is ours alone until published: nobody else CASes a CLAIMED word
+                // (cancel, evict and dispatch all require WAITING).
+                slot.enqueued_at.store(enqueued_at, Ordering::Relaxed);
+                slot.deadline.store(deadline, Ordering::Relaxed);
+                self.counts.arrived[lvl].fetch_add(1, Ordering::Relaxed);
+                self.push_stack(&slot.link, INCOMING_SHIFT, i);
+                // Release: pairs with the Acquire of the CAS in `cancel` and `take_over`,
+                // so a thread that sees WAITING also sees the push above, and the
+                // attention push it then makes reaches the dispatcher after this slot's
+                // incoming push.
+                slot.state.store(pack(gen, WAITING, lvl), Ordering::Release);
+                return Some(Ticket::new(self.owner, i, gen));
+            }
+            if !evict {
+                return None;
+            }
+            if let Some(ticket) = self.take_over(lvl, enqueued_at, deadline) {
+                return Some(ticket);
+            }
+            // No victim, or it left meanwhile (its slot may be free now): look everywhere.
+            scan = true;
+        }
+        None
+    }
+
+    /// Claims a free slot for `lvl` with one CAS: the slot freed last first, then (if
+    /// `scan`) every slot.
+    fn claim(&self, lvl: usize, scan: bool) -> Option<(usize, u32)> {
+        let cap = self.capacity();
+        let start = self.hint.load(Ordering::Relaxed) as usize;
+        let start = if start < cap { start } else { 0 };
+        let tries = if scan { cap } else { cap.min(1) };
+        for k in 0..tries {
+            let i = if start + k < cap { start + k } else { start + k - cap };
+            let s = self.slots[i].state.load(Ordering::Relaxed);
+            if status_of(s) != FREE {
+                continue;
+            }
+            let gen = gen_of(s);
+            // Acquire: pairs with the dispatcher's Release when it freed the slot.
+            if self.slots[i]
+                .state
+                .compare_exchange(s, pack(gen, CLAIMED, lvl), Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                // Relaxed: a hint.
+                self.hint.store((i + 1) as u32, Ordering::Relaxed);
+                return Some((i, gen));
+            }
+        }
+        None
+    }
+
+    /// Full queue: take the slot of the oldest waiter at the least important level below
+    /// `lvl` (one attempt; `None` if there is none or it changed meanwhile).
+    fn take_over(&self, lvl: usize, enqueued_at: u64, deadline: u64) -> Option<Ticket> {
+        let victim_level =
+            (lvl + 1..self.levels as usize).rev().find(|&q| self.counts.waiting(q) > 0)?;
+        let mut best: Option<(usize, u64, u64)> = None;
+        for (i, slot) in self.slots[..self.capacity()].iter().enumerate() {
+            let s = slot.state.load(Ordering::Relaxed);
+            // A waiter that itself took a slot over is a fair victim too; only a slot with
+            // 65,535 unreported evictions is skipped.
+            if status_of(s) == WAITING
+                && s & EVICTED_MASK != EVICTED_MASK
+                && level_of(s) == victim_level
+            {
+                let at = slot.enqueued_at.load(Ordering::Relaxed);
+                if best.is_none_or(|(_, _, b)| at < b) {
+                    best = Some((i, s, at));
+                }
+            }
+        }
+        let (i, s, _) = best?;
+        let slot = &self.slots[i];
+        let gen = gen_of(s).wrapping_add(1);
+        let new = pack(gen, CLAIMED, lvl) | ATTN | ((s & EVICTED_MASK) + EVICTED_ONE);
+        // AcqRel: Acquire pairs with the victim's Release publish (its incoming push
+        // happens before our attention push); Release orders our count below after it.
+        slot.state.compare_exchange(s, new, Ordering::AcqRel, Ordering::Relaxed).ok()?;
+        slot.enqueued_at.store(enqueued_at, Ordering::Relaxed);
+        slot.deadline.store(deadline, Ordering::Relaxed);
+        self.counts.arrived[lvl].fetch_add(1, Ordering::Relaxed);
+        // Release: pairs with the Acquire loads in `Counts::waiting`.
+        self.counts.evicted[victim_level].fetch_add(1, Ordering::Release);
+        if s & ATTN == 0 {
+            // Otherwise the slot is on the stack or the deferred list already, and whoever
+            // settles it sees the new count.
+            self.push_stack(&slot.attn_link, ATTENTION_SHIFT, i);
+        }
+        // Release: pairs with the Acquire CAS in `cancel`/`take_over` (as in `push`). An
+        // xor, not a store: the dispatcher may be clearing the flags meanwhile.
+        slot.state.fetch_xor(CLAIMED ^ WAITING, Ordering::Release);
+        Some(Ticket::new(self.owner, i, gen))
+    }
+
+    /// Withdraws a waiting ticket. Returns its level, or why not: another queue's ticket
+    /// ([`UsageError::ForeignHandle`]); a ticket that already left — granted, expired,
+    /// cancelled, evicted — ([`UsageError::UnknownTicket`]). Racing a grant, exactly one
+    /// of them wins.
+    pub fn cancel(&self, ticket: Ticket) -> Result<Priority, UsageError> {
+        if ticket.owner() != self.owner {
+            return Err(UsageError::ForeignHandle);
+        }
+        let i = ticket.slot();
+        if i >= self.capacity() {
+            return Err(UsageError::UnknownTicket);
+        }
+        let slot = &self.slots[i];
+        let mut s = slot.state.load(Ordering::Relaxed);
+        loop {
+            if gen_of(s) != ticket.gen() || status_of(s) != WAITING {
+                return Err(UsageError::UnknownTicket);
+            }
+            let new = (s & !STATUS_MASK) | CANCELLED | ATTN;
+            // AcqRel: Acquire pairs with the waiter's Release publish (as in `take_over`).
+            match slot.state.compare_exchange(s, new, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => break,
+                Err(actual) => s = actual,
+            }
+        }
+        let lvl = level_of(s);
+        // Release: pairs with the Acquire loads in `Counts::waiting`.
+        self.counts.cancelled[lvl].fetch_add(1, Ordering::Release);
+        if s & ATTN == 0 {
+            self.push_stack(&slot.attn_link, ATTENTION_SHIFT, i);
+        }
+        Ok(priority(lvl))
+    }
+
+    /// Runs dispatch rounds if no other thread is dispatching; returns whether it did.
+    ///
+    /// `round` returns `true` when it finished its work, `false` when it stopped early
+    /// (its output is full). If another thread asked for a round, or arrivals or cancels
+    /// came in meanwhile, `round` runs again (after a `true`). A call that finds the
+    /// dispatcher busy returns `false` at once and leaves a request the holder honours
+    /// before it leaves. Arrivals and cancels taken in a round are always linked and
+    /// settled, even if `round` does not call [`Dispatcher::refresh`].
+    pub fn try_dispatch(&self, mut round: impl FnMut(&mut Dispatcher<'_, CAP>) -> bool) -> bool {
+        let mut w = self.ctl.load(Ordering::Relaxed);
+        loop {
+            if w & BUSY != 0 {
+                // Leave a request. Release: publishes this caller's earlier writes (a
+                // permit it returned, say) to the holder's Acquire swap below.
+                let prev = self.ctl.fetch_or(PENDING, Ordering::Release);
+                if prev & BUSY != 0 {
+                    return false;
+                }
+                // The holder left meanwhile: try to become the holder.
+                w = prev | PENDING;
+                continue;
+            }
+            // Enter and take both stacks in one step. Acquire: pairs with the pushers'
+            // Release CAS and the previous holder's Release exit.
+            match self.ctl.compare_exchange_weak(
+                w,
+                BUSY | STACKS_EMPTY,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(actual) => w = actual,
+            }
+        }
+        let mut d = Dispatcher {
+            q: self,
+            incoming: head_of(w, INCOMING_SHIFT),
+            attention: head_of(w, ATTENTION_SHIFT),
+        };
+        loop {
+            let finished = round(&mut d);
+            // Whatever the round did not take in is linked and settled now (reports wait).
+            d.refresh(|_| false);
+            if !finished {
+                // Release: pairs with the next holder's Acquire. Stacks and PENDING stay
+                // for that holder.
+                self.ctl.fetch_and(!BUSY, Ordering::Release);
+                return true;
+            }
+            // Release: as above. Fails if something was pushed or requested: go again.
+            if self
+                .ctl
+                .compare_exchange(
+                    BUSY | STACKS_EMPTY,
+                    STACKS_EMPTY,
+                    Ordering::Release,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+            {
+                return true;
+            }
+            // Acquire: pairs with the Release of each push or request since.
+            let w = self.ctl.swap(BUSY | STACKS_EMPTY, Ordering::Acquire);
+            d.incoming = head_of(w, INCOMING_SHIFT);
+            d.attention = head_of(w, ATTENTION_SHIFT);
+        }
+    }
+
+    /// Arrival time of the oldest waiter (a scan of the slots: O(capacity)).
+    pub fn oldest_enqueued_at(&self) -> Option<u64> {
+        self.slots[..self.capacity()]
+            .iter()
+            .filter(|s| status_of(s.state.load(Ordering::Relaxed)) == WAITING)
+            .map(|s| s.enqueued_at.load(Ordering::Relaxed))
+            .min()
+    }
+
+    /// A snapshot (scans the slots: O(capacity)).
+    pub fn metrics(&self) -> WaitQueueMetrics {
+        let waiting_by_level = core::array::from_fn(|l| self.counts.waiting(l));
+        let occupied = self.slots[..self.capacity()]
+            .iter()
+            .filter(|s| status_of(s.state.load(Ordering::Relaxed)) != FREE)
+            .count() as u32;
+        let sum = |a: &[AtomicU64; LEVELS]| a.iter().map(|c| c.load(Ordering::Relaxed)).sum();
+        WaitQueueMetrics {
+            waiting_by_level,
+            waiting: waiting_by_level.iter().sum(),
+            occupied,
+            capacity: self.capacity,
+            oldest_enqueued_at: self.oldest_enqueued_at(),
+            evictions: sum(&self.counts.evicted),
+            cancels: sum(&self.counts.cancelled),
+        }
+    }
+
+    /// Pushes slot `i` onto the stack at `shift` in the control word, linking through
+    /// `link`. Push-only stacks taken whole need no ABA tag: the CAS succeeds only if the
+    /// head is still the node we linked to.
+    fn push_stack(&self, link: &AtomicU32, shift: u32, i: usize) {
+        let mut w = self.ctl.load(Ordering::Relaxed);
+        loop {
+            link.store(head_of(w, shift), Ordering::Relaxed);
+            let new = (w & !((END as u64) << shift)) | ((i as u64) << shift);
+            // Release: pairs with the dispatcher's Acquire when it takes the stack,
+            // publishing the slot's fields, state and link.
+            match self.ctl.compare_exchange_weak(w, new, Ordering::Release, Ordering::Relaxed) {
+                Ok(_) => return,
+                Err(actual) => w = actual,
+            }
+        }
+    }
+}
+
+/// The dispatcher's view of a [`WaitQueue`], lent to one thread at a time by
+/// [`WaitQueue::try_dispatch`]. Navigation never returns a waiter that is being written,
+/// cancelled or taken over; removal is one CAS that fails if the waiter left meanwhile.
+#[derive(Debug)]
+pub struct Dispatcher<'a, const CAP: usize> {
+    q: &'a WaitQueue<CAP>,
+    /// Taken, not yet linked: newest first.
+    incoming: u32,
+    /// Taken, not yet settled: newest first.
+    attention: u32,
+}
+
+/// What the dispatcher found in a linked slot.
+enum Found {
+    Waiter(Waiter),
+    /// Being written by its arrival: leave it linked, look further.
+    Busy,
+    /// Flagged for attention: unlinked now, settled by `refresh`.
+    Gone,
+}
+
+/// Reverses an intrusive list in place (the nodes belong to the dispatcher).
+fn reverse<const CAP: usize>(
+    slots: &[Slot; CAP],
+    link: fn(&Slot) -> &AtomicU32,
+    mut cur: u32,
+) -> u32 {
+    let mut reversed = END;
+    while cur != END {
+        let l = link(&slots[cur as usize]);
+        let next = l.load(Ordering::Relaxed);
+        l.store(reversed, Ordering::Relaxed);
+        reversed = cur;
+        cur = next;
+    }
+    reversed
+}
+
+impl<const CAP: usize> Dispatcher<'_, CAP> {
+    /// Levels in use.
+    pub fn levels(&self) -> u8 {
+        self.q.levels
+    }
+
+    /// Waiters at `level`.
+    pub fn waiting(&self, level: Priority) -> u32 {
+        self.q.waiting(level)
+    }
+
+    /// Brings the lists up to date: links new arrivals at the tail of their level, oldest
+    /// first, and settles cancelled and taken-over slots. Each evicted waiter's ticket is
+    /// passed to `report`, oldest first; if it returns `false` (no room for the event), the
+    /// evictions not yet reported are kept for a later round.
+    pub fn refresh(&mut self, mut report: impl FnMut(Ticket) -> bool) {
+        let q = self.q;
+        // Link first: every slot flagged for attention was pushed to `incoming` before it
+        // was flagged, and both stacks were taken together, so it is linked now.
+        let mut cur = reverse(&q.slots, |s| &s.link, self.incoming);
+        self.incoming = END;
+        while cur != END {
+            let i = cur as usize;
+            cur = q.slots[i].link.load(Ordering::Relaxed);
+            let lvl = level_of(q.slots[i].state.load(Ordering::Relaxed));
+            self.link_tail(lvl, i);
+        }
+        // Earlier rounds' deferred reports, then this batch, oldest first.
+        let deferred = q.deferred.swap(END, Ordering::Relaxed);
+        let batch = reverse(&q.slots, |s| &s.attn_link, self.attention);
+        self.attention = END;
+        for first in [deferred, batch] {
+            let mut cur = first;
+            while cur != END {
+                let i = cur as usize;
+                cur = q.slots[i].attn_link.load(Ordering::Relaxed);
+                self.settle(i, &mut report);
+            }
+        }
+    }
+
+    /// Keeps slot `i` (still flagged) for a later round's reports, in order.
+    fn defer(&mut self, i: usize) {
+        let q = self.q;
+        q.slots[i].attn_link.store(END, Ordering::Relaxed);
+        let mut cur = q.deferred.load(Ordering::Relaxed);
+        if cur == END {
+            q.deferred.store(i as u32, Ordering::Relaxed);
+            return;
+        }
+        loop {
+            let next = q.slots[cur as usize].attn_link.load(Ordering::Relaxed);
+            if next == END {
+                q.slots[cur as usize].attn_link.store(i as u32, Ordering::Relaxed);
+                return;
+            }
+            cur = next;
+        }
+    }
+
+    /// Settles a flagged slot.
+    fn settle(&mut self, i: usize, report: &mut impl FnMut(Ticket) -> bool) {
+        let q = self.q;
+        let slot = &q.slots[i];
+        // Acquire: pairs with the Release of the CAS that flagged it (cancel/take-over).
+        let mut s = slot.state.load(Ordering::Acquire);
+        // The first evicted generation not yet reported.
+        let mut next = gen_of(s).wrapping_sub(evicted_of(s));
+        loop {
+            while next != gen_of(s) {
+                if !report(Ticket::new(q.owner, i, next)) {
+                    // Out of room: keep the unreported ones (and the flag) for later.
+                    loop {
+                        let left = u64::from(gen_of(s).wrapping_sub(next)) << EVICTED_SHIFT;
+                        let new = (s & !EVICTED_MASK) | left;
+                        match slot.state.compare_exchange(
+                            s,
+                            new,
+                            Ordering::Relaxed,
+                            Ordering::Relaxed,
+                        ) {
+                            Ok(_) => break,
+                            Err(actual) => s = actual,
+                        }
+                    }
+                    self.unlink(i);
+                    self.defer(i);
+                    return;
+                }
+                next = next.wrapping_add(1);
+            }
+            if status_of(s) == CANCELLED {
+                // Nobody else writes a cancelled slot: free it.
+                self.unlink(i);
+                self.free(i, gen_of(s).wrapping_add(1));
+                return;
+            }
+            // CLAIMED or WAITING after a take-over: clear the flags, re-link at its level in
+            // arrival order (it may have arrived before waiters linked since).
+            let new = s & !(ATTN | EVICTED_MASK);
+            match slot.state.compare_exchange(s, new, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => {
+                    self.unlink(i);
+                    let at = slot.enqueued_at.load(Ordering::Relaxed);
+                    self.link_sorted(level_of(new), i, at);
+                    return;
+                }
+                // A cancel, another take-over or the arrival publishing WAITING changed the
+                // word: look again (reporting any new eviction).
+                Err(actual) => s = actual,
+            }
+        }
+    }
+
+    /// Makes an unlinked, unflagged slot claimable again with generation `gen`.
+    fn free(&mut self, i: usize, gen: u32) {
+        // Release: pairs with the Acquire CAS in `claim`.
+        self.q.slots[i].state.store(pack(gen, FREE, 0), Ordering::Release);
+        // Relaxed: a hint; the next arrival starts its search here.
+        self.q.hint.store(i as u32, Ordering::Relaxed);
+    }
+
+    fn inspect(&mut self, i: usize) -> Found {
+        let slot = &self.q.slots[i];
+        let s = slot.state.load(Ordering::Relaxed);
+        if s & ATTN != 0 {
+            self.unlink(i);
+            return Found::Gone;
+        }
+        if status_of(s) != WAITING {
+            return Found::Busy;
+        }
+        // Fields were published with the slot (incoming or attention push, Release) and
+        // acquired when the stack was taken. If the slot changes hands after the load
+        // above, the commit CAS in `remove` fails, so a mixed read is never acted on.
+        Found::Waiter(Waiter {
+            ticket: Ticket::new(self.q.owner, i, gen_of(s)),
+            level: priority(level_of(s)),
+            enqueued_at: slot.enqueued_at.load(Ordering::Relaxed),
+            deadline: slot.deadline.load(Ordering::Relaxed),
+        })
+    }
+
+    fn first_from(&mut self, mut i: u32, forward: bool) -> Option<Waiter> {
+        while i != END {
+            let slot = &self.q.slots[i as usize];
+            let next = if forward {
+                slot.next.load(Ordering::Relaxed)
+            } else {
+                slot.prev.load(Ordering::Relaxed)
+            };
+            if let Found::Waiter(w) = self.inspect(i as usize) {
+                return Some(w);
+            }
+            i = next;
+        }
+        None
+    }
+
+    /// Whether anything is linked at `level` (a waiter, or an arrival still being
+    /// written): O(1), a quick test before looking.
+    pub fn has_linked(&self, level: Priority) -> bool {
+        self.q.head[self.q.clamp(level)].load(Ordering::Relaxed) != END
+    }
+
+    /// The oldest waiter at `level` (FIFO end), skipping arrivals still being written.
+    pub fn oldest(&mut self, level: Priority) -> Option<Waiter> {
+        let head = self.q.head[self.q.clamp(level)].load(Ordering::Relaxed);
+        self.first_from(head, true)
+    }
+
+    /// The newest waiter at `level` (LIFO end).
+    pub fn newest(&mut self, level: Priority) -> Option<Waiter> {
+        let tail = self.q.tail[self.q.clamp(level)].load(Ordering::Relaxed);
+        self.first_from(tail, false)
+    }
+
+    /// The next waiter after `w` at its level (towards the newest), for scans. `w` must
+    /// still be queued (call this before removing `w`).
+    pub fn newer(&mut self, w: &Waiter) -> Option<Waiter> {
+        let slot = &self.q.slots[w.ticket.slot()];
+        if slot.linked.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let next = slot.next.load(Ordering::Relaxed);
+        self.first_from(next, true)
+    }
+
+    /// Takes `w` out of the queue (to grant or expire it). `false` if it already left
+    /// (cancelled or evicted meanwhile) — then nothing changed.
+    pub fn remove(&mut self, w: &Waiter) -> bool {
+        let q = self.q;
+        let i = w.ticket.slot();
+        let lvl = w.level.index();
+        let expected = pack(w.ticket.gen(), WAITING, lvl);
+        // Exactly one of this CAS, `cancel` and `take_over` succeeds on the waiting word.
+        // Release: the slot is claimable from here on (pairs with the CAS in `claim`).
+        let freed = pack(w.ticket.gen().wrapping_add(1), FREE, 0);
+        if q.slots[i]
+            .state
+            .compare_exchange(expected, freed, Ordering::Release, Ordering::Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        // Relaxed: a hint; the next arrival starts its search here.
+        q.hint.store(i as u32, Ordering::Relaxed);
+        self.unlink(i);
+        q.counts.depart(lvl);
+        true
+    }
+
+    /// Moves `w` to level `to`, keeping arrival order there (aging). `false` if it left.
+    pub fn demote(&mut self, w: &Waiter, to: Priority) -> bool {
+        let q = self.q;
+        let i = w.ticket.slot();
+        let from = w.level.index();
+        let to = q.clamp(to);
+        let expected = pack(w.ticket.gen(), WAITING, from);
+        let moved = pack(w.ticket.gen(), WAITING, to);
+        // Relaxed: as in `remove`; the fields do not change.
+        if q.slots[i]
+            .state
+            .compare_exchange(expected, moved, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        // Count the arrival at `to` before the departure from `from`.
+        q.counts.arrived[to].fetch_add(1, Ordering::Relaxed);
+        q.counts.depart(from);
+        self.unlink(i);
+        self.link_sorted(to, i, w.enqueued_at);
+        true
+    }
+
+    // ---- private doubly linked lists (Relaxed: only the holder touches them) ---------
+
+    fn link_tail(&mut self, lvl: usize, i: usize) {
+        let q = self.q;
+        let tail = q.tail[lvl].load(Ordering::Relaxed);
+        self.link_after(lvl, tail, i);
+    }
+
+    /// Links `i` into `lvl` after the last waiter that arrived no later than `at`.
+    fn link_sorted(&mut self, lvl: usize, i: usize, at: u64) {
+        let q = self.q;
+        let mut after = q.tail[lvl].load(Ordering::Relaxed);
+        while after != END && q.slots[after as usize].enqueued_at.load(Ordering::Relaxed) > at {
+            after = q.slots[after as usize].prev.load(Ordering::Relaxed);
+        }
+        self.link_after(lvl, after, i);
+    }
+
+    fn link_after(&mut self, lvl: usize, after: u32, i: usize) {
+        let q = self.q;
+        let slot = &q.slots[i];
+        let next = if after == END {
+            q.head[lvl].load(Ordering::Relaxed)
+        } else {
+            q.slots[after as usize].next.load(Ordering::Relaxed)
+        };
+        slot.prev.store(after, Ordering::Relaxed);
+        slot.next.store(next, Ordering::Relaxed);
+        if after == END {
+            q.head[lvl].store(i as u32, Ordering::Relaxed);
+        } else {
+            q.slots[after as usize].next.store(i as u32, Ordering::Relaxed);
+        }
+        if next == END {
+            q.tail[lvl].store(i as u32, Ordering::Relaxed);
+        } else {
+            q.slots[next as usize].prev.store(i as u32, Ordering::Relaxed);
+        }
+        slot.linked.store(lvl as u8 + 1, Ordering::Relaxed);
+    }
+
+    fn unlink(&mut self, i: usize) {
+        let q = self.q;
+        let slot = &q.slots[i];
+        let linked = slot.linked.load(Ordering::Relaxed);
+        if linked == 0 {
+            return;
+        }
+        let lvl = linked as usize - 1;
+        let prev = slot.prev.load(Ordering::Relaxed);
+        let next = slot.next.load(Ordering::Relaxed);
+        if prev == END {
+            q.head[lvl].store(next, Ordering::Relaxed);
+        } else {
+            q.slots[prev as usize].next.store(next, Ordering::Relaxed);
+        }
+        if next == END {
+            q.tail[lvl].store(prev, Ordering::Relaxed);
+        } else {
+            q.slots[next as usize].prev.store(prev, Ordering::Relaxed);
+        }
+        slot.linked.store(0, Ordering::Relaxed);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::vec::Vec;
+
+    const P0: Priority = Priority::CRITICAL;
+    const P1: Priority = Priority::NORMAL;
+    const P2: Priority = Priority::BACKGROUND;
+
+    /// Refreshes, then drains every level in `order` (FIFO or LIFO), returning tickets.
+    fn drain<const C: usize>(q: &WaitQueue<C>, lifo: bool) -> Vec<Ticket> {
+        let mut out = Vec::new();
+        assert!(q.try_dispatch(|d| {
+            d.refresh(|_| true);
+            for l in 0..d.levels() {
+                let p = Priority::new(l).unwrap();
+                while let Some(w) = if lifo { d.newest(p) } else { d.oldest(p) } {
+                    assert!(d.remove(&w));
+                    out.push(w.ticket);
+                }
+            }
+            true
+        }));
+        out
+    }
+
+    #[test]
+    fn capacity_is_drain_rate_times_wait_budget() {
+        assert_eq!(capacity_for(2_000, 100 * crate::time::MS), 200);
+        assert_eq!(capacity_for(1, 1), 1, "rounds up");
+        assert_eq!(capacity_for(0, SEC), 0);
+        assert_eq!(capacity_for(u64::MAX, u64::MAX), MAX_CAPACITY);
+    }
+
+    #[test]
+    fn config_is_checked() {
+        assert!(WaitQueue::<4>::new(0, 4).is_err());
+        assert!(WaitQueue::<4>::new(9, 4).is_err());
+        assert!(WaitQueue::<4>::new(3, 5).is_err());
+        let q = WaitQueue::<4>::new(3, 0).unwrap();
+        assert_eq!(q.push(P0, 0, NO_DEADLINE, true), None, "capacity 0 holds nothing");
+    }
+
+    #[test]
+    fn fifo_within_a_level_and_most_important_level_first() {
+        let q = WaitQueue::<8>::new(3, 8).unwrap();
+        let b1 = q.push(P2, 1, NO_DEADLINE, false).unwrap();
+        let n1 = q.push(P1, 2, NO_DEADLINE, false).unwrap();
+        let b2 = q.push(P2, 3, NO_DEADLINE, false).unwrap();
+        let c1 = q.push(P0, 4, NO_DEADLINE, false).unwrap();
+        let n2 = q.push(P1, 5, NO_DEADLINE, false).unwrap();
+        assert_eq!((q.waiting(P0), q.waiting(P1), q.waiting(P2)), (1, 2, 2));
+        assert_eq!(q.waiting_through(P1), 3);
+        assert_eq!(drain(&q, false), [c1, n1, n2, b1, b2]);
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn lifo_takes_the_newest_first() {
+        let q = WaitQueue::<8>::new(1, 8).unwrap();
+        let t: Vec<_> = (0..4).map(|k| q.push(P0, k, NO_DEADLINE, false).unwrap()).collect();
+        assert_eq!(drain(&q, true), [t[3], t[2], t[1], t[0]]);
+    }
+
+    #[test]
+    fn never_holds_more_than_capacity_and_reuses_slots() {
+        let q = WaitQueue::<3>::new(1, 3).unwrap();
+        let t: Vec<_> = (0..3).map(|k| q.push(P0, k, NO_DEADLINE, true).unwrap()).collect();
+        assert_eq!(q.push(P0, 9, NO_DEADLINE, true), None, "same level never evicts");
+        assert_eq!(q.metrics().occupied, 3);
+        assert_eq!(drain(&q, false), t);
+        let again: Vec<_> = (0..3).map(|k| q.push(P0, k, NO_DEADLINE, false).unwrap()).collect();
+        for (a, b) in again.iter().zip(&t) {
+            assert_ne!(a, b, "a reused slot has a new generation");
+        }
+    }
+
+    #[test]
+    fn stale_foreign_and_bogus_tickets_are_refused() {
+        let q = WaitQueue::<2>::new(1, 2).unwrap();
+        let other = WaitQueue::<2>::new(1, 2).unwrap();
+        let t = q.push(P0, 0, NO_DEADLINE, false).unwrap();
+        assert_eq!(other.cancel(t), Err(UsageError::ForeignHandle));
+        let bogus = Ticket::from_bits(t.to_bits() | (0xFF << 32));
+        assert_eq!(q.cancel(bogus), Err(UsageError::UnknownTicket));
+        assert_eq!(q.cancel(Ticket::from_bits(t.to_bits() + 1)), Err(UsageError::UnknownTicket));
+        assert_eq!(q.cancel(t), Ok(P0));
+        assert_eq!(q.cancel(t), Err(UsageError::UnknownTicket), "cancel twice");
+        assert_eq!(drain(&q, false), []);
+        let u = q.push(P0, 0, NO_DEADLINE, false).unwrap();
+        assert_eq!(q.cancel(t), Err(UsageError::UnknownTicket), "stale after reuse");
+        assert_eq!(drain(&q, false), [u]);
+        assert_eq!(q.cancel(u), Err(UsageError::UnknownTicket), "granted");
+    }
+
+    #[test]
+    fn a_cancelled_slot_is_reclaimed_by_the_next_round() {
+        let q = WaitQueue::<2>::new(1, 2).unwrap();
+        let a = q.push(P0, 0, NO_DEADLINE, false).unwrap();
+        let b = q.push(P0, 1, NO_DEADLINE, false).unwrap();
+        q.cancel(a).unwrap();
+        assert_eq!(q.len(), 1);
+        assert_eq!(q.push(P0, 2, NO_DEADLINE, false), None, "not reclaimed yet");
+        assert!(q.try_dispatch(|d| {
+            d.refresh(|_| true);
+            true
+        }));
+        let c = q.push(P0, 2, NO_DEADLINE, false).unwrap();
+        assert_eq!(drain(&q, false), [b, c]);
+        assert_eq!(q.metrics().cancels, 1);
+    }
+
+    #[test]
+    fn full_queue_evicts_the_oldest_least_important_waiter() {
+        let q = WaitQueue::<3>::new(3, 3).unwrap();
+        let n = q.push(P1, 1, NO_DEADLINE, true).unwrap();
+        let b_old = q.push(P2, 2, NO_DEADLINE, true).unwrap();
+        let b_new = q.push(P2, 3, NO_DEADLINE, true).unwrap();
+        assert_eq!(q.push(P2, 4, NO_DEADLINE, true), None, "equal level is refused");
+        assert_eq!(q.push(P1, 4, NO_DEADLINE, false), None, "no eviction unless asked");
+        let c = q.push(P0, 5, NO_DEADLINE, true).unwrap();
+        assert_eq!((q.waiting(P0), q.waiting(P1), q.waiting(P2)), (1, 1, 1));
+        assert_eq!(q.cancel(b_old), Err(UsageError::UnknownTicket), "evicted");
+        let mut reports = Vec::new();
+        let mut order = Vec::new();
+        q.try_dispatch(|d| {
+            d.refresh(|t| {
+                reports.push((t, P2));
+                true
+            });
+            for l in 0..3 {
+                while let Some(w) = d.oldest(Priority::new(l).unwrap()) {
+                    assert!(d.remove(&w));
+                    order.push(w.ticket);
+                }
+            }
+            true
+        });
+        assert_eq!(reports, [(b_old, P2)]);
+        assert_eq!(order, [c, n, b_new]);
+        assert_eq!(q.metrics().evictions, 1);
+    }
+
+    #[test]
+    fn an_eviction_report_waits_for_room() {
+        let q = WaitQueue::<1>::new(2, 1).unwrap();
+        let b = q.push(P1, 0, NO_DEADLINE, true).unwrap();
+        let c = q.push(P0, 1, NO_DEADLINE, true).unwrap();
+        let mut reports = Vec::new();
+        q.try_dispatch(|d| {
+            d.refresh(|_| false);
+            assert_eq!(d.oldest(P0), None, "not dispatchable before its eviction is reported");
+            true
+        });
+        q.try_dispatch(|d| {
+            d.refresh(|t| {
+                reports.push(t);
+                true
+            });
+            assert_eq!(d.oldest(P0).map(|w| w.ticket), Some(c));
+            true
+        });
+        assert_eq!(reports, [b]);
+    }
+
+    #[test]
+    fn a_waiter_that_evicted_can_be_evicted_before_the_next_round() {
+        let q = WaitQueue::<1>::new(3, 1).unwrap();
+        let b = q.push(P2, 0, NO_DEADLINE, true).unwrap();
+        let n = q.push(P1, 1, NO_DEADLINE, true).unwrap();
+        let c = q.push(P0, 2, NO_DEADLINE, true).unwrap();
+        assert_eq!((q.waiting(P0), q.waiting(P1), q.waiting(P2)), (1, 0, 0));
+        // Room for one report per round: both come out, oldest first, then c is linked.
+        let mut reports = Vec::new();
+        for _ in 0..2 {
+            q.try_dispatch(|d| {
+                let mut room = 1;
+                d.refresh(|t| {
+                    if room == 0 {
+                        return false;
+                    }
+                    room -= 1;
+                    reports.push(t);
+                    true
+                });
+                true
+            });
+        }
+        assert_eq!(reports, [b, n]);
+        assert_eq!(drain(&q, false), [c]);
+        assert_eq!(q.metrics().evictions, 2);
+    }
+
+    #[test]
+    fn cancel_after_eviction_reports_and_frees() {
+        let q = WaitQueue::<1>::new(2, 1).unwrap();
+        let b = q.push(P1, 0, NO_DEADLINE, true).unwrap();
+        let c = q.push(P0, 1, NO_DEADLINE, true).unwrap();
+        assert_eq!(q.cancel(c), Ok(P0));
+        let mut reports = Vec::new();
+        q.try_dispatch(|d| {
+            d.refresh(|t| {
+                reports.push(t);
+                true
+            });
+            true
+        });
+        assert_eq!(reports, [b]);
+        assert!(q.is_empty());
+        assert!(q.push(P1, 2, NO_DEADLINE, false).is_some(), "slot freed");
+    }
+
+    #[test]
+    fn demote_keeps_arrival_order_in_the_new_level() {
+        let q = WaitQueue::<4>::new(3, 4).unwrap();
+        let b1 = q.push(P2, 10, NO_DEADLINE, false).unwrap();
+        let n = q.push(P1, 20, NO_DEADLINE, false).unwrap();
+        let b2 = q.push(P2, 30, NO_DEADLINE, false).unwrap();
+        q.try_dispatch(|d| {
+            d.refresh(|_| true);
+            let w = d.oldest(P1).unwrap();
+            assert!(d.demote(&w, P2));
+            true
+        });
+        assert_eq!((q.waiting(P1), q.waiting(P2)), (0, 3));
+        assert_eq!(drain(&q, false), [b1, n, b2]);
+    }
+
+    #[test]
+    fn newer_walks_and_remove_of_a_cancelled_waiter_fails() {
+        let q = WaitQueue::<4>::new(1, 4).unwrap();
+        let t: Vec<_> = (0..3).map(|k| q.push(P0, k, NO_DEADLINE, false).unwrap()).collect();
+        let mut rounds = 0;
+        q.try_dispatch(|d| {
+            rounds += 1;
+            if rounds > 1 {
+                return true; // the cancel below asks for another round
+            }
+            d.refresh(|_| true);
+            let a = d.oldest(P0).unwrap();
+            let b = d.newer(&a).unwrap();
+            assert_eq!(b.ticket, t[1]);
+            q.cancel(t[1]).unwrap();
+            assert!(!d.remove(&b), "cancelled meanwhile");
+            assert_eq!(d.newer(&a).map(|w| w.ticket), Some(t[2]), "skips the cancelled one");
+            true
+        });
+        assert_eq!(rounds, 2);
+        assert_eq!(drain(&q, false), [t[0], t[2]]);
+    }
+
+    #[test]
+    fn a_nested_dispatch_returns_at_once_and_gets_another_round() {
+        let q = WaitQueue::<2>::new(1, 2).unwrap();
+        let mut rounds = 0;
+        let ran = q.try_dispatch(|_| {
+            rounds += 1;
+            if rounds == 1 {
+                assert!(!q.try_dispatch(|_| unreachable!()), "busy: returns at once");
+            }
+            true
+        });
+        assert!(ran);
+        assert_eq!(rounds, 2, "the refused request got its round");
+        // A round that stops early leaves the dispatcher free.
+        assert!(q.try_dispatch(|_| false));
+        assert!(q.try_dispatch(|_| true));
+    }
+}

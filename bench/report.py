@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""Turns criterion's estimates (target/criterion/<group>/<bench>/new/estimates.json) into
+Markdown tables: median ns/op per benchmark and its ratio to the group's floor and peers.
+
+Usage: bench/report.py [CRITERION_DIR]   (default: $CARGO_TARGET_DIR or target, + /criterion)
+Every number printed comes from the same `cargo bench` run."""
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def load(root: Path):
+    groups = {}
+    for est in sorted(root.glob("*/*/new/estimates.json")):
+        bench_dir = est.parent.parent
+        group = bench_dir.parent.name
+        meta = bench_dir / "new" / "benchmark.json"
+        name = bench_dir.name
+        if meta.exists():
+            name = json.loads(meta.read_text()).get("function_id") or name
+        median = json.loads(est.read_text())["median"]["point_estimate"]
+        groups.setdefault(group, {})[name] = median
+    return groups
+
+
+def main():
+    default = Path(os.environ.get("CARGO_TARGET_DIR", "target")) / "criterion"
+    root = Path(sys.argv[1]) if len(sys.argv) > 1 else default
+    groups = load(root)
+    if not groups:
+        sys.exit(f"no criterion results under {root}")
+    for group, rows in groups.items():
+        floors = {k: v for k, v in rows.items() if k.startswith("floor")}
+        print(f"\n### {group}\n")
+        print("| benchmark | median ns/op | × floor |")
+        print("|---|---:|---:|")
+        for name, ns in rows.items():
+            floor_name = "floor_atomic_pair_2threads" if "2threads" in name else None
+            floor = floors.get(floor_name) if floor_name else None
+            if floor is None and floors:
+                floor = next((v for k, v in floors.items() if "2threads" not in k), None)
+            ratio = f"{ns / floor:.2f}" if floor else "—"
+            print(f"| {name} | {ns:.1f} | {ratio} |")
+
+
+if __name__ == "__main__":
+    main()

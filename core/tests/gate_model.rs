@@ -1,0 +1,414 @@
+#![cfg(not(loom))]
+//! Model test: the `Gate` against a simple sequential reference model.
+//!
+//! Random sequences of arrive / release / poll / cancel / advance-time / shed-level run on
+//! a real `Gate` (fixed limit, three levels, no partitions, FIFO, no CoDel, capacity 4)
+//! and on a plain-`Vec` model of the rules in DESIGN.md §3. After every step the two must
+//! agree on each decision (admitted / queued / rejected and why), on the events a poll
+//! reports, on queue depth per level and on in-flight; and the invariants must hold:
+//! in-flight ≤ limit, queue ≤ capacity, no lost wake-up after a poll (a waiter left only
+//! while every slot is taken), each ticket reported at most once (never both granted and
+//! expired), a cancelled ticket never reported.
+
+use quickcheck::{Arbitrary, Gen, QuickCheck};
+use std::collections::{HashMap, HashSet};
+use surgeguard_core::gate::{Arrival, Event, Gate, GateConfig, LifoTrigger};
+use surgeguard_core::limit::{AlgorithmConfig, FixedConfig};
+use surgeguard_core::queue::Ticket;
+use surgeguard_core::time::MS;
+use surgeguard_core::{LimiterConfig, Outcome, Priority, RawPermit, Reason, UsageError};
+
+const CAP: usize = 4;
+const LEVELS: usize = 3;
+
+#[derive(Clone, Debug)]
+enum Op {
+    /// Arrive at `level` with a deadline `ms` from now (if any).
+    Arrive {
+        level: u8,
+        deadline_ms: Option<u8>,
+    },
+    /// Release the `idx`-th held permit (mod count) with an outcome.
+    Release {
+        idx: u8,
+        outcome: u8,
+    },
+    Poll,
+    /// Cancel the `idx`-th ticket ever issued (mod count): live, granted, expired or stale.
+    Cancel {
+        idx: u8,
+    },
+    Advance {
+        ms: u8,
+    },
+    Shed {
+        level: Option<u8>,
+    },
+}
+
+impl Arbitrary for Op {
+    fn arbitrary(g: &mut Gen) -> Self {
+        match u8::arbitrary(g) % 16 {
+            0..=4 => Op::Arrive {
+                level: u8::arbitrary(g) % 4, // 3 is beyond the levels: counts as the last
+                deadline_ms: if bool::arbitrary(g) { Some(u8::arbitrary(g) % 40) } else { None },
+            },
+            5..=7 => Op::Release { idx: u8::arbitrary(g), outcome: u8::arbitrary(g) % 3 },
+            8..=10 => Op::Poll,
+            11 => Op::Cancel { idx: u8::arbitrary(g) },
+            12..=14 => Op::Advance { ms: u8::arbitrary(g) % 20 },
+            _ => Op::Shed {
+                level: if u8::arbitrary(g) % 3 == 0 { Some(u8::arbitrary(g) % 3) } else { None },
+            },
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Params {
+    limit: u8,
+    initial_service_ms: u8,
+    /// LIFO while occupancy is above this many quarters of the capacity.
+    lifo_quarters: Option<u8>,
+    max_wait_ms: Option<u8>,
+}
+
+impl Arbitrary for Params {
+    fn arbitrary(g: &mut Gen) -> Self {
+        Params {
+            limit: 1 + u8::arbitrary(g) % 3,
+            initial_service_ms: u8::arbitrary(g) % 2 * 5,
+            lifo_quarters: bool::arbitrary(g).then(|| 1 + u8::arbitrary(g) % 3),
+            max_wait_ms: bool::arbitrary(g).then(|| 1 + u8::arbitrary(g) % 30),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct MWaiter {
+    ticket: Ticket,
+    enqueued_at: u64,
+    deadline: u64,
+}
+
+/// The sequential reference model.
+struct Model {
+    now: u64,
+    limit: u32,
+    inflight: u32,
+    service: f64,
+    shed: Option<usize>,
+    levels: [Vec<MWaiter>; LEVELS],
+    /// Cancelled waiters whose slots the next poll reclaims.
+    unreclaimed: usize,
+    /// Evicted tickets the next poll reports.
+    evicted: Vec<Ticket>,
+    lifo_threshold: Option<f64>,
+    /// Levels that dispatched LIFO at their last dispatch.
+    lifo: [bool; LEVELS],
+    max_wait: Option<u64>,
+}
+
+#[derive(Debug, PartialEq)]
+enum Decision {
+    Admitted,
+    Queued { evicts: Option<(usize, usize)> },
+    Rejected(Reason),
+}
+
+impl Model {
+    fn waiting(&self) -> usize {
+        self.levels.iter().map(Vec::len).sum()
+    }
+
+    fn service_ns(&self) -> u64 {
+        self.service as u64
+    }
+
+    fn drain_time(&self, ahead: usize) -> u64 {
+        let t = (ahead as f64 + 1.0) * self.service_ns() as f64 / f64::from(self.limit);
+        t.min(3600e9) as u64
+    }
+
+    fn decide(&self, lvl: usize, deadline: u64) -> Decision {
+        if self.shed.is_some_and(|s| lvl >= s) {
+            return Decision::Rejected(Reason::Shed);
+        }
+        if deadline <= self.now {
+            return Decision::Rejected(Reason::DeadlineUnmeetable);
+        }
+        let through: usize = self.levels[..=lvl].iter().map(Vec::len).sum();
+        if through == 0 && self.inflight < self.limit {
+            return Decision::Admitted;
+        }
+        if deadline != u64::MAX {
+            let ahead = if self.lifo[lvl] { through - self.levels[lvl].len() } else { through };
+            let wait = self.drain_time(ahead);
+            if self.now + wait + self.service_ns() > deadline {
+                return Decision::Rejected(Reason::DeadlineUnmeetable);
+            }
+        }
+        if self.waiting() + self.unreclaimed < CAP {
+            return Decision::Queued { evicts: None };
+        }
+        // Full: evict the oldest waiter of the least important level below `lvl`.
+        for q in (lvl + 1..LEVELS).rev() {
+            if let Some((i, _)) =
+                self.levels[q].iter().enumerate().min_by_key(|(_, w)| w.enqueued_at)
+            {
+                return Decision::Queued { evicts: Some((q, i)) };
+            }
+        }
+        Decision::Rejected(Reason::QueueFull)
+    }
+
+    fn record_success(&mut self, latency: u64) {
+        let x = latency as f64;
+        self.service =
+            if self.service == 0.0 { x } else { self.service + 0.1 * (x - self.service) };
+    }
+
+    /// A poll: the events it must report, as (ticket, Some(reason)) or (ticket, None) for
+    /// a grant.
+    fn poll(&mut self) -> Vec<(Ticket, Option<Reason>)> {
+        let mut events: Vec<(Ticket, Option<Reason>)> =
+            self.evicted.drain(..).map(|t| (t, Some(Reason::Evicted))).collect();
+        self.unreclaimed = 0;
+        if let Some(s) = self.shed {
+            for l in s..LEVELS {
+                events.extend(self.levels[l].drain(..).map(|w| (w.ticket, Some(Reason::Shed))));
+            }
+        }
+        let (now, service) = (self.now, self.service_ns());
+        for l in 0..LEVELS {
+            self.levels[l].retain(|w| {
+                let expired = self.max_wait.is_some_and(|m| now - w.enqueued_at > m)
+                    || (w.deadline != u64::MAX && now + service > w.deadline);
+                if expired {
+                    events.push((w.ticket, Some(Reason::Expired)));
+                }
+                !expired
+            });
+        }
+        'levels: for l in 0..LEVELS {
+            // Each non-empty level decides FIFO or LIFO when dispatch reaches it.
+            if self.levels[l].is_empty() {
+                continue;
+            }
+            self.lifo[l] =
+                self.lifo_threshold.is_some_and(|f| self.waiting() as f64 > f * CAP as f64);
+            while !self.levels[l].is_empty() {
+                if self.inflight >= self.limit {
+                    break 'levels;
+                }
+                let w = if self.lifo[l] {
+                    self.levels[l].pop().unwrap()
+                } else {
+                    self.levels[l].remove(0)
+                };
+                self.inflight += 1;
+                events.push((w.ticket, None));
+            }
+        }
+        events
+    }
+}
+
+fn run(params: Params, ops: Vec<Op>) -> bool {
+    let limit = f64::from(params.limit);
+    let cfg = GateConfig {
+        limiter: LimiterConfig {
+            levels: LEVELS as u8,
+            weights: [0.0; 8],
+            ..LimiterConfig::with_algorithm(AlgorithmConfig::Fixed(FixedConfig {
+                initial_limit: limit,
+                min_limit: 1.0,
+                max_limit: limit,
+            }))
+        },
+        codel: None,
+        lifo: params
+            .lifo_quarters
+            .map_or(LifoTrigger::Never, |q| LifoTrigger::Occupancy(f64::from(q) / 4.0)),
+        max_wait_ns: params.max_wait_ms.map(|m| u64::from(m) * MS),
+        initial_service_ns: u64::from(params.initial_service_ms) * MS,
+        ..GateConfig::default()
+    };
+    let gate: Gate<CAP> = Gate::new(&cfg).unwrap();
+    let mut m = Model {
+        now: 1,
+        limit: u32::from(params.limit),
+        inflight: 0,
+        service: (u64::from(params.initial_service_ms) * MS) as f64,
+        shed: None,
+        levels: Default::default(),
+        unreclaimed: 0,
+        evicted: Vec::new(),
+        lifo_threshold: params.lifo_quarters.map(|q| f64::from(q) / 4.0),
+        lifo: [false; LEVELS],
+        max_wait: params.max_wait_ms.map(|m| u64::from(m) * MS),
+    };
+    let mut permits: Vec<RawPermit> = Vec::new();
+    let mut tickets: Vec<Ticket> = Vec::new();
+    let mut reported: HashSet<Ticket> = HashSet::new();
+    let mut cancelled: HashSet<Ticket> = HashSet::new();
+    for op in ops {
+        match op {
+            Op::Arrive { level, deadline_ms } => {
+                m.now += 1; // distinct arrival times make "oldest" unambiguous
+                let lvl = usize::from(level).min(LEVELS - 1);
+                let deadline = deadline_ms.map_or(u64::MAX, |d| m.now + u64::from(d) * MS);
+                let want = m.decide(lvl, deadline);
+                let got = gate.arrive(
+                    m.now,
+                    Priority::new(level).unwrap(),
+                    deadline_ms.map(|_| deadline),
+                );
+                match (&want, got) {
+                    (Decision::Admitted, Arrival::Admitted(p)) => {
+                        m.inflight += 1;
+                        permits.push(p);
+                    }
+                    (Decision::Queued { evicts }, Arrival::Queued(t)) => {
+                        if let Some((q, i)) = *evicts {
+                            let victim = m.levels[q].remove(i);
+                            m.evicted.push(victim.ticket);
+                        }
+                        m.levels[lvl].push(MWaiter { ticket: t, enqueued_at: m.now, deadline });
+                        tickets.push(t);
+                    }
+                    (Decision::Rejected(r), Arrival::Rejected(rej)) => {
+                        assert_eq!(*r, rej.reason, "rejection reason");
+                        assert!(rej.retry_after > 0, "retry_after on every rejection");
+                    }
+                    (want, got) => panic!("model {want:?}, gate {got:?} at {}", m.now),
+                }
+            }
+            Op::Release { idx, outcome } => {
+                if permits.is_empty() {
+                    continue;
+                }
+                let p = permits.swap_remove(usize::from(idx) % permits.len());
+                let outcome = Outcome::from_u32(u32::from(outcome)).unwrap();
+                let latency = m.now.saturating_sub(p.started_at());
+                gate.release(p, m.now, outcome).unwrap();
+                m.inflight -= 1;
+                if outcome == Outcome::Success {
+                    m.record_success(latency);
+                }
+            }
+            Op::Poll => {
+                let want = m.poll();
+                let mut out: Vec<Option<Event>> = (0..3 * CAP).map(|_| None).collect();
+                let n = gate.poll(m.now, &mut out);
+                assert_eq!(n, want.len(), "events at {}: model {want:?}, gate {out:?}", m.now);
+                let mut got = HashMap::new();
+                for e in out.into_iter().take(n) {
+                    let (t, r) = match e.unwrap() {
+                        Event::Granted(t, p) => {
+                            permits.push(p);
+                            (t, None)
+                        }
+                        Event::Expired(t, rej) => {
+                            assert!(rej.retry_after > 0);
+                            (t, Some(rej.reason))
+                        }
+                    };
+                    assert!(reported.insert(t), "ticket {t:?} reported twice");
+                    assert!(!cancelled.contains(&t), "cancelled ticket {t:?} reported");
+                    got.insert(t, r);
+                }
+                let want: HashMap<_, _> = want.into_iter().collect();
+                assert_eq!(got, want, "poll at {}", m.now);
+                // No lost wake-up: whoever still waits, waits because every slot is taken.
+                if gate.waiting_total() > 0 {
+                    assert!(gate.limiter().inflight() >= m.limit, "a waiter beside a free slot");
+                }
+            }
+            Op::Cancel { idx } => {
+                if tickets.is_empty() {
+                    continue;
+                }
+                let t = tickets[usize::from(idx) % tickets.len()];
+                let pos = m
+                    .levels
+                    .iter()
+                    .enumerate()
+                    .find_map(|(l, ws)| ws.iter().position(|w| w.ticket == t).map(|i| (l, i)));
+                let got = gate.cancel(t);
+                match pos {
+                    Some((l, i)) => {
+                        assert_eq!(got, Ok(()));
+                        m.levels[l].remove(i);
+                        m.unreclaimed += 1;
+                        cancelled.insert(t);
+                    }
+                    None => assert_eq!(got, Err(UsageError::UnknownTicket)),
+                }
+            }
+            Op::Advance { ms } => m.now += u64::from(ms) * MS,
+            Op::Shed { level } => {
+                m.shed = level.map(usize::from);
+                gate.set_shed_level(level.and_then(Priority::new));
+            }
+        }
+        // Agreement and bounds after every step.
+        for l in 0..LEVELS {
+            assert_eq!(
+                gate.waiting(Priority::new(l as u8).unwrap()) as usize,
+                m.levels[l].len(),
+                "depth of level {l} at {}",
+                m.now
+            );
+        }
+        assert_eq!(gate.limiter().inflight(), m.inflight);
+        assert!(m.inflight <= m.limit, "in-flight above the limit");
+        assert!(m.waiting() + m.unreclaimed <= CAP, "queue above capacity");
+        assert!(gate.metrics().waiting as usize <= CAP);
+        // The timer: never in the past, and no later than the first waiter's expiry.
+        let first_expiry = m
+            .levels
+            .iter()
+            .flatten()
+            .flat_map(|w| {
+                let by_deadline = (w.deadline != u64::MAX)
+                    .then(|| (w.deadline + 1).saturating_sub(m.service_ns()));
+                let by_wait = m.max_wait.map(|mw| w.enqueued_at + mw + 1);
+                by_deadline.into_iter().chain(by_wait)
+            })
+            .min();
+        match (gate.next_wakeup(m.now), first_expiry) {
+            (Some(t), Some(e)) => assert!(m.now <= t && t <= e.max(m.now), "wakeup {t} > {e}"),
+            (Some(t), None) => assert!(t >= m.now),
+            (None, Some(e)) => panic!("no wakeup but a waiter expires at {e}"),
+            (None, None) => {}
+        }
+    }
+    // Drain: release everything and poll until quiet; every live waiter is granted or
+    // expired, nothing stays queued beside free slots.
+    m.shed = None;
+    gate.set_shed_level(None);
+    for _ in 0..(2 * CAP + 2) {
+        for p in permits.drain(..) {
+            gate.release(p, m.now, Outcome::Ignored).unwrap();
+        }
+        let mut out: Vec<Option<Event>> = (0..3 * CAP).map(|_| None).collect();
+        let n = gate.poll(m.now, &mut out);
+        for e in out.into_iter().take(n) {
+            match e.unwrap() {
+                Event::Granted(t, p) => {
+                    assert!(reported.insert(t));
+                    permits.push(p);
+                }
+                Event::Expired(t, _) => assert!(reported.insert(t)),
+            }
+        }
+    }
+    assert_eq!(gate.waiting_total(), 0, "waiters left after draining");
+    true
+}
+
+#[test]
+fn gate_matches_the_reference_model() {
+    QuickCheck::new().rng(Gen::new(60)).tests(2000).quickcheck(run as fn(Params, Vec<Op>) -> bool);
+}
