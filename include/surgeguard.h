@@ -80,6 +80,46 @@
 // `sg_watermarks_observe`: fetch again (free capacity rose above the high mark).
 #define SG_TRANSITION_RESUME 2
 
+// The largest `sg_gate_config.queue_capacity`.
+#define SG_GATE_MAX_QUEUE 4096
+
+// `sg_gate_arrive`'s `deadline` for "no deadline" (`UINT64_MAX`).
+#define SG_NO_DEADLINE UINT64_MAX
+
+// "No level": `sg_gate_shed_level` when nothing is shed (`UINT32_MAX`).
+#define SG_NO_LEVEL UINT32_MAX
+
+// `sg_gate_config.codel_mode`: folly's CoDel (overloaded iff the minimum delay over an
+// interval exceeded the target; slough waiters older than 2 × target).
+#define SG_CODEL_FOLLY 0
+
+// `sg_gate_config.codel_mode`: RFC 8289's `interval / sqrt(count)` drop schedule.
+#define SG_CODEL_RFC8289 1
+
+// `sg_gate_config.lifo`: always FIFO.
+#define SG_LIFO_NEVER 0
+
+// `sg_gate_config.lifo`: LIFO while the level's CoDel says the queue stands (default).
+#define SG_LIFO_CODEL_OVERLOADED 1
+
+// `sg_gate_config.lifo`: LIFO while the queue holds more than `lifo_occupancy` of its
+// capacity (HBase: 0.8).
+#define SG_LIFO_OCCUPANCY 2
+
+// `sg_gate_state`: serving without a standing queue.
+#define SG_GATE_HEALTHY 0
+
+// `sg_gate_state`: shedding, queue full, or a queue standing above the CoDel target.
+// Overloaded is not broken: keep the instance in rotation.
+#define SG_GATE_OVERLOADED 1
+
+// `sg_gate_event.kind`: the waiter may go ahead; `permit` is its (live) permit.
+#define SG_EVENT_GRANTED 1
+
+// `sg_gate_event.kind`: the waiter was dropped; `rejection` says why (`SG_REASON_EXPIRED`,
+// `SG_REASON_CODEL_SLOUGH`, `SG_REASON_EVICTED`, `SG_REASON_SHED`).
+#define SG_EVENT_EXPIRED 2
+
 // Heavy hitters an `sg_keyed` tracks (`sg_keyed_metrics.top_keys`).
 #define SG_KEYED_TOP_KEYS 16
 
@@ -272,6 +312,12 @@ typedef struct sg_breaker sg_breaker;
 // takes one per item and never sends more than was granted (Reactive Streams rule 1.1).
 // Thread-safe, lock-free.
 typedef struct sg_credits sg_credits;
+
+// Limiter + bounded priority admission queue + shed switch. Thread-safe: `arrive`,
+// `release`, `cancel`, `next_wakeup`, `state` are lock-free; `poll` is single-consumer
+// (a concurrent poll returns 0 events at once and the thread inside does its work, so
+// route events by ticket: any thread may receive any waiter's grant).
+typedef struct sg_gate sg_gate;
 
 // Per-key concurrency caps and rate limits in a fixed table of shards, shuffle-sharded,
 // with the 16 most refused keys. Thread-safe, lock-free.
@@ -492,6 +538,333 @@ typedef struct sg_watermarks_metrics {
     uint64_t last_level;
 } sg_watermarks_metrics;
 
+// Settings of the fixed limit (`SG_ALGORITHM_FIXED`).
+typedef struct sg_fixed_config {
+    // The limit (may be fractional: below 1 admits that fraction of the time).
+    double initial_limit;
+    // Floor.
+    double min_limit;
+    // Ceiling.
+    double max_limit;
+} sg_fixed_config;
+
+// Settings of AIMD (`SG_ALGORITHM_AIMD`): seed 002's +1 / ×backoff, or Netflix
+// concurrency-limits' `AIMDLimit` exactly (`netflix_parity`).
+typedef struct sg_aimd_config {
+    // The limit before any window.
+    double initial_limit;
+    // Floor.
+    double min_limit;
+    // Ceiling.
+    double max_limit;
+    // Seed mode: a window below this latency grows the limit by 1, one above backs off.
+    // ns, in `[1 ns, 1 day]`.
+    uint64_t target_latency_ns;
+    // Which latency seed mode compares: 0 = the mean, or 0.5 / 0.9 / 0.99.
+    double latency_percentile;
+    // The factor on overload, in `[0.5, 1)` (0.9).
+    double backoff_ratio;
+    // A window slower than this counts as a drop, ns (NCL `timeout`, 5 s).
+    uint64_t timeout_ns;
+    // No growth while max in-flight < this × limit, in `[0, 1]` (0 = off).
+    double app_limited_fraction;
+    // Grow by `min(samples, limit)` per window until the first congestion signal.
+    bool slow_start;
+    // Reproduce NCL `AIMDLimit` exactly (whole-number limits).
+    bool netflix_parity;
+} sg_aimd_config;
+
+// Settings of seed 000's hysteresis AIMD (`SG_ALGORITHM_HYSTERESIS`): healthy / warning /
+// critical zones on the rolling p99 against a target.
+typedef struct sg_hysteresis_config {
+    // The limit before any window.
+    double initial_limit;
+    // Floor.
+    double min_limit;
+    // Hard cap.
+    double max_limit;
+    // The latency the zones are measured against, ns (seed 000: 50 ms).
+    uint64_t target_latency_ns;
+    // Healthy while p99 < this × target (0.8).
+    double healthy_below;
+    // Critical once p99 > this × target (1.5).
+    double critical_above;
+    // The factor of a critical event, in `(0, 1)` (0.5).
+    double critical_factor;
+    // A jump: the average latency rises by more than this fraction within
+    // `jump_window_ns` (0.2).
+    double jump_rise;
+    // The look-back of jump detection, ns (2 s).
+    uint64_t jump_window_ns;
+    // The factor applied on a jump, in `(0, 1)` (0.8).
+    double jump_factor;
+    // EWMA weight of each completion in the average latency, in `(0, 1]` (0.1).
+    double avg_alpha;
+    // No additive increase for this long after a critical event, ns (5 s).
+    uint64_t cool_off_ns;
+    // The horizon of the rolling p99, ns (10 s).
+    uint64_t p99_window_ns;
+    // No growth while max in-flight < this × limit, in `[0, 1]`.
+    double app_limited_fraction;
+    // Slow start until the first window that is not healthy, a jump or a drop.
+    bool slow_start;
+} sg_hysteresis_config;
+
+// Settings of the gradient controller (`SG_ALGORITHM_GRADIENT`).
+typedef struct sg_gradient_config {
+    // The limit before any window.
+    double initial_limit;
+    // Floor.
+    double min_limit;
+    // Ceiling.
+    double max_limit;
+} sg_gradient_config;
+
+// Settings of Gradient2 (`SG_ALGORITHM_GRADIENT2`, Netflix concurrency-limits parity,
+// or the fixed mode).
+typedef struct sg_gradient2_config {
+    // The limit before any window (NCL 20).
+    double initial_limit;
+    // Floor (NCL 20).
+    double min_limit;
+    // Ceiling (NCL 200).
+    double max_limit;
+    // Weight of the new value, in `(0, 1]` (NCL 0.2).
+    double smoothing;
+    // The queue allowance added each window, in `[0, 1e6]` (NCL 4).
+    double queue_size;
+    // Windows in the long-term RTT average, in `[1, 1e6]` (NCL 600).
+    uint32_t long_window;
+    // How far the short RTT may exceed the long one, in `[1, 1000]` (NCL 1.5).
+    double rtt_tolerance;
+    // `true`: drops back off by `backoff_ratio` and the queue allowance is added only
+    // while the gradient is ≥ 0.9; `false`: NCL parity.
+    bool fixed;
+    // The factor on a drop in fixed mode, in `[0.5, 1)`.
+    double backoff_ratio;
+    // No growth while max in-flight < this × limit, in `[0, 1]` (NCL 0.5).
+    double app_limited_fraction;
+    // Slow start until the first drop (fixed mode) or gradient below 1.
+    bool slow_start;
+} sg_gradient2_config;
+
+// Settings of Vegas (`SG_ALGORITHM_VEGAS`, Netflix concurrency-limits parity). The
+// optional thresholds use 0 for "NCL's default formula".
+typedef struct sg_vegas_config {
+    // The limit before any window (NCL 20).
+    double initial_limit;
+    // Floor (NCL 1).
+    double min_limit;
+    // Ceiling (NCL 1000).
+    double max_limit;
+    // Weight of the new value, in `(0, 1]` (1 = no smoothing, NCL).
+    double smoothing;
+    // Queue size under which the limit grows; 0 = NCL's `3·log10(L)`.
+    uint32_t alpha;
+    // Queue size above which the limit shrinks; 0 = NCL's `6·log10(L)`.
+    uint32_t beta;
+    // Queue size at or under which the limit grows by `beta` at once; 0 = `log10(L)`.
+    uint32_t threshold;
+    // The decrease: 0 = NCL's `L − log10(L)`; otherwise `L × r`, `r` in `(0, 1)`.
+    double decrease_ratio;
+    // Re-measure the no-load RTT every `jitter × this × L` windows (NCL 30); 0 = never.
+    uint32_t probe_multiplier;
+    // Seed of the probe jitter.
+    uint64_t seed;
+    // No growth while max in-flight < this × limit, in `[0, 1]` (NCL 0.5).
+    double app_limited_fraction;
+    // Slow start until the first drop or queue estimate reaching `alpha`.
+    bool slow_start;
+} sg_vegas_config;
+
+// Settings of an `sg_limiter`. Start from `sg_limiter_config_default`, then change
+// fields. Every algorithm's settings are present; `algorithm` picks the one used.
+typedef struct sg_limiter_config {
+    // `SG_ALGORITHM_*` (default `SG_ALGORITHM_GRADIENT`).
+    uint32_t algorithm;
+    // Used when `algorithm` is `SG_ALGORITHM_FIXED`.
+    struct sg_fixed_config fixed;
+    // Used when `algorithm` is `SG_ALGORITHM_AIMD`.
+    struct sg_aimd_config aimd;
+    // Used when `algorithm` is `SG_ALGORITHM_HYSTERESIS`.
+    struct sg_hysteresis_config hysteresis;
+    // Used when `algorithm` is `SG_ALGORITHM_GRADIENT`.
+    struct sg_gradient_config gradient;
+    // Used when `algorithm` is `SG_ALGORITHM_GRADIENT2`.
+    struct sg_gradient2_config gradient2;
+    // Used when `algorithm` is `SG_ALGORITHM_VEGAS`.
+    struct sg_vegas_config vegas;
+    // Priority levels in use, 1..=8 (default 3: critical, normal, background).
+    uint32_t levels;
+    // Guaranteed share of the limit per level; the sum must not exceed 1 (default
+    // 0.7 / 0.25 / 0.05, seed 000). Entries past `levels` are ignored.
+    double weights[8];
+    // A window is at least this long, ns (default 100 ms).
+    uint64_t min_window_ns;
+    // ... and at most this long, ns (default 1 s).
+    uint64_t max_window_ns;
+    // Window length = this × the previous window's smallest latency (default 2).
+    double window_rtt_multiple;
+    // A window closes only with at least this many samples, or a drop (default 10).
+    uint32_t min_samples;
+    // A level is active (its unused share reserved) for this long after an arrival, ns
+    // (default 1 s).
+    uint64_t active_ns;
+} sg_limiter_config;
+
+// Settings of an `sg_gate`. Start from `sg_gate_config_default`.
+typedef struct sg_gate_config {
+    // The limiter (its `levels` are the gate's levels).
+    struct sg_limiter_config limiter;
+    // Waiters held at most, `1 ..= SG_GATE_MAX_QUEUE` (default 256). Size it by time
+    // (seed 004): drain rate × acceptable wait.
+    uint32_t queue_capacity;
+    // CoDel per level on (default true).
+    bool codel_enabled;
+    // CoDel's acceptable standing delay, ns (default 5 ms, folly).
+    uint64_t codel_target_ns;
+    // CoDel's interval, ns, above the target, ≤ 1 h (default 100 ms).
+    uint64_t codel_interval_ns;
+    // `SG_CODEL_*` (default folly).
+    uint32_t codel_mode;
+    // `SG_LIFO_*` (default `SG_LIFO_CODEL_OVERLOADED`).
+    uint32_t lifo;
+    // With `SG_LIFO_OCCUPANCY`: the fraction of capacity, in `(0, 1]` (default 0.8).
+    double lifo_occupancy;
+    // A waiter queued longer than this expires, ns; 0 = no maximum (default).
+    uint64_t max_wait_ns;
+    // Aging on (seed 000: a `normal` waiter older than 500 ms becomes `background`).
+    bool aging_enabled;
+    // The level that ages (default 1).
+    uint32_t aging_from;
+    // The less important level it moves to (default 2).
+    uint32_t aging_to;
+    // How long it may wait first, ns (default 500 ms).
+    uint64_t aging_after_ns;
+    // Expected service time before any sample, ns; 0 = learn it (default).
+    uint64_t initial_service_ns;
+    // EWMA weight of each success latency in the service time, in `(0, 1]` (0.1).
+    double service_alpha;
+    // `retry_after_ns` when nothing better is known (default 1 s).
+    uint64_t fallback_retry_after_ns;
+} sg_gate_config;
+
+// What `sg_gate_poll` reports about one queued ticket. Each ticket gets exactly one
+// event (unless cancelled): granted or expired.
+typedef struct sg_gate_event {
+    // `SG_EVENT_GRANTED` or `SG_EVENT_EXPIRED`.
+    uint32_t kind;
+    // The ticket `sg_gate_arrive` gave.
+    uint64_t ticket;
+    // `SG_EVENT_GRANTED`: the waiter's live permit (move it with `sg_permit_move` or
+    // release it from here). Otherwise zeroed.
+    struct sg_permit permit;
+    // `SG_EVENT_EXPIRED`: why the waiter was dropped. Otherwise zeroed.
+    struct sg_rejection rejection;
+} sg_gate_event;
+
+// A snapshot of one level's CoDel.
+typedef struct sg_codel_metrics {
+    // Smallest delay seen in the current interval, ns.
+    uint64_t min_delay_ns;
+    // The standing-queue verdict.
+    bool overloaded;
+    // 0–100 load estimate.
+    uint32_t load;
+    // Dequeues answered "drop".
+    uint64_t drops;
+    // Intervals closed.
+    uint64_t intervals;
+} sg_codel_metrics;
+
+// A snapshot of an `sg_limiter`'s counters and gauges.
+typedef struct sg_limiter_metrics {
+    // The algorithm's name (static string: `"fixed"`, `"aimd"`, `"gradient"`, ...).
+    const char *algorithm;
+    // The limit in force.
+    double limit;
+    // Whether the kill switch pins the limit; `static_limit` is the pinned value.
+    bool has_static_limit;
+    // The pinned limit (0 unless `has_static_limit`).
+    double static_limit;
+    // Requests in flight.
+    uint32_t inflight;
+    // Levels in use.
+    uint32_t levels;
+    // In flight per level.
+    uint32_t inflight_by_level[8];
+    // Guaranteed share per level (`floor(limit × weight)`).
+    uint32_t share_by_level[8];
+    // Admissions ever (= successes + drops + ignored + in flight).
+    uint64_t admitted;
+    // Rejections ever.
+    uint64_t rejected;
+    // Rejections per level.
+    uint64_t rejected_by_level[8];
+    // `SG_OUTCOME_SUCCESS` releases.
+    uint64_t successes;
+    // `SG_OUTCOME_DROPPED` releases.
+    uint64_t drops;
+    // `SG_OUTCOME_IGNORED` releases.
+    uint64_t ignored;
+    // Windows folded into the algorithm.
+    uint64_t windows;
+    // Latency samples those windows held.
+    uint64_t folded_samples;
+    // Smallest latency of the last window, ns.
+    uint64_t min_rtt_ns;
+    // Mean latency of the last window, ns.
+    uint64_t avg_rtt_ns;
+    // p99 latency of the last window, ns.
+    uint64_t p99_rtt_ns;
+} sg_limiter_metrics;
+
+// A snapshot of an `sg_gate`.
+typedef struct sg_gate_metrics {
+    // `SG_GATE_HEALTHY` or `SG_GATE_OVERLOADED`.
+    uint32_t state;
+    // Waiters per level.
+    uint32_t waiting_by_level[8];
+    // All waiters.
+    uint32_t waiting;
+    // The queue's bound.
+    uint32_t capacity;
+    // Age of the oldest waiter, ns (0 when empty).
+    uint64_t oldest_age_ns;
+    // Arrivals queued, ever.
+    uint64_t queued;
+    // Waiters granted, ever.
+    uint64_t granted;
+    // Waiters expired (deadline or maximum wait), ever.
+    uint64_t expired;
+    // Waiters sloughed by CoDel, ever.
+    uint64_t sloughed;
+    // Waiters evicted by more important arrivals, ever.
+    uint64_t evicted;
+    // Waiters cancelled, ever.
+    uint64_t cancelled;
+    // Arrivals and waiters refused by the shed switch, ever.
+    uint64_t shed;
+    // Arrivals refused because the queue was full, ever.
+    uint64_t queue_full;
+    // Arrivals refused because their deadline could not be met, ever.
+    uint64_t deadline_unmeetable;
+    // Waiters moved to a less important level by aging, ever.
+    uint64_t aged;
+    // FIFO→LIFO switches, ever.
+    uint64_t lifo_switches;
+    // Levels dispatching LIFO now (bit `p` for level `p`).
+    uint32_t lifo_levels;
+    // The shed level in force, or `SG_NO_LEVEL`.
+    uint32_t shed_level;
+    // Expected service time, ns (0 = unknown).
+    uint64_t service_ns;
+    // CoDel of each level.
+    struct sg_codel_metrics codel[8];
+    // The limiter.
+    struct sg_limiter_metrics limiter;
+} sg_gate_metrics;
+
 // Settings of an `sg_keyed` table.
 typedef struct sg_keyed_config {
     // Shards in the table: 16, 64, 256 or 1024 (default 64).
@@ -571,143 +944,6 @@ typedef struct sg_actionable {
     // `SG_REASON_*`.
     uint32_t reason;
 } sg_actionable;
-
-// Settings of the fixed limit (`SG_ALGORITHM_FIXED`).
-typedef struct sg_fixed_config {
-    // The limit (may be fractional: below 1 admits that fraction of the time).
-    double initial_limit;
-    // Floor.
-    double min_limit;
-    // Ceiling.
-    double max_limit;
-} sg_fixed_config;
-
-// Settings of AIMD (`SG_ALGORITHM_AIMD`).
-typedef struct sg_aimd_config {
-    // The limit before any window.
-    double initial_limit;
-    // Floor.
-    double min_limit;
-    // Ceiling.
-    double max_limit;
-} sg_aimd_config;
-
-// Settings of seed 000's hysteresis AIMD (`SG_ALGORITHM_HYSTERESIS`).
-typedef struct sg_hysteresis_config {
-    // The limit before any window.
-    double initial_limit;
-    // Floor.
-    double min_limit;
-    // Hard cap.
-    double max_limit;
-} sg_hysteresis_config;
-
-// Settings of the gradient controller (`SG_ALGORITHM_GRADIENT`).
-typedef struct sg_gradient_config {
-    // The limit before any window.
-    double initial_limit;
-    // Floor.
-    double min_limit;
-    // Ceiling.
-    double max_limit;
-} sg_gradient_config;
-
-// Settings of Gradient2 (`SG_ALGORITHM_GRADIENT2`).
-typedef struct sg_gradient2_config {
-    // The limit before any window.
-    double initial_limit;
-    // Floor.
-    double min_limit;
-    // Ceiling.
-    double max_limit;
-} sg_gradient2_config;
-
-// Settings of Vegas (`SG_ALGORITHM_VEGAS`).
-typedef struct sg_vegas_config {
-    // The limit before any window.
-    double initial_limit;
-    // Floor.
-    double min_limit;
-    // Ceiling.
-    double max_limit;
-} sg_vegas_config;
-
-// Settings of an `sg_limiter`. Start from `sg_limiter_config_default`, then change
-// fields. Every algorithm's settings are present; `algorithm` picks the one used.
-typedef struct sg_limiter_config {
-    // `SG_ALGORITHM_*` (default `SG_ALGORITHM_GRADIENT`).
-    uint32_t algorithm;
-    // Used when `algorithm` is `SG_ALGORITHM_FIXED`.
-    struct sg_fixed_config fixed;
-    // Used when `algorithm` is `SG_ALGORITHM_AIMD`.
-    struct sg_aimd_config aimd;
-    // Used when `algorithm` is `SG_ALGORITHM_HYSTERESIS`.
-    struct sg_hysteresis_config hysteresis;
-    // Used when `algorithm` is `SG_ALGORITHM_GRADIENT`.
-    struct sg_gradient_config gradient;
-    // Used when `algorithm` is `SG_ALGORITHM_GRADIENT2`.
-    struct sg_gradient2_config gradient2;
-    // Used when `algorithm` is `SG_ALGORITHM_VEGAS`.
-    struct sg_vegas_config vegas;
-    // Priority levels in use, 1..=8 (default 3: critical, normal, background).
-    uint32_t levels;
-    // Guaranteed share of the limit per level; the sum must not exceed 1 (default
-    // 0.7 / 0.25 / 0.05, seed 000). Entries past `levels` are ignored.
-    double weights[8];
-    // A window is at least this long, ns (default 100 ms).
-    uint64_t min_window_ns;
-    // ... and at most this long, ns (default 1 s).
-    uint64_t max_window_ns;
-    // Window length = this × the previous window's smallest latency (default 2).
-    double window_rtt_multiple;
-    // A window closes only with at least this many samples, or a drop (default 10).
-    uint32_t min_samples;
-    // A level is active (its unused share reserved) for this long after an arrival, ns
-    // (default 1 s).
-    uint64_t active_ns;
-} sg_limiter_config;
-
-// A snapshot of an `sg_limiter`'s counters and gauges.
-typedef struct sg_limiter_metrics {
-    // The algorithm's name (static string: `"fixed"`, `"aimd"`, `"gradient"`, ...).
-    const char *algorithm;
-    // The limit in force.
-    double limit;
-    // Whether the kill switch pins the limit; `static_limit` is the pinned value.
-    bool has_static_limit;
-    // The pinned limit (0 unless `has_static_limit`).
-    double static_limit;
-    // Requests in flight.
-    uint32_t inflight;
-    // Levels in use.
-    uint32_t levels;
-    // In flight per level.
-    uint32_t inflight_by_level[8];
-    // Guaranteed share per level (`floor(limit × weight)`).
-    uint32_t share_by_level[8];
-    // Admissions ever (= successes + drops + ignored + in flight).
-    uint64_t admitted;
-    // Rejections ever.
-    uint64_t rejected;
-    // Rejections per level.
-    uint64_t rejected_by_level[8];
-    // `SG_OUTCOME_SUCCESS` releases.
-    uint64_t successes;
-    // `SG_OUTCOME_DROPPED` releases.
-    uint64_t drops;
-    // `SG_OUTCOME_IGNORED` releases.
-    uint64_t ignored;
-    // Windows folded into the algorithm.
-    uint64_t windows;
-    // Latency samples those windows held.
-    uint64_t folded_samples;
-    // Smallest latency of the last window, ns.
-    uint64_t min_rtt_ns;
-    // Mean latency of the last window, ns.
-    uint64_t avg_rtt_ns;
-    // p99 latency of the last window, ns.
-    uint64_t p99_rtt_ns;
-} sg_limiter_metrics;
 
 // What a permit says about itself.
 typedef struct sg_permit_info {
@@ -1118,6 +1354,110 @@ sg_status sg_watermarks_is_paused(const struct sg_watermarks *watermarks, bool *
 sg_status sg_watermarks_metrics_get(struct sg_watermarks *watermarks,
                                     uint64_t now,
                                     struct sg_watermarks_metrics *metrics_out);
+
+// Fills `cfg` with the defaults: the default limiter, a queue of 256, folly CoDel, LIFO while
+// CoDel says overloaded, no maximum wait, no aging, 1 s fallback hint.
+sg_status sg_gate_config_default(struct sg_gate_config *cfg);
+
+// Creates a gate on the heap; free it with `sg_gate_free`.
+sg_status sg_gate_new(const struct sg_gate_config *cfg, struct sg_gate **gate_out);
+
+// Frees a gate made by `sg_gate_new`. NULL is fine; a handle made by `sg_gate_init` is
+// left alone (use `sg_gate_deinit`).
+void sg_gate_free(struct sg_gate *gate);
+
+// Bytes of caller storage `sg_gate_init` needs.
+size_t sg_gate_size(void);
+
+// Alignment the storage given to `sg_gate_init` needs.
+size_t sg_gate_align(void);
+
+// Creates a gate in caller storage (`len` bytes at `mem`, aligned to
+// `sg_gate_align()`); on `SG_OK`, `(sg_gate *)mem` is the handle. End it with
+// `sg_gate_deinit`.
+sg_status sg_gate_init(void *mem, size_t len, const struct sg_gate_config *cfg);
+
+// Ends a gate made by `sg_gate_init` (NULL: nothing to do); later use of the handle
+// says `SG_INVALID_HANDLE`.
+sg_status sg_gate_deinit(struct sg_gate *gate);
+
+// One arrival at `level` (`SG_LEVEL_*`) at `now`, with an absolute `deadline` (ns, same
+// clock; `SG_NO_DEADLINE` for none):
+// - `SG_OK`: admitted; `*permit_out` is filled (release it with `sg_gate_release`);
+// - `SG_QUEUED`: waiting; `*ticket_out` is filled. Call `sg_gate_poll` now and after
+//   every release or wakeup; it reports the ticket granted (with a permit) or expired;
+// - `SG_REJECTED`: refused at once (`*rejection_out`, optional: `SG_REASON_SHED`,
+//   `SG_REASON_QUEUE_FULL`, `SG_REASON_DEADLINE_UNMEETABLE`, with a hint).
+sg_status sg_gate_arrive(struct sg_gate *gate,
+                         uint64_t now,
+                         uint32_t level,
+                         uint64_t deadline,
+                         struct sg_permit *permit_out,
+                         uint64_t *ticket_out,
+                         struct sg_rejection *rejection_out);
+
+// Ends admitted work (a permit from `sg_gate_arrive` or a grant) at `now` with `outcome`
+// (`SG_OUTCOME_*`); then poll if anyone waits. Twice is `SG_ALREADY_RELEASED`, another
+// object's permit `SG_FOREIGN_HANDLE`; neither changes anything.
+sg_status sg_gate_release(struct sg_gate *gate,
+                          struct sg_permit *permit,
+                          uint64_t now,
+                          uint32_t outcome);
+
+// Hands freed slots to waiters and reports waiters dropped: writes up to `cap` events to
+// `events[0 .. n]` and `n` to `*n_out`. Call it after `SG_QUEUED`, after every release,
+// and when `sg_gate_next_wakeup` comes; call again while it fills `events`. Returns 0
+// events at once if another thread is polling (that thread does this call's work, and
+// gets its events). `events` may be NULL only when `cap` is 0.
+sg_status sg_gate_poll(struct sg_gate *gate,
+                       uint64_t now,
+                       struct sg_gate_event *events,
+                       size_t cap,
+                       size_t *n_out);
+
+// Withdraws a queued ticket (its owner gave up). `SG_UNKNOWN_TICKET` if it already left
+// (granted, expired, evicted, cancelled) or never was; `SG_FOREIGN_HANDLE` if it belongs
+// to another gate. Neither changes anything.
+sg_status sg_gate_cancel(struct sg_gate *gate, uint64_t ticket);
+
+// When the caller's one timer should next call `sg_gate_poll`, ns on the same clock
+// (never earlier than `now`); `SG_NEVER` when nothing waits.
+sg_status sg_gate_next_wakeup(const struct sg_gate *gate, uint64_t now, uint64_t *next_wakeup_out);
+
+// The on-call switch (seed 002): refuse every arrival at `level` or less important at
+// once (`SG_REASON_SHED`), and expire such waiters at the next poll.
+sg_status sg_gate_set_shed_level(struct sg_gate *gate, uint32_t level);
+
+// Turns the shed switch off.
+sg_status sg_gate_clear_shed_level(struct sg_gate *gate);
+
+// The shed level in force, or `SG_NO_LEVEL`.
+sg_status sg_gate_shed_level(const struct sg_gate *gate, uint32_t *shed_level_out);
+
+// Readiness (`SG_GATE_HEALTHY` / `SG_GATE_OVERLOADED`): overloaded is not broken.
+sg_status sg_gate_state(const struct sg_gate *gate, uint32_t *state_out);
+
+// Waiters at `level`.
+sg_status sg_gate_waiting(const struct sg_gate *gate, uint32_t level, uint32_t *waiting_out);
+
+// All waiters.
+sg_status sg_gate_waiting_total(const struct sg_gate *gate, uint32_t *waiting_total_out);
+
+// The expected service time, ns (0 = not known yet).
+sg_status sg_gate_service_ns(const struct sg_gate *gate, uint64_t *service_ns_out);
+
+// The limit in force (the gate's limiter).
+sg_status sg_gate_limit(const struct sg_gate *gate, double *limit_out);
+
+// The kill switch of the gate's limiter (seed 000): pins the limit to `limit` (finite, in
+// `[1e-6, 2^31)`; else `SG_INVALID_ARGUMENT`).
+sg_status sg_gate_set_static_limit(struct sg_gate *gate, double limit);
+
+// Hands the gate's limit back to its algorithm.
+sg_status sg_gate_clear_static_limit(struct sg_gate *gate);
+
+// A snapshot of the gate's counters and gauges (scans the queue: O(capacity)).
+sg_status sg_gate_metrics_get(const struct sg_gate *gate, struct sg_gate_metrics *metrics_out);
 
 // Fills `cfg` with the defaults: 64 shards, 2 per key, 8 permits per shard, 1 s hint, seed 0,
 // no rate.

@@ -45,6 +45,7 @@ mod handle;
 pub mod backoff;
 pub mod breaker;
 pub mod flow;
+pub mod gate;
 pub mod keyed;
 pub mod limiter;
 pub mod permit;

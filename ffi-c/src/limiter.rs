@@ -46,7 +46,8 @@ pub struct sg_fixed_config {
     pub max_limit: f64,
 }
 
-/// Settings of AIMD (`SG_ALGORITHM_AIMD`).
+/// Settings of AIMD (`SG_ALGORITHM_AIMD`): seed 002's +1 / ×backoff, or Netflix
+/// concurrency-limits' `AIMDLimit` exactly (`netflix_parity`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct sg_aimd_config {
@@ -56,9 +57,25 @@ pub struct sg_aimd_config {
     pub min_limit: f64,
     /// Ceiling.
     pub max_limit: f64,
+    /// Seed mode: a window below this latency grows the limit by 1, one above backs off.
+    /// ns, in `[1 ns, 1 day]`.
+    pub target_latency_ns: u64,
+    /// Which latency seed mode compares: 0 = the mean, or 0.5 / 0.9 / 0.99.
+    pub latency_percentile: f64,
+    /// The factor on overload, in `[0.5, 1)` (0.9).
+    pub backoff_ratio: f64,
+    /// A window slower than this counts as a drop, ns (NCL `timeout`, 5 s).
+    pub timeout_ns: u64,
+    /// No growth while max in-flight < this × limit, in `[0, 1]` (0 = off).
+    pub app_limited_fraction: f64,
+    /// Grow by `min(samples, limit)` per window until the first congestion signal.
+    pub slow_start: bool,
+    /// Reproduce NCL `AIMDLimit` exactly (whole-number limits).
+    pub netflix_parity: bool,
 }
 
-/// Settings of seed 000's hysteresis AIMD (`SG_ALGORITHM_HYSTERESIS`).
+/// Settings of seed 000's hysteresis AIMD (`SG_ALGORITHM_HYSTERESIS`): healthy / warning /
+/// critical zones on the rolling p99 against a target.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct sg_hysteresis_config {
@@ -68,6 +85,31 @@ pub struct sg_hysteresis_config {
     pub min_limit: f64,
     /// Hard cap.
     pub max_limit: f64,
+    /// The latency the zones are measured against, ns (seed 000: 50 ms).
+    pub target_latency_ns: u64,
+    /// Healthy while p99 < this × target (0.8).
+    pub healthy_below: f64,
+    /// Critical once p99 > this × target (1.5).
+    pub critical_above: f64,
+    /// The factor of a critical event, in `(0, 1)` (0.5).
+    pub critical_factor: f64,
+    /// A jump: the average latency rises by more than this fraction within
+    /// `jump_window_ns` (0.2).
+    pub jump_rise: f64,
+    /// The look-back of jump detection, ns (2 s).
+    pub jump_window_ns: u64,
+    /// The factor applied on a jump, in `(0, 1)` (0.8).
+    pub jump_factor: f64,
+    /// EWMA weight of each completion in the average latency, in `(0, 1]` (0.1).
+    pub avg_alpha: f64,
+    /// No additive increase for this long after a critical event, ns (5 s).
+    pub cool_off_ns: u64,
+    /// The horizon of the rolling p99, ns (10 s).
+    pub p99_window_ns: u64,
+    /// No growth while max in-flight < this × limit, in `[0, 1]`.
+    pub app_limited_fraction: f64,
+    /// Slow start until the first window that is not healthy, a jump or a drop.
+    pub slow_start: bool,
 }
 
 /// Settings of the gradient controller (`SG_ALGORITHM_GRADIENT`).
@@ -82,35 +124,74 @@ pub struct sg_gradient_config {
     pub max_limit: f64,
 }
 
-/// Settings of Gradient2 (`SG_ALGORITHM_GRADIENT2`).
+/// Settings of Gradient2 (`SG_ALGORITHM_GRADIENT2`, Netflix concurrency-limits parity,
+/// or the fixed mode).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct sg_gradient2_config {
-    /// The limit before any window.
+    /// The limit before any window (NCL 20).
     pub initial_limit: f64,
-    /// Floor.
+    /// Floor (NCL 20).
     pub min_limit: f64,
-    /// Ceiling.
+    /// Ceiling (NCL 200).
     pub max_limit: f64,
+    /// Weight of the new value, in `(0, 1]` (NCL 0.2).
+    pub smoothing: f64,
+    /// The queue allowance added each window, in `[0, 1e6]` (NCL 4).
+    pub queue_size: f64,
+    /// Windows in the long-term RTT average, in `[1, 1e6]` (NCL 600).
+    pub long_window: u32,
+    /// How far the short RTT may exceed the long one, in `[1, 1000]` (NCL 1.5).
+    pub rtt_tolerance: f64,
+    /// `true`: drops back off by `backoff_ratio` and the queue allowance is added only
+    /// while the gradient is ≥ 0.9; `false`: NCL parity.
+    pub fixed: bool,
+    /// The factor on a drop in fixed mode, in `[0.5, 1)`.
+    pub backoff_ratio: f64,
+    /// No growth while max in-flight < this × limit, in `[0, 1]` (NCL 0.5).
+    pub app_limited_fraction: f64,
+    /// Slow start until the first drop (fixed mode) or gradient below 1.
+    pub slow_start: bool,
 }
 
-/// Settings of Vegas (`SG_ALGORITHM_VEGAS`).
+/// Settings of Vegas (`SG_ALGORITHM_VEGAS`, Netflix concurrency-limits parity). The
+/// optional thresholds use 0 for "NCL's default formula".
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct sg_vegas_config {
-    /// The limit before any window.
+    /// The limit before any window (NCL 20).
     pub initial_limit: f64,
-    /// Floor.
+    /// Floor (NCL 1).
     pub min_limit: f64,
-    /// Ceiling.
+    /// Ceiling (NCL 1000).
     pub max_limit: f64,
+    /// Weight of the new value, in `(0, 1]` (1 = no smoothing, NCL).
+    pub smoothing: f64,
+    /// Queue size under which the limit grows; 0 = NCL's `3·log10(L)`.
+    pub alpha: u32,
+    /// Queue size above which the limit shrinks; 0 = NCL's `6·log10(L)`.
+    pub beta: u32,
+    /// Queue size at or under which the limit grows by `beta` at once; 0 = `log10(L)`.
+    pub threshold: u32,
+    /// The decrease: 0 = NCL's `L − log10(L)`; otherwise `L × r`, `r` in `(0, 1)`.
+    pub decrease_ratio: f64,
+    /// Re-measure the no-load RTT every `jitter × this × L` windows (NCL 30); 0 = never.
+    pub probe_multiplier: u32,
+    /// Seed of the probe jitter.
+    pub seed: u64,
+    /// No growth while max in-flight < this × limit, in `[0, 1]` (NCL 0.5).
+    pub app_limited_fraction: f64,
+    /// Slow start until the first drop or queue estimate reaching `alpha`.
+    pub slow_start: bool,
 }
 
+/// `From<core config>` and `to_core` for a C algorithm config: plain fields copied, and
+/// `Option` fields (`opt`) mapped to 0 = `None`.
 macro_rules! algorithm_config {
-    ($c:ident, $core:ident, [$($f:ident),*]) => {
+    ($c:ident, $core:ident, [$($f:ident),*] $(, opt [$($o:ident: $zero:expr),*])?) => {
         impl From<$core> for $c {
             fn from(c: $core) -> Self {
-                Self { $($f: c.$f),* }
+                Self { $($f: c.$f,)* $($($o: c.$o.unwrap_or($zero),)*)? }
             }
         }
         impl $c {
@@ -118,17 +199,83 @@ macro_rules! algorithm_config {
             pub(crate) fn to_core(self) -> $core {
                 let mut c = $core::default();
                 $(c.$f = self.$f;)*
+                $($(c.$o = (self.$o != $zero).then_some(self.$o);)*)?
                 c
             }
         }
     };
 }
 algorithm_config!(sg_fixed_config, FixedConfig, [initial_limit, min_limit, max_limit]);
-algorithm_config!(sg_aimd_config, AimdConfig, [initial_limit, min_limit, max_limit]);
-algorithm_config!(sg_hysteresis_config, HysteresisConfig, [initial_limit, min_limit, max_limit]);
+algorithm_config!(
+    sg_aimd_config,
+    AimdConfig,
+    [
+        initial_limit,
+        min_limit,
+        max_limit,
+        target_latency_ns,
+        latency_percentile,
+        backoff_ratio,
+        timeout_ns,
+        app_limited_fraction,
+        slow_start,
+        netflix_parity
+    ]
+);
+algorithm_config!(
+    sg_hysteresis_config,
+    HysteresisConfig,
+    [
+        initial_limit,
+        min_limit,
+        max_limit,
+        target_latency_ns,
+        healthy_below,
+        critical_above,
+        critical_factor,
+        jump_rise,
+        jump_window_ns,
+        jump_factor,
+        avg_alpha,
+        cool_off_ns,
+        p99_window_ns,
+        app_limited_fraction,
+        slow_start
+    ]
+);
 algorithm_config!(sg_gradient_config, GradientConfig, [initial_limit, min_limit, max_limit]);
-algorithm_config!(sg_gradient2_config, Gradient2Config, [initial_limit, min_limit, max_limit]);
-algorithm_config!(sg_vegas_config, VegasConfig, [initial_limit, min_limit, max_limit]);
+algorithm_config!(
+    sg_gradient2_config,
+    Gradient2Config,
+    [
+        initial_limit,
+        min_limit,
+        max_limit,
+        smoothing,
+        queue_size,
+        long_window,
+        rtt_tolerance,
+        fixed,
+        backoff_ratio,
+        app_limited_fraction,
+        slow_start
+    ]
+);
+algorithm_config!(
+    sg_vegas_config,
+    VegasConfig,
+    [
+        initial_limit,
+        min_limit,
+        max_limit,
+        smoothing,
+        probe_multiplier,
+        seed,
+        app_limited_fraction,
+        slow_start
+    ],
+    opt [alpha: 0, beta: 0, threshold: 0, decrease_ratio: 0.0]
+);
 
 /// Fills `cfg` with the fixed limit's defaults.
 #[no_mangle]
@@ -537,7 +684,6 @@ pub(crate) fn algorithm_name(name: &str) -> *const c_char {
     let s: &'static core::ffi::CStr = match name {
         "fixed" => c"fixed",
         "aimd" => c"aimd",
-        "hysteresis" => c"hysteresis",
         "hysteresis_aimd" => c"hysteresis_aimd",
         "gradient" => c"gradient",
         "gradient2" => c"gradient2",

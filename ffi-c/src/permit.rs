@@ -101,12 +101,17 @@ pub(crate) fn issue<P: CorePermit>(
     kind: u32,
     p: P,
 ) {
+    slot.write(live_permit(owner, kind, p));
+}
+
+/// A live permit holding `p`, issued by object `owner` as `kind`.
+pub(crate) fn live_permit<P: CorePermit>(owner: u64, kind: u32, p: P) -> sg_permit {
     let mut payload = core::mem::MaybeUninit::<[u64; 3]>::zeroed();
     // SAFETY: `fits::<P>()` holds for every `CorePermit`: `P` fits and is aligned.
     unsafe { payload.as_mut_ptr().cast::<P>().write(p) };
     let cell = Cell { state: AtomicU64::new(LIVE), owner, kind, _reserved: 0, payload };
     // SAFETY: same size, alignment and validity (see `sg_permit::cell`).
-    slot.write(unsafe { core::mem::transmute::<Cell, sg_permit>(cell) });
+    unsafe { core::mem::transmute::<Cell, sg_permit>(cell) }
 }
 
 /// Takes the core permit out of a live permit issued by `owner` as `kind`, marking the
