@@ -11,6 +11,7 @@ use surgeguard_core::gate::{
 use surgeguard_core::queue::Ticket;
 use surgeguard_core::{Priority, RawPermit};
 
+use crate::handle::{obj_align, obj_size};
 use crate::handle::{
     deinit_object, ffi, ffi_status, ffi_value, free_object, init_object, input, new_object, object,
     out, rejected, with, Res,
@@ -234,13 +235,13 @@ pub unsafe extern "C" fn sg_gate_free(gate: *mut sg_gate) {
 /// Bytes of caller storage `sg_gate_init` needs.
 #[no_mangle]
 pub extern "C" fn sg_gate_size() -> usize {
-    ffi_value(0, size_of::<sg_gate>)
+    ffi_value(0, obj_size::<sg_gate>)
 }
 
 /// Alignment the storage given to `sg_gate_init` needs.
 #[no_mangle]
 pub extern "C" fn sg_gate_align() -> usize {
-    ffi_value(0, align_of::<sg_gate>)
+    ffi_value(0, obj_align::<sg_gate>)
 }
 
 /// Creates a gate in caller storage (`len` bytes at `mem`, aligned to

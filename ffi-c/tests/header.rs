@@ -103,3 +103,13 @@ fn version_macros_match_cargo_toml() {
         | env!("CARGO_PKG_VERSION_PATCH").parse::<u32>().unwrap();
     assert_eq!(surgeguard::vocab::sg_version_number(), packed);
 }
+
+#[test]
+fn pkg_config_version_matches_cargo_toml() {
+    let pc = std::fs::read_to_string(crate_dir().join("../include/surgeguard.pc")).expect("read .pc");
+    let version = pc
+        .lines()
+        .find_map(|l| l.strip_prefix("Version: "))
+        .expect("surgeguard.pc has a Version line");
+    assert_eq!(version.trim(), env!("CARGO_PKG_VERSION"));
+}
