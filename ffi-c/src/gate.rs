@@ -11,11 +11,11 @@ use surgeguard_core::gate::{
 use surgeguard_core::queue::Ticket;
 use surgeguard_core::{Priority, RawPermit};
 
-use crate::handle::{obj_align, obj_size};
 use crate::handle::{
     deinit_object, ffi, ffi_status, ffi_value, free_object, init_object, input, new_object, object,
     out, rejected, with, Res,
 };
+use crate::handle::{obj_align, obj_size};
 use crate::limiter::{sg_limiter_config, sg_limiter_metrics};
 use crate::permit::{issue, live_permit, restore, sg_permit, take, SG_PERMIT_KIND_GATE};
 use crate::status::sg_rejection;

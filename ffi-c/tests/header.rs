@@ -106,7 +106,8 @@ fn version_macros_match_cargo_toml() {
 
 #[test]
 fn pkg_config_version_matches_cargo_toml() {
-    let pc = std::fs::read_to_string(crate_dir().join("../include/surgeguard.pc")).expect("read .pc");
+    let pc =
+        std::fs::read_to_string(crate_dir().join("../include/surgeguard.pc")).expect("read .pc");
     let version = pc
         .lines()
         .find_map(|l| l.strip_prefix("Version: "))
