@@ -1153,16 +1153,14 @@ mod tests {
             ..GateConfig::default()
         };
         let g: Gate<16> = Gate::new(&cfg).unwrap();
-        let mut permits = std::vec![admitted(g.arrive(MS, P0, None))]; // critical is active
-                                                                       // Background may use what critical does not reserve: 10 - 1 - 6 = 3.
+        // Critical is active and holds 1 (demand 1): it reserves min(7, 1 + 0 + 1) - 1 = 1.
+        let mut permits = std::vec![admitted(g.arrive(MS, P0, None))];
         let mut bg = Vec::new();
-        for _ in 0..3 {
+        for _ in 0..8 {
             bg.push(admitted(g.arrive(MS, P2, None)));
         }
         let bg_waiter = queued(g.arrive(MS, P2, None));
-        for _ in 0..6 {
-            permits.push(admitted(g.arrive(MS, P0, None)));
-        }
+        permits.push(admitted(g.arrive(MS, P0, None)));
         let crit_waiter = queued(g.arrive(2 * MS, P0, None));
         // A background permit returns: the slot goes to the critical waiter.
         g.release(bg.pop().unwrap(), 3 * MS, Outcome::Success).unwrap();
@@ -1180,9 +1178,10 @@ mod tests {
             ..GateConfig::default()
         };
         let g: Gate<16> = Gate::new(&cfg).unwrap();
-        let c = admitted(g.arrive(MS, P0, None)); // critical active: reserves 7
+        // Critical active with demand 1: it reserves min(7, 1 + 0 + 1) = 2.
+        let c = admitted(g.arrive(MS, P0, None));
         g.release(c, MS, Outcome::Ignored).unwrap();
-        let bg: Vec<_> = (0..3).map(|_| admitted(g.arrive(MS, P2, None))).collect();
+        let bg: Vec<_> = (0..8).map(|_| admitted(g.arrive(MS, P2, None))).collect();
         let t = queued(g.arrive(MS, P2, None));
         assert!(poll(&g, 2 * MS).0.is_empty(), "critical's reservation holds");
         // Slots are free but refused: the gate asks to be polled again, no release needed.

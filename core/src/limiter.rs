@@ -140,18 +140,25 @@ struct FoldState {
 /// by up to the number of threads). When the limit falls below in-flight, admissions
 /// stop until enough permits return.
 ///
-/// **Partitions** (demand-aware reservation, DESIGN.md §3). Level `p` is guaranteed
-/// `g[p] = floor(limit × weights[p])`. A level is *active* if it saw an arrival within
-/// `active_ns`. An arrival at level `p` is admitted iff
-/// `in_flight + Σ_{q more important than p, q active} max(0, g[q] − in_flight[q]) < limit`.
-/// So an active level below its share always finds a slot while the limit is steady (the
-/// less important levels could only take slots beyond its reservation), an inactive
-/// level's share is lent to everyone, and lending never makes a more important level
-/// wait for a less important one. What cannot hold at once: at the instant an *idle*
-/// important level wakes up, its share may be on loan; it is refused until a permit
-/// returns (the [`Gate`](crate::gate) queues it and hands it the next freed slot). Per-level
-/// counts are updated next to the exact total (acquire: total then level; release: level
-/// then total), so a concurrent reader sees reservations that err on the safe side.
+/// **Partitions** (demand-aware reservation, DESIGN.md §3, with reservations bounded by
+/// demand). Level `p` is guaranteed `g[p] = floor(limit × weights[p])`. A level is
+/// *active* if it saw an arrival within `active_ns`; its *demand* `d[p]` is the most it
+/// held in flight, or was refused at (`in_flight + 1`), lately — it decays by a quarter
+/// toward what the level holds at each window. An active level reserves
+/// `r[q] = max(0, min(g[q], d[q] + d[q]/4 + 1) − in_flight[q])` (see [`reservation_want`]),
+/// and an arrival at level `p` is admitted iff
+/// `in_flight + Σ_{q more important than p, q active} r[q] < limit`.
+/// So an active level under both its share and its recent demand always finds a slot
+/// while the limit is steady (the less important levels could only take slots beyond its
+/// reservation); a level reserves only what it has recently used, so a light critical
+/// flow does not hold 70% of the limit idle (seed 000's 0.7/0.25/0.05 are caps on what
+/// is held back, not idle allotments); an inactive level's share is lent to everyone;
+/// and lending never makes a more important level wait for a less important one beyond
+/// one window: a refused important arrival raises its demand, so from then on the slots
+/// it wants are held back for it as they free up (and the [`Gate`](crate::gate) queues it
+/// and hands it the next freed slot). Per-level counts are updated next to the exact
+/// total (acquire: total then level; release: level then total), so a concurrent reader
+/// sees reservations that err on the safe side.
 ///
 /// **Fractional limits.** A limit `L < 1` admits one request at a time and, after each
 /// completion of latency `r`, stays idle for `r·(1/L − 1)`: the dependency is busy `L`
@@ -188,6 +195,7 @@ pub struct Limiter {
     level_inflight: [AtomicU32; LEVELS],
     level_share: [AtomicU32; LEVELS],
     level_seen: [AtomicU64; LEVELS],
+    level_demand: [AtomicU32; LEVELS],
     rejected: [AtomicU64; LEVELS],
     limit_bits: AtomicU64,
     pinned_bits: AtomicU64,
@@ -291,6 +299,8 @@ pub struct LimiterMetrics {
     pub inflight_by_level: [u32; LEVELS],
     /// Guaranteed share per level (`floor(limit × weight)`).
     pub share_by_level: [u32; LEVELS],
+    /// Recent demand per level (the most held or refused lately; decays each window).
+    pub demand_by_level: [u32; LEVELS],
     /// Admissions ever (= successes + drops + ignored + in flight).
     pub admitted: u64,
     /// Rejections ever (all `LimitReached`).
@@ -313,6 +323,12 @@ pub struct LimiterMetrics {
     pub avg_rtt_ns: u64,
     /// p99 latency of the last window (ns).
     pub p99_rtt_ns: u64,
+}
+
+/// How much of its share an active level reserves, given its recent demand (the most it
+/// held, or was refused, lately): the demand plus a quarter for bursts plus one to grow.
+pub const fn reservation_want(demand: u32) -> u32 {
+    demand.saturating_add(demand / 4).saturating_add(1)
 }
 
 fn slots_of(limit: f64) -> u64 {
@@ -345,6 +361,7 @@ impl Limiter {
             level_inflight: core::array::from_fn(|_| AtomicU32::new(0)),
             level_share: core::array::from_fn(|_| AtomicU32::new(0)),
             level_seen: core::array::from_fn(|_| AtomicU64::new(0)),
+            level_demand: core::array::from_fn(|_| AtomicU32::new(0)),
             rejected: core::array::from_fn(|_| AtomicU64::new(0)),
             limit_bits: AtomicU64::new(0),
             pinned_bits: AtomicU64::new(NO_PIN),
@@ -394,6 +411,11 @@ impl Limiter {
             let slots = (word & SLOTS_MASK) >> SLOTS_SHIFT;
             let reserved = if multi && lvl > 0 { self.reserved_above(now, lvl) } else { 0 };
             if inflight + reserved >= slots {
+                if multi {
+                    // A refused arrival is demand too: reserve one more next time.
+                    let want = self.level_inflight[lvl].load(Ordering::Relaxed) + 1;
+                    self.level_demand[lvl].fetch_max(want, Ordering::Relaxed);
+                }
                 return Err(self.reject(now, lvl, inflight));
             }
             if word & FRACTIONAL_BIT != 0 {
@@ -413,7 +435,10 @@ impl Limiter {
             }
         }
         if multi {
-            self.level_inflight[lvl].fetch_add(1, Ordering::Relaxed);
+            let held = self.level_inflight[lvl].fetch_add(1, Ordering::Relaxed) + 1;
+            if held > self.level_demand[lvl].load(Ordering::Relaxed) {
+                self.level_demand[lvl].fetch_max(held, Ordering::Relaxed);
+            }
         }
         let inflight = ((word & INFLIGHT_MASK) + 1) as u32;
         if inflight > self.max_inflight.load(Ordering::Relaxed) {
@@ -422,18 +447,37 @@ impl Limiter {
         Ok(RawPermit { owner: self.id, level: lvl as u8, started_at: now })
     }
 
-    /// Sum of the unused guaranteed shares of the active levels more important than `lvl`.
+    /// Slots held back for the active levels more important than `lvl`: each reserves
+    /// what it may still want of its share, `min(share, want(demand)) − in_flight`.
     fn reserved_above(&self, now: u64, lvl: usize) -> u64 {
         let mut reserved = 0u64;
         for q in 0..lvl {
             let seen = self.level_seen[q].load(Ordering::Relaxed);
             if seen != 0 && now.saturating_sub(seen) <= self.active_ns {
                 let share = self.level_share[q].load(Ordering::Relaxed);
+                let want = reservation_want(self.level_demand[q].load(Ordering::Relaxed));
                 let used = self.level_inflight[q].load(Ordering::Relaxed);
-                reserved += share.saturating_sub(used) as u64;
+                reserved += share.min(want).saturating_sub(used) as u64;
             }
         }
         reserved
+    }
+
+    /// At each window: a level's demand decays by a quarter toward what it holds now, so a
+    /// level whose traffic fell stops reserving slots it no longer uses.
+    fn decay_demand(&self) {
+        for lvl in 0..self.levels as usize {
+            let demand = self.level_demand[lvl].load(Ordering::Relaxed);
+            let held = self.level_inflight[lvl].load(Ordering::Relaxed);
+            let decayed = (demand - demand.div_ceil(4)).max(held);
+            // A failed exchange means an admission raised the demand meanwhile: keep that.
+            let _ = self.level_demand[lvl].compare_exchange(
+                demand,
+                decayed,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
     }
 
     fn reject(&self, now: u64, lvl: usize, inflight: u64) -> Rejected {
@@ -549,6 +593,9 @@ impl Limiter {
                 st.prev_drops = drops;
                 let limit = st.algorithm.update(&window);
                 self.apply(limit);
+                if self.levels > 1 {
+                    self.decay_demand();
+                }
                 if samples > 0 {
                     self.last_min_ns.store(window.min_ns, Ordering::Relaxed);
                     self.last_avg_ns.store(window.avg_ns, Ordering::Relaxed);
@@ -697,6 +744,7 @@ impl Limiter {
             levels: self.levels,
             inflight_by_level,
             share_by_level: core::array::from_fn(|l| self.level_share[l].load(Ordering::Relaxed)),
+            demand_by_level: core::array::from_fn(|l| self.level_demand[l].load(Ordering::Relaxed)),
             admitted: successes + drops + ignored + inflight as u64,
             rejected: rejected_by_level.iter().sum(),
             rejected_by_level,
@@ -761,26 +809,44 @@ mod tests {
     }
 
     #[test]
-    fn active_important_level_keeps_its_share() {
+    fn active_important_level_keeps_what_it_uses_of_its_share() {
         // limit 10, shares 7 / 2 / 0.
         let l = fixed(10.0, 3);
-        let crit = l.try_acquire(MS, Priority::CRITICAL).unwrap(); // critical now active
-        let mut bg = std::vec::Vec::new();
-        while let Ok(p) = l.try_acquire(MS, Priority::BACKGROUND) {
-            bg.push(p);
-        }
-        // Background may use what critical (6 unused of 7) does not reserve: 10 - 1 - 6 = 3.
-        assert_eq!(bg.len(), 3);
-        // Normal is inactive-then-arriving: critical still reserves 6, so 10 - 4 - 6 = 0 left.
-        assert!(l.try_acquire(MS, Priority::NORMAL).is_err());
-        // Critical itself always finds its reserved slots.
+        let crit: std::vec::Vec<_> =
+            (0..4).map(|_| l.try_acquire(MS, Priority::CRITICAL).unwrap()).collect();
+        // Critical holds 4 (demand 4): it reserves min(7, 4 + 1 + 1) - 4 = 2 more.
+        let bg: std::vec::Vec<_> =
+            core::iter::from_fn(|| l.try_acquire(MS, Priority::BACKGROUND).ok()).collect();
+        assert_eq!(bg.len(), 4, "10 - 4 held - 2 reserved");
+        assert!(l.try_acquire(MS, Priority::NORMAL).is_err(), "the 2 are critical's");
         let more: std::vec::Vec<_> =
-            (0..6).map(|_| l.try_acquire(MS, Priority::CRITICAL).unwrap()).collect();
+            (0..2).map(|_| l.try_acquire(MS, Priority::CRITICAL).unwrap()).collect();
         assert_eq!(l.inflight(), 10);
-        drop(more);
-        drop(crit);
+        // A refused critical arrival raises its demand: freed slots are held back for it.
+        assert!(l.try_acquire(MS, Priority::CRITICAL).is_err());
+        assert_eq!(l.metrics().demand_by_level[0], 7);
         drop(bg);
+        let bg2: std::vec::Vec<_> =
+            core::iter::from_fn(|| l.try_acquire(MS, Priority::BACKGROUND).ok()).collect();
+        // Critical (6 held, demand 7) reserves min(7, 7 + 1 + 1) - 6 = 1; normal, refused
+        // once (demand 1), reserves min(2, 1 + 0 + 1) = 2: 10 - 6 - 1 - 2 = 1 left.
+        assert_eq!(bg2.len(), 1);
+        assert!(l.try_acquire(MS, Priority::CRITICAL).is_ok());
+        drop((crit, more, bg2));
         assert_eq!(l.inflight(), 0);
+    }
+
+    #[test]
+    fn a_light_important_level_does_not_idle_its_whole_share() {
+        // Seed 000's weights with a critical flow of one request at a time: critical
+        // reserves 2 slots, not 70 of 100.
+        let l = fixed(100.0, 3);
+        let c = l.try_acquire(MS, Priority::CRITICAL).unwrap();
+        c.release(2 * MS, Outcome::Success);
+        let _c = l.try_acquire(3 * MS, Priority::CRITICAL).unwrap();
+        let normal: std::vec::Vec<_> =
+            core::iter::from_fn(|| l.try_acquire(3 * MS, Priority::NORMAL).ok()).collect();
+        assert_eq!(normal.len(), 98, "100 - 1 held - 1 reserved");
     }
 
     #[test]
@@ -790,20 +856,18 @@ mod tests {
             (0..10).map(|_| l.try_acquire(SEC, Priority::BACKGROUND).unwrap()).collect();
         assert_eq!(bg.len(), 10);
         // Critical wakes up after 2 s idle... it arrives when everything is on loan.
-        assert_eq!(
-            l.try_acquire(3 * SEC, Priority::CRITICAL).unwrap_err().reason,
-            Reason::LimitReached
-        );
+        let err = l.try_acquire(3 * SEC, Priority::CRITICAL).unwrap_err();
+        assert_eq!(err.reason, Reason::LimitReached);
         drop(bg);
-        // Critical is active now: background is held to 10 - 7 = 3.
+        // Critical is active now, with demand 1 (its refusal): it reserves 2.
         let bg2: std::vec::Vec<_> =
             core::iter::from_fn(|| l.try_acquire(3 * SEC, Priority::BACKGROUND).ok()).collect();
-        assert_eq!(bg2.len(), 3);
-        // Once critical has been quiet for longer than active_ns, its share is lent again.
+        assert_eq!(bg2.len(), 8);
+        // Once critical has been quiet for longer than active_ns, nothing is held back.
         let late: std::vec::Vec<_> =
             core::iter::from_fn(|| l.try_acquire(3 * SEC + 2 * SEC, Priority::BACKGROUND).ok())
                 .collect();
-        assert_eq!(late.len(), 7);
+        assert_eq!(late.len(), 2);
     }
 
     #[test]

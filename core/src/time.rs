@@ -42,7 +42,7 @@ impl Monotonic {
 
 /// A monotonic clamp shared between threads.
 ///
-/// Progress: wait-free (one `fetch_max`).
+/// Progress: wait-free (a load, and one `fetch_max` when time advances).
 #[derive(Debug)]
 pub struct AtomicMonotonic {
     latest: AtomicU64,
@@ -60,9 +60,14 @@ impl AtomicMonotonic {
         Self { latest: AtomicU64::new(0) }
     }
 
-    /// Returns `max(now, latest seen)` and remembers it.
+    /// Returns `max(now, latest seen)` and remembers it. A `now` that does not advance
+    /// time costs one load (no read-modify-write).
     pub fn observe(&self, now: u64) -> u64 {
         // Relaxed: the clamp orders nothing else; each structure orders its own state.
+        let latest = self.latest.load(Ordering::Relaxed);
+        if now <= latest {
+            return latest;
+        }
         let prev = self.latest.fetch_max(now, Ordering::Relaxed);
         if prev > now {
             prev

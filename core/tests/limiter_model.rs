@@ -1,5 +1,6 @@
 //! quickcheck model test: the Limiter against a sequential reference model of the
-//! demand-aware reservation rule (DESIGN.md §3), plus the properties the rule promises.
+//! demand-aware reservation rule (DESIGN.md §3, reservations bounded by recent demand),
+//! plus the properties the rule promises.
 #![cfg(not(loom))]
 
 use quickcheck::{quickcheck, Arbitrary, Gen, TestResult};
@@ -43,8 +44,10 @@ struct Model {
     epoch: u64,
     seen: [Option<u64>; LEVELS],
     n: [u64; LEVELS],
+    demand: [u32; LEVELS],
     /// For each level p: was the latest admission of a level less important than p made
-    /// while every level <= p was active, in the current limit epoch?
+    /// while every level <= p was active, and have the shares and the demand-bounded caps
+    /// of the levels <= p not grown since?
     lower_admission_legit: [bool; LEVELS],
 }
 
@@ -64,11 +67,30 @@ impl Model {
     fn total(&self) -> u64 {
         self.n.iter().sum()
     }
+    /// What level `l` may hold back: its share, bounded by its recent demand.
+    fn cap(&self, l: usize) -> u64 {
+        let d = u64::from(self.demand[l]);
+        self.share(l).min(d + d / 4 + 1)
+    }
     fn reserved_above(&self, p: usize, now: u64) -> u64 {
-        (0..p)
-            .filter(|&q| self.active(q, now))
-            .map(|q| self.share(q).saturating_sub(self.n[q]))
-            .sum()
+        (0..p).filter(|&q| self.active(q, now)).map(|q| self.cap(q).saturating_sub(self.n[q])).sum()
+    }
+    fn raise_demand(&mut self, l: usize, to: u64) {
+        let to = to as u32;
+        if to > self.demand[l] {
+            self.demand[l] = to;
+            // A grown cap at level l voids the bound for every p >= l.
+            for p in l..LEVELS {
+                self.lower_admission_legit[p] = false;
+            }
+        }
+    }
+    /// The limiter's per-window decay: a quarter of the demand, never below what is held.
+    fn decay(&mut self) {
+        for l in 0..LEVELS {
+            let d = self.demand[l];
+            self.demand[l] = (d - d.div_ceil(4)).max(self.n[l] as u32);
+        }
     }
 }
 
@@ -90,6 +112,7 @@ fn run(base_limit: u8, ops: Vec<Op>) -> TestResult {
         epoch: 0,
         seen: [None; LEVELS],
         n: [0; LEVELS],
+        demand: [0; LEVELS],
         lower_admission_legit: [false; LEVELS],
     };
     let mut held: Vec<Held> = Vec::new();
@@ -118,23 +141,26 @@ fn run(base_limit: u8, ops: Vec<Op>) -> TestResult {
                             m.lower_admission_legit[q] = (0..=q).all(|r| m.active(r, now));
                         }
                         m.n[p] += 1;
+                        m.raise_demand(p, m.n[p]);
                         admitted += 1;
                         held.push(Held { raw, level: p, epoch: m.epoch });
                     }
                     Err(rej) => {
                         assert_eq!(rej.reason, Reason::LimitReached);
-                        // Work-conserving: refused only at the limit or to keep an active
-                        // more important level's unused share.
-                        let keeps_share = (0..p).any(|q| m.active(q, now) && m.n[q] < m.share(q));
+                        // Work-conserving: refused only at the limit or to keep what an
+                        // active more important level may still want of its share.
+                        let keeps_share = (0..p).any(|q| m.active(q, now) && m.n[q] < m.cap(q));
                         assert!(m.total() >= m.slots() || keeps_share, "refused with room");
-                        // Priority: an active level under its share is refused only if a
-                        // more important level holds more than its share, or the less
-                        // important levels got slots while p's share was not reserved.
+                        // Priority: an active level under its share and its recent demand
+                        // is refused only if a more important level holds more than its
+                        // cap, or the less important levels got slots while p's share
+                        // was not reserved (or before the caps grew).
                         let lower: u64 = m.n[p + 1..].iter().sum();
-                        if m.n[p] < m.share(p) && (lower == 0 || m.lower_admission_legit[p]) {
-                            let over = (0..p).any(|r| m.n[r] > m.share(r));
-                            assert!(over, "level {p} under its share refused: n={:?}", m.n);
+                        if m.n[p] < m.cap(p) && (lower == 0 || m.lower_admission_legit[p]) {
+                            let over = (0..p).any(|r| m.n[r] > m.cap(r));
+                            assert!(over, "level {p} under its cap refused: n={:?}", m.n);
                         }
+                        m.raise_demand(p, m.n[p] + 1);
                     }
                 }
             }
@@ -143,7 +169,11 @@ fn run(base_limit: u8, ops: Vec<Op>) -> TestResult {
                 let _ = h.epoch;
                 m.n[h.level] -= 1;
                 let outcome = Outcome::from_u32(u32::from(outcome)).unwrap();
+                let windows = limiter.metrics().windows;
                 limiter.release_raw(h.raw, now + MS, outcome).unwrap();
+                if limiter.metrics().windows > windows {
+                    m.decay();
+                }
             }
             Op::Release(..) => {}
             Op::Advance(dt) => now += dt,
@@ -159,6 +189,7 @@ fn run(base_limit: u8, ops: Vec<Op>) -> TestResult {
             assert_eq!(u64::from(limiter.inflight_of(Priority::new(l as u8).unwrap())), m.n[l]);
         }
         assert_eq!(limiter.limit(), m.limit());
+        assert_eq!(&limiter.metrics().demand_by_level[..LEVELS], &m.demand[..]);
     }
     for h in held.drain(..) {
         limiter.release_raw(h.raw, now, Outcome::Ignored).unwrap();
@@ -189,4 +220,118 @@ fn a_long_saturating_sequence() {
         }
     }
     assert!(!run(9, ops).is_failure());
+}
+
+/// Operations on a limiter driven by an adaptive algorithm.
+#[derive(Clone, Debug)]
+enum AdaptiveOp {
+    Acquire,
+    Release { index: usize, latency_ms: u16, outcome: u8 },
+    Advance(u16),
+}
+
+impl Arbitrary for AdaptiveOp {
+    fn arbitrary(g: &mut Gen) -> Self {
+        match u8::arbitrary(g) % 8 {
+            0..=3 => AdaptiveOp::Acquire,
+            4..=6 => AdaptiveOp::Release {
+                index: usize::arbitrary(g),
+                latency_ms: u16::arbitrary(g) % 400,
+                outcome: u8::arbitrary(g) % 3,
+            },
+            _ => AdaptiveOp::Advance(u16::arbitrary(g) % 2_000),
+        }
+    }
+}
+
+fn adaptive_configs() -> Vec<(AlgorithmConfig, f64, f64)> {
+    use surgeguard_core::limit::{
+        AimdConfig, Gradient2Config, GradientConfig, HysteresisConfig, VegasConfig,
+    };
+    let bounds = |c: &AlgorithmConfig| -> (f64, f64) {
+        match c {
+            AlgorithmConfig::Aimd(c) => (c.min_limit, c.max_limit),
+            AlgorithmConfig::Hysteresis(c) => (c.min_limit, c.max_limit),
+            AlgorithmConfig::Gradient(c) => (c.min_limit, c.max_limit),
+            AlgorithmConfig::Gradient2(c) => (c.min_limit, c.max_limit),
+            AlgorithmConfig::Vegas(c) => (c.min_limit, c.max_limit),
+            _ => (0.0, f64::MAX),
+        }
+    };
+    [
+        AlgorithmConfig::Aimd(AimdConfig::default()),
+        AlgorithmConfig::Aimd(AimdConfig::netflix()),
+        AlgorithmConfig::Hysteresis(HysteresisConfig::default()),
+        AlgorithmConfig::Gradient(GradientConfig::default()),
+        AlgorithmConfig::Gradient2(Gradient2Config::default()),
+        AlgorithmConfig::Vegas(VegasConfig::default()),
+    ]
+    .into_iter()
+    .map(|c| {
+        let (lo, hi) = bounds(&c);
+        (c, lo, hi)
+    })
+    .collect()
+}
+
+fn run_adaptive(which: u8, ops: Vec<AdaptiveOp>) -> TestResult {
+    let configs = adaptive_configs();
+    let (algorithm, min, max) = configs[which as usize % configs.len()];
+    let cfg = LimiterConfig {
+        levels: 1,
+        min_samples: 3,
+        min_window_ns: 10 * MS,
+        ..LimiterConfig::with_algorithm(algorithm)
+    };
+    let limiter = Limiter::new(&cfg).unwrap();
+    let mut held: Vec<RawPermit> = Vec::new();
+    let mut now = 0u64;
+    let mut admitted = 0u64;
+    for op in ops {
+        match op {
+            AdaptiveOp::Acquire => {
+                let slots = (limiter.limit().floor() as u64).max(1);
+                let before = held.len() as u64;
+                match limiter.try_acquire_raw(now, Priority::NORMAL) {
+                    Ok(p) => {
+                        assert!(before < slots, "admitted at {before} in flight, limit {slots}");
+                        held.push(p);
+                        admitted += 1;
+                    }
+                    Err(r) => {
+                        assert_eq!(r.reason, Reason::LimitReached);
+                        // Refused with room only by a fractional limit's idle time.
+                        assert!(before >= slots || limiter.limit() < 1.0, "refused with room");
+                    }
+                }
+            }
+            AdaptiveOp::Release { index, latency_ms, outcome } if !held.is_empty() => {
+                let p = held.swap_remove(index % held.len());
+                let outcome = Outcome::from_u32(u32::from(outcome)).unwrap();
+                let end = p.started_at() + u64::from(latency_ms) * MS;
+                now = now.max(end);
+                limiter.release_raw(p, end, outcome).unwrap();
+            }
+            AdaptiveOp::Release { .. } => {}
+            AdaptiveOp::Advance(ms) => now += u64::from(ms) * MS,
+        }
+        let limit = limiter.limit();
+        assert!(
+            limit.is_finite() && limit >= min && limit <= max,
+            "limit {limit} outside [{min}, {max}]"
+        );
+        assert_eq!(u64::from(limiter.inflight()), held.len() as u64);
+    }
+    for p in held.drain(..) {
+        limiter.release_raw(p, now, Outcome::Ignored).unwrap();
+    }
+    let m = limiter.metrics();
+    assert_eq!(m.inflight, 0, "in-flight returns to 0");
+    assert_eq!(m.admitted, admitted, "no permit lost");
+    TestResult::passed()
+}
+
+#[test]
+fn adaptive_limiters_stay_exact_and_within_bounds() {
+    quickcheck(run_adaptive as fn(u8, Vec<AdaptiveOp>) -> TestResult);
 }

@@ -10,6 +10,7 @@ use surgeguard_core::breaker::{CircuitBreaker, CircuitBreakerConfig};
 use surgeguard_core::flow::{
     Credits, CreditsConfig, LagMeter, LagMeterConfig, Watermarks, WatermarksConfig,
 };
+use surgeguard_core::gate::{Arrival, Event, Gate, GateConfig};
 use surgeguard_core::keyed::{actionable, KeyedConfig, KeyedLimits};
 use surgeguard_core::limit::{
     AimdConfig, AlgorithmConfig, FixedConfig, Gradient2Config, GradientConfig, HysteresisConfig,
@@ -85,6 +86,42 @@ fn drive_limiter(algorithm: AlgorithmConfig) {
     }
     let m = limiter.metrics();
     assert!(m.windows > 0 && m.successes > 0);
+}
+
+fn drive_gate() {
+    let gate: Gate<64> = Gate::new(&GateConfig::default()).unwrap();
+    let mut held = [const { None }; 16];
+    let mut events = [const { None }; 8];
+    for i in 0..20_000u64 {
+        let now = i * MS / 4;
+        let level = Priority::new((i % 3) as u8).unwrap();
+        let deadline = (i % 5 == 0).then_some(now + 30 * MS);
+        match gate.arrive(now, level, deadline) {
+            Arrival::Admitted(p) => {
+                if let Some(old) = held[(i % 16) as usize].replace(p) {
+                    gate.release(old, now, Outcome::Success).unwrap();
+                }
+            }
+            Arrival::Queued(t) if i % 7 == 0 => {
+                let _ = gate.cancel(t);
+            }
+            Arrival::Queued(_) | Arrival::Rejected(_) => {}
+        }
+        let n = gate.poll(now, &mut events);
+        for e in events[..n].iter_mut() {
+            if let Some(Event::Granted(_, p)) = e.take() {
+                gate.release(p, now + MS, Outcome::Dropped).unwrap();
+            }
+        }
+        if i == 10_000 {
+            gate.set_shed_level(Priority::new(2));
+        }
+        let _ = gate.next_wakeup(now);
+    }
+    for p in held.iter_mut().filter_map(Option::take) {
+        gate.release(p, 6 * 1_000 * MS, Outcome::Ignored).unwrap();
+    }
+    let _ = (gate.metrics(), gate.state());
 }
 
 fn drive_client_controls() {
@@ -164,6 +201,7 @@ fn no_structure_allocates() {
         let _ = (credits.metrics(), lag.metrics(5_000 * MS), marks.metrics(5_000 * MS));
 
         drive_client_controls();
+        drive_gate();
     });
     assert_eq!(n, 0, "the core allocated {n} times");
 }

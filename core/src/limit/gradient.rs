@@ -1,36 +1,582 @@
-//! STUB: to be replaced by the real algorithm.
+//! Envoy's adaptive-concurrency gradient controller, plus a probe-free baseline.
+//!
+//! See [`Gradient`] for the state machine, and `core/tests/convergence.rs` for the
+//! closed-loop scenarios its defaults were tuned on.
 
 use super::{check_bounds, Algorithm, Window};
+use crate::rng::SplitMix64;
+use crate::time::{Monotonic, MS, SEC};
+use crate::types::check_range;
 use crate::ConfigError;
 
+// Envoy gradient_controller.cc: the gradient is clamped to [0.5, 2.0] (research/limiters.md §3).
+const MIN_GRADIENT: f64 = 0.5;
+const MAX_GRADIENT: f64 = 2.0;
+// Envoy PR #10647: re-measure minRTT after 5 consecutive windows at the floor.
+const FLOOR_WINDOWS_BEFORE_PROBE: u32 = 5;
+
+// Probe-free baseline (our design, DESIGN.md "Gradient"; constants tuned in convergence.rs).
+// The baseline is a sample-weighted mean of up to this many samples from windows that are
+// statistically indistinguishable from it, then freezes (so windows with a small queue cannot
+// ratchet it up).
+const BASELINE_SAMPLES: f64 = 2000.0;
+// One-sigma error of a histogram quantile (stats: bucket error <= 3.1%).
+const QUANTILE_SE: f64 = 0.02;
+// A window needs this many samples to move the baseline or join the flat test
+// (NCL WindowedLimit's minimum window size).
+const MIN_SAMPLES: u32 = 10;
+// A window whose drops exceed 1/DROP_SHARE_DIVISOR of its outcomes never lowers the baseline:
+// a burst of fast rejections must not poison it.
+const DROP_SHARE_DIVISOR: u64 = 10;
+// Flat test: two operating points whose mean in-flight differs by at least FLAT_SPAN while
+// the latency moved by less than span^FLAT_ELASTICITY are below the dependency's knee (a
+// queue would have moved latency in proportion to in-flight, elasticity 1).
+const FLAT_SPAN: f64 = 1.4;
+const FLAT_ELASTICITY: f64 = 0.2;
+const FLAT_HISTORY: usize = 8;
+// Latency moving faster than concurrency by this exponent is not our queue's doing.
+const FLAT_CHANGE: f64 = 1.5;
+const FLAT_HORIZON_NS: u64 = 4 * SEC;
+// A window becomes a history point only this long after the previous point, or when its
+// in-flight moved by FLAT_STEP (natural log) from it, so the points span distinct operating
+// points over seconds and a slow drift is caught as well as a sharp cut.
+const FLAT_SPACING_NS: u64 = 200 * MS;
+const FLAT_STEP: f64 = 0.1;
+
 /// Configuration of [`Gradient`].
+///
+/// Every field is a plain number, so that bindings can fill it in. `Default` is the
+/// probe-free controller tuned on the closed-loop scenarios; [`GradientConfig::envoy`] is
+/// Envoy parity. Which baseline is used:
+///
+/// - `pinned_baseline_ns > 0`: that fixed value (Envoy's PinnedGradientController);
+/// - else `probe_interval_ns > 0`: Envoy's jittered min-RTT probe;
+/// - else the probe-free baseline (the default).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct GradientConfig {
     /// The limit before any window.
     pub initial_limit: f64,
-    /// Floor.
+    /// Floor. May be below 1 (a fractional limit admits that fraction).
     pub min_limit: f64,
     /// Ceiling.
     pub max_limit: f64,
+    /// Latency allowance over the baseline before the gradient falls below 1 (Envoy
+    /// `buffer`, 25% there). Range `[0, 10]`.
+    pub buffer: f64,
+    /// Multiplier of the `sqrt(limit · gradient)` headroom (Envoy: 1, not configurable
+    /// there). Range `[0, 10]`.
+    pub headroom: f64,
+    /// Fraction of each computed step that is applied, `L += smoothing · (target − L)`
+    /// (Envoy: 1). Range `[0.01, 1]`.
+    pub smoothing: f64,
+    /// The latency percentile of a window used as the sample RTT, in `[50, 99]` (Envoy
+    /// `sample_aggregate_percentile`, default 50). Exact at 50, 90 and 99; in between,
+    /// interpolated linearly between the window's p50, p90 and p99.
+    pub sample_percentile: f64,
+    /// Envoy's min-RTT re-measurement interval in ns (at least 1 ms); `0` selects the
+    /// probe-free baseline.
+    pub probe_interval_ns: u64,
+    /// Envoy `jitter`: each probe starts in `[interval, interval·(1 + jitter))`. Range `[0, 1]`.
+    pub probe_jitter: f64,
+    /// The limit pinned during a probe, at most the current limit (Envoy
+    /// `min_concurrency`, default 3; PR #46602 clamps it to the current limit).
+    pub probe_limit: f64,
+    /// Samples that end a probe (Envoy `request_count`, default 50).
+    pub probe_samples: u32,
+    /// A fixed baseline in ns (Envoy PinnedGradientController); `0` disables it.
+    pub pinned_baseline_ns: u64,
+    /// Multiplicative back-off on a window whose drops exceed `drop_tolerance`; `1` ignores
+    /// drops (Envoy). Range `[0.1, 1]`.
+    pub backoff: f64,
+    /// Share of a window's outcomes that may be drops without a back-off. Range `[0, 0.999]`.
+    pub drop_tolerance: f64,
+    /// Double the limit per uncongested window until the first congestion signal.
+    pub slow_start: bool,
+    /// No growth while the window's most in-flight is below `ratio · limit`; `0` disables.
+    /// Range `[0, 1]`.
+    pub app_limited_ratio: f64,
+    /// Seed of the probe jitter.
+    pub seed: u64,
 }
 
 impl Default for GradientConfig {
+    /// The probe-free controller. `buffer`, `headroom` and `smoothing` were tuned in
+    /// `core/tests/convergence.rs`. Envoy's 25% buffer with the full `sqrt` headroom settles
+    /// near 1.55× the uncongested median; after a dependency slowdown that keeps p99 above
+    /// 2× the new base latency. `buffer 0.1, headroom 0.4` keeps a standing queue of about
+    /// `0.1·C + 0.4·sqrt(C)` requests (enough for ~99% goodput under Poisson arrivals at
+    /// 150% load), and smoothing 0.3 damps window-to-window noise.
     fn default() -> Self {
-        Self { initial_limit: 20.0, min_limit: 1.0, max_limit: 1000.0 }
+        Self {
+            initial_limit: 1.0, // learn the baseline uncongested; slow start doubles it
+            min_limit: 1.0,
+            max_limit: 1000.0, // Envoy max_concurrency_limit default
+            buffer: 0.1,
+            headroom: 0.4,
+            smoothing: 0.3,
+            sample_percentile: 50.0, // Envoy default
+            probe_interval_ns: 0,
+            probe_jitter: 0.15, // Envoy default
+            probe_limit: 3.0,   // Envoy min_concurrency default
+            probe_samples: 50,  // Envoy request_count default
+            pinned_baseline_ns: 0,
+            backoff: 0.9, // NCL AIMD / congestion-limiter back-off ratio
+            drop_tolerance: 0.01,
+            slow_start: true,
+            app_limited_ratio: 0.8, // congestion-limiter AIMD minimum utilisation
+            seed: 0x5EED_5EED_5EED_5EED,
+        }
     }
 }
 
-/// STUB.
+impl GradientConfig {
+    /// Envoy's controller with its defaults (research/limiters.md §3): a min-RTT probe
+    /// every `interval_ns` plus up to 15% jitter, pinned at 3 for 50 samples; buffer 25%;
+    /// sample p50; limit 3..1000 starting inside a probe; full `sqrt` headroom, no
+    /// smoothing; drops, slow start and the app-limited guard off (Envoy has none).
+    pub fn envoy(interval_ns: u64) -> Self {
+        Self {
+            initial_limit: 3.0,
+            min_limit: 3.0,
+            max_limit: 1000.0,
+            buffer: 0.25,
+            headroom: 1.0,
+            smoothing: 1.0,
+            probe_interval_ns: interval_ns,
+            backoff: 1.0,
+            drop_tolerance: 0.0,
+            slow_start: false,
+            app_limited_ratio: 0.0,
+            ..Self::default()
+        }
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        check_bounds(self.min_limit, self.initial_limit, self.max_limit)?;
+        check_range(self.buffer, 0.0, 10.0, "buffer")?;
+        check_range(self.headroom, 0.0, 10.0, "headroom")?;
+        check_range(self.smoothing, 0.01, 1.0, "smoothing")?;
+        check_range(self.sample_percentile, 50.0, 99.0, "sample_percentile")?;
+        check_range(self.probe_jitter, 0.0, 1.0, "probe_jitter")?;
+        check_range(self.probe_limit, 1e-6, 1e9, "probe_limit")?;
+        check_range(self.backoff, 0.1, 1.0, "backoff")?;
+        check_range(self.drop_tolerance, 0.0, 0.999, "drop_tolerance")?;
+        check_range(self.app_limited_ratio, 0.0, 1.0, "app_limited_ratio")?;
+        if self.pinned_baseline_ns > 3600 * SEC {
+            return Err(ConfigError::OutOfRange("pinned_baseline_ns"));
+        }
+        if self.probe_interval_ns > 0 {
+            // Envoy: the interval is at least 1 ms; a day bounds the jitter arithmetic.
+            if self.probe_interval_ns < MS || self.probe_interval_ns > 86_400 * SEC {
+                return Err(ConfigError::OutOfRange("probe_interval_ns"));
+            }
+            if self.probe_samples == 0 || self.probe_samples > 1_000_000 {
+                return Err(ConfigError::OutOfRange("probe_samples"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A snapshot of a [`Gradient`]'s state and counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GradientMetrics {
+    /// The current limit.
+    pub limit: f64,
+    /// The baseline (uncongested sample RTT) in ns; 0 before the first measurement.
+    pub baseline_ns: u64,
+    /// The last window's sample RTT in ns.
+    pub sample_ns: u64,
+    /// The last gradient computed (1 before any).
+    pub gradient: f64,
+    /// Windows folded.
+    pub windows: u64,
+    /// Back-offs caused by drops.
+    pub backoffs: u64,
+    /// Probe-free: times the flat test raised the baseline.
+    pub rebaselines: u64,
+    /// Probe mode: min-RTT measurements completed.
+    pub probes: u64,
+    /// Still in slow start.
+    pub slow_start: bool,
+    /// A min-RTT measurement is under way (the limit is pinned).
+    pub probing: bool,
+}
+
+/// One operating point of the flat test: mean in-flight and sample RTT of a window
+/// (`f32`: ratios are all the test needs, and the limiter stores the algorithm by value).
+#[derive(Clone, Copy, Debug, Default)]
+struct Point {
+    at: u64,
+    inflight: f32,
+    stat: f32,
+    se: f32,
+    weight: f32,
+}
+
+/// An Envoy min-RTT measurement under way.
+#[derive(Clone, Copy, Debug)]
+struct Probe {
+    deferred_limit: f64,
+    skip_windows: u32,
+    samples: u64,
+    weighted_sum: f64,
+}
+
+/// Envoy's adaptive-concurrency gradient controller (research/limiters.md §3) with a
+/// probe-free baseline (DESIGN.md "Gradient"), the crate's default algorithm.
+///
+/// Each window's sample RTT `S` (a percentile, p50 by default) is compared with a baseline
+/// `B`, the uncongested value of the same statistic:
+///
+/// ```text
+/// g      = clamp(B·(1 + buffer) / S, 0.5, 2)
+/// target = L·g + headroom·sqrt(L·g)            // Envoy: buffer 0.25, headroom 1
+/// L      = clamp(L + smoothing·(target − L), min_limit, max_limit)
+/// ```
+///
+/// At equilibrium `g = 1 − headroom/sqrt(L)`: over a dependency that serves `C` at once
+/// without queueing, the default keeps a standing queue of about `0.1·C + 0.4·sqrt(C)`
+/// requests, enough to cover the gaps between Poisson arrivals.
+///
+/// # State machine
+///
+/// Phases: **slow start** → **steady**, plus **probing** in probe mode. Every window:
+///
+/// 1. *Probing* (probe mode only): the limit is pinned at `min(L, probe_limit)`. The first
+///    window after the pin is discarded, because it holds requests admitted before the pin
+///    (Envoy's min-RTT epoch rule, PR #11579). Further windows accumulate until
+///    `probe_samples` samples. Then `B` is their sample-weighted statistic, the deferred
+///    limit comes back, and the next probe is scheduled at
+///    `now + interval + U[0, interval·jitter)` from the seeded SplitMix64. A probe also
+///    starts after 5 consecutive windows at the floor (Envoy PR #10647). Drops are ignored
+///    while probing.
+/// 2. *Drops*: if drops exceed `drop_tolerance` of the window's outcomes and `backoff < 1`,
+///    then `L ×= backoff` and nothing else happens this window. Slow start ends unless the
+///    window is tiny (< 10 outcomes), so one stray timeout at a limit near 1 does not.
+///    The tolerance keeps timeouts from a heavy latency tail from collapsing the limit.
+/// 3. A window without samples changes nothing.
+/// 4. *Baseline*. Pinned: fixed. Probe: the last measurement. **Probe-free** (the default):
+///    - `B` is a sample-weighted mean of windows compared in log space, each with the
+///      standard error of a median (`1.25·σ/√n`, `σ` read from the window's own p50..p90,
+///      plus the histogram's quantile error).
+///    - A window **clearly below** `B` (by more than 2 SE) restarts it: the dependency got
+///      faster, and queueing only ever adds latency. If our limit was binding, that window
+///      still holds our queue, so the limit is also cut by the speed-up ratio and slow
+///      start resumes, which lets the next windows see the uncongested latency.
+///    - A window **indistinguishable** from `B` (within 2 SE) is averaged in, but only
+///      if it holds no queue of our making: during slow start, or when the limit was not
+///      reached. At a binding limit the controller keeps its standing queue by design.
+///      After 2,000 samples `B` freezes, so it cannot ratchet up. Windows with more than
+///      10% drops never move `B`, so fast rejections cannot poison it.
+///    - The **flat test** raises `B` when it is stale. Each window with ≥ 10 samples is an
+///      operating point: its mean in-flight `N = samples·avg/duration` (Little's law) and
+///      its `S`. Take two points within 4 s whose `N` differ by ≥ 1.4×. If `S` at the higher
+///      `N` is at most `span^0.2` times, and no less (beyond noise) than, `S` at the lower,
+///      then latency is ignoring concurrency: the dependency is below its knee at both
+///      points, whatever our limit did. If the low point's `S` is then significantly above
+///      `B`, the dependency slowed, or a quiet period passed. `B` becomes that `S`, and `L`
+///      resumes at once at `N_high + headroom·sqrt(N_high)`, a load the dependency has just
+///      served without queueing. The history is dropped after a gap of more than 4 s
+///      between windows, and whenever a new point's latency differs from an old one's
+///      by more than our own queue could explain (elasticity above 1.5, or the wrong
+///      sign, beyond noise). That means the dependency itself changed, so old points would
+///      make false pairs.
+///
+///    So a slowdown costs one short, self-limiting cut, which the controller makes anyway,
+///    instead of Envoy's periodic pin to 3 and its burst of 503s. The baseline is learned
+///    uncongested from the start: the default initial limit is 1 and slow start doubles it.
+/// 5. *Gradient*: `g` as above. In probe-free mode `min(B, S)` stands in for `B`, so a
+///    stale-high baseline cannot double the limit.
+/// 6. *Slow start*: the limit doubles until a window's `S` is clearly (2 SE) above
+///    `B·(1 + buffer)`, or drops end it. Otherwise the smoothed step applies.
+/// 7. *App-limited guard*: no growth while the window's `max_inflight < app_limited_ratio · L`,
+///    unless it reached every whole permit (`max_inflight + 1 > L`: a limiter admits `⌊L⌋`).
+/// 8. Clamp to `[min_limit, max_limit]`.
+///
+/// **Fractional limits.** Below 1 the headroom becomes `x·sqrt(x)` (continuous at 1), so a
+/// congested limit keeps shrinking towards a fractional floor. Envoy's `sqrt` would hold it
+/// at its fixed point of 4.
+///
+/// ```
+/// use surgeguard_core::limit::{Algorithm, Gradient, GradientConfig, Window};
+///
+/// let mut g = Gradient::new(&GradientConfig::default()).unwrap();
+/// let ms = 1_000_000;
+/// let window = |now, p50: u64, inflight| Window {
+///     now, samples: 100, drops: 0, avg_ns: p50, min_ns: p50 / 2, p50_ns: p50,
+///     p90_ns: p50 * 13 / 10, p99_ns: p50 * 2, max_inflight: inflight, inflight,
+/// };
+/// let l0 = g.limit();
+/// assert!(g.update(&window(100 * ms, 10 * ms, 10)) > l0); // uncongested: slow start grows
+/// let l1 = g.limit();
+/// assert!(g.update(&window(200 * ms, 30 * ms, 20)) < l1); // latency tripled: backs off
+/// ```
+///
+/// Progress: not shared (`&mut self`; the [`Limiter`](crate::Limiter) folds windows from one
+/// CAS winner). Cost per window: a constant number of float operations, plus a scan of
+/// 8 history points. No allocation. Sources: Envoy `gradient_controller.cc` and
+/// `pinned_gradient_controller.cc` (research/limiters.md §3); probe-free baseline,
+/// DESIGN.md "Gradient" and research/limiters.md §10.8.
 #[derive(Clone, Debug)]
 pub struct Gradient {
+    cfg: GradientConfig,
     limit: f64,
+    baseline: f64,
+    baseline_weight: f64,
+    clock: Monotonic,
+    last_at: u64,
+    history: [Point; FLAT_HISTORY],
+    history_len: usize,
+    history_next: usize,
+    resume_at: f64,
+    cut_to: f64,
+    slow_start: bool,
+    floor_windows: u32,
+    probe: Option<Probe>,
+    next_probe_at: u64,
+    rng: SplitMix64,
+    m: GradientMetrics,
 }
 
 impl Gradient {
-    /// Builds it, validating the config.
+    /// Builds it, validating the config (a bad one returns [`ConfigError`]).
     pub fn new(config: &GradientConfig) -> Result<Self, ConfigError> {
-        check_bounds(config.min_limit, config.initial_limit, config.max_limit)?;
-        Ok(Self { limit: config.initial_limit })
+        config.validate()?;
+        let mut g = Self {
+            cfg: *config,
+            limit: config.initial_limit,
+            baseline: config.pinned_baseline_ns as f64,
+            baseline_weight: 0.0,
+            clock: Monotonic::new(),
+            last_at: 0,
+            history: [Point::default(); FLAT_HISTORY],
+            history_len: 0,
+            history_next: 0,
+            resume_at: 0.0,
+            cut_to: 0.0,
+            slow_start: config.slow_start,
+            floor_windows: 0,
+            probe: None,
+            next_probe_at: 0,
+            rng: SplitMix64::new(config.seed),
+            m: GradientMetrics { gradient: 1.0, ..GradientMetrics::default() },
+        };
+        if g.probing_mode() {
+            // Envoy: the controller starts inside a minRTT window (nothing to discard yet).
+            g.start_probe(0);
+        }
+        Ok(g)
+    }
+
+    /// A snapshot of the state and counters.
+    pub fn metrics(&self) -> GradientMetrics {
+        GradientMetrics {
+            limit: self.limit,
+            baseline_ns: self.baseline as u64,
+            slow_start: self.slow_start,
+            probing: self.probe.is_some(),
+            ..self.m
+        }
+    }
+
+    /// The current baseline (uncongested sample RTT) in ns; 0 before the first measurement.
+    pub fn baseline_ns(&self) -> u64 {
+        self.baseline as u64
+    }
+
+    fn probe_free(&self) -> bool {
+        self.cfg.pinned_baseline_ns == 0 && self.cfg.probe_interval_ns == 0
+    }
+
+    fn probing_mode(&self) -> bool {
+        self.cfg.pinned_baseline_ns == 0 && self.cfg.probe_interval_ns > 0
+    }
+
+    fn clamp(&self, x: f64) -> f64 {
+        x.max(self.cfg.min_limit).min(self.cfg.max_limit)
+    }
+
+    /// The window's sample RTT: the configured percentile, interpolated between p50, p90, p99.
+    fn stat(&self, w: &Window) -> f64 {
+        let p = self.cfg.sample_percentile;
+        let (p50, p90, p99) = (w.p50_ns as f64, w.p90_ns as f64, w.p99_ns as f64);
+        let s = if p <= 90.0 {
+            p50 + (p - 50.0) / 40.0 * (p90 - p50)
+        } else {
+            p90 + (p - 90.0) / 9.0 * (p99 - p90)
+        };
+        s.max(1.0)
+    }
+
+    fn start_probe(&mut self, skip_windows: u32) {
+        self.probe =
+            Some(Probe { deferred_limit: self.limit, skip_windows, samples: 0, weighted_sum: 0.0 });
+        self.floor_windows = 0;
+        self.limit = self.clamp(self.limit.min(self.cfg.probe_limit));
+    }
+
+    fn schedule_probe(&mut self, now: u64) {
+        let interval = self.cfg.probe_interval_ns;
+        // Envoy: interval + random % ceil(interval · jitter).
+        let span = libm::ceil(interval as f64 * self.cfg.probe_jitter) as u64;
+        let jitter = if span > 0 { self.rng.below(span) } else { 0 };
+        self.next_probe_at = now.saturating_add(interval).saturating_add(jitter);
+    }
+
+    /// Probe mode: folds one window into the measurement. True while still probing.
+    fn fold_probe(&mut self, now: u64, w: &Window) -> bool {
+        let Some(mut p) = self.probe else { return false };
+        if p.skip_windows > 0 {
+            p.skip_windows -= 1;
+        } else if w.samples > 0 {
+            p.samples += w.samples as u64;
+            p.weighted_sum += self.stat(w) * w.samples as f64;
+        }
+        if p.samples >= self.cfg.probe_samples as u64 {
+            self.baseline = p.weighted_sum / p.samples as f64;
+            self.limit = p.deferred_limit;
+            self.probe = None;
+            self.m.probes += 1;
+            self.schedule_probe(now);
+            false
+        } else {
+            self.probe = Some(p);
+            true
+        }
+    }
+
+    /// Probe-free: folds one window's statistic into the baseline (state machine step 4).
+    fn track_baseline(&mut self, now: u64, dur: u64, w: &Window, stat: f64) {
+        let total = w.samples as u64 + w.drops as u64;
+        let mostly_answers = w.drops as u64 * DROP_SHARE_DIVISOR <= total;
+        let n = w.samples as f64;
+        let sigma = log_spread(w);
+        let bound = !self.slow_start && w.max_inflight as f64 + 1.0 > self.limit;
+        if self.baseline <= 0.0 {
+            self.baseline = stat;
+            self.baseline_weight = n;
+        } else if mostly_answers {
+            // Compare in log space: the window's median and the baseline each have a
+            // standard error 1.25·σ/√n, plus the histogram's quantile error.
+            let se_w = 1.2533 * sigma / libm::sqrt(n.max(1.0));
+            let se_b = 1.2533 * sigma / libm::sqrt(self.baseline_weight.max(1.0));
+            let se = libm::sqrt(se_w * se_w + se_b * se_b + 2.0 * QUANTILE_SE * QUANTILE_SE);
+            let diff = libm::log(stat / self.baseline);
+            if diff < -2.0 * se {
+                // Clearly below: the dependency got faster. Queueing only adds latency, so
+                // this window is the better estimate; start over from it. If our limit was
+                // binding, this window still holds our queue: cut the limit by the speed-up
+                // so the next windows see the uncongested latency, and slow-start back.
+                self.baseline = stat;
+                self.baseline_weight = n;
+                if bound {
+                    self.cut_to = self.limit * libm::exp(diff);
+                }
+            } else if diff <= 2.0 * se && self.baseline_weight < BASELINE_SAMPLES && !bound {
+                // Indistinguishable, and no queue of our making (slow start, or the limit
+                // was not reached): a sample-weighted mean refines it. At a binding limit the
+                // controller keeps a standing queue by design, so those windows never count;
+                // once BASELINE_SAMPLES are in, the estimate freezes.
+                self.baseline += (stat - self.baseline) * n / (self.baseline_weight + n);
+                self.baseline_weight += n;
+            }
+        }
+        if w.samples >= MIN_SAMPLES && dur > 0 {
+            let inflight = n * w.avg_ns as f64 / dur as f64;
+            let se = median_se(sigma, n);
+            let here = Point {
+                at: now,
+                inflight: inflight as f32,
+                stat: stat as f32,
+                se: se as f32,
+                weight: n as f32,
+            };
+            self.flat_test(here);
+        }
+    }
+
+    /// Compares `here` with the recent operating points; raises a stale baseline.
+    fn flat_test(&mut self, here: Point) {
+        // A point whose latency differs from `here` by more than our own queue could explain
+        // (elasticity above FLAT_CHANGE, or the wrong sign, beyond noise) was taken from a
+        // different dependency (it slowed, sped up, lost capacity): forget the history.
+        let changed = self.history[..self.history_len].iter().any(|h| {
+            let dn = libm::log(here.inflight.max(1e-9) as f64 / h.inflight.max(1e-9) as f64);
+            let ds = libm::log(here.stat as f64 / h.stat as f64);
+            let noise = 3.0 * libm::sqrt((here.se * here.se + h.se * h.se) as f64);
+            libm::fabs(ds) > FLAT_CHANGE * libm::fabs(dn) + noise || ds * dn < -(noise * noise)
+        });
+        if changed {
+            self.history_len = 0;
+            self.history_next = 0;
+        }
+        for i in 0..self.history_len {
+            let h = self.history[i];
+            if here.at.saturating_sub(h.at) > FLAT_HORIZON_NS {
+                continue;
+            }
+            let (lo, hi) = if h.inflight < here.inflight { (h, here) } else { (here, h) };
+            let (lo_n, hi_n) = (lo.inflight as f64, hi.inflight as f64);
+            let (lo_s, hi_s) = (lo.stat as f64, hi.stat as f64);
+            let (lo_se, hi_se) = (lo.se as f64, hi.se as f64);
+            if lo_n <= 0.0 {
+                continue;
+            }
+            let span = hi_n / lo_n;
+            // Latency may rise a little with concurrency, never fall beyond noise: a pair
+            // whose latency is lower at the higher concurrency straddles a change of the
+            // dependency itself, and says nothing about its knee.
+            let noise = 1.0 + 2.0 * libm::sqrt(lo_se * lo_se + hi_se * hi_se);
+            let flat = span >= FLAT_SPAN
+                && hi_s <= lo_s * libm::pow(span, FLAT_ELASTICITY)
+                && hi_s * noise >= lo_s;
+            let margin = self.cfg.buffer.max(2.0 * lo_se);
+            if flat && lo_s > self.baseline * (1.0 + margin) {
+                self.baseline = lo_s;
+                self.baseline_weight = lo.weight as f64;
+                self.resume_at = hi_n + self.cfg.headroom * headroom(hi_n);
+                self.m.rebaselines += 1;
+                self.history_len = 0;
+                self.history_next = 0;
+                return;
+            }
+        }
+        if self.history_len > 0 {
+            let last = self.history[(self.history_next + FLAT_HISTORY - 1) % FLAT_HISTORY];
+            let moved = libm::fabs(libm::log(
+                (here.inflight as f64).max(1e-9) / (last.inflight as f64).max(1e-9),
+            ));
+            if here.at.saturating_sub(last.at) < FLAT_SPACING_NS && moved < FLAT_STEP {
+                return;
+            }
+        }
+        self.history[self.history_next] = here;
+        self.history_next = (self.history_next + 1) % FLAT_HISTORY;
+        self.history_len = (self.history_len + 1).min(FLAT_HISTORY);
+    }
+}
+
+/// The log-spread `σ` of a window's latencies, read from its p50..p90 (log-normal model).
+fn log_spread(w: &Window) -> f64 {
+    (libm::log(w.p90_ns.max(1) as f64 / w.p50_ns.max(1) as f64) / 1.2816).max(0.0)
+}
+
+/// Relative standard error of the median of `n` samples with log-spread `sigma`
+/// (`1.25·σ/√n`), combined with the histogram's quantile error.
+fn median_se(sigma: f64, n: f64) -> f64 {
+    let se = 1.2533 * sigma / libm::sqrt(n.max(1.0));
+    libm::sqrt(se * se + QUANTILE_SE * QUANTILE_SE)
+}
+
+/// The headroom added to `x = limit · gradient`: Envoy's `sqrt(x)`, and `x·sqrt(x)` below 1
+/// so that fractional limits can still shrink (continuous at 1).
+fn headroom(x: f64) -> f64 {
+    let r = libm::sqrt(x.max(0.0));
+    if x >= 1.0 {
+        r
+    } else {
+        x * r
     }
 }
 
@@ -38,10 +584,492 @@ impl Algorithm for Gradient {
     fn limit(&self) -> f64 {
         self.limit
     }
-    fn update(&mut self, _window: &Window) -> f64 {
+
+    fn update(&mut self, w: &Window) -> f64 {
+        let now = self.clock.observe(w.now);
+        // The window's length, if known: after a gap longer than the flat test's horizon the
+        // previous close says nothing about this window, and the history is stale.
+        let mut dur = if self.last_at > 0 { now - self.last_at } else { 0 };
+        if dur > FLAT_HORIZON_NS {
+            dur = 0;
+            self.history_len = 0;
+            self.history_next = 0;
+        }
+        self.last_at = now;
+        self.m.windows += 1;
+
+        // 1. A min-RTT measurement under way.
+        if self.probe.is_some() && self.fold_probe(now, w) {
+            return self.limit;
+        }
+        // 2. Drops.
+        let total = w.samples as u64 + w.drops as u64;
+        let too_many_drops = w.drops as f64 > self.cfg.drop_tolerance * total as f64;
+        if w.drops > 0 && too_many_drops && self.cfg.backoff < 1.0 {
+            self.limit = self.clamp(self.limit * self.cfg.backoff);
+            // One stray timeout in a tiny window (a limit near 1) does not end slow start.
+            if total >= MIN_SAMPLES as u64 {
+                self.slow_start = false;
+            }
+            self.m.backoffs += 1;
+            return self.limit;
+        }
+        // 3. Nothing to measure.
+        if w.samples == 0 {
+            return self.limit;
+        }
+        // 4. Baseline.
+        let stat = self.stat(w);
+        self.m.sample_ns = stat as u64;
+        if self.probe_free() {
+            self.track_baseline(now, dur, w, stat);
+        }
+        if self.baseline <= 0.0 {
+            return self.limit;
+        }
+        // 5. Gradient.
+        let l = self.limit;
+        let base = if self.probe_free() { self.baseline.min(stat) } else { self.baseline };
+        let g = (base * (1.0 + self.cfg.buffer) / stat).clamp(MIN_GRADIENT, MAX_GRADIENT);
+        self.m.gradient = g;
+        // 6. Slow start (until latency is clearly, not just noisily, above the baseline),
+        //    else the smoothed Envoy step.
+        let se = median_se(log_spread(w), w.samples as f64);
+        let congested = stat > self.baseline * (1.0 + self.cfg.buffer) * (1.0 + 2.0 * se);
+        let mut new = if self.slow_start && !congested {
+            l * 2.0
+        } else {
+            self.slow_start = false;
+            let target = l * g + self.cfg.headroom * headroom(l * g);
+            l + self.cfg.smoothing * (target - l)
+        };
+        // 7. App-limited guard.
+        // Reaching every whole permit is never app-limited (a limiter admits floor(L)).
+        let used = w.max_inflight as f64;
+        if new > l && used < self.cfg.app_limited_ratio * l && used + 1.0 <= l {
+            new = l;
+        }
+        if self.resume_at > 0.0 {
+            new = new.max(self.resume_at);
+            self.resume_at = 0.0;
+        }
+        if self.cut_to > 0.0 {
+            new = self.cut_to;
+            self.cut_to = 0.0;
+            self.slow_start = self.cfg.slow_start;
+        }
+        // 8. Clamp.
+        self.limit = self.clamp(new);
+
+        if self.probing_mode() {
+            if self.limit <= self.cfg.min_limit {
+                self.floor_windows += 1;
+            } else {
+                self.floor_windows = 0;
+            }
+            if self.floor_windows >= FLOOR_WINDOWS_BEFORE_PROBE || now >= self.next_probe_at {
+                self.start_probe(1);
+            }
+        }
         self.limit
     }
+
     fn name(&self) -> &'static str {
         "gradient"
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use quickcheck::{quickcheck, Arbitrary, Gen};
+    use std::vec::Vec;
+
+    /// A deterministic fluid model of a dependency with `slots` servers and service time
+    /// `service_ms`, driven at `load` × its capacity by Poisson-free arrivals: each window
+    /// of 100 ms, in-flight = min(limit, offered), latency = service · max(1, N / slots).
+    struct Plant {
+        slots: f64,
+        service_ms: f64,
+        /// Offered concurrency (arrival rate × service time).
+        offered: f64,
+        now: u64,
+    }
+
+    impl Plant {
+        fn window(&mut self, limit: f64) -> Window {
+            self.now += 100 * MS;
+            let n = limit.max(1.0).min(self.offered);
+            let lat_ms = self.service_ms * (n / self.slots).max(1.0);
+            let lat = (lat_ms * MS as f64) as u64;
+            let samples = (n / lat_ms * 100.0).max(1.0) as u32;
+            Window {
+                now: self.now,
+                samples,
+                drops: 0,
+                avg_ns: lat,
+                min_ns: lat * 7 / 10,
+                p50_ns: lat,
+                p90_ns: lat * 12 / 10,
+                p99_ns: lat * 15 / 10,
+                max_inflight: n.ceil() as u32,
+                inflight: n as u32,
+            }
+        }
+
+        fn run(&mut self, g: &mut Gradient, windows: usize) -> f64 {
+            for _ in 0..windows {
+                let w = self.window(g.limit());
+                g.update(&w);
+            }
+            g.limit()
+        }
+    }
+
+    /// The top of the band the default settles in over `slots` slots: a standing queue of
+    /// about `buffer·C + headroom·sqrt(C)`, doubled, plus 2.
+    fn equilibrium_high(slots: f64) -> f64 {
+        let d = GradientConfig::default();
+        slots * (1.0 + d.buffer) + 2.0 * d.headroom * libm::sqrt(slots) + 2.0
+    }
+
+    fn overloaded(slots: f64, service_ms: f64) -> Plant {
+        Plant { slots, service_ms, offered: 10.0 * slots, now: 0 }
+    }
+
+    #[test]
+    fn settles_just_above_the_knee() {
+        for slots in [4.0, 16.0, 100.0, 500.0] {
+            let mut g = Gradient::new(&GradientConfig::default()).unwrap();
+            let l = overloaded(slots, 10.0).run(&mut g, 300);
+            // Equilibrium: a standing queue of about buffer·C + headroom·sqrt(C).
+            let high = equilibrium_high(slots);
+            assert!(l >= slots && l <= high, "{slots}: {l} not in [{slots}, {high}]");
+            let b = g.baseline_ns() as f64 / MS as f64;
+            assert!((9.5..=11.0).contains(&b), "{slots}: baseline {b} ms");
+        }
+    }
+
+    #[test]
+    fn a_slower_dependency_is_relearned_without_a_probe() {
+        let mut g = Gradient::new(&GradientConfig::default()).unwrap();
+        let mut p = overloaded(16.0, 10.0);
+        let before = p.run(&mut g, 200);
+        p.service_ms = 20.0;
+        let mut lowest = f64::MAX;
+        for _ in 0..100 {
+            lowest = lowest.min(p.run(&mut g, 1));
+        }
+        let after = g.limit();
+        // It cut below the knee for a moment, learned the new baseline, and came back.
+        assert!(lowest < 16.0, "{lowest}");
+        assert!(lowest > 5.0, "{lowest}");
+        assert!((after - before).abs() < 3.0, "{before} -> {after}");
+        assert!((16.0..=equilibrium_high(16.0)).contains(&after), "{after}");
+        let b = g.baseline_ns() as f64 / MS as f64;
+        assert!((19.0..=22.0).contains(&b), "baseline {b} ms");
+        assert!(g.metrics().rebaselines >= 1);
+    }
+
+    #[test]
+    fn the_baseline_survives_a_long_quiet_period() {
+        let mut g = Gradient::new(&GradientConfig::default()).unwrap();
+        let mut p = overloaded(16.0, 10.0);
+        p.run(&mut g, 100);
+        // Ten quiet minutes: no windows at all. The dependency is now 3x slower.
+        p.now += 600 * SEC;
+        p.service_ms = 30.0;
+        p.run(&mut g, 100);
+        let l = g.limit();
+        let b = g.baseline_ns() as f64 / MS as f64;
+        assert!((16.0..=equilibrium_high(16.0)).contains(&l), "{l} (baseline {b} ms)");
+        assert!((29.0..=33.0).contains(&b), "baseline {b} ms");
+    }
+
+    #[test]
+    fn a_faster_dependency_lowers_the_baseline_at_once() {
+        let mut g = Gradient::new(&GradientConfig::default()).unwrap();
+        let mut p = overloaded(16.0, 20.0);
+        p.run(&mut g, 100);
+        p.service_ms = 10.0;
+        p.run(&mut g, 30);
+        let b = g.baseline_ns() as f64 / MS as f64;
+        assert!((9.5..=11.0).contains(&b), "baseline {b} ms");
+        let l = g.limit();
+        assert!((16.0..=equilibrium_high(16.0)).contains(&l), "{l}");
+    }
+
+    #[test]
+    fn fast_rejections_do_not_poison_the_baseline() {
+        let mut g = Gradient::new(&GradientConfig::default()).unwrap();
+        let mut p = overloaded(16.0, 10.0);
+        p.run(&mut g, 100);
+        let before = g.baseline_ns();
+        // A window where half the outcomes are fast rejections and the few answers are fast.
+        let mut w = p.window(g.limit());
+        w.p50_ns = MS;
+        w.p90_ns = 2 * MS;
+        w.drops = w.samples;
+        let cfg = GradientConfig { drop_tolerance: 0.6, ..GradientConfig::default() };
+        let mut tolerant = Gradient::new(&cfg).unwrap();
+        p.now = 0;
+        p.run(&mut tolerant, 100);
+        let tolerant_before = tolerant.baseline_ns();
+        w.now = p.now + 100 * MS;
+        tolerant.update(&w);
+        assert_eq!(tolerant.baseline_ns(), tolerant_before);
+        // With the default tolerance the drops back the limit off instead.
+        let l = g.limit();
+        w.now = p.now + 100 * MS;
+        assert!(g.update(&w) < l);
+        assert_eq!(g.baseline_ns(), before);
+    }
+
+    #[test]
+    fn drops_back_off_and_end_slow_start() {
+        let cfg = GradientConfig { initial_limit: 10.0, ..GradientConfig::default() };
+        let mut g = Gradient::new(&cfg).unwrap();
+        assert!(g.metrics().slow_start);
+        // One stray drop in a tiny window backs off but keeps slow start.
+        let l = g.update(&Window::single(MS, 10 * MS, 5, true));
+        assert!((l - 9.0).abs() < 1e-9, "{l}");
+        assert!(g.metrics().slow_start);
+        // Drops in a window of real size end it.
+        let w =
+            Window { now: 2 * MS, samples: 30, drops: 10, ..Window::single(0, 10 * MS, 5, false) };
+        let l = g.update(&w);
+        assert!((l - 8.1).abs() < 1e-9, "{l}");
+        assert!(!g.metrics().slow_start);
+        assert_eq!(g.metrics().backoffs, 2);
+        // The floor holds.
+        let mut now = 2 * MS;
+        for _ in 0..100 {
+            now += MS;
+            g.update(&Window::single(now, 0, 1, true));
+        }
+        assert_eq!(g.limit(), cfg.min_limit);
+        // Envoy parity ignores drops.
+        let mut e = Gradient::new(&GradientConfig::envoy(SEC)).unwrap();
+        let l = e.limit();
+        assert_eq!(e.update(&Window::single(MS, 10 * MS, 5, true)), l);
+    }
+
+    #[test]
+    fn app_limited_windows_do_not_grow_the_limit() {
+        let mut g = Gradient::new(&GradientConfig::default()).unwrap();
+        let mut p = Plant { slots: 100.0, service_ms: 10.0, offered: 5.0, now: 0 };
+        let l = p.run(&mut g, 200);
+        // Demand is 5 in flight: the limit stays within 1/0.8 of what was used (and the
+        // first doubling), not at the ceiling.
+        assert!(l <= 20.0, "{l}");
+        assert!(l >= 5.0, "{l}");
+    }
+
+    #[test]
+    fn fractional_limits_shrink_below_one_and_recover() {
+        let cfg = GradientConfig { min_limit: 0.01, ..GradientConfig::default() };
+        let mut g = Gradient::new(&cfg).unwrap();
+        let mut now = 0;
+        for _ in 0..60 {
+            now += 100 * MS;
+            g.update(&Window::single(now, 0, 1, true));
+        }
+        let low = g.limit();
+        assert!(low < 0.05, "{low}");
+        assert!(low >= 0.01);
+        // Gradient below 1 keeps shrinking a fractional limit (Envoy's sqrt would hold it at 4).
+        assert!(headroom(0.25) < 0.25 && (headroom(1.0) - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn envoy_probe_pins_measures_and_restores() {
+        let cfg = GradientConfig { initial_limit: 40.0, ..GradientConfig::envoy(SEC) };
+        let mut g = Gradient::new(&cfg).unwrap();
+        // Starts inside a probe, pinned at min_concurrency.
+        assert!(g.metrics().probing);
+        assert_eq!(g.limit(), 3.0);
+        let mut p = overloaded(16.0, 10.0);
+        // 3 in flight → 30 samples per window: two windows end the 50-sample probe.
+        p.run(&mut g, 2);
+        assert!(!g.metrics().probing);
+        assert_eq!(g.metrics().probes, 1);
+        assert_eq!(g.baseline_ns(), 10 * MS);
+        assert!(g.limit() > 40.0, "restored then grown: {}", g.limit());
+        // Runs freely until the jittered interval: [1 s, 1.15 s) after the probe ended.
+        let ended = p.now;
+        let mut started = 0;
+        for _ in 0..20 {
+            p.run(&mut g, 1);
+            if g.metrics().probing {
+                started = p.now;
+                break;
+            }
+        }
+        assert!(started >= ended + SEC && started < ended + SEC + 150 * MS + 100 * MS);
+        assert_eq!(g.limit(), 3.0);
+        // The first window after the pin is discarded, then 50 samples end it.
+        p.run(&mut g, 1);
+        assert!(g.metrics().probing);
+        p.run(&mut g, 2);
+        assert!(!g.metrics().probing);
+        assert_eq!(g.metrics().probes, 2);
+    }
+
+    #[test]
+    fn envoy_stale_baseline_settles_near_its_fixed_point() {
+        // The Envoy failure mode the probe-free mode fixes: after a slowdown the stale
+        // minRTT holds the limit near g = 0.625's fixed point (~4-5) until the next probe.
+        let mut g = Gradient::new(&GradientConfig::envoy(3600 * SEC)).unwrap();
+        let mut p = overloaded(16.0, 10.0);
+        p.run(&mut g, 100);
+        p.service_ms = 20.0;
+        let l = p.run(&mut g, 50);
+        assert!((3.0..=6.0).contains(&l), "{l}");
+    }
+
+    #[test]
+    fn envoy_reprobes_after_five_windows_at_the_floor() {
+        // g >= 0.5 has a fixed point of 4, so the floor is reached only when it is above 4
+        // (Envoy #38338: a high min_concurrency).
+        let cfg = GradientConfig {
+            min_limit: 6.0,
+            initial_limit: 6.0,
+            ..GradientConfig::envoy(3600 * SEC)
+        };
+        let mut g = Gradient::new(&cfg).unwrap();
+        let mut p = overloaded(16.0, 10.0);
+        p.run(&mut g, 20);
+        assert_eq!(g.metrics().probes, 1);
+        p.service_ms = 100.0; // g = 0.5 every window: the limit sinks to the floor of 3
+        p.run(&mut g, 20);
+        assert!(g.metrics().probes >= 2);
+        assert!(g.baseline_ns() >= 90 * MS);
+    }
+
+    #[test]
+    fn pinned_baseline_never_moves() {
+        let cfg = GradientConfig { pinned_baseline_ns: 10 * MS, ..GradientConfig::default() };
+        let mut g = Gradient::new(&cfg).unwrap();
+        let mut p = overloaded(16.0, 20.0);
+        let l = p.run(&mut g, 100);
+        assert_eq!(g.baseline_ns(), 10 * MS);
+        assert!(l < 16.0, "{l}");
+    }
+
+    #[test]
+    fn percentile_interpolates_between_window_quantiles() {
+        let w = Window { p50_ns: 100, p90_ns: 200, p99_ns: 1100, samples: 1, ..Window::default() };
+        let stat = |p| {
+            let cfg = GradientConfig { sample_percentile: p, ..GradientConfig::default() };
+            Gradient::new(&cfg).unwrap().stat(&w)
+        };
+        assert_eq!(stat(50.0), 100.0);
+        assert_eq!(stat(70.0), 150.0);
+        assert_eq!(stat(90.0), 200.0);
+        assert_eq!(stat(99.0), 1100.0);
+    }
+
+    #[test]
+    fn bad_configs_are_refused() {
+        let d = GradientConfig::default();
+        let bad = [
+            GradientConfig { buffer: f64::NAN, ..d },
+            GradientConfig { buffer: -0.1, ..d },
+            GradientConfig { headroom: f64::INFINITY, ..d },
+            GradientConfig { smoothing: 0.0, ..d },
+            GradientConfig { sample_percentile: 40.0, ..d },
+            GradientConfig { sample_percentile: 99.5, ..d },
+            GradientConfig { probe_jitter: 2.0, ..d },
+            GradientConfig { probe_limit: 0.0, ..d },
+            GradientConfig { backoff: 0.0, ..d },
+            GradientConfig { drop_tolerance: 1.0, ..d },
+            GradientConfig { app_limited_ratio: 1.5, ..d },
+            GradientConfig { min_limit: 5.0, max_limit: 4.0, initial_limit: 4.5, ..d },
+            GradientConfig { initial_limit: 0.0, ..d },
+            GradientConfig { probe_interval_ns: 1, ..d },
+            GradientConfig { probe_interval_ns: SEC, probe_samples: 0, ..d },
+            GradientConfig { pinned_baseline_ns: u64::MAX, ..d },
+        ];
+        for c in bad {
+            assert!(Gradient::new(&c).is_err(), "{c:?}");
+        }
+        assert!(Gradient::new(&d).is_ok());
+        assert!(Gradient::new(&GradientConfig::envoy(60 * SEC)).is_ok());
+    }
+
+    #[test]
+    fn time_running_backwards_is_clamped() {
+        let mut g = Gradient::new(&GradientConfig::default()).unwrap();
+        let mut p = overloaded(16.0, 10.0);
+        p.run(&mut g, 50);
+        let mut w = p.window(g.limit());
+        w.now = 1; // far in the past
+        let l = g.update(&w);
+        assert!(l.is_finite() && l >= 1.0);
+    }
+
+    #[derive(Clone, Debug)]
+    struct Win(Window);
+
+    impl Arbitrary for Win {
+        fn arbitrary(gen: &mut Gen) -> Self {
+            let lat = |gen: &mut Gen| u64::arbitrary(gen) % (10 * SEC);
+            let mut q = [lat(gen), lat(gen), lat(gen), lat(gen)];
+            q.sort_unstable();
+            Win(Window {
+                now: u64::arbitrary(gen) % (3600 * SEC),
+                samples: u32::arbitrary(gen) % 500,
+                drops: if bool::arbitrary(gen) { u32::arbitrary(gen) % 50 } else { 0 },
+                avg_ns: q[1],
+                min_ns: q[0],
+                p50_ns: q[1],
+                p90_ns: q[2],
+                p99_ns: q[3],
+                max_inflight: u32::arbitrary(gen) % 2000,
+                inflight: u32::arbitrary(gen) % 2000,
+            })
+        }
+    }
+
+    quickcheck! {
+        /// Whatever windows arrive, in whatever order, the limit stays finite and within
+        /// [floor, ceiling] in every mode.
+        fn limit_stays_within_bounds(windows: Vec<Win>, mode: u8, min: u8) -> bool {
+            let min_limit = 0.1 + (min % 20) as f64;
+            let base = match mode % 3 {
+                0 => GradientConfig::default(),
+                1 => GradientConfig::envoy(SEC),
+                _ => GradientConfig { pinned_baseline_ns: 5 * MS, ..GradientConfig::default() },
+            };
+            let cfg = GradientConfig {
+                min_limit,
+                initial_limit: min_limit.max(base.initial_limit),
+                max_limit: 500.0,
+                ..base
+            };
+            let mut g = Gradient::new(&cfg).unwrap();
+            windows.iter().all(|w| {
+                let l = g.update(&w.0);
+                l.is_finite() && l >= min_limit && l <= 500.0 && l == g.limit()
+            })
+        }
+    }
+}
+
+impl From<GradientMetrics> for super::AlgorithmMetrics {
+    /// The common shape: back-offs count as decreases and drop windows; increases and
+    /// app-limited windows are not counted by Gradient (0).
+    fn from(m: GradientMetrics) -> Self {
+        Self {
+            limit: m.limit,
+            windows: m.windows,
+            increases: 0,
+            decreases: m.backoffs,
+            drop_windows: m.backoffs,
+            app_limited: 0,
+            slow_start: m.slow_start,
+            latency_ns: m.sample_ns,
+            baseline_ns: m.baseline_ns,
+        }
     }
 }

@@ -18,8 +18,9 @@ mod hysteresis;
 mod vegas;
 
 pub use aimd::{Aimd, AimdConfig};
+pub use common::AlgorithmMetrics;
 pub use fixed::{Fixed, FixedConfig};
-pub use gradient::{Gradient, GradientConfig};
+pub use gradient::{Gradient, GradientConfig, GradientMetrics};
 pub use gradient2::{Gradient2, Gradient2Config};
 pub use hysteresis::{HysteresisAimd, HysteresisConfig};
 pub use vegas::{Vegas, VegasConfig};
@@ -142,6 +143,19 @@ impl AnyAlgorithm {
             AlgorithmConfig::Gradient2(c) => Self::Gradient2(Gradient2::new(c)?),
             AlgorithmConfig::Vegas(c) => Self::Vegas(Vegas::new(c)?),
         })
+    }
+
+    /// The algorithm's counters in the common shape (Gradient's own richer snapshot is
+    /// [`Gradient::metrics`]).
+    pub fn metrics(&self) -> AlgorithmMetrics {
+        match self {
+            Self::Fixed(a) => a.metrics(),
+            Self::Aimd(a) => a.metrics(),
+            Self::Hysteresis(a) => a.metrics(),
+            Self::Gradient(a) => a.metrics().into(),
+            Self::Gradient2(a) => a.metrics(),
+            Self::Vegas(a) => a.metrics(),
+        }
     }
 
     fn inner(&self) -> &dyn Algorithm {

@@ -1,0 +1,303 @@
+//! What a run measured: per-bucket time series (for the plots) and every finished original
+//! request (for the summary).
+//!
+//! Definitions (issue 8):
+//! - **offered load**: original requests created per second (retries excluded);
+//! - **goodput**: originals that succeeded, per second, counted when they succeed. An attempt
+//!   succeeds only if its response reaches the caller before the attempt's timeout (the
+//!   client's deadline), so work finished after the caller gave up never counts;
+//! - **success rate by priority**: succeeded / finished originals created in the window;
+//! - **latency**: from the original's creation to its success (retries included), p50 / p99;
+//! - **retry amplification**: attempts that reached the most-loaded tier ÷ originals, both
+//!   counted from the trigger's start to the end of the run (1.0 = no retries; with retries
+//!   at 3 layers the deepest tier can see up to 4³ = 64×);
+//! - **time to recover**: the earliest time after the trigger ends from which goodput over
+//!   every 1 s window stays at or above 80 % of the pre-trigger goodput (`None`: not within
+//!   the run).
+
+/// Width of one time-series bucket.
+pub const BUCKET_NS: u64 = 100_000_000;
+/// Rolling window used to judge recovery.
+pub const RECOVERY_WINDOW_NS: u64 = 1_000_000_000;
+/// Recovered = goodput at or above this share of the pre-trigger goodput (0.8: a 1 s window
+/// at 500 req/s is 4.5 standard deviations of Poisson noise away from it).
+pub const RECOVERED_SHARE: f64 = 0.8;
+
+/// One finished original request.
+#[derive(Clone, Copy, Debug)]
+pub struct UserOutcome {
+    /// Created at (ns).
+    pub created: u64,
+    /// Succeeded or finally failed at (ns).
+    pub done: u64,
+    /// Priority level.
+    pub level: u8,
+    /// Whether it succeeded.
+    pub ok: bool,
+}
+
+/// Time series and outcomes of one run.
+#[derive(Clone, Debug, Default)]
+pub struct Recorder {
+    /// Originals created per bucket.
+    pub originals: Vec<u32>,
+    /// Attempts sent to the first tier per bucket (originals and retries).
+    pub attempts_top: Vec<u32>,
+    /// Attempts sent to each tier per bucket (`[tier][bucket]`).
+    pub attempts_by_tier: Vec<Vec<u32>>,
+    /// Originals that succeeded per bucket (by success time).
+    pub good: Vec<u32>,
+    /// The first protected tier's limit, summed over live hosts, at each bucket's end
+    /// (NaN: the policy has no limit).
+    pub limit: Vec<f64>,
+    /// Requests waiting at the first tier (policy queue + worker-pool queue) at each bucket's
+    /// end.
+    pub waiting: Vec<u32>,
+    /// Every finished original.
+    pub outcomes: Vec<UserOutcome>,
+}
+
+fn bump(v: &mut [u32], t: u64) {
+    if let Some(x) = v.get_mut((t / BUCKET_NS) as usize) {
+        *x += 1;
+    }
+}
+
+impl Recorder {
+    /// A recorder for a run of `duration_ns` over `tiers` tiers.
+    pub fn new(duration_ns: u64, tiers: usize) -> Self {
+        let n = duration_ns.div_ceil(BUCKET_NS) as usize;
+        Self {
+            originals: vec![0; n],
+            attempts_top: vec![0; n],
+            attempts_by_tier: vec![vec![0; n]; tiers],
+            good: vec![0; n],
+            limit: vec![f64::NAN; n],
+            waiting: vec![0; n],
+            outcomes: Vec::new(),
+        }
+    }
+
+    /// Buckets in the run.
+    pub fn buckets(&self) -> usize {
+        self.originals.len()
+    }
+
+    /// An original was created.
+    pub fn original(&mut self, now: u64) {
+        bump(&mut self.originals, now);
+    }
+
+    /// An attempt went out to tier `tier`.
+    pub fn attempt(&mut self, now: u64, tier: usize) {
+        if tier == 0 {
+            bump(&mut self.attempts_top, now);
+        }
+        if let Some(v) = self.attempts_by_tier.get_mut(tier) {
+            bump(v, now);
+        }
+    }
+
+    /// An original finished.
+    pub fn finished(&mut self, o: UserOutcome) {
+        if o.ok {
+            bump(&mut self.good, o.done);
+        }
+        self.outcomes.push(o);
+    }
+
+    /// Samples the gauges for the bucket containing `now`.
+    pub fn sample(&mut self, now: u64, limit: Option<f64>, waiting: u32) {
+        let i = (now / BUCKET_NS) as usize;
+        if i < self.limit.len() {
+            self.limit[i] = limit.unwrap_or(f64::NAN);
+            self.waiting[i] = waiting;
+        }
+    }
+
+    fn range(&self, from_ns: u64, to_ns: u64) -> std::ops::Range<usize> {
+        let a = ((from_ns / BUCKET_NS) as usize).min(self.buckets());
+        let b = (to_ns.div_ceil(BUCKET_NS) as usize).min(self.buckets());
+        a..b.max(a)
+    }
+
+    fn per_second(&self, v: &[u32], from_ns: u64, to_ns: u64) -> f64 {
+        let r = self.range(from_ns, to_ns);
+        let secs = r.len() as f64 * BUCKET_NS as f64 / 1e9;
+        if secs == 0.0 {
+            return 0.0;
+        }
+        v[r].iter().map(|&x| x as f64).sum::<f64>() / secs
+    }
+
+    /// Originals created per second in `[from, to)` (bucket-aligned).
+    pub fn offered(&self, from_ns: u64, to_ns: u64) -> f64 {
+        self.per_second(&self.originals, from_ns, to_ns)
+    }
+
+    /// Goodput in `[from, to)`: originals succeeded per second.
+    pub fn goodput(&self, from_ns: u64, to_ns: u64) -> f64 {
+        self.per_second(&self.good, from_ns, to_ns)
+    }
+
+    /// Attempts at the most-loaded tier ÷ originals, in `[from, to)`.
+    pub fn amplification(&self, from_ns: u64, to_ns: u64) -> f64 {
+        let r = self.range(from_ns, to_ns);
+        let o: u64 = self.originals[r.clone()].iter().map(|&x| x as u64).sum();
+        let a: u64 = self
+            .attempts_by_tier
+            .iter()
+            .map(|v| v[r.clone()].iter().map(|&x| x as u64).sum())
+            .max()
+            .unwrap_or(0);
+        if o == 0 {
+            0.0
+        } else {
+            a as f64 / o as f64
+        }
+    }
+
+    /// Success rate of the originals of `level` created in `[from, to)` that finished.
+    pub fn success_rate(&self, level: u8, from_ns: u64, to_ns: u64) -> Option<f64> {
+        let (mut ok, mut all) = (0u64, 0u64);
+        for o in &self.outcomes {
+            if o.level == level && o.created >= from_ns && o.created < to_ns {
+                all += 1;
+                ok += o.ok as u64;
+            }
+        }
+        (all > 0).then(|| ok as f64 / all as f64)
+    }
+
+    /// Latency percentiles (`qs` in [0, 1]) of the originals that succeeded in
+    /// `[from, to)`, ns. `None` when nothing succeeded.
+    pub fn latency(&self, qs: &[f64], from_ns: u64, to_ns: u64) -> Option<Vec<u64>> {
+        let mut lat: Vec<u64> = self
+            .outcomes
+            .iter()
+            .filter(|o| o.ok && o.done >= from_ns && o.done < to_ns)
+            .map(|o| o.done - o.created)
+            .collect();
+        if lat.is_empty() {
+            return None;
+        }
+        lat.sort_unstable();
+        Some(qs.iter().map(|q| lat[((lat.len() - 1) as f64 * q).round() as usize]).collect())
+    }
+
+    /// The earliest time after `trigger_end` from which goodput over every 1 s window
+    /// (sliding by one bucket, up to the run's end) is at least [`RECOVERED_SHARE`] of
+    /// `baseline` (originals/s), as a delay from `trigger_end`. `None`: the last window is
+    /// still below.
+    pub fn recovery(&self, trigger_end: u64, run_end: u64, baseline: f64) -> Option<u64> {
+        let w = (RECOVERY_WINDOW_NS / BUCKET_NS) as usize;
+        let start = trigger_end.div_ceil(BUCKET_NS) as usize;
+        let end = ((run_end / BUCKET_NS) as usize).min(self.buckets());
+        if end < start + w {
+            return None;
+        }
+        let threshold = RECOVERED_SHARE * baseline * (RECOVERY_WINDOW_NS as f64 / 1e9);
+        let mut last_bad: Option<usize> = None; // start bucket of the last bad window
+        for s in start..=end - w {
+            let sum: u32 = self.good[s..s + w].iter().sum();
+            if (sum as f64) < threshold {
+                last_bad = Some(s);
+            }
+        }
+        match last_bad {
+            None => Some(start as u64 * BUCKET_NS - trigger_end),
+            Some(s) if s == end - w => None,
+            Some(s) => Some((s as u64 + 1) * BUCKET_NS - trigger_end),
+        }
+    }
+}
+
+/// The numbers of one run, as the table shows them.
+#[derive(Clone, Debug)]
+pub struct Summary {
+    /// Originals/s during the trigger.
+    pub offered_trigger: f64,
+    /// Goodput before the trigger (the baseline for recovery).
+    pub goodput_before: f64,
+    /// Goodput during the trigger.
+    pub goodput_trigger: f64,
+    /// Goodput after the trigger.
+    pub goodput_after: f64,
+    /// The bottleneck's capacity during the trigger (from the scenario).
+    pub degraded_capacity: f64,
+    /// Success rate per level (critical, normal, background) over the whole run.
+    pub success: [Option<f64>; 3],
+    /// Success rate per level for originals created during the trigger.
+    pub success_trigger: [Option<f64>; 3],
+    /// p50 and p99 latency of successes over the whole run, ms.
+    pub p50_ms: Option<f64>,
+    /// See `p50_ms`.
+    pub p99_ms: Option<f64>,
+    /// p99 during the trigger, ms.
+    pub p99_trigger_ms: Option<f64>,
+    /// Retry amplification from the trigger's start to the end.
+    pub amplification: f64,
+    /// Time to recover after the trigger ends, s.
+    pub recovery_s: Option<f64>,
+}
+
+impl Summary {
+    /// Computes the summary of `rec` for a run with the given trigger and length.
+    pub fn of(rec: &Recorder, trigger: (u64, u64), run_end: u64, degraded_capacity: f64) -> Self {
+        let (t0, t1) = trigger;
+        // Skip the first second (empty system warming up) in the baseline.
+        let warm = (1_000_000_000u64).min(t0 / 2);
+        let goodput_before = rec.goodput(warm, t0);
+        let ms = |ns: u64| ns as f64 / 1e6;
+        let lat = rec.latency(&[0.5, 0.99], 0, run_end);
+        Summary {
+            offered_trigger: rec.offered(t0, t1),
+            goodput_before,
+            goodput_trigger: rec.goodput(t0, t1),
+            goodput_after: rec.goodput(t1, run_end),
+            degraded_capacity,
+            success: core::array::from_fn(|l| rec.success_rate(l as u8, 0, run_end)),
+            success_trigger: core::array::from_fn(|l| rec.success_rate(l as u8, t0, t1)),
+            p50_ms: lat.as_ref().map(|v| ms(v[0])),
+            p99_ms: lat.as_ref().map(|v| ms(v[1])),
+            p99_trigger_ms: rec.latency(&[0.99], t0, t1).map(|v| ms(v[0])),
+            amplification: rec.amplification(t0, run_end),
+            recovery_s: rec.recovery(t1, run_end, goodput_before).map(|ns| ns as f64 / 1e9),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    const S: u64 = 1_000_000_000;
+
+    #[test]
+    fn recovery_is_the_end_of_the_last_bad_window() {
+        let mut r = Recorder::new(10 * S, 1);
+        // 100 successes per bucket (1,000/s) except a hole in [5 s, 6 s).
+        for b in 0..100u64 {
+            if !(50..60).contains(&b) {
+                for _ in 0..100 {
+                    r.finished(UserOutcome { created: 0, done: b * BUCKET_NS, level: 1, ok: true });
+                }
+            }
+        }
+        assert_eq!(r.goodput(0, S), 1000.0);
+        // The trigger ended at 4 s; the last 1 s window below 800 starts at 5.7 s (it holds
+        // 0.3 s of the hole), so every window from 5.8 s on is good: 1.8 s.
+        assert_eq!(r.recovery(4 * S, 10 * S, 1000.0), Some(1_800_000_000));
+        assert_eq!(r.recovery(7 * S, 10 * S, 1000.0), Some(0));
+        assert_eq!(r.recovery(4 * S, 10 * S, 2000.0), None);
+    }
+
+    #[test]
+    fn success_and_latency_by_window() {
+        let mut r = Recorder::new(2 * S, 1);
+        r.finished(UserOutcome { created: 0, done: 10, level: 0, ok: true });
+        r.finished(UserOutcome { created: 5, done: 30, level: 0, ok: false });
+        assert_eq!(r.success_rate(0, 0, S), Some(0.5));
+        assert_eq!(r.success_rate(1, 0, S), None);
+        assert_eq!(r.latency(&[0.5], 0, S), Some(vec![10]));
+    }
+}

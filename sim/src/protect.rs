@@ -1,0 +1,652 @@
+//! Protections as pluggable policies.
+//!
+//! - Server side, [`Admission`]: what a host does with an arriving request before a worker
+//!   takes it. Baselines (`none`: unbounded FIFO; `static`: a fixed limit and a bounded FIFO)
+//!   are written here; every surgeguard policy is a thin adapter over the real core type
+//!   (`Limiter`, `Gate`) — the simulator never re-implements an algorithm.
+//! - Client side, [`ClientPolicy`]: what a caller does before an attempt and before a
+//!   retry (retry budget, breaker, backoff), again adapters over the core types.
+//!
+//! A protection is named on the command line as `server[+client...]`, e.g. `gate+budget`.
+
+// Configs are built as `default()` then the few fields the simulator sets, so they keep
+// compiling as the core adds fields.
+#![allow(clippy::field_reassign_with_default)]
+
+use surgeguard_core::backoff::{Backoff, BackoffConfig};
+use surgeguard_core::breaker::{BreakerPermit, CircuitBreaker, CircuitBreakerConfig};
+use surgeguard_core::codel::CodelConfig;
+use surgeguard_core::gate::{Arrival, Event, Gate, GateConfig, LifoTrigger};
+use surgeguard_core::limit::{
+    AimdConfig, AlgorithmConfig, FixedConfig, Gradient2Config, GradientConfig, HysteresisConfig,
+    VegasConfig,
+};
+use surgeguard_core::queue::Ticket;
+use surgeguard_core::retry::{RetryBudget, RetryBudgetConfig};
+use surgeguard_core::rng::SplitMix64;
+use surgeguard_core::throttle::{AdaptiveThrottle, AdaptiveThrottleConfig};
+use surgeguard_core::{Limiter, LimiterConfig, Outcome, Priority, RawPermit, Reason, Rejected};
+
+use crate::engine::Key;
+use std::collections::{HashMap, VecDeque};
+
+/// What an admission decided about one arrival.
+pub enum Admit {
+    /// Take a worker now.
+    Go(Permit),
+    /// Held by the policy; a later [`Admission::poll`] says `Go` or `Drop`.
+    Wait,
+    /// Refused at once (a fast 503 with a hint).
+    Reject(Rejected),
+}
+
+/// The token an admitted request carries until it ends.
+pub enum Permit {
+    /// Nothing to give back.
+    Free,
+    /// A slot of a counting baseline.
+    Slot,
+    /// A surgeguard permit.
+    Raw(RawPermit),
+}
+
+/// What a poll hands out.
+pub enum Dispatch {
+    /// A held request may take a worker.
+    Go(Key, Permit),
+    /// A held request was dropped (expired, sloughed, evicted, shed).
+    Drop(Key, Rejected),
+}
+
+/// Server-side admission on one host. Requests are named by the simulator's job key.
+pub trait Admission {
+    /// A request arrives at `now` at `level`; `deadline` is its caller's (absolute, ns).
+    fn arrive(&mut self, now: u64, job: Key, level: Priority, deadline: Option<u64>) -> Admit;
+    /// An admitted request ended.
+    fn release(&mut self, now: u64, permit: Permit, outcome: Outcome);
+    /// Hands out what became possible (grants and drops).
+    fn poll(&mut self, now: u64, out: &mut Vec<Dispatch>);
+    /// When `poll` should run again even if nothing else happens.
+    fn next_wakeup(&self, _now: u64) -> Option<u64> {
+        None
+    }
+    /// The concurrency limit in force, if the policy has one.
+    fn limit(&self) -> Option<f64>;
+    /// Requests held by the policy (its own queue, not the worker pool's).
+    fn waiting(&self) -> usize {
+        0
+    }
+}
+
+/// `none`: every request goes to the host's worker pool and its unbounded FIFO queue
+/// (seed 004: "a 64-thread pool and an unbounded request queue").
+pub struct Unbounded;
+
+impl Admission for Unbounded {
+    fn arrive(&mut self, _: u64, _: Key, _: Priority, _: Option<u64>) -> Admit {
+        Admit::Go(Permit::Free)
+    }
+    fn release(&mut self, _: u64, _: Permit, _: Outcome) {}
+    fn poll(&mut self, _: u64, _: &mut Vec<Dispatch>) {}
+    fn limit(&self) -> Option<f64> {
+        None
+    }
+}
+
+/// `static`: a fixed concurrency limit (the worker count) and a bounded FIFO queue sized in
+/// time (seed 004: `queue_capacity = drain_rate × wait_budget`, 100 ms), full → 503. No
+/// deadlines, no priorities: the classic static baseline.
+pub struct StaticFifo {
+    limit: u32,
+    capacity: usize,
+    inflight: u32,
+    queue: VecDeque<Key>,
+}
+
+impl StaticFifo {
+    /// A limit of `limit` in flight and at most `capacity` waiting.
+    pub fn new(limit: u32, capacity: usize) -> Self {
+        Self { limit, capacity, inflight: 0, queue: VecDeque::new() }
+    }
+}
+
+impl Admission for StaticFifo {
+    fn arrive(&mut self, _: u64, job: Key, _: Priority, _: Option<u64>) -> Admit {
+        if self.inflight < self.limit && self.queue.is_empty() {
+            self.inflight += 1;
+            Admit::Go(Permit::Slot)
+        } else if self.queue.len() < self.capacity {
+            self.queue.push_back(job);
+            Admit::Wait
+        } else {
+            // seed 004: `reply(503, retry_after="1")`
+            Admit::Reject(Rejected::new(Reason::QueueFull, 1_000_000_000))
+        }
+    }
+    fn release(&mut self, _: u64, _: Permit, _: Outcome) {
+        self.inflight -= 1;
+    }
+    fn poll(&mut self, _: u64, out: &mut Vec<Dispatch>) {
+        while self.inflight < self.limit {
+            let Some(job) = self.queue.pop_front() else { break };
+            self.inflight += 1;
+            out.push(Dispatch::Go(job, Permit::Slot));
+        }
+    }
+    fn limit(&self) -> Option<f64> {
+        Some(self.limit as f64)
+    }
+    fn waiting(&self) -> usize {
+        self.queue.len()
+    }
+}
+
+/// surgeguard [`Limiter`] alone: admit below the adaptive limit (with seed 000's priority
+/// partitions), otherwise a fast rejection. No queue.
+pub struct LimiterOnly {
+    limiter: Limiter,
+}
+
+impl LimiterOnly {
+    /// A limiter built from `config`.
+    pub fn new(config: &LimiterConfig) -> Self {
+        Self { limiter: Limiter::new(config).expect("the simulator's limiter configs are valid") }
+    }
+}
+
+impl Admission for LimiterOnly {
+    fn arrive(&mut self, now: u64, _: Key, level: Priority, _: Option<u64>) -> Admit {
+        match self.limiter.try_acquire_raw(now, level) {
+            Ok(p) => Admit::Go(Permit::Raw(p)),
+            Err(r) => Admit::Reject(r),
+        }
+    }
+    fn release(&mut self, now: u64, permit: Permit, outcome: Outcome) {
+        if let Permit::Raw(p) = permit {
+            self.limiter.release_raw(p, now, outcome).expect("own permit");
+        }
+    }
+    fn poll(&mut self, _: u64, _: &mut Vec<Dispatch>) {}
+    fn limit(&self) -> Option<f64> {
+        Some(self.limiter.limit())
+    }
+}
+
+/// Compile-time capacity of the Gate's queue; the configured bound is below it.
+pub const GATE_CAP: usize = 1024;
+
+/// surgeguard [`Gate`]: the limiter plus a bounded priority queue with CoDel, adaptive LIFO
+/// and deadline checks, driven as the event pump the bindings use (arrive / poll /
+/// release / next_wakeup).
+pub struct GateAdmission {
+    gate: Box<Gate<GATE_CAP>>,
+    tickets: HashMap<Ticket, Key>,
+    buf: Vec<Option<Event>>,
+}
+
+impl GateAdmission {
+    /// A gate built from `config`.
+    pub fn new(config: &GateConfig) -> Self {
+        Self {
+            gate: Box::new(Gate::new(config).expect("the simulator's gate configs are valid")),
+            tickets: HashMap::new(),
+            buf: (0..64).map(|_| None).collect(),
+        }
+    }
+}
+
+impl Admission for GateAdmission {
+    fn arrive(&mut self, now: u64, job: Key, level: Priority, deadline: Option<u64>) -> Admit {
+        match self.gate.arrive(now, level, deadline) {
+            Arrival::Admitted(p) => Admit::Go(Permit::Raw(p)),
+            Arrival::Queued(t) => {
+                self.tickets.insert(t, job);
+                Admit::Wait
+            }
+            Arrival::Rejected(r) => Admit::Reject(r),
+        }
+    }
+    fn release(&mut self, now: u64, permit: Permit, outcome: Outcome) {
+        if let Permit::Raw(p) = permit {
+            self.gate.release(p, now, outcome).expect("own permit");
+        }
+    }
+    fn poll(&mut self, now: u64, out: &mut Vec<Dispatch>) {
+        loop {
+            let n = self.gate.poll(now, &mut self.buf);
+            for e in self.buf[..n].iter_mut() {
+                match e.take() {
+                    Some(Event::Granted(t, p)) => match self.tickets.remove(&t) {
+                        Some(job) => out.push(Dispatch::Go(job, Permit::Raw(p))),
+                        None => {
+                            let _ = self.gate.release(p, now, Outcome::Ignored);
+                        }
+                    },
+                    Some(Event::Expired(t, r)) => {
+                        if let Some(job) = self.tickets.remove(&t) {
+                            out.push(Dispatch::Drop(job, r));
+                        }
+                    }
+                    None => {}
+                }
+            }
+            if n < self.buf.len() {
+                break;
+            }
+        }
+    }
+    fn next_wakeup(&self, now: u64) -> Option<u64> {
+        self.gate.next_wakeup(now)
+    }
+    fn limit(&self) -> Option<f64> {
+        Some(self.gate.limiter().limit())
+    }
+    fn waiting(&self) -> usize {
+        self.gate.waiting_total() as usize
+    }
+}
+
+/// A surgeguard limit algorithm, by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Algo {
+    /// `limit::Fixed`.
+    Fixed,
+    /// `limit::Aimd` (seed 002).
+    Aimd,
+    /// `limit::HysteresisAimd` (seed 000).
+    Hysteresis,
+    /// `limit::Gradient` (Envoy).
+    Gradient,
+    /// `limit::Gradient2` (Netflix).
+    Gradient2,
+    /// `limit::Vegas` (Netflix).
+    Vegas,
+}
+
+impl Algo {
+    /// Every algorithm with its command-line name.
+    pub const ALL: [(&'static str, Algo); 6] = [
+        ("fixed", Algo::Fixed),
+        ("aimd", Algo::Aimd),
+        ("hysteresis", Algo::Hysteresis),
+        ("gradient", Algo::Gradient),
+        ("gradient2", Algo::Gradient2),
+        ("vegas", Algo::Vegas),
+    ];
+
+    /// The algorithm's config for a host with `workers` workers whose normal request takes
+    /// `service_ns` (mean, downstream calls included). Starts at the worker count (what an
+    /// operator would configure) and may range from 1 to 4× workers; latency targets where
+    /// an algorithm needs one (below); everything else is the core's default.
+    pub fn config(self, workers: u32, service_ns: u64) -> AlgorithmConfig {
+        let initial = workers as f64;
+        let max = 4.0 * workers as f64;
+        macro_rules! bounds {
+            ($cfg:expr) => {{
+                let mut c = $cfg;
+                c.initial_limit = initial;
+                c.min_limit = 1.0;
+                c.max_limit = max;
+                c
+            }};
+        }
+        match self {
+            Algo::Fixed => AlgorithmConfig::Fixed(bounds!(FixedConfig::default())),
+            Algo::Aimd => {
+                let mut c = bounds!(AimdConfig::default());
+                // Seed 002 leaves the target to the caller. On the window mean: 3× the normal
+                // mean, so a service that merely got slower (2× in busy-but-useless) is not
+                // mistaken for queueing and the limit does not collapse to the floor.
+                c.target_latency_ns = 3 * service_ns;
+                AlgorithmConfig::Aimd(c)
+            }
+            Algo::Hysteresis => {
+                let mut c = bounds!(HysteresisConfig::default());
+                // Seed 000: "Start with a conservative target latency (e.g., 2x the normal
+                // P99)"; the presets' Erlang-2 work has p99 ≈ 3.3 × mean.
+                c.target_latency_ns = (2.0 * P99_OVER_MEAN * service_ns as f64) as u64;
+                AlgorithmConfig::Hysteresis(c)
+            }
+            Algo::Gradient => AlgorithmConfig::Gradient(bounds!(GradientConfig::default())),
+            Algo::Gradient2 => AlgorithmConfig::Gradient2(bounds!(Gradient2Config::default())),
+            Algo::Vegas => AlgorithmConfig::Vegas(bounds!(VegasConfig::default())),
+        }
+    }
+}
+
+/// p99 / mean of Erlang-2 work (the presets' `cost_shape`): the root of
+/// `e^{-2x}(1 + 2x) = 0.01`.
+pub const P99_OVER_MEAN: f64 = 3.32;
+
+/// The server half of a protection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Server {
+    /// Unbounded FIFO.
+    None,
+    /// Fixed limit + bounded FIFO.
+    Static,
+    /// surgeguard `Limiter` with an algorithm.
+    Limiter(Algo),
+    /// surgeguard `Gate` (limiter with an algorithm + CoDel / LIFO / deadline queue).
+    Gate(Algo),
+}
+
+impl Server {
+    /// Whether the host answers health probes from the policy's own state ("overloaded is
+    /// not broken", DESIGN §3; seed 004: health checks on a separate, unqueued path) rather
+    /// than through the request queue.
+    pub fn probes_bypass_queue(self) -> bool {
+        !matches!(self, Server::None | Server::Static)
+    }
+}
+
+/// The client half of a protection: what every caller (users and tiers) adds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Client {
+    /// surgeguard `RetryBudget` (Finagle defaults: 10 % of requests, 10 retries/s floor).
+    pub budget: bool,
+    /// surgeguard `Backoff` (exponential, full jitter) instead of the scenario's delay.
+    pub backoff: bool,
+    /// surgeguard `CircuitBreaker` per caller.
+    pub breaker: bool,
+    /// surgeguard `AdaptiveThrottle` (SRE client-side throttling) per caller.
+    pub throttle: bool,
+}
+
+/// A protection: a server policy on every protected tier, a client policy on every caller.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Protection {
+    /// As given on the command line.
+    pub name: String,
+    /// Server side.
+    pub server: Server,
+    /// Client side.
+    pub client: Client,
+}
+
+/// Guaranteed shares of the limit per level used by every surgeguard policy here. The core's
+/// default (seed 000's 0.7 / 0.25 / 0.05) reserves 70 % of the limit for `critical` whenever
+/// it is active, which with the presets' 10–20 % critical traffic keeps most of that share
+/// idle (measured: goodput 43 % of capacity in `busy-but-useless`); these shares are sized
+/// to the presets' mix with room for critical to double.
+pub const SIM_WEIGHTS: [f64; 3] = [0.2, 0.5, 0.3];
+
+/// Server policy names and what they are.
+pub const SERVER_NAMES: &[(&str, &str)] = &[
+    ("none", "unbounded FIFO queue in front of the worker pool"),
+    ("static", "fixed limit = workers, bounded FIFO of 100 ms of drain, full -> 503"),
+    ("fixed", "surgeguard Limiter, limit::Fixed (= workers), priority partitions, no queue"),
+    ("aimd", "surgeguard Limiter, limit::Aimd (seed 002)"),
+    ("hysteresis", "surgeguard Limiter, limit::HysteresisAimd (seed 000)"),
+    ("gradient", "surgeguard Limiter, limit::Gradient (Envoy)"),
+    ("gradient2", "surgeguard Limiter, limit::Gradient2 (Netflix)"),
+    ("vegas", "surgeguard Limiter, limit::Vegas (Netflix)"),
+    (
+        "gate",
+        "surgeguard Gate: Limiter (limit::Gradient) + priority queue of 100 ms of drain, \
+              folly CoDel, adaptive LIFO, deadline checks; gate-<algorithm> for another",
+    ),
+];
+
+/// Client policy names and what they are.
+pub const CLIENT_NAMES: &[(&str, &str)] = &[
+    ("budget", "surgeguard RetryBudget at every caller (10% of requests)"),
+    ("backoff", "surgeguard Backoff: exponential, full jitter, honours Retry-After"),
+    ("breaker", "surgeguard CircuitBreaker at every caller (50% failures, 2 s open, ramp)"),
+    ("throttle", "surgeguard AdaptiveThrottle at every caller (SRE K = 2)"),
+];
+
+impl Protection {
+    /// Parses `server[+client...]`, e.g. `none`, `static`, `aimd`, `budget`, `aimd+budget`.
+    pub fn parse(name: &str) -> Result<Self, String> {
+        let mut server = None;
+        let mut client = Client::default();
+        for part in name.split('+') {
+            let part = part.trim();
+            let s = match part {
+                "none" => Some(Server::None),
+                "static" => Some(Server::Static),
+                "gate" => Some(Server::Gate(Algo::Gradient)),
+                _ => match part.strip_prefix("gate-") {
+                    Some(a) => {
+                        Algo::ALL.iter().find(|(n, _)| *n == a).map(|(_, a)| Server::Gate(*a))
+                    }
+                    None => {
+                        Algo::ALL.iter().find(|(n, _)| *n == part).map(|(_, a)| Server::Limiter(*a))
+                    }
+                },
+            };
+            if let Some(s) = s {
+                if server.replace(s).is_some() {
+                    return Err(format!("{name}: more than one server policy"));
+                }
+                continue;
+            }
+            match part {
+                "budget" => client.budget = true,
+                "backoff" => client.backoff = true,
+                "breaker" => client.breaker = true,
+                "throttle" => client.throttle = true,
+                _ => return Err(format!("{name}: unknown policy `{part}` (see --help)")),
+            }
+        }
+        Ok(Self { name: name.to_string(), server: server.unwrap_or(Server::None), client })
+    }
+
+    /// The admission policy for one host of a protected tier.
+    pub fn admission(&self, workers: u32, service_ns: u64, levels: u8) -> Box<dyn Admission> {
+        match self.server {
+            Server::None => Box::new(Unbounded),
+            Server::Static => {
+                // seed 004: max_queue_len = drain_rate × max_acceptable_wait (100 ms)
+                let drain_per_s = workers as f64 * 1e9 / service_ns as f64;
+                Box::new(StaticFifo::new(workers, (drain_per_s * 0.1).ceil() as usize))
+            }
+            Server::Limiter(algo) => {
+                let mut cfg = LimiterConfig::with_algorithm(algo.config(workers, service_ns));
+                cfg.levels = levels;
+                cfg.weights[..3].copy_from_slice(&SIM_WEIGHTS);
+                Box::new(LimiterOnly::new(&cfg))
+            }
+            Server::Gate(algo) => {
+                let mut limiter = LimiterConfig::with_algorithm(algo.config(workers, service_ns));
+                limiter.levels = levels;
+                limiter.weights[..3].copy_from_slice(&SIM_WEIGHTS);
+                let drain_per_s = workers as f64 * 1e9 / service_ns as f64;
+                let mut cfg = GateConfig::default();
+                cfg.limiter = limiter;
+                // seed 004: queue_capacity = drain_rate × wait budget (100 ms)
+                cfg.queue_capacity = Some(((drain_per_s * 0.1).ceil() as usize).clamp(1, GATE_CAP));
+                cfg.codel = Some(CodelConfig::default()); // folly: 5 ms target, 100 ms interval
+                cfg.lifo = LifoTrigger::CodelOverloaded; // "Fail at Scale" adaptive LIFO
+                cfg.initial_service_ns = service_ns;
+                Box::new(GateAdmission::new(&cfg))
+            }
+        }
+    }
+}
+
+/// How an attempt ended, as a caller sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttemptResult {
+    /// A success response in time.
+    Success,
+    /// A rejection or error response (503 / overload).
+    Rejected,
+    /// No response before the timeout.
+    TimedOut,
+}
+
+/// Client-side policy of one caller process: consulted before each attempt and retry.
+pub trait ClientPolicy {
+    /// A new call (not a retry) starts.
+    fn on_call(&mut self, _now: u64) {}
+    /// May an attempt go out now? `Err` fails the call locally (breaker open).
+    fn before_attempt(&mut self, _now: u64) -> Result<u64, Rejected> {
+        Ok(0)
+    }
+    /// An attempt ended (`token` from `before_attempt`).
+    fn after_attempt(&mut self, _now: u64, _token: u64, _result: AttemptResult, _latency: u64) {}
+    /// May the call retry? `Err` ends it (budget exhausted).
+    fn allow_retry(&mut self, _now: u64) -> Result<(), Rejected> {
+        Ok(())
+    }
+    /// Delay before retry number `retry` (1 = first), given the server's hint.
+    fn retry_delay(&mut self, retry: u32, hint: Option<u64>) -> u64;
+}
+
+/// The scenario's own retry behaviour: a fixed delay (0 = immediate), hints ignored
+/// (seed 000: "often they retry immediately").
+pub struct NaiveClient {
+    /// Delay before every retry, ns.
+    pub delay_ns: u64,
+}
+
+impl ClientPolicy for NaiveClient {
+    fn retry_delay(&mut self, _: u32, _: Option<u64>) -> u64 {
+        self.delay_ns
+    }
+}
+
+/// The surgeguard client controls a caller adds, each optional; what is absent behaves as
+/// [`NaiveClient`]. All decisions are the core's: `RetryBudget::try_withdraw`,
+/// `Backoff::next_delay`, `CircuitBreaker::try_acquire`/`record`,
+/// `AdaptiveThrottle::should_throttle`/`record`.
+pub struct ClientStack {
+    delay_ns: u64,
+    budget: Option<RetryBudget>,
+    backoff: Option<Backoff>,
+    breaker: Option<CircuitBreaker>,
+    throttle: Option<AdaptiveThrottle>,
+    permits: HashMap<u64, BreakerPermit>,
+    next_token: u64,
+    rng: SplitMix64,
+}
+
+/// The breaker settings the simulator uses: resilience4j's thresholds (50 % failures, a
+/// count window of 100) with its 60 s open period scaled to the compressed time of the
+/// scenarios (2 s, 20 % jitter), 5 probes, a 3 s traffic ramp (seed 002's 10 → 25 → 50 →
+/// 100 %). A call slower than 1 s (the client timeout of the presets) is slow.
+pub fn sim_breaker_config(seed: u64) -> CircuitBreakerConfig {
+    let mut c = CircuitBreakerConfig::default();
+    c.minimum_calls = 20;
+    c.open_duration = 2 * SEC;
+    c.probe_lease = SEC;
+    c.half_open_probes = 5;
+    c.ramp_duration = 3 * SEC;
+    c.slow_call_duration = SEC;
+    c.seed = seed;
+    c
+}
+
+/// The throttle settings: SRE K = 2, its 2-minute window scaled to 10 s.
+pub fn sim_throttle_config() -> AdaptiveThrottleConfig {
+    let mut c = AdaptiveThrottleConfig::default();
+    c.window = 10 * SEC;
+    c
+}
+
+const SEC: u64 = 1_000_000_000;
+
+impl ClientPolicy for ClientStack {
+    fn on_call(&mut self, now: u64) {
+        if let Some(b) = &self.budget {
+            b.deposit(now);
+        }
+    }
+
+    fn before_attempt(&mut self, now: u64) -> Result<u64, Rejected> {
+        if let Some(t) = &self.throttle {
+            t.should_throttle(now, self.rng.next_u64())?;
+        }
+        self.next_token += 1;
+        if let Some(b) = &self.breaker {
+            let permit = b.try_acquire(now)?;
+            self.permits.insert(self.next_token, permit);
+        }
+        Ok(self.next_token)
+    }
+
+    fn after_attempt(&mut self, now: u64, token: u64, result: AttemptResult, latency: u64) {
+        let outcome =
+            if result == AttemptResult::Success { Outcome::Success } else { Outcome::Dropped };
+        if let (Some(b), Some(p)) = (&self.breaker, self.permits.remove(&token)) {
+            b.record(p, now, outcome, latency);
+        }
+        if let Some(t) = &self.throttle {
+            t.record(now, result == AttemptResult::Success);
+        }
+    }
+
+    fn allow_retry(&mut self, now: u64) -> Result<(), Rejected> {
+        match &self.budget {
+            Some(b) => b.try_withdraw(now),
+            None => Ok(()),
+        }
+    }
+
+    fn retry_delay(&mut self, retry: u32, hint: Option<u64>) -> u64 {
+        match &mut self.backoff {
+            Some(b) => b.next_delay(retry, hint, &mut self.rng),
+            None => self.delay_ns,
+        }
+    }
+}
+
+/// Builds the client policy of one caller process: the scenario's naive retries plus the
+/// protection's client controls.
+pub fn client_policy(protection: &Protection, delay_ns: u64, seed: u64) -> Box<dyn ClientPolicy> {
+    let c = protection.client;
+    if c == Client::default() {
+        return Box::new(NaiveClient { delay_ns });
+    }
+    Box::new(ClientStack {
+        delay_ns,
+        budget: c.budget.then(|| {
+            RetryBudget::new(RetryBudgetConfig::default()).expect("default budget is valid")
+        }),
+        backoff: c
+            .backoff
+            .then(|| Backoff::new(BackoffConfig::default()).expect("default backoff is valid")),
+        breaker: c.breaker.then(|| {
+            CircuitBreaker::new(sim_breaker_config(seed)).expect("sim breaker config is valid")
+        }),
+        throttle: c.throttle.then(|| {
+            AdaptiveThrottle::new(sim_throttle_config()).expect("sim throttle config is valid")
+        }),
+        permits: HashMap::new(),
+        next_token: 0,
+        rng: SplitMix64::new(seed),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn protections_parse() {
+        let p = Protection::parse("aimd+budget").unwrap();
+        assert_eq!(p.server, Server::Limiter(Algo::Aimd));
+        assert!(p.client.budget && !p.client.breaker);
+        assert_eq!(Protection::parse("budget").unwrap().server, Server::None);
+        assert!(Protection::parse("aimd+static").is_err());
+        assert!(Protection::parse("quantum").is_err());
+    }
+
+    #[test]
+    fn static_fifo_is_bounded_and_fifo() {
+        let mut slab = crate::engine::Slab::default();
+        let keys: Vec<Key> = (0..4).map(|i| slab.insert(i)).collect();
+        let mut s = StaticFifo::new(1, 2);
+        assert!(matches!(s.arrive(0, keys[0], Priority::NORMAL, None), Admit::Go(_)));
+        assert!(matches!(s.arrive(0, keys[1], Priority::NORMAL, None), Admit::Wait));
+        assert!(matches!(s.arrive(0, keys[2], Priority::NORMAL, None), Admit::Wait));
+        assert!(matches!(s.arrive(0, keys[3], Priority::NORMAL, None), Admit::Reject(_)));
+        s.release(1, Permit::Slot, Outcome::Success);
+        let mut out = Vec::new();
+        s.poll(1, &mut out);
+        assert!(matches!(out.as_slice(), [Dispatch::Go(k, _)] if *k == keys[1]));
+        assert_eq!(s.waiting(), 1);
+    }
+}

@@ -1,0 +1,133 @@
+//! Scenario assertions as ranges (issue 8), on reduced runs so the suite stays fast in debug
+//! builds: the stories are shortened in time and/or scaled down in load and capacity
+//! together (`Scenario::scaled`), which keeps utilisations, costs and timeouts.
+
+use surgeguard_sim::scenario::{self, Scenario};
+use surgeguard_sim::{run, Protection, RunResult};
+
+const S: u64 = 1_000_000_000;
+
+/// The surgeguard configuration the assertions hold for: an adaptive limiter on every
+/// protected tier (the Gate: limiter + CoDel / LIFO / deadline queue) and retry budgets at
+/// every caller.
+const SG: &str = "gate+budget";
+
+fn go(sc: &Scenario, protection: &str) -> RunResult {
+    run(sc, &Protection::parse(protection).unwrap())
+}
+
+fn secs(x: f64) -> u64 {
+    (x * 1e9) as u64
+}
+
+/// Busy-but-useless, halved in time: trigger [2.5 s, 12.5 s), run 22.5 s.
+fn busy() -> Scenario {
+    scenario::busy_but_useless().time_scaled(0.5)
+}
+
+#[test]
+fn deterministic_for_a_seed() {
+    let sc = scenario::busy_but_useless().scaled(0.3, 0.3);
+    for p in ["none", "gradient+budget+backoff"] {
+        let a = go(&sc, p);
+        let b = go(&sc, p);
+        assert_eq!(format!("{:?}", a.summary), format!("{:?}", b.summary), "{p}");
+        assert_eq!(a.rec.good, b.rec.good);
+        assert_eq!(a.rec.attempts_by_tier, b.rec.attempts_by_tier);
+        assert_eq!(a.events, b.events);
+    }
+    let mut other = sc.clone();
+    other.seed ^= 1;
+    assert_ne!(go(&sc, "none").rec.good, go(&other, "none").rec.good);
+}
+
+#[test]
+fn busy_but_useless_without_protection_stays_useless() {
+    // Full length: the queue needs about 5 s of the trigger to pass the 1 s timeout.
+    let sc = scenario::busy_but_useless();
+    let r = go(&sc, "none");
+    let (t0, t1, end) = (secs(sc.trigger.start_s), secs(sc.trigger.end_s), secs(sc.duration_s));
+    let offered = r.rec.offered(0, end);
+    // Once the queue has grown past the timeout (second half of the trigger) and after the
+    // trigger ends: goodput at most 10% of offered load.
+    let late = r.rec.goodput((t0 + t1) / 2, t1);
+    let after = r.rec.goodput(t1, end);
+    assert!(late <= 0.1 * offered, "late-trigger goodput {late} vs offered {offered}");
+    assert!(after <= 0.1 * offered, "after-trigger goodput {after} vs offered {offered}");
+    assert_eq!(r.summary.recovery_s, None, "stays degraded after the trigger ends");
+    // Before the trigger it was healthy: the collapse is the trigger's doing.
+    assert!(r.summary.goodput_before >= 0.9 * offered);
+}
+
+#[test]
+fn busy_but_useless_with_surgeguard_keeps_goodput_and_recovers() {
+    let sc = busy();
+    let r = go(&sc, SG);
+    let s = &r.summary;
+    let cap = sc.degraded_capacity();
+    assert!(s.goodput_trigger >= 0.85 * cap, "goodput {} vs capacity {cap}", s.goodput_trigger);
+    let recovery = s.recovery_s.expect("recovers");
+    assert!(recovery <= 2.0 * sc.client.timeout_ms / 1000.0, "recovery {recovery} s");
+    let critical = s.success[0].unwrap();
+    assert!(critical >= 0.99, "critical success {critical}");
+}
+
+#[test]
+fn retry_storm_amplifies_without_budgets_and_not_with_them() {
+    // Half the load: Finagle's floor of 10 retries/s per budget is then 4% of traffic.
+    let sc = scenario::retry_storm().scaled(0.5, 0.5);
+    let none = go(&sc, "none");
+    assert!(none.summary.amplification >= 20.0, "{}", none.summary.amplification);
+    assert_eq!(none.summary.recovery_s, None, "the storm outlives the trigger");
+    let budget = go(&sc, "budget");
+    assert!(budget.summary.amplification <= 1.5, "{}", budget.summary.amplification);
+    assert!(budget.summary.recovery_s.is_some(), "budgets break the loop");
+}
+
+#[test]
+fn metastable_without_protection_and_recovery_with_surgeguard() {
+    let sc = scenario::metastable().scaled(0.6, 0.5);
+    let none = go(&sc, "none");
+    assert_eq!(none.summary.recovery_s, None, "the platform does not recover");
+    let sg = go(&sc, SG);
+    let recovery = sg.summary.recovery_s.expect("recovers");
+    assert!(recovery <= 2.0, "recovery {recovery} s");
+    assert!(sg.summary.goodput_after >= 0.9 * sg.summary.goodput_before);
+}
+
+#[test]
+fn priority_flood_protects_critical_traffic() {
+    let sc = scenario::priority_flood().scaled(0.5, 0.5);
+    let none = go(&sc, "none");
+    let fifo = go(&sc, "static");
+    let sg = go(&sc, "gate");
+    let crit = |r: &RunResult| r.summary.success_trigger[0].unwrap();
+    assert!(crit(&none) < 0.5, "{}", crit(&none));
+    assert!(crit(&fifo) < 0.9, "{}", crit(&fifo));
+    assert!(crit(&sg) >= 0.99, "{}", crit(&sg));
+    // ... and background pays for it.
+    assert!(sg.summary.success_trigger[2].unwrap() < 0.5);
+}
+
+#[test]
+fn dependency_pause_recovers_faster_and_amplifies_less_with_surgeguard() {
+    let sc = scenario::dependency_pause().scaled(0.6, 0.5);
+    let none = go(&sc, "none");
+    let sg = go(&sc, SG);
+    assert_eq!(none.summary.recovery_s, None);
+    assert!(sg.summary.recovery_s.expect("recovers") <= 2.0);
+    assert!(sg.summary.amplification < 0.5 * none.summary.amplification);
+}
+
+#[test]
+fn scenario_files_load_and_run() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/scenarios/two-tier-example.json"
+    ))
+    .unwrap();
+    let sc = Scenario::from_json(&text).unwrap();
+    let r = go(&sc.scaled(0.2, 0.2), "static");
+    assert!(r.summary.goodput_before > 0.0);
+    let _ = S;
+}
