@@ -610,14 +610,44 @@ typedef struct sg_hysteresis_config {
     bool slow_start;
 } sg_hysteresis_config;
 
-// Settings of the gradient controller (`SG_ALGORITHM_GRADIENT`).
+// Settings of the gradient controller (`SG_ALGORITHM_GRADIENT`, the default): Envoy's
+// `L·clamp(baseline·(1+buffer)/sample, 0.5, 2) + headroom·sqrt(·)`, with a probe-free
+// baseline unless `probe_interval_ns` is set.
 typedef struct sg_gradient_config {
     // The limit before any window.
     double initial_limit;
-    // Floor.
+    // Floor (may be below 1).
     double min_limit;
     // Ceiling.
     double max_limit;
+    // Latency allowance over the baseline, in `[0, 10]` (Envoy 0.25).
+    double buffer;
+    // Multiplier of the `sqrt(limit · gradient)` headroom, in `[0, 10]` (Envoy 1).
+    double headroom;
+    // Fraction of each step applied, in `[0.01, 1]`.
+    double smoothing;
+    // The window latency percentile used as the sample, in `[50, 99]`.
+    double sample_percentile;
+    // Envoy's min-RTT re-measurement interval, ns (≥ 1 ms); 0 = probe-free baseline.
+    uint64_t probe_interval_ns;
+    // Probe start jitter, in `[0, 1]`.
+    double probe_jitter;
+    // The limit pinned during a probe (Envoy `min_concurrency`).
+    double probe_limit;
+    // Samples that end a probe (Envoy `request_count`).
+    uint32_t probe_samples;
+    // A fixed baseline, ns (Envoy's pinned controller); 0 = off.
+    uint64_t pinned_baseline_ns;
+    // Back-off on a window whose drops exceed `drop_tolerance`, in `[0.1, 1]`; 1 = ignore.
+    double backoff;
+    // Share of a window's outcomes that may be drops without a back-off, in `[0, 0.999]`.
+    double drop_tolerance;
+    // Double the limit per uncongested window until the first congestion signal.
+    bool slow_start;
+    // No growth while max in-flight < this × limit, in `[0, 1]`; 0 = off.
+    double app_limited_ratio;
+    // Seed of the probe jitter.
+    uint64_t seed;
 } sg_gradient_config;
 
 // Settings of Gradient2 (`SG_ALGORITHM_GRADIENT2`, Netflix concurrency-limits parity,
@@ -795,6 +825,8 @@ typedef struct sg_limiter_metrics {
     uint32_t inflight_by_level[8];
     // Guaranteed share per level (`floor(limit × weight)`).
     uint32_t share_by_level[8];
+    // Recent demand per level (the most held or refused lately; decays each window).
+    uint32_t demand_by_level[8];
     // Admissions ever (= successes + drops + ignored + in flight).
     uint64_t admitted;
     // Rejections ever.

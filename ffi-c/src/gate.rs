@@ -714,3 +714,16 @@ pub unsafe extern "C" fn sg_gate_metrics_get(
         Ok(())
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_config_is_the_core_default_with_a_256_queue() {
+        let core = default_config().to_core().unwrap();
+        assert_eq!(core, GateConfig { queue_capacity: Some(256), ..GateConfig::default() });
+        let aged = sg_gate_config { aging_enabled: true, ..default_config() };
+        assert_eq!(aged.to_core().unwrap().aging, Some(Aging::SEED_000));
+    }
+}

@@ -112,16 +112,46 @@ pub struct sg_hysteresis_config {
     pub slow_start: bool,
 }
 
-/// Settings of the gradient controller (`SG_ALGORITHM_GRADIENT`).
+/// Settings of the gradient controller (`SG_ALGORITHM_GRADIENT`, the default): Envoy's
+/// `L·clamp(baseline·(1+buffer)/sample, 0.5, 2) + headroom·sqrt(·)`, with a probe-free
+/// baseline unless `probe_interval_ns` is set.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct sg_gradient_config {
     /// The limit before any window.
     pub initial_limit: f64,
-    /// Floor.
+    /// Floor (may be below 1).
     pub min_limit: f64,
     /// Ceiling.
     pub max_limit: f64,
+    /// Latency allowance over the baseline, in `[0, 10]` (Envoy 0.25).
+    pub buffer: f64,
+    /// Multiplier of the `sqrt(limit · gradient)` headroom, in `[0, 10]` (Envoy 1).
+    pub headroom: f64,
+    /// Fraction of each step applied, in `[0.01, 1]`.
+    pub smoothing: f64,
+    /// The window latency percentile used as the sample, in `[50, 99]`.
+    pub sample_percentile: f64,
+    /// Envoy's min-RTT re-measurement interval, ns (≥ 1 ms); 0 = probe-free baseline.
+    pub probe_interval_ns: u64,
+    /// Probe start jitter, in `[0, 1]`.
+    pub probe_jitter: f64,
+    /// The limit pinned during a probe (Envoy `min_concurrency`).
+    pub probe_limit: f64,
+    /// Samples that end a probe (Envoy `request_count`).
+    pub probe_samples: u32,
+    /// A fixed baseline, ns (Envoy's pinned controller); 0 = off.
+    pub pinned_baseline_ns: u64,
+    /// Back-off on a window whose drops exceed `drop_tolerance`, in `[0.1, 1]`; 1 = ignore.
+    pub backoff: f64,
+    /// Share of a window's outcomes that may be drops without a back-off, in `[0, 0.999]`.
+    pub drop_tolerance: f64,
+    /// Double the limit per uncongested window until the first congestion signal.
+    pub slow_start: bool,
+    /// No growth while max in-flight < this × limit, in `[0, 1]`; 0 = off.
+    pub app_limited_ratio: f64,
+    /// Seed of the probe jitter.
+    pub seed: u64,
 }
 
 /// Settings of Gradient2 (`SG_ALGORITHM_GRADIENT2`, Netflix concurrency-limits parity,
@@ -243,7 +273,29 @@ algorithm_config!(
         slow_start
     ]
 );
-algorithm_config!(sg_gradient_config, GradientConfig, [initial_limit, min_limit, max_limit]);
+algorithm_config!(
+    sg_gradient_config,
+    GradientConfig,
+    [
+        initial_limit,
+        min_limit,
+        max_limit,
+        buffer,
+        headroom,
+        smoothing,
+        sample_percentile,
+        probe_interval_ns,
+        probe_jitter,
+        probe_limit,
+        probe_samples,
+        pinned_baseline_ns,
+        backoff,
+        drop_tolerance,
+        slow_start,
+        app_limited_ratio,
+        seed
+    ]
+);
 algorithm_config!(
     sg_gradient2_config,
     Gradient2Config,
@@ -655,6 +707,8 @@ pub struct sg_limiter_metrics {
     pub inflight_by_level: [u32; 8],
     /// Guaranteed share per level (`floor(limit × weight)`).
     pub share_by_level: [u32; 8],
+    /// Recent demand per level (the most held or refused lately; decays each window).
+    pub demand_by_level: [u32; 8],
     /// Admissions ever (= successes + drops + ignored + in flight).
     pub admitted: u64,
     /// Rejections ever.
@@ -704,6 +758,7 @@ impl From<&LimiterMetrics> for sg_limiter_metrics {
             levels: u32::from(m.levels),
             inflight_by_level: m.inflight_by_level,
             share_by_level: m.share_by_level,
+            demand_by_level: m.demand_by_level,
             admitted: m.admitted,
             rejected: m.rejected,
             rejected_by_level: m.rejected_by_level,
@@ -732,4 +787,37 @@ pub unsafe extern "C" fn sg_limiter_metrics_get(
         metrics_out.write((&m).into());
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The C defaults are the core defaults, and a C config converts back to the core
+    /// config it came from, for every algorithm (no field lost or mixed up).
+    #[test]
+    fn configs_round_trip() {
+        let algorithms = [
+            AlgorithmConfig::Fixed(FixedConfig::default()),
+            AlgorithmConfig::Aimd(AimdConfig { netflix_parity: true, ..AimdConfig::default() }),
+            AlgorithmConfig::Hysteresis(HysteresisConfig::default()),
+            AlgorithmConfig::Gradient(GradientConfig { seed: 7, ..GradientConfig::default() }),
+            AlgorithmConfig::Gradient2(Gradient2Config::default()),
+            AlgorithmConfig::Vegas(VegasConfig {
+                alpha: Some(3),
+                decrease_ratio: Some(0.5),
+                ..VegasConfig::default()
+            }),
+            AlgorithmConfig::Vegas(VegasConfig::default()),
+        ];
+        for a in algorithms {
+            let mut core = LimiterConfig::with_algorithm(a);
+            core.levels = 2;
+            core.min_samples = 3;
+            let c: sg_limiter_config = (&core).into();
+            assert_eq!(c.to_core(), Ok(core), "{a:?}");
+        }
+        let c: sg_limiter_config = (&LimiterConfig::default()).into();
+        assert_eq!(c.to_core(), Ok(LimiterConfig::default()));
+    }
 }
