@@ -8,9 +8,9 @@ CARGO ?= cargo
 NO_STD_TARGET := aarch64-unknown-none
 LOOM_TESTS := $(patsubst core/tests/%.rs,%,$(wildcard core/tests/loom_*.rs))
 
-.PHONY: test setup fmt clippy unit loom nostd demo bench pytest
+.PHONY: test setup fmt clippy unit loom nostd ctest demo bench pytest
 
-test: setup fmt clippy unit loom nostd pytest
+test: setup fmt clippy unit loom nostd ctest pytest
 	@echo "make test: all checks passed"
 
 # Everything a fresh machine of this kind needs (idempotent).
@@ -38,6 +38,11 @@ loom:
 # The proof that the core is no_std and allocation-free at link level: a bare-metal target.
 nostd:
 	RUSTFLAGS=-Dwarnings $(CARGO) build -p surgeguard-core --target $(NO_STD_TARGET) --release --quiet
+
+# The C ABI: C11 and C++17 programs against the static and shared library, a pthread
+# stress test of the gate, valgrind memcheck, the pkg-config example (tests/c/run.sh).
+ctest:
+	tests/c/run.sh
 
 demo:
 	$(CARGO) run --release --quiet -p surgeguard-sim
