@@ -8,9 +8,9 @@ CARGO ?= cargo
 NO_STD_TARGET := aarch64-unknown-none
 LOOM_TESTS := $(patsubst core/tests/%.rs,%,$(wildcard core/tests/loom_*.rs))
 
-.PHONY: test setup fmt clippy unit loom nostd demo bench nodetest
+.PHONY: test setup fmt clippy unit loom nostd ctest demo bench pytest nodetest
 
-test: setup fmt clippy unit loom nostd nodetest
+test: setup fmt clippy unit loom nostd ctest pytest nodetest
 	@echo "make test: all checks passed"
 
 # Everything a fresh machine of this kind needs (idempotent).
@@ -39,6 +39,11 @@ loom:
 nostd:
 	RUSTFLAGS=-Dwarnings $(CARGO) build -p surgeguard-core --target $(NO_STD_TARGET) --release --quiet
 
+# The C ABI: C11 and C++17 programs against the static and shared library, a pthread
+# stress test of the gate, valgrind memcheck, the pkg-config example (tests/c/run.sh).
+ctest:
+	tests/c/run.sh
+
 # The npm package: `npm ci` builds the addon (prepare script), then node:test and tsc.
 nodetest:
 	cd bindings-node && npm ci --no-audit --no-fund && npm test && npm run typecheck
@@ -48,3 +53,13 @@ demo:
 
 bench:
 	$(CARGO) bench -p surgeguard-bench
+
+# Python package: a project-local venv, `pip install ./bindings-python` (maturin builds the
+# native module), test deps, then pytest. Exit 5 (no tests collected) is a failure here.
+PYTHON ?= python3
+VENV := .venv
+pytest:
+	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install -q --disable-pip-version-check ./bindings-python -r bindings-python/tests/requirements.txt
+	@cd bindings-python && rc=0 && ../$(VENV)/bin/python -m pytest -q -p no:cacheprovider || rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "pytest: no tests were collected" >&2; exit 1; fi; exit $$rc

@@ -1,0 +1,144 @@
+"""surgeguard: overload control for Python services, over one Rust core.
+
+Admission (server side):
+
+- :class:`Gate` — adaptive concurrency limit + bounded priority queue (CoDel, adaptive
+  LIFO, deadlines) + shed switch::
+
+      gate = surgeguard.Gate(limit=64)
+      with gate.acquire(priority="critical", timeout=0.2) as permit:
+          ...                               # waits (GIL released) while queued
+      async with gate.acquire_async(priority="background") as permit:
+          ...
+
+- :class:`Limiter` — the limiter alone (no queue: refusals raise at once).
+- :class:`KeyedLimits` — per-tenant / per-agent caps and rates, shuffle-sharded.
+- :mod:`surgeguard.asgi` / :mod:`surgeguard.wsgi` — middleware (503 / 429 + Retry-After).
+
+Client side: :class:`RetryBudget`, :class:`TokenRetryThrottle`,
+:class:`AdaptiveThrottle`, :class:`Backoff`, :func:`retry`, :class:`CircuitBreaker`,
+:class:`RateLimiter`, and :mod:`surgeguard.httpx` (an httpx transport).
+
+Pipelines: :class:`Credits`, :class:`LagMeter`, :class:`Watermarks`, :class:`PacedDrain`.
+
+Durations are seconds (floats); priorities are names (``"critical"``, ``"normal"``,
+``"background"``) or ints (0 = most important); every time-dependent call takes an
+optional ``now_ns=`` (int nanoseconds) to inject time, otherwise the native monotonic
+clock is read (:func:`clock_ns`). Use one or the other per object.
+
+Refusals raise :class:`OverloadError` subclasses carrying ``reason`` and ``retry_after``.
+"""
+
+from __future__ import annotations
+
+from . import errors, prometheus
+from ._native import (
+    AdaptiveThrottle,
+    AimdLimit,
+    Backoff,
+    BreakerCall,
+    BreakerFunction,
+    Credits,
+    FixedLimit,
+    Gate,
+    Gradient2Limit,
+    GradientLimit,
+    HysteresisLimit,
+    KeyedLimits,
+    KeyPermit,
+    LagMeter,
+    Limiter,
+    PacedDrain,
+    Permit,
+    RateLimiter,
+    RetryBudget,
+    TokenRetryThrottle,
+    VegasLimit,
+    Watermarks,
+    __version__,
+    actionable,
+    clock_ns,
+    hash_key,
+    time_to_drain,
+)
+from .breaker import CircuitBreaker
+from .errors import (
+    BreakerOpen,
+    Cancelled,
+    CodelSlough,
+    ConfigError,
+    DeadlineUnmeetable,
+    Evicted,
+    Expired,
+    KeyLimit,
+    KeyRate,
+    LimitReached,
+    NoCredit,
+    OverloadError,
+    QueueFull,
+    RateLimited,
+    Rejected,
+    RetryBudgetExhausted,
+    Shed,
+    Throttled,
+    UsageError,
+)
+from .retry import retry
+
+__all__ = [
+    # admission
+    "Gate",
+    "Limiter",
+    "Permit",
+    "KeyedLimits",
+    "KeyPermit",
+    "FixedLimit",
+    "AimdLimit",
+    "HysteresisLimit",
+    "GradientLimit",
+    "Gradient2Limit",
+    "VegasLimit",
+    # client side
+    "RetryBudget",
+    "TokenRetryThrottle",
+    "AdaptiveThrottle",
+    "Backoff",
+    "retry",
+    "CircuitBreaker",
+    "BreakerCall",
+    "BreakerFunction",
+    "RateLimiter",
+    # pipelines
+    "Credits",
+    "LagMeter",
+    "Watermarks",
+    "PacedDrain",
+    "time_to_drain",
+    # helpers
+    "actionable",
+    "hash_key",
+    "clock_ns",
+    "errors",
+    "prometheus",
+    # exceptions
+    "OverloadError",
+    "Rejected",
+    "LimitReached",
+    "QueueFull",
+    "Evicted",
+    "DeadlineUnmeetable",
+    "Expired",
+    "CodelSlough",
+    "Shed",
+    "RateLimited",
+    "KeyLimit",
+    "KeyRate",
+    "Throttled",
+    "NoCredit",
+    "Cancelled",
+    "BreakerOpen",
+    "RetryBudgetExhausted",
+    "ConfigError",
+    "UsageError",
+    "__version__",
+]

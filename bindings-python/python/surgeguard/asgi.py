@@ -1,0 +1,240 @@
+"""Pure ASGI middleware (not ``BaseHTTPMiddleware``): admission through a
+:class:`~surgeguard.Gate`, per-key isolation through :class:`~surgeguard.KeyedLimits`, and
+a cheap health check that tells "overloaded" (keep me, send less) from "broken".
+
+::
+
+    app = OverloadMiddleware(app, gate=surgeguard.Gate(limit=64),
+                             keyed=surgeguard.KeyedLimits(8), key_header="x-tenant-id")
+    # Starlette / FastAPI: app.add_middleware(OverloadMiddleware, gate=gate)
+
+Per request (``scope["type"] == "http"``; lifespan and websocket pass through):
+
+1. ``health_path`` (if set) is answered at once, outside the gate (seed 002: health checks
+   on a separate, cheap path).
+2. The key (``key_header`` or ``key(scope)``), if any, is checked first: a per-key refusal
+   is ``429`` with ``Retry-After`` and the JSON body of :func:`surgeguard.actionable`.
+3. The priority (``X-Request-Priority``: ``critical`` / ``normal`` / ``background`` or an
+   int, or ``priority(scope)``) goes to the gate, which may queue the request up to
+   ``timeout`` seconds; a refusal is ``503`` with ``Retry-After`` and the JSON body.
+4. The app runs; the permit is released in ``finally`` with an outcome from the response
+   status: below 400 → success; 429, 502, 503, 504 or an overload exception (timeout) →
+   dropped; anything else (other 4xx/5xx, client disconnect, cancellation) → ignored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, Awaitable, Callable, Dict, Iterable, List, Optional, Tuple, Union
+
+from ._native import Gate, KeyedLimits, actionable
+from .errors import KeyLimit, KeyRate, OverloadError, Rejected
+
+__all__ = ["OverloadMiddleware", "health", "outcome_for_status", "DROPPED_STATUSES"]
+
+Scope = Dict[str, Any]
+Receive = Callable[[], Awaitable[Dict[str, Any]]]
+Send = Callable[[Dict[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+#: Response statuses that are an overload signal for the limit.
+DROPPED_STATUSES = frozenset({429, 502, 503, 504})
+#: Exceptions from the app that count as overload (timeouts, surgeguard's own refusals).
+_OVERLOAD: Tuple[type, ...] = (TimeoutError, asyncio.TimeoutError, OverloadError)
+
+
+def outcome_for_status(status: int) -> str:
+    """``"success"`` below 400, ``"dropped"`` for overload statuses, else ``"ignored"``."""
+    if status < 400:
+        return "success"
+    if status in DROPPED_STATUSES:
+        return "dropped"
+    return "ignored"
+
+
+def health(gate: Optional[Gate], broken: Optional[Callable[[], bool]] = None) -> Tuple[int, Dict[str, Any]]:
+    """The readiness answer: ``(status, body)``.
+
+    - ``broken()`` true → ``503 {"status": "broken"}``: remove this instance.
+    - gate overloaded → ``200 {"status": "overloaded", "send_less": true}``: keep it, send
+      it less (seeds 002, 003: a busy instance must not fail its health check).
+    - otherwise → ``200 {"status": "ok"}``.
+    """
+    if broken is not None and broken():
+        return 503, {"status": "broken"}
+    if gate is not None and gate.overloaded:
+        m = gate.metrics()
+        return 200, {
+            "status": "overloaded",
+            "send_less": True,
+            "waiting": m["waiting"],
+            "inflight": m["limiter"]["inflight"],
+            "limit": m["limiter"]["limit"],
+        }
+    return 200, {"status": "ok"}
+
+
+def _header(scope: Scope, name: bytes) -> Optional[str]:
+    for k, v in scope.get("headers") or ():
+        if k.lower() == name:
+            try:
+                return v.decode("latin-1")
+            except Exception:  # pragma: no cover - bytes always decode as latin-1
+                return None
+    return None
+
+
+def _priority_value(raw: Optional[str], levels: int) -> Union[str, int, None]:
+    """A header value as a priority the gate accepts, or None (the default level)."""
+    if raw is None:
+        return None
+    v = raw.strip().lower()
+    n = _NAMES.get(v)
+    if n is None:
+        if not v.isdigit() or len(v) > 3:
+            return None  # unknown: the default level, never an error
+        n = int(v)
+    return min(n, levels - 1)
+
+
+_NAMES = {"critical": 0, "normal": 1, "background": 2}
+
+
+async def _respond(send: Send, status: int, headers: List[Tuple[bytes, bytes]], body: bytes) -> None:
+    headers = headers + [(b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _refuse(send: Send, refusal: OverloadError) -> None:
+    a = actionable(refusal)
+    await _respond(
+        send,
+        a["status"],
+        [
+            (b"content-type", b"application/json"),
+            (b"retry-after", str(a["retry_after_s"]).encode()),
+        ],
+        a["body"],
+    )
+
+
+class OverloadMiddleware:
+    """Pure ASGI overload middleware (see the module docs).
+
+    Args:
+        app: the ASGI app.
+        gate: the :class:`~surgeguard.Gate` all requests pass.
+        timeout: seconds a request may wait in the gate's queue (``None``: until granted
+            or dropped by CoDel / eviction / shedding; ``0``: never wait).
+        priority_header: the request header naming the priority.
+        priority: ``priority(scope) -> name | int | None`` (overrides the header).
+        keyed: a :class:`~surgeguard.KeyedLimits` table for per-key isolation.
+        key_header: the header holding the key (e.g. ``"x-tenant-id"``, ``"x-agent-id"``).
+        key: ``key(scope) -> str | bytes | None`` (overrides the header).
+        key_cost: rate units one request costs its key.
+        health_path: a path answered by :func:`health` outside the gate.
+        broken: ``broken() -> bool`` for the health answer.
+        exclude_paths: paths that bypass the gate (e.g. metrics).
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        gate: Gate,
+        *,
+        timeout: Optional[float] = None,
+        priority_header: str = "x-request-priority",
+        priority: Optional[Callable[[Scope], Union[str, int, None]]] = None,
+        keyed: Optional[KeyedLimits] = None,
+        key_header: Optional[str] = "x-tenant-id",
+        key: Optional[Callable[[Scope], Union[str, bytes, None]]] = None,
+        key_cost: int = 1,
+        health_path: Optional[str] = None,
+        broken: Optional[Callable[[], bool]] = None,
+        exclude_paths: Iterable[str] = (),
+    ) -> None:
+        if not isinstance(gate, Gate):
+            raise TypeError("gate must be a surgeguard.Gate")
+        if keyed is not None and not isinstance(keyed, KeyedLimits):
+            raise TypeError("keyed must be a surgeguard.KeyedLimits")
+        self.app = app
+        self.gate = gate
+        self.timeout = timeout
+        self.priority_header = priority_header.lower().encode("latin-1")
+        self.priority = priority
+        self.keyed = keyed
+        self.key_header = key_header.lower().encode("latin-1") if key_header else None
+        self.key = key
+        self.key_cost = key_cost
+        self.health_path = health_path
+        self.broken = broken
+        self.exclude_paths = frozenset(exclude_paths)
+        self._levels = gate.levels
+        gate.acquire_async(None, timeout)  # validates timeout once, here
+
+    def _key_of(self, scope: Scope) -> Union[str, bytes, None]:
+        if self.key is not None:
+            return self.key(scope)
+        if self.keyed is not None and self.key_header is not None:
+            return _header(scope, self.key_header)
+        return None
+
+    def _priority_of(self, scope: Scope) -> Union[str, int, None]:
+        if self.priority is not None:
+            return self.priority(scope)
+        return _priority_value(_header(scope, self.priority_header), self._levels)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope.get("path", "")
+        if self.health_path is not None and path == self.health_path:
+            status, body = health(self.gate, self.broken)
+            await _respond(send, status, [(b"content-type", b"application/json")], json.dumps(body).encode())
+            return
+        if path in self.exclude_paths:
+            await self.app(scope, receive, send)
+            return
+
+        key_permit = None
+        key = None
+        if self.keyed is not None:
+            key = self._key_of(scope)
+            if key is not None:
+                try:
+                    key_permit = self.keyed.try_acquire(key, self.key_cost)
+                except (KeyLimit, KeyRate) as refusal:
+                    await _refuse(send, refusal)
+                    return
+        try:
+            try:
+                permit = await self.gate.acquire_async(self._priority_of(scope), self.timeout).__aenter__()
+            except Rejected as refusal:
+                if key is not None and self.keyed is not None:
+                    self.keyed.record_rejection(key)
+                await _refuse(send, refusal)
+                return
+            status: List[int] = []
+
+            async def send_wrapper(message: Dict[str, Any]) -> None:
+                if message["type"] == "http.response.start":
+                    status.append(message["status"])
+                await send(message)
+
+            outcome = "ignored"
+            try:
+                await self.app(scope, receive, send_wrapper)
+                outcome = outcome_for_status(status[0]) if status else "ignored"
+            except BaseException as exc:
+                if isinstance(exc, _OVERLOAD):
+                    outcome = "dropped"
+                raise
+            finally:
+                if permit.held:
+                    permit.release(outcome)
+        finally:
+            if key_permit is not None and key_permit.held:
+                key_permit.release()

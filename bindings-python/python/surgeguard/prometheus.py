@@ -1,0 +1,144 @@
+"""Prometheus text exposition (format 0.0.4) of any surgeguard objects' metrics.
+
+::
+
+    text = surgeguard.prometheus.render({"api": gate, "db": breaker, "retries": budget})
+
+Each object's ``metrics()`` becomes ``surgeguard_<kind>_<field>{name="..."}`` samples:
+counters (``_total``) for event counts, gauges otherwise; per-level lists get a
+``level`` label, per-shard lists a ``shard`` label, string states a ``state`` label.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, Iterable, List, Mapping, Tuple, Union
+
+__all__ = ["render", "CONTENT_TYPE"]
+
+#: The Content-Type of the text format.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+# The metric family of each type (by class name) and which fields are counters.
+_KIND = {
+    "Gate": "gate",
+    "Limiter": "limiter",
+    "RetryBudget": "retry_budget",
+    "TokenRetryThrottle": "retry_throttle",
+    "AdaptiveThrottle": "adaptive_throttle",
+    "CircuitBreaker": "breaker",
+    "RateLimiter": "rate_limiter",
+    "PacedDrain": "paced_drain",
+    "Credits": "credits",
+    "LagMeter": "lag",
+    "Watermarks": "watermarks",
+    "KeyedLimits": "keyed",
+}
+
+_COUNTERS = {
+    "gate": {"queued", "granted", "expired", "sloughed", "evicted", "cancelled", "shed",
+             "queue_full", "deadline_unmeetable", "aged", "lifo_switches", "codel_drops"},
+    "limiter": {"admitted", "rejected", "rejected_by_level", "successes", "drops", "ignored",
+                "windows", "folded_samples"},
+    "retry_budget": {"requests", "retries_allowed", "retries_denied"},
+    "retry_throttle": {"retries_allowed", "retries_denied", "successes", "failures"},
+    "adaptive_throttle": {"throttled"},
+    "breaker": {"opened", "half_opened", "closed", "rejected", "ramp_shed", "probes",
+                "stale_records"},
+    "rate_limiter": {"allowed", "denied"},
+    "paced_drain": {"started", "calls"},
+    "credits": {"granted", "taken", "completed", "refused"},
+    "lag": {"produced", "consumed"},
+    "watermarks": {"pauses", "resumes", "time_paused"},
+    "keyed": {"admitted", "rejected_key_limit", "rejected_key_rate", "foreign_releases"},
+}
+
+_LIST_LABEL = {"shard_in_flight": "shard"}
+
+
+def _escape(v: str) -> str:
+    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _fmt(v: float) -> str:
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    if isinstance(v, int):
+        return str(v)
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "+Inf" if v > 0 else "-Inf"
+    return repr(float(v))
+
+
+def _kind_of(obj: Any) -> str:
+    for cls in type(obj).__mro__:
+        k = _KIND.get(cls.__name__)
+        if k is not None:
+            return k
+    return type(obj).__name__.lower()
+
+
+def _metrics_of(obj: Any) -> Dict[str, Any]:
+    m = obj.metrics()
+    if not isinstance(m, dict):
+        raise TypeError(f"{type(obj).__name__}.metrics() did not return a dict")
+    return m
+
+
+class _Families:
+    def __init__(self) -> None:
+        self.order: List[str] = []
+        self.types: Dict[str, str] = {}
+        self.samples: Dict[str, List[str]] = {}
+
+    def add(self, family: str, mtype: str, labels: Mapping[str, str], value: Any) -> None:
+        if mtype == "counter":
+            family += "_total"
+        if family not in self.types:
+            self.order.append(family)
+            self.types[family] = mtype
+            self.samples[family] = []
+        lab = ",".join(f'{k}="{_escape(str(v))}"' for k, v in labels.items())
+        self.samples[family].append(f"{family}{{{lab}}} {_fmt(value)}")
+
+
+def _emit(out: _Families, prefix: str, kind: str, name: str, metrics: Mapping[str, Any]) -> None:
+    counters = _COUNTERS.get(kind, set())
+    for field, value in metrics.items():
+        family = f"{prefix}_{kind}_{field}"
+        mtype = "counter" if field in counters else "gauge"
+        base = {"name": name}
+        if isinstance(value, dict):
+            sub = field if field in _KIND.values() else f"{kind}_{field}"
+            _emit(out, prefix, sub, name, value)
+        elif isinstance(value, str):
+            out.add(family, "gauge", {**base, field: value}, 1)
+        elif isinstance(value, (list, tuple)):
+            label = _LIST_LABEL.get(field, "level")
+            for i, v in enumerate(value):
+                if isinstance(v, (int, float)):
+                    out.add(family, mtype, {**base, label: str(i)}, v)
+        elif isinstance(value, (int, float)):
+            out.add(family, mtype, base, value)
+        # None (unknown yet) is left out
+
+
+def render(
+    objects: Union[Mapping[str, Any], Iterable[Tuple[str, Any]]],
+    *,
+    prefix: str = "surgeguard",
+) -> str:
+    """Renders ``{name: object}`` (or ``[(name, object), ...]``) as Prometheus text."""
+    items = list(objects.items()) if isinstance(objects, Mapping) else list(objects)
+    out = _Families()
+    for name, obj in items:
+        _emit(out, prefix, _kind_of(obj), str(name), _metrics_of(obj))
+    lines: List[str] = []
+    for family in out.order:
+        mtype = out.types[family]
+        lines.append(f"# HELP {family} surgeguard {family[len(prefix) + 1:].replace('_', ' ')}")
+        lines.append(f"# TYPE {family} {mtype}")
+        lines.extend(out.samples[family])
+    return "\n".join(lines) + "\n"

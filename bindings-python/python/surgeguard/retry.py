@@ -1,0 +1,244 @@
+"""`retry(...)`: retries with a budget, jittered backoff and the server's Retry-After.
+
+A per-call "up to N attempts" multiplies load by N at every layer when a dependency is
+down (seed 004: three layers of 4 attempts make 64×). ``retry`` is bounded twice: by
+``attempts`` and by a shared :class:`~surgeguard.RetryBudget` (or
+:class:`~surgeguard.TokenRetryThrottle`), so retries stay a share of traffic however bad
+things get. Delays come from :class:`~surgeguard.Backoff` (jittered) and are never shorter
+than the server's ``Retry-After`` (an exception's ``retry_after`` attribute, or an
+``httpx.HTTPStatusError``'s response header).
+
+Non-idempotent work (``idempotent=False``) is retried only when the failure proves the
+work never ran: a local refusal (:class:`~surgeguard.OverloadError` raised by surgeguard
+itself) or a refused connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import functools
+import inspect
+import time
+from typing import Any, Callable, Optional, Tuple, Type, TypeVar, Union
+
+from ._native import Backoff, RetryBudget, TokenRetryThrottle
+from .errors import OverloadError, RetryBudgetExhausted
+
+__all__ = ["retry", "retry_after_of", "parse_retry_after"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: What is retried unless told otherwise.
+DEFAULT_RETRY_ON: Tuple[Type[BaseException], ...] = (OverloadError, TimeoutError, ConnectionError)
+
+
+def parse_retry_after(value: Optional[str], now: Optional[float] = None) -> Optional[float]:
+    """Seconds from a ``Retry-After`` header value (delta-seconds or an HTTP date)."""
+    if value is None:
+        return None
+    value = value.strip()
+    if not value:
+        return None
+    try:
+        secs = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when is None:
+            return None
+        secs = when.timestamp() - (time.time() if now is None else now)
+    if secs != secs or secs < 0:  # NaN or in the past
+        return 0.0
+    return min(secs, 86_400.0)
+
+
+def retry_after_of(exc: BaseException) -> Optional[float]:
+    """The server's hint carried by an exception: ``exc.retry_after`` (surgeguard's own
+    refusals) or the ``Retry-After`` header of ``exc.response`` (httpx, requests)."""
+    hint = getattr(exc, "retry_after", None)
+    if isinstance(hint, (int, float)) and not isinstance(hint, bool):
+        return float(hint) if hint == hint and hint >= 0 else None
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    if headers is not None:
+        try:
+            return parse_retry_after(headers.get("retry-after"))
+        except AttributeError:
+            return None
+    return None
+
+
+def _never_ran(exc: BaseException) -> bool:
+    """Whether the failure proves the work was not started (safe to retry anything)."""
+    if isinstance(exc, OverloadError):
+        return True
+    return isinstance(exc, ConnectionRefusedError)
+
+
+class _Policy:
+    """The shared, immutable part of a retry decorator."""
+
+    __slots__ = ("attempts", "backoff", "budget", "retry_on", "idempotent", "max_delay", "sleep", "on_retry")
+
+    def __init__(
+        self,
+        attempts: int,
+        backoff: Optional[Backoff],
+        budget: Union[RetryBudget, TokenRetryThrottle, None],
+        retry_on: Tuple[Type[BaseException], ...],
+        idempotent: bool,
+        max_delay: Optional[float],
+        sleep: Optional[Callable[[float], Any]],
+        on_retry: Optional[Callable[[int, BaseException, float], Any]],
+    ) -> None:
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+            raise ValueError(f"attempts must be an int >= 1, got {attempts!r}")
+        if backoff is not None and not isinstance(backoff, Backoff):
+            raise TypeError("backoff must be a surgeguard.Backoff")
+        if budget is not None and not isinstance(budget, (RetryBudget, TokenRetryThrottle)):
+            raise TypeError("budget must be a RetryBudget or a TokenRetryThrottle")
+        if max_delay is not None and not (max_delay >= 0):
+            raise ValueError(f"max_delay must be >= 0 seconds, got {max_delay!r}")
+        self.attempts = attempts
+        self.backoff = backoff if backoff is not None else Backoff()
+        self.budget = budget
+        self.retry_on = retry_on
+        self.idempotent = idempotent
+        self.max_delay = max_delay
+        self.sleep = sleep
+        self.on_retry = on_retry
+
+    def start(self) -> None:
+        if isinstance(self.budget, RetryBudget):
+            self.budget.deposit()
+
+    def record(self, ok: bool) -> None:
+        if isinstance(self.budget, TokenRetryThrottle):
+            self.budget.record(ok)
+
+    def delay_for(self, attempt: int, exc: BaseException, backoff: Backoff) -> Optional[float]:
+        """Seconds to wait before the next attempt, or None to give up (re-raise)."""
+        if not isinstance(exc, self.retry_on) or isinstance(exc, RetryBudgetExhausted):
+            return None
+        if attempt >= self.attempts:
+            return None
+        if not self.idempotent and not _never_ran(exc):
+            return None
+        budget = self.budget
+        if isinstance(budget, RetryBudget):
+            if not budget.try_withdraw():
+                _note(exc, "surgeguard: not retried, the retry budget is exhausted")
+                return None
+        elif isinstance(budget, TokenRetryThrottle):
+            if not budget.try_retry():
+                _note(exc, "surgeguard: not retried, the retry throttle is closed")
+                return None
+        delay = backoff.next_delay(attempt, retry_after_of(exc))
+        if self.max_delay is not None and delay > self.max_delay:
+            _note(exc, f"surgeguard: not retried, the next attempt is {delay:.3f} s away")
+            return None
+        if self.on_retry is not None:
+            self.on_retry(attempt, exc, delay)
+        return delay
+
+
+def _note(exc: BaseException, text: str) -> None:
+    add = getattr(exc, "add_note", None)
+    if add is not None:
+        add(text)
+
+
+def retry(
+    func: Optional[F] = None,
+    *,
+    attempts: int = 3,
+    backoff: Optional[Backoff] = None,
+    budget: Union[RetryBudget, TokenRetryThrottle, None] = None,
+    retry_on: Tuple[Type[BaseException], ...] = DEFAULT_RETRY_ON,
+    idempotent: bool = True,
+    max_delay: Optional[float] = 30.0,
+    sleep: Optional[Callable[[float], Any]] = None,
+    on_retry: Optional[Callable[[int, BaseException, float], Any]] = None,
+) -> Any:
+    """Retries a sync or async callable.
+
+    Args:
+        attempts: the most calls in all (1 = never retry).
+        backoff: a :class:`~surgeguard.Backoff` template (copied per call; default gRPC A6:
+            0.1 s × 2 up to 1 s, full jitter).
+        budget: a shared :class:`~surgeguard.RetryBudget` (each call deposits, each retry
+            withdraws) or :class:`~surgeguard.TokenRetryThrottle`; when it says no, the
+            error is raised instead of retried.
+        retry_on: exception classes worth retrying (default: ``OverloadError``,
+            ``TimeoutError``, ``ConnectionError``).
+        idempotent: False for work that must not run twice: then only failures that prove
+            it never ran (surgeguard's own refusals, a refused connection) are retried.
+        max_delay: give up instead of waiting longer than this (seconds; ``None``: no cap).
+        sleep: the sleep function (``time.sleep`` / ``asyncio.sleep`` by default).
+        on_retry: called as ``on_retry(attempt, exc, delay)`` before each retry.
+
+    Use as ``@retry`` or ``@retry(attempts=4, budget=budget)``.
+    """
+    policy = _Policy(attempts, backoff, budget, retry_on, idempotent, max_delay, sleep, on_retry)
+
+    def decorate(f: F) -> F:
+        if inspect.iscoroutinefunction(f):
+
+            @functools.wraps(f)
+            async def async_retrying(*args: Any, **kwargs: Any) -> Any:
+                policy.start()
+                sleeper = policy.sleep or asyncio.sleep
+                per_call: Optional[Backoff] = None
+                attempt = 1
+                while True:
+                    try:
+                        result = await f(*args, **kwargs)
+                    except BaseException as exc:
+                        if isinstance(exc, policy.retry_on):
+                            policy.record(False)
+                        if per_call is None:
+                            per_call = policy.backoff.copy()
+                        delay = policy.delay_for(attempt, exc, per_call)
+                        if delay is None:
+                            raise
+                        r = sleeper(delay)
+                        if inspect.isawaitable(r):
+                            await r
+                        attempt += 1
+                        continue
+                    policy.record(True)
+                    return result
+
+            return async_retrying  # type: ignore[return-value]
+
+        @functools.wraps(f)
+        def retrying(*args: Any, **kwargs: Any) -> Any:
+            policy.start()
+            sleeper = policy.sleep or time.sleep
+            per_call: Optional[Backoff] = None
+            attempt = 1
+            while True:
+                try:
+                    result = f(*args, **kwargs)
+                except BaseException as exc:
+                    if isinstance(exc, policy.retry_on):
+                        policy.record(False)
+                    if per_call is None:
+                        per_call = policy.backoff.copy()
+                    delay = policy.delay_for(attempt, exc, per_call)
+                    if delay is None:
+                        raise
+                    sleeper(delay)
+                    attempt += 1
+                    continue
+                policy.record(True)
+                return result
+
+        return retrying  # type: ignore[return-value]
+
+    if func is not None:
+        return decorate(func)
+    return decorate

@@ -1,0 +1,199 @@
+"""WSGI middleware: admission through a :class:`~surgeguard.Gate` (waiting with the GIL
+released while queued), per-key isolation, and release when the response iterable is
+closed — not when the app returns (PEP 3333), so streaming responses hold their slot.
+
+::
+
+    app = OverloadWSGIMiddleware(app, gate=surgeguard.Gate(limit=32), timeout=0.5)
+
+Refusals: ``429`` (per key) or ``503`` (global) with ``Retry-After`` and the JSON body of
+:func:`surgeguard.actionable`. Outcomes from the status as in :mod:`surgeguard.asgi`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
+
+from ._native import Gate, KeyedLimits, actionable
+from .asgi import _NAMES, _OVERLOAD, health, outcome_for_status
+from .errors import KeyLimit, KeyRate, OverloadError, Rejected
+
+__all__ = ["OverloadWSGIMiddleware"]
+
+Environ = Dict[str, Any]
+StartResponse = Callable[..., Any]
+WSGIApp = Callable[[Environ, StartResponse], Iterable[bytes]]
+
+_REASONS = {200: "OK", 429: "Too Many Requests", 503: "Service Unavailable"}
+
+
+def _environ_key(header: str) -> str:
+    return "HTTP_" + header.upper().replace("-", "_")
+
+
+def _refuse(start_response: StartResponse, refusal: OverloadError) -> List[bytes]:
+    a = actionable(refusal)
+    body: bytes = a["body"]
+    start_response(
+        f"{a['status']} {_REASONS.get(a['status'], '')}".strip(),
+        [
+            ("Content-Type", "application/json"),
+            ("Retry-After", str(a["retry_after_s"])),
+            ("Content-Length", str(len(body))),
+        ],
+    )
+    return [body]
+
+
+class _Closing:
+    """Wraps the app's iterable; ends the permit exactly once when closed."""
+
+    __slots__ = ("_it", "_iter", "_done")
+
+    def __init__(self, it: Iterable[bytes], done: Callable[[str], None]) -> None:
+        self._it = it
+        self._iter: Optional[Iterator[bytes]] = None
+        self._done: Optional[Callable[[str], None]] = done
+
+    def __iter__(self) -> Iterator[bytes]:
+        self._iter = iter(self._it)
+        return self
+
+    def __next__(self) -> bytes:
+        if self._iter is None:
+            self._iter = iter(self._it)
+        try:
+            return next(self._iter)
+        except StopIteration:
+            raise
+        except BaseException as exc:
+            self._finish("dropped" if isinstance(exc, _OVERLOAD) else "ignored")
+            raise
+
+    def close(self) -> None:
+        try:
+            close = getattr(self._it, "close", None)
+            if close is not None:
+                close()
+        finally:
+            self._finish(None)
+
+    def _finish(self, outcome: Optional[str]) -> None:
+        done, self._done = self._done, None
+        if done is not None:
+            done(outcome or "")
+
+
+class OverloadWSGIMiddleware:
+    """WSGI overload middleware (see the module docs).
+
+    Args:
+        app: the WSGI app.
+        gate: the :class:`~surgeguard.Gate`.
+        timeout: seconds a request may wait while queued (the thread blocks, GIL released).
+        priority_header / priority: as :class:`surgeguard.asgi.OverloadMiddleware`
+            (``priority(environ)``).
+        keyed / key_header / key / key_cost: per-key isolation (``key(environ)``).
+        health_path / broken: the health answer outside the gate.
+    """
+
+    def __init__(
+        self,
+        app: WSGIApp,
+        gate: Gate,
+        *,
+        timeout: Optional[float] = None,
+        priority_header: str = "x-request-priority",
+        priority: Optional[Callable[[Environ], Union[str, int, None]]] = None,
+        keyed: Optional[KeyedLimits] = None,
+        key_header: Optional[str] = "x-tenant-id",
+        key: Optional[Callable[[Environ], Union[str, bytes, None]]] = None,
+        key_cost: int = 1,
+        health_path: Optional[str] = None,
+        broken: Optional[Callable[[], bool]] = None,
+    ) -> None:
+        if not isinstance(gate, Gate):
+            raise TypeError("gate must be a surgeguard.Gate")
+        self.app = app
+        self.gate = gate
+        self.timeout = timeout
+        self.priority_env = _environ_key(priority_header)
+        self.priority = priority
+        self.keyed = keyed
+        self.key_env = _environ_key(key_header) if key_header else None
+        self.key = key
+        self.key_cost = key_cost
+        self.health_path = health_path
+        self.broken = broken
+        self._levels = gate.levels
+        gate.acquire(None, timeout)  # validates timeout once, here
+
+    def _priority_of(self, environ: Environ) -> Union[str, int, None]:
+        if self.priority is not None:
+            return self.priority(environ)
+        raw = environ.get(self.priority_env)
+        if raw is None:
+            return None
+        v = str(raw).strip().lower()
+        n = _NAMES.get(v)
+        if n is None:
+            if not v.isdigit() or len(v) > 3:
+                return None
+            n = int(v)
+        return min(n, self._levels - 1)
+
+    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        if self.health_path is not None and environ.get("PATH_INFO") == self.health_path:
+            status, body = health(self.gate, self.broken)
+            data = json.dumps(body).encode()
+            start_response(
+                f"{status} {_REASONS.get(status, '')}".strip(),
+                [("Content-Type", "application/json"), ("Content-Length", str(len(data)))],
+            )
+            return [data]
+        key_permit = None
+        key = None
+        if self.keyed is not None:
+            key = self.key(environ) if self.key is not None else (
+                environ.get(self.key_env) if self.key_env else None
+            )
+            if key is not None:
+                try:
+                    key_permit = self.keyed.try_acquire(key, self.key_cost)
+                except (KeyLimit, KeyRate) as refusal:
+                    return _refuse(start_response, refusal)
+        try:
+            permit = self.gate.acquire(self._priority_of(environ), self.timeout).__enter__()
+        except Rejected as refusal:
+            if key_permit is not None:
+                key_permit.release()
+            if key is not None and self.keyed is not None:
+                self.keyed.record_rejection(key)
+            return _refuse(start_response, refusal)
+
+        seen: List[int] = []
+
+        def start(status: str, headers: List[Tuple[str, str]], exc_info: Any = None) -> Any:
+            try:
+                seen.append(int(status.split(" ", 1)[0]))
+            except ValueError:
+                pass
+            if exc_info is not None:
+                return start_response(status, headers, exc_info)
+            return start_response(status, headers)
+
+        def done(outcome: str) -> None:
+            try:
+                if permit.held:
+                    permit.release(outcome or (outcome_for_status(seen[-1]) if seen else "ignored"))
+            finally:
+                if key_permit is not None and key_permit.held:
+                    key_permit.release()
+
+        try:
+            result = self.app(environ, start)
+        except BaseException as exc:
+            done("dropped" if isinstance(exc, _OVERLOAD) else "ignored")
+            raise
+        return _Closing(result, done)

@@ -1,0 +1,61 @@
+//! `surgeguard._native`: the Python bindings of surgeguard-core (pyo3, abi3).
+//!
+//! Thin by design (DESIGN.md §4, STYLE.md 8): each function converts types (seconds ↔
+//! nanoseconds, priority names, outcomes), reads the clock natively unless `now_ns=` is
+//! given, calls the core and maps its error to one exception class. Idioms that need
+//! Python — asyncio waiting, ASGI/WSGI middleware, retries, Prometheus text — live in the
+//! pure-Python package `surgeguard` beside this module.
+//!
+//! Handles over the core's atomics are `#[pyclass(frozen)]`: no borrow flag, and safe
+//! under free-threaded Python. Per-use objects (permits) are ordinary pyclasses.
+
+mod breaker;
+mod client;
+mod common;
+mod flow;
+mod gate;
+mod keyed;
+mod limiter;
+mod permit;
+mod rate;
+
+use pyo3::prelude::*;
+
+/// The native half of the `surgeguard` package (import `surgeguard`, not this).
+#[pymodule(gil_used = false)]
+mod _native {
+    #[pymodule_export]
+    use super::breaker::{BreakerCall, BreakerFunction, CircuitBreaker};
+    #[pymodule_export]
+    use super::client::{AdaptiveThrottle, Backoff, RetryBudget, TokenRetryThrottle};
+    #[pymodule_export]
+    use super::flow::{Credits, LagMeter, Watermarks};
+    #[pymodule_export]
+    use super::gate::{Gate, Ticket};
+    #[pymodule_export]
+    use super::keyed::{actionable, hash_key, KeyPermit, KeyedLimits};
+    #[pymodule_export]
+    use super::limiter::{
+        AimdLimit, FixedLimit, Gradient2Limit, GradientLimit, HysteresisLimit, Limiter, VegasLimit,
+    };
+    #[pymodule_export]
+    use super::permit::Permit;
+    #[pymodule_export]
+    use super::rate::{time_to_drain, PacedDrain, RateLimiter};
+
+    use pyo3::prelude::*;
+
+    #[pymodule_init]
+    fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
+        m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+        m.add("clock_ns", pyo3::wrap_pyfunction!(super::native_clock_ns, m)?)?;
+        Ok(())
+    }
+}
+
+/// The native monotonic clock (nanoseconds) every object reads unless `now_ns=` is given.
+#[pyfunction]
+#[pyo3(name = "clock_ns")]
+fn native_clock_ns() -> u64 {
+    common::clock_ns()
+}

@@ -1,0 +1,82 @@
+"""Every public name is documented, and the stubs describe the native module."""
+
+import ast
+import inspect
+from pathlib import Path
+
+import surgeguard as sg
+import surgeguard._native as native
+import importlib
+
+from surgeguard import asgi, errors, prometheus, wsgi
+from surgeguard import httpx as sg_httpx
+
+retry = importlib.import_module("surgeguard.retry")  # `surgeguard.retry` is the decorator
+STUB = Path(sg.__file__).with_name("_native.pyi")
+
+
+def public_members(obj):
+    for name, value in inspect.getmembers(obj):
+        if not name.startswith("_"):
+            yield name, value
+
+
+def test_every_public_name_has_a_docstring():
+    missing = []
+    for name in sg.__all__:
+        if name in ("__version__",):
+            continue
+        obj = getattr(sg, name)
+        if not (getattr(obj, "__doc__", None) or "").strip():
+            missing.append(name)
+        if inspect.isclass(obj) and not issubclass(obj, BaseException):
+            for mname, member in public_members(obj):
+                if not (getattr(member, "__doc__", None) or "").strip():
+                    missing.append(f"{name}.{mname}")
+    for module in (asgi, wsgi, retry, prometheus, errors, sg_httpx):
+        assert (module.__doc__ or "").strip(), module.__name__
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if callable(obj) and not (obj.__doc__ or "").strip():
+                missing.append(f"{module.__name__}.{name}")
+    assert not missing, missing
+
+
+def test_stubs_cover_the_native_module():
+    tree = ast.parse(STUB.read_text())
+    stub_names = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            members = set()
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    members.add(item.name)
+            stub_names[node.name] = members
+        elif isinstance(node, ast.FunctionDef):
+            stub_names[node.name] = None
+    runtime = {n for n in dir(native) if not n.startswith("__")}
+    assert runtime <= set(stub_names) | {"Priority"}, runtime - set(stub_names)
+    for cls_name, members in stub_names.items():
+        if members is None or not hasattr(native, cls_name):
+            continue
+        cls = getattr(native, cls_name)
+        public = {n for n, _ in public_members(cls)}
+        assert public <= members, (cls_name, public - members)
+
+
+def test_py_typed_marker_ships():
+    assert STUB.with_name("py.typed").exists()
+
+
+def test_exception_hierarchy():
+    assert issubclass(sg.QueueFull, sg.Rejected) and issubclass(sg.Rejected, sg.OverloadError)
+    assert issubclass(sg.BreakerOpen, sg.OverloadError) and not issubclass(sg.BreakerOpen, sg.Rejected)
+    assert issubclass(sg.RetryBudgetExhausted, sg.OverloadError)
+    assert issubclass(sg.ConfigError, ValueError) and issubclass(sg.UsageError, RuntimeError)
+    e = sg.Expired("late", "expired", 0.25)
+    assert (str(e), e.reason, e.retry_after) == ("late", "expired", 0.25)
+    import pickle
+
+    e2 = pickle.loads(pickle.dumps(e))
+    assert type(e2) is sg.Expired and e2.reason == "expired" and e2.retry_after == 0.25
+    assert set(errors.BY_REASON) >= {"queue_full", "expired", "shed", "key_limit", "breaker_open"}

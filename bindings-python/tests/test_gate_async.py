@@ -1,0 +1,228 @@
+"""Gate under asyncio: priority order, cancellation, timeouts, cross-thread wake-ups,
+no leaked permits."""
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+import surgeguard as sg
+
+
+def no_leaks(g):
+    m = g.metrics()
+    assert m["limiter"]["inflight"] == 0, m
+    assert m["waiting"] == 0, m
+    assert (m["binding_waiters"], m["binding_orphans"]) == (0, 0), m
+
+
+async def wait_for_waiters(g, n, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while g.waiting() < n:
+        assert time.monotonic() < deadline, "waiters never queued"
+        await asyncio.sleep(0.001)
+
+
+async def test_fast_path_returns_the_permit():
+    g = sg.Gate(limit=2)
+    async with g.acquire_async() as p:
+        assert isinstance(p, sg.Permit) and p.held
+        assert g.inflight == 1
+    assert p.outcome == "success"
+    no_leaks(g)
+
+
+async def test_waiters_are_woken_in_priority_order():
+    g = sg.Gate(limit=1, codel=False)
+    held = g.try_acquire()
+    order = []
+
+    async def worker(prio, name):
+        async with g.acquire_async(prio, timeout=5) as p:
+            order.append(name)
+            await asyncio.sleep(0.001)
+
+    plan = [("background", "b1"), ("normal", "n1"), ("critical", "c1"), ("background", "b2"),
+            ("critical", "c2"), ("normal", "n2")]
+    tasks = []
+    for prio, name in plan:
+        tasks.append(asyncio.create_task(worker(prio, name)))
+        await wait_for_waiters(g, len(tasks))
+    held.success()
+    await asyncio.gather(*tasks)
+    assert order == ["c1", "c2", "n1", "n2", "b1", "b2"]
+    no_leaks(g)
+
+
+async def test_cancellation_withdraws_the_ticket():
+    g = sg.Gate(limit=1, codel=False)
+    held = g.try_acquire()
+
+    async def worker():
+        async with g.acquire_async(timeout=10):
+            pytest.fail("must not be granted")
+
+    t = asyncio.create_task(worker())
+    await wait_for_waiters(g, 1)
+    t.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await t
+    assert g.waiting() == 0
+    assert g.metrics()["cancelled"] == 1
+    held.success()
+    no_leaks(g)
+
+
+async def test_cancel_racing_a_grant_never_leaks():
+    g = sg.Gate(limit=1, codel=False)
+    for _ in range(50):
+        held = g.try_acquire()
+
+        async def worker():
+            async with g.acquire_async(timeout=10):
+                await asyncio.sleep(0)
+
+        t = asyncio.create_task(worker())
+        await wait_for_waiters(g, 1)
+        held.success()  # grants the waiter (its wake-up is scheduled) ...
+        t.cancel()  # ... and the task is cancelled before it runs
+        try:
+            await t
+        except asyncio.CancelledError:
+            pass
+        no_leaks(g)
+
+
+async def test_wait_for_timeout_cancels_cleanly():
+    g = sg.Gate(limit=1, codel=False)
+    held = g.try_acquire()
+
+    async def worker():
+        async with g.acquire_async():
+            pass
+
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(worker(), 0.05)
+    held.success()
+    no_leaks(g)
+
+
+async def test_timeouts_expire_via_the_gate_timer():
+    g = sg.Gate(limit=1, codel=False)
+    held = g.try_acquire()
+    t0 = time.monotonic()
+    with pytest.raises(sg.Expired) as e:
+        async with g.acquire_async(timeout=0.05):
+            pass
+    took = time.monotonic() - t0
+    assert 0.02 < took < 2.0
+    assert e.value.reason == "expired"
+    held.success()
+    no_leaks(g)
+
+
+async def test_many_waiters_share_one_timer_and_all_time_out():
+    g = sg.Gate(limit=1, codel=False)
+    held = g.try_acquire()
+
+    async def worker(i):
+        try:
+            async with g.acquire_async(timeout=0.02 + i * 0.002):
+                return "granted"
+        except sg.Expired:
+            return "expired"
+
+    results = await asyncio.gather(*(worker(i) for i in range(20)))
+    assert results == ["expired"] * 20
+    held.success()
+    no_leaks(g)
+
+
+async def test_release_from_another_thread_wakes_the_loop():
+    g = sg.Gate(limit=1, codel=False)
+    held = g.try_acquire()
+
+    def release_later():
+        time.sleep(0.05)
+        held.success()
+
+    th = threading.Thread(target=release_later)
+    th.start()
+    t0 = time.monotonic()
+    async with g.acquire_async(timeout=5) as p:
+        assert p.held
+    assert time.monotonic() - t0 < 2.0
+    th.join()
+    no_leaks(g)
+
+
+async def test_async_and_threads_share_one_gate():
+    g = sg.Gate(limit=2, queue_capacity=256)
+    done = []
+
+    def thread_worker():
+        for _ in range(50):
+            with g.acquire(timeout=5):
+                time.sleep(0.0001)
+        done.append("thread")
+
+    threads = [threading.Thread(target=thread_worker) for _ in range(3)]
+    for t in threads:
+        t.start()
+
+    async def task_worker():
+        for _ in range(50):
+            async with g.acquire_async(timeout=5):
+                await asyncio.sleep(0)
+        done.append("task")
+
+    await asyncio.gather(*(task_worker() for _ in range(5)))
+    for t in threads:
+        await asyncio.get_running_loop().run_in_executor(None, t.join)
+    assert sorted(done) == ["task"] * 5 + ["thread"] * 3
+    no_leaks(g)
+
+
+async def test_async_stress_invariants():
+    limit = 3
+    g = sg.Gate(limit=limit, queue_capacity=1024, codel=False)
+    inside = 0
+    peak = 0
+    counts = {"ok": 0, "refused": 0, "cancelled": 0}
+
+    async def worker(i):
+        nonlocal inside, peak
+        prio = ("critical", "normal", "background")[i % 3]
+        try:
+            async with g.acquire_async(prio, timeout=1.0):
+                inside += 1
+                peak = max(peak, inside)
+                try:
+                    await asyncio.sleep(0.0005 * (i % 4))
+                finally:
+                    inside -= 1
+            counts["ok"] += 1
+        except sg.Rejected:
+            counts["refused"] += 1
+
+    tasks = [asyncio.create_task(worker(i)) for i in range(300)]
+    await asyncio.sleep(0.01)
+    for t in tasks[::17]:
+        t.cancel()
+    for t in tasks:
+        try:
+            await t
+        except asyncio.CancelledError:
+            counts["cancelled"] += 1
+    assert peak <= limit
+    assert sum(counts.values()) == 300
+    no_leaks(g)
+
+
+async def test_sync_with_in_async_code_is_refused():
+    g = sg.Gate(limit=1)
+    with pytest.raises(TypeError):
+        async with g.acquire():
+            pass
+    no_leaks(g)

@@ -1,0 +1,383 @@
+//! The boundary: panic catching, pointer checks, and the life cycle shared by every
+//! object type (heap handles and init-in-place).
+
+use core::ffi::c_void;
+use core::ptr::{self, NonNull};
+use std::alloc::{alloc, Layout};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::status::sg_status::{self, *};
+
+/// A body's result: `Err` carries the status to return (nothing was written).
+pub(crate) type Res<T = ()> = Result<T, sg_status>;
+
+/// Runs an exported function's body: `Ok` → `SG_OK`, `Err(s)` → `s`, a panic → `SG_PANIC`.
+/// No panic ever unwinds into C.
+pub(crate) fn ffi(body: impl FnOnce() -> Res) -> sg_status {
+    ffi_status(|| body().map(|()| SG_OK))
+}
+
+/// As [`ffi`] for bodies that choose their success status (`SG_QUEUED`, `SG_REJECTED`).
+pub(crate) fn ffi_status(body: impl FnOnce() -> Res<sg_status>) -> sg_status {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(s)) | Ok(Err(s)) => s,
+        Err(_) => SG_PANIC,
+    }
+}
+
+/// As [`ffi`] for functions that return a plain value: a panic returns `fallback`.
+pub(crate) fn ffi_value<T>(fallback: T, body: impl FnOnce() -> T) -> T {
+    catch_unwind(AssertUnwindSafe(body)).unwrap_or(fallback)
+}
+
+/// An output pointer checked for NULL: [`Out::write`] stores the result once the call
+/// has succeeded.
+pub(crate) struct Out<T>(NonNull<T>);
+
+impl<T> Out<T> {
+    /// Where the output goes.
+    #[allow(dead_code)]
+    pub(crate) fn as_ptr(&self) -> *mut T {
+        self.0.as_ptr()
+    }
+
+    pub(crate) fn write(self, value: T) {
+        // SAFETY: `out` checked the pointer for NULL, and the crate's contract (lib.rs,
+        // "Safety") makes the caller promise it is writable for one `T`. `write` does not
+        // read or drop the old contents, which may be uninitialised.
+        unsafe { self.0.as_ptr().write(value) }
+    }
+}
+
+/// Checks an output pointer: NULL → `SG_NULL_ARGUMENT`.
+pub(crate) fn out<T>(p: *mut T) -> Res<Out<T>> {
+    NonNull::new(p).map(Out).ok_or(SG_NULL_ARGUMENT)
+}
+
+/// An optional output pointer (documented as such): NULL means "not wanted".
+pub(crate) fn out_opt<T>(p: *mut T) -> Option<Out<T>> {
+    NonNull::new(p).map(Out)
+}
+
+/// Checks an input pointer and borrows it.
+///
+/// # Safety
+/// `p` must be NULL or valid for reads of one `T` for `'a` (the crate's contract).
+pub(crate) unsafe fn input<'a, T>(p: *const T) -> Res<&'a T> {
+    // SAFETY: the caller's contract: NULL or valid for reads for `'a`.
+    unsafe { p.as_ref() }.ok_or(SG_NULL_ARGUMENT)
+}
+
+/// Reports a refusal: writes the optional `sg_rejection` output and says `SG_REJECTED`.
+pub(crate) fn rejected(
+    rejection_out: *mut crate::status::sg_rejection,
+    r: surgeguard_core::Rejected,
+) -> sg_status {
+    if let Some(o) = out_opt(rejection_out) {
+        o.write(r.into());
+    }
+    SG_REJECTED
+}
+
+/// Process-wide object ids: a permit records its issuer's id, so a permit of another
+/// object is recognised (ids are never reused, unlike addresses).
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Magic of a deinitialised or freed object.
+const DEAD: u64 = 0xDEAD_DEAD_DEAD_DEAD;
+/// XORed into a type's magic when a panic poisons the object.
+const POISON: u64 = 0xFF;
+
+/// The first field of every object: what it is, whether it is alive, who it is.
+#[derive(Debug)]
+pub(crate) struct Head {
+    /// The type's magic while alive; `magic ^ POISON` once poisoned; `DEAD` after.
+    magic: AtomicU64,
+    /// Never reused in this process.
+    pub(crate) id: u64,
+    /// Made by `_new` (free with `_free`) or by `_init` (end with `_deinit`).
+    heap: bool,
+}
+
+/// An exported object type: an opaque marker (`pub struct sg_limiter { _opaque: [u8; 0] }`,
+/// which cbindgen turns into `typedef struct sg_limiter sg_limiter;`) whose handles point
+/// at an [`Obj`] holding the core structure.
+pub(crate) trait Object: Sized {
+    /// The core structure inside.
+    type Inner;
+    /// This type's magic: identifies the handle's type and life.
+    const MAGIC: u64;
+}
+
+/// What a handle points at. `repr(C)` puts the head first, so checking the magic of a
+/// wrong or dead handle reads only its first words.
+#[repr(C)]
+pub(crate) struct Obj<I> {
+    pub(crate) head: Head,
+    pub(crate) inner: I,
+}
+
+impl<I> Obj<I> {
+    fn head(&self) -> &Head {
+        &self.head
+    }
+}
+
+/// `sg_<type>_size()`.
+pub(crate) fn obj_size<T: Object>() -> usize {
+    size_of::<Obj<T::Inner>>()
+}
+
+/// `sg_<type>_align()`.
+pub(crate) fn obj_align<T: Object>() -> usize {
+    align_of::<Obj<T::Inner>>()
+}
+
+/// Declares `$t` (an opaque marker) an [`Object`] holding `$inner`.
+macro_rules! object {
+    ($t:ty, $inner:ty, $magic:expr) => {
+        impl crate::handle::Object for $t {
+            type Inner = $inner;
+            const MAGIC: u64 = $magic;
+        }
+    };
+}
+pub(crate) use object;
+
+impl Head {
+    fn new<T: Object>(heap: bool) -> Self {
+        Self {
+            magic: AtomicU64::new(T::MAGIC),
+            // Relaxed: a unique number is all that is needed.
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            heap,
+        }
+    }
+
+    /// `Ok` if alive, `SG_PANIC` if poisoned, `SG_INVALID_HANDLE` otherwise.
+    fn check<T: Object>(&self) -> Res {
+        // Relaxed: the magic guards against misuse by one thread (a stale or wrong handle);
+        // ending an object while others use it is outside the contract.
+        match self.magic.load(Ordering::Relaxed) {
+            m if m == T::MAGIC => Ok(()),
+            m if m == T::MAGIC ^ POISON => Err(SG_PANIC),
+            _ => Err(SG_INVALID_HANDLE),
+        }
+    }
+
+    fn poison<T: Object>(&self) {
+        // Relaxed: see `check`.
+        let _ = self.magic.compare_exchange(
+            T::MAGIC,
+            T::MAGIC ^ POISON,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Marks the object dead if it is alive or poisoned and was made the `heap` way.
+    fn end<T: Object>(&self, heap: bool) -> Res {
+        match self.check::<T>() {
+            Ok(()) | Err(SG_PANIC) if self.heap == heap => {
+                // Relaxed: see `check`.
+                self.magic.store(DEAD, Ordering::Relaxed);
+                Ok(())
+            }
+            _ => Err(SG_INVALID_HANDLE),
+        }
+    }
+}
+
+/// Borrows a live object and runs `f` on it; a panic inside poisons the object.
+///
+/// # Safety
+/// `p` must be NULL or a pointer the crate's contract allows for a `T` handle.
+pub(crate) unsafe fn with<T: Object, R>(
+    p: *const T,
+    f: impl FnOnce(&Obj<T::Inner>) -> Res<R>,
+) -> Res<R> {
+    // SAFETY: the caller's contract: NULL or a handle (pointing at an `Obj`, or storage
+    // holding one) valid for reads; `check` below refuses storage without a live `T`.
+    let obj = unsafe { p.cast::<Obj<T::Inner>>().as_ref() }.ok_or(SG_NULL_ARGUMENT)?;
+    obj.head().check::<T>()?;
+    match catch_unwind(AssertUnwindSafe(|| f(obj))) {
+        Ok(r) => r,
+        Err(_) => {
+            obj.head().poison::<T>();
+            Err(SG_PANIC)
+        }
+    }
+}
+
+/// As [`with`], with exclusive access (for the types that are not thread-safe).
+///
+/// # Safety
+/// As [`with`], and no other thread may use the object during the call.
+pub(crate) unsafe fn with_mut<T: Object, R>(
+    p: *mut T,
+    f: impl FnOnce(&mut Obj<T::Inner>) -> Res<R>,
+) -> Res<R> {
+    // SAFETY: the caller's contract, as in `with`; exclusive use is the documented
+    // condition of the non-thread-safe types.
+    let obj = unsafe { p.cast::<Obj<T::Inner>>().as_mut() }.ok_or(SG_NULL_ARGUMENT)?;
+    obj.head().check::<T>()?;
+    let head: *const Head = obj.head();
+    match catch_unwind(AssertUnwindSafe(|| f(obj))) {
+        Ok(r) => r,
+        Err(_) => {
+            // SAFETY: `head` points into the object, which is still alive (only `_free`
+            // and `_deinit` end it); the `&mut` borrow ended with the closure.
+            unsafe { &*head }.poison::<T>();
+            Err(SG_PANIC)
+        }
+    }
+}
+
+/// `sg_<type>_new`: validates, builds, allocates, and writes the handle to `out`.
+///
+/// # Safety
+/// `out` must be NULL or writable for one pointer.
+pub(crate) unsafe fn new_object<T: Object>(
+    out_handle: *mut *mut T,
+    make: impl FnOnce() -> Res<T::Inner>,
+) -> sg_status {
+    ffi(|| {
+        let out_handle = out(out_handle)?;
+        let inner = make()?;
+        let layout = Layout::new::<Obj<T::Inner>>();
+        // SAFETY: an `Obj` holds at least the `Head`, so the layout is not zero-sized.
+        let mem = unsafe { alloc(layout) }.cast::<Obj<T::Inner>>();
+        if mem.is_null() {
+            return Err(SG_OUT_OF_MEMORY);
+        }
+        // SAFETY: `mem` is a fresh allocation with `Obj`'s layout; `_free` gives it back with
+        // `Box::from_raw`, which uses the same global allocator and layout.
+        unsafe { mem.write(Obj { head: Head::new::<T>(true), inner }) };
+        out_handle.write(mem.cast::<T>());
+        Ok(())
+    })
+}
+
+/// `sg_<type>_free`: NULL-safe; a handle that is not a live heap object is left alone.
+///
+/// # Safety
+/// `p` must be NULL or a pointer returned by `sg_<type>_new` and not yet freed.
+pub(crate) unsafe fn free_object<T: Object>(p: *mut T) {
+    let _ = ffi(|| {
+        if p.is_null() {
+            return Ok(());
+        }
+        let p = p.cast::<Obj<T::Inner>>();
+        // SAFETY: the caller's contract: a handle from `_new`, still allocated.
+        unsafe { &*p }.head().end::<T>(true)?;
+        // SAFETY: `end` confirmed a live heap object, allocated by `new_object` with `Obj`'s
+        // layout by the global allocator; it is dropped once (its magic is now DEAD).
+        drop(unsafe { Box::from_raw(p) });
+        Ok(())
+    });
+}
+
+/// `sg_<type>_init`: validates, builds, and writes the object into the caller's storage.
+///
+/// # Safety
+/// `mem` must be NULL or writable for `len` bytes.
+pub(crate) unsafe fn init_object<T: Object>(
+    mem: *mut c_void,
+    len: usize,
+    make: impl FnOnce() -> Res<T::Inner>,
+) -> sg_status {
+    ffi(|| {
+        if mem.is_null() {
+            return Err(SG_NULL_ARGUMENT);
+        }
+        if len < obj_size::<T>() {
+            return Err(SG_BUFFER_TOO_SMALL);
+        }
+        if (mem as usize) % obj_align::<T>() != 0 {
+            return Err(SG_MISALIGNED);
+        }
+        let inner = make()?;
+        let obj = Obj { head: Head::new::<T>(false), inner };
+        // SAFETY: `mem` is non-NULL, aligned for `Obj` and (the caller's contract) writable for
+        // `len ≥ size_of::<Obj>()` bytes; its old contents are not read.
+        unsafe { ptr::write(mem.cast::<Obj<T::Inner>>(), obj) };
+        Ok(())
+    })
+}
+
+/// `sg_<type>_deinit`: ends an object made by `_init` (NULL: nothing to do). The storage
+/// keeps a dead marker, so a later call with it says `SG_INVALID_HANDLE`.
+///
+/// # Safety
+/// `p` must be NULL or storage initialised by `sg_<type>_init` (or holding the dead marker).
+pub(crate) unsafe fn deinit_object<T: Object>(p: *mut T) -> sg_status {
+    ffi(|| {
+        if p.is_null() {
+            return Ok(());
+        }
+        let p = p.cast::<Obj<T::Inner>>();
+        // SAFETY: the caller's contract: storage `_init` wrote; `end` checks it is live.
+        unsafe { &*p }.head().end::<T>(false)?;
+        // SAFETY: a live object, now marked dead, dropped exactly once; the storage stays
+        // the caller's (its head still reads DEAD: the `Head` has no drop glue).
+        unsafe { ptr::drop_in_place(p) };
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Dummy {
+        _opaque: [u8; 0],
+    }
+    object!(Dummy, u32, 0x5347_5445_5354_0001);
+
+    #[test]
+    fn a_panic_poisons_the_object_and_free_still_works() {
+        let mut h: *mut Dummy = ptr::null_mut();
+        // SAFETY: `h` is a valid output slot.
+        assert_eq!(unsafe { new_object::<Dummy>(&mut h, || Ok(7)) }, SG_OK);
+        // SAFETY: `h` is a live handle from `new_object`.
+        let got = unsafe { with(h, |d| Ok(d.inner)) };
+        assert_eq!(got, Ok(7));
+        let st = ffi(|| {
+            // SAFETY: as above.
+            unsafe { with(h, |_: &Obj<u32>| -> Res { panic!("boom") }) }
+        });
+        assert_eq!(st, SG_PANIC);
+        // SAFETY: as above (poisoned, not freed).
+        assert_eq!(unsafe { with(h, |d| Ok(d.inner)) }, Err(SG_PANIC));
+        // SAFETY: a heap handle; freed once.
+        unsafe { free_object(h) };
+    }
+
+    #[test]
+    fn init_checks_size_alignment_and_life() {
+        #[repr(align(8))]
+        struct Storage([u8; 64]);
+        let mut s = Storage([0; 64]);
+        assert!(obj_size::<Dummy>() <= 64 && obj_align::<Dummy>() <= 8);
+        let mem = s.0.as_mut_ptr().cast::<c_void>();
+        // SAFETY: `mem` is writable for 64 bytes.
+        unsafe {
+            assert_eq!(init_object::<Dummy>(mem, 1, || Ok(1)), SG_BUFFER_TOO_SMALL);
+            assert_eq!(init_object::<Dummy>(mem.byte_add(1), 63, || Ok(1)), SG_MISALIGNED);
+            assert_eq!(
+                init_object::<Dummy>(mem, 64, || Err(SG_CONFIG_OUT_OF_RANGE)),
+                SG_CONFIG_OUT_OF_RANGE
+            );
+            assert_eq!(init_object::<Dummy>(mem, 64, || Ok(3)), SG_OK);
+            let d = mem.cast::<Dummy>();
+            assert_eq!(with(d, |d| Ok(d.inner)), Ok(3));
+            free_object(d); // not a heap object: left alone
+            assert_eq!(with(d, |d| Ok(d.inner)), Ok(3));
+            assert_eq!(deinit_object(d), SG_OK);
+            assert_eq!(with(d, |d| Ok(d.inner)), Err(SG_INVALID_HANDLE));
+            assert_eq!(deinit_object(d), SG_INVALID_HANDLE);
+            assert_eq!(deinit_object::<Dummy>(ptr::null_mut()), SG_OK);
+        }
+    }
+}

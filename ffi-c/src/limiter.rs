@@ -1,0 +1,823 @@
+//! `sg_limiter`: the lock-free, exact, priority-aware concurrency limiter, and the
+//! configs of its limit algorithms.
+
+use core::ffi::{c_char, c_void};
+
+use surgeguard_core::limit::{
+    AimdConfig, AlgorithmConfig, FixedConfig, Gradient2Config, GradientConfig, HysteresisConfig,
+    VegasConfig,
+};
+use surgeguard_core::{Limiter, LimiterConfig, LimiterMetrics, Priority, RawPermit};
+
+use crate::handle::{
+    deinit_object, ffi, ffi_status, ffi_value, free_object, init_object, input, new_object, object,
+    out, rejected, with, Res,
+};
+use crate::handle::{obj_align, obj_size};
+use crate::permit::{issue, restore, sg_permit, take, SG_PERMIT_KIND_LIMITER};
+use crate::status::sg_rejection;
+use crate::status::sg_status::{self, *};
+use crate::vocab::{level, outcome};
+
+const _: () = assert!(Priority::MAX_LEVELS == 8); // the C arrays below have 8 entries
+
+/// `sg_limiter_config.algorithm`: a fixed limit.
+pub const SG_ALGORITHM_FIXED: u32 = 0;
+/// AIMD (seed 002; a Netflix parity mode).
+pub const SG_ALGORITHM_AIMD: u32 = 1;
+/// Seed 000's hysteresis AIMD (healthy / warning / critical zones on p99).
+pub const SG_ALGORITHM_HYSTERESIS: u32 = 2;
+/// Envoy's gradient controller (the default).
+pub const SG_ALGORITHM_GRADIENT: u32 = 3;
+/// Netflix concurrency-limits' Gradient2.
+pub const SG_ALGORITHM_GRADIENT2: u32 = 4;
+/// Netflix concurrency-limits' Vegas.
+pub const SG_ALGORITHM_VEGAS: u32 = 5;
+
+/// Settings of the fixed limit (`SG_ALGORITHM_FIXED`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct sg_fixed_config {
+    /// The limit (may be fractional: below 1 admits that fraction of the time).
+    pub initial_limit: f64,
+    /// Floor.
+    pub min_limit: f64,
+    /// Ceiling.
+    pub max_limit: f64,
+}
+
+/// Settings of AIMD (`SG_ALGORITHM_AIMD`): seed 002's +1 / ×backoff, or Netflix
+/// concurrency-limits' `AIMDLimit` exactly (`netflix_parity`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct sg_aimd_config {
+    /// The limit before any window.
+    pub initial_limit: f64,
+    /// Floor.
+    pub min_limit: f64,
+    /// Ceiling.
+    pub max_limit: f64,
+    /// Seed mode: a window below this latency grows the limit by 1, one above backs off.
+    /// ns, in `[1 ns, 1 day]`.
+    pub target_latency_ns: u64,
+    /// Which latency seed mode compares: 0 = the mean, or 0.5 / 0.9 / 0.99.
+    pub latency_percentile: f64,
+    /// The factor on overload, in `[0.5, 1)` (0.9).
+    pub backoff_ratio: f64,
+    /// A window slower than this counts as a drop, ns (NCL `timeout`, 5 s).
+    pub timeout_ns: u64,
+    /// No growth while max in-flight < this × limit, in `[0, 1]` (0 = off).
+    pub app_limited_fraction: f64,
+    /// Grow by `min(samples, limit)` per window until the first congestion signal.
+    pub slow_start: bool,
+    /// Reproduce NCL `AIMDLimit` exactly (whole-number limits).
+    pub netflix_parity: bool,
+}
+
+/// Settings of seed 000's hysteresis AIMD (`SG_ALGORITHM_HYSTERESIS`): healthy / warning /
+/// critical zones on the rolling p99 against a target.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct sg_hysteresis_config {
+    /// The limit before any window.
+    pub initial_limit: f64,
+    /// Floor.
+    pub min_limit: f64,
+    /// Hard cap.
+    pub max_limit: f64,
+    /// The latency the zones are measured against, ns (seed 000: 50 ms).
+    pub target_latency_ns: u64,
+    /// Healthy while p99 < this × target (0.8).
+    pub healthy_below: f64,
+    /// Critical once p99 > this × target (1.5).
+    pub critical_above: f64,
+    /// The factor of a critical event, in `(0, 1)` (0.5).
+    pub critical_factor: f64,
+    /// A jump: the average latency rises by more than this fraction within
+    /// `jump_window_ns` (0.2).
+    pub jump_rise: f64,
+    /// The look-back of jump detection, ns (2 s).
+    pub jump_window_ns: u64,
+    /// The factor applied on a jump, in `(0, 1)` (0.8).
+    pub jump_factor: f64,
+    /// EWMA weight of each completion in the average latency, in `(0, 1]` (0.1).
+    pub avg_alpha: f64,
+    /// No additive increase for this long after a critical event, ns (5 s).
+    pub cool_off_ns: u64,
+    /// The horizon of the rolling p99, ns (10 s).
+    pub p99_window_ns: u64,
+    /// No growth while max in-flight < this × limit, in `[0, 1]`.
+    pub app_limited_fraction: f64,
+    /// Slow start until the first window that is not healthy, a jump or a drop.
+    pub slow_start: bool,
+}
+
+/// Settings of the gradient controller (`SG_ALGORITHM_GRADIENT`, the default): Envoy's
+/// `L·clamp(baseline·(1+buffer)/sample, 0.5, 2) + headroom·sqrt(·)`, with a probe-free
+/// baseline unless `probe_interval_ns` is set.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct sg_gradient_config {
+    /// The limit before any window.
+    pub initial_limit: f64,
+    /// Floor (may be below 1).
+    pub min_limit: f64,
+    /// Ceiling.
+    pub max_limit: f64,
+    /// Latency allowance over the baseline, in `[0, 10]` (Envoy 0.25).
+    pub buffer: f64,
+    /// Multiplier of the `sqrt(limit · gradient)` headroom, in `[0, 10]` (Envoy 1).
+    pub headroom: f64,
+    /// Fraction of each step applied, in `[0.01, 1]`.
+    pub smoothing: f64,
+    /// The window latency percentile used as the sample, in `[50, 99]`.
+    pub sample_percentile: f64,
+    /// Envoy's min-RTT re-measurement interval, ns (≥ 1 ms); 0 = probe-free baseline.
+    pub probe_interval_ns: u64,
+    /// Probe start jitter, in `[0, 1]`.
+    pub probe_jitter: f64,
+    /// The limit pinned during a probe (Envoy `min_concurrency`).
+    pub probe_limit: f64,
+    /// Samples that end a probe (Envoy `request_count`).
+    pub probe_samples: u32,
+    /// A fixed baseline, ns (Envoy's pinned controller); 0 = off.
+    pub pinned_baseline_ns: u64,
+    /// Back-off on a window whose drops exceed `drop_tolerance`, in `[0.1, 1]`; 1 = ignore.
+    pub backoff: f64,
+    /// Share of a window's outcomes that may be drops without a back-off, in `[0, 0.999]`.
+    pub drop_tolerance: f64,
+    /// Double the limit per uncongested window until the first congestion signal.
+    pub slow_start: bool,
+    /// No growth while max in-flight < this × limit, in `[0, 1]`; 0 = off.
+    pub app_limited_ratio: f64,
+    /// Seed of the probe jitter.
+    pub seed: u64,
+}
+
+/// Settings of Gradient2 (`SG_ALGORITHM_GRADIENT2`, Netflix concurrency-limits parity,
+/// or the fixed mode).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct sg_gradient2_config {
+    /// The limit before any window (NCL 20).
+    pub initial_limit: f64,
+    /// Floor (NCL 20).
+    pub min_limit: f64,
+    /// Ceiling (NCL 200).
+    pub max_limit: f64,
+    /// Weight of the new value, in `(0, 1]` (NCL 0.2).
+    pub smoothing: f64,
+    /// The queue allowance added each window, in `[0, 1e6]` (NCL 4).
+    pub queue_size: f64,
+    /// Windows in the long-term RTT average, in `[1, 1e6]` (NCL 600).
+    pub long_window: u32,
+    /// How far the short RTT may exceed the long one, in `[1, 1000]` (NCL 1.5).
+    pub rtt_tolerance: f64,
+    /// `true`: drops back off by `backoff_ratio` and the queue allowance is added only
+    /// while the gradient is ≥ 0.9; `false`: NCL parity.
+    pub fixed: bool,
+    /// The factor on a drop in fixed mode, in `[0.5, 1)`.
+    pub backoff_ratio: f64,
+    /// No growth while max in-flight < this × limit, in `[0, 1]` (NCL 0.5).
+    pub app_limited_fraction: f64,
+    /// Slow start until the first drop (fixed mode) or gradient below 1.
+    pub slow_start: bool,
+}
+
+/// Settings of Vegas (`SG_ALGORITHM_VEGAS`, Netflix concurrency-limits parity). The
+/// optional thresholds use 0 for "NCL's default formula".
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct sg_vegas_config {
+    /// The limit before any window (NCL 20).
+    pub initial_limit: f64,
+    /// Floor (NCL 1).
+    pub min_limit: f64,
+    /// Ceiling (NCL 1000).
+    pub max_limit: f64,
+    /// Weight of the new value, in `(0, 1]` (1 = no smoothing, NCL).
+    pub smoothing: f64,
+    /// Queue size under which the limit grows; 0 = NCL's `3·log10(L)`.
+    pub alpha: u32,
+    /// Queue size above which the limit shrinks; 0 = NCL's `6·log10(L)`.
+    pub beta: u32,
+    /// Queue size at or under which the limit grows by `beta` at once; 0 = `log10(L)`.
+    pub threshold: u32,
+    /// The decrease: 0 = NCL's `L − log10(L)`; otherwise `L × r`, `r` in `(0, 1)`.
+    pub decrease_ratio: f64,
+    /// Re-measure the no-load RTT every `jitter × this × L` windows (NCL 30); 0 = never.
+    pub probe_multiplier: u32,
+    /// Seed of the probe jitter.
+    pub seed: u64,
+    /// No growth while max in-flight < this × limit, in `[0, 1]` (NCL 0.5).
+    pub app_limited_fraction: f64,
+    /// Slow start until the first drop or queue estimate reaching `alpha`.
+    pub slow_start: bool,
+}
+
+/// `From<core config>` and `to_core` for a C algorithm config: plain fields copied, and
+/// `Option` fields (`opt`) mapped to 0 = `None`.
+macro_rules! algorithm_config {
+    ($c:ident, $core:ident, [$($f:ident),*] $(, opt [$($o:ident: $zero:expr),*])?) => {
+        impl From<$core> for $c {
+            fn from(c: $core) -> Self {
+                Self { $($f: c.$f,)* $($($o: c.$o.unwrap_or($zero),)*)? }
+            }
+        }
+        impl $c {
+            /// The core config: the core's defaults with every field C sets.
+            pub(crate) fn to_core(self) -> $core {
+                let mut c = $core::default();
+                $(c.$f = self.$f;)*
+                $($(c.$o = (self.$o != $zero).then_some(self.$o);)*)?
+                c
+            }
+        }
+    };
+}
+algorithm_config!(sg_fixed_config, FixedConfig, [initial_limit, min_limit, max_limit]);
+algorithm_config!(
+    sg_aimd_config,
+    AimdConfig,
+    [
+        initial_limit,
+        min_limit,
+        max_limit,
+        target_latency_ns,
+        latency_percentile,
+        backoff_ratio,
+        timeout_ns,
+        app_limited_fraction,
+        slow_start,
+        netflix_parity
+    ]
+);
+algorithm_config!(
+    sg_hysteresis_config,
+    HysteresisConfig,
+    [
+        initial_limit,
+        min_limit,
+        max_limit,
+        target_latency_ns,
+        healthy_below,
+        critical_above,
+        critical_factor,
+        jump_rise,
+        jump_window_ns,
+        jump_factor,
+        avg_alpha,
+        cool_off_ns,
+        p99_window_ns,
+        app_limited_fraction,
+        slow_start
+    ]
+);
+algorithm_config!(
+    sg_gradient_config,
+    GradientConfig,
+    [
+        initial_limit,
+        min_limit,
+        max_limit,
+        buffer,
+        headroom,
+        smoothing,
+        sample_percentile,
+        probe_interval_ns,
+        probe_jitter,
+        probe_limit,
+        probe_samples,
+        pinned_baseline_ns,
+        backoff,
+        drop_tolerance,
+        slow_start,
+        app_limited_ratio,
+        seed
+    ]
+);
+algorithm_config!(
+    sg_gradient2_config,
+    Gradient2Config,
+    [
+        initial_limit,
+        min_limit,
+        max_limit,
+        smoothing,
+        queue_size,
+        long_window,
+        rtt_tolerance,
+        fixed,
+        backoff_ratio,
+        app_limited_fraction,
+        slow_start
+    ]
+);
+algorithm_config!(
+    sg_vegas_config,
+    VegasConfig,
+    [
+        initial_limit,
+        min_limit,
+        max_limit,
+        smoothing,
+        probe_multiplier,
+        seed,
+        app_limited_fraction,
+        slow_start
+    ],
+    opt [alpha: 0, beta: 0, threshold: 0, decrease_ratio: 0.0]
+);
+
+/// Fills `cfg` with the fixed limit's defaults.
+#[no_mangle]
+pub unsafe extern "C" fn sg_fixed_config_default(cfg: *mut sg_fixed_config) -> sg_status {
+    ffi(|| out(cfg).map(|o| o.write(FixedConfig::default().into())))
+}
+/// Fills `cfg` with AIMD's defaults.
+#[no_mangle]
+pub unsafe extern "C" fn sg_aimd_config_default(cfg: *mut sg_aimd_config) -> sg_status {
+    ffi(|| out(cfg).map(|o| o.write(AimdConfig::default().into())))
+}
+/// Fills `cfg` with the hysteresis AIMD's defaults (seed 000).
+#[no_mangle]
+pub unsafe extern "C" fn sg_hysteresis_config_default(cfg: *mut sg_hysteresis_config) -> sg_status {
+    ffi(|| out(cfg).map(|o| o.write(HysteresisConfig::default().into())))
+}
+/// Fills `cfg` with the gradient controller's defaults.
+#[no_mangle]
+pub unsafe extern "C" fn sg_gradient_config_default(cfg: *mut sg_gradient_config) -> sg_status {
+    ffi(|| out(cfg).map(|o| o.write(GradientConfig::default().into())))
+}
+/// Fills `cfg` with Gradient2's defaults.
+#[no_mangle]
+pub unsafe extern "C" fn sg_gradient2_config_default(cfg: *mut sg_gradient2_config) -> sg_status {
+    ffi(|| out(cfg).map(|o| o.write(Gradient2Config::default().into())))
+}
+/// Fills `cfg` with Vegas' defaults.
+#[no_mangle]
+pub unsafe extern "C" fn sg_vegas_config_default(cfg: *mut sg_vegas_config) -> sg_status {
+    ffi(|| out(cfg).map(|o| o.write(VegasConfig::default().into())))
+}
+
+/// Settings of an `sg_limiter`. Start from `sg_limiter_config_default`, then change
+/// fields. Every algorithm's settings are present; `algorithm` picks the one used.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct sg_limiter_config {
+    /// `SG_ALGORITHM_*` (default `SG_ALGORITHM_GRADIENT`).
+    pub algorithm: u32,
+    /// Used when `algorithm` is `SG_ALGORITHM_FIXED`.
+    pub fixed: sg_fixed_config,
+    /// Used when `algorithm` is `SG_ALGORITHM_AIMD`.
+    pub aimd: sg_aimd_config,
+    /// Used when `algorithm` is `SG_ALGORITHM_HYSTERESIS`.
+    pub hysteresis: sg_hysteresis_config,
+    /// Used when `algorithm` is `SG_ALGORITHM_GRADIENT`.
+    pub gradient: sg_gradient_config,
+    /// Used when `algorithm` is `SG_ALGORITHM_GRADIENT2`.
+    pub gradient2: sg_gradient2_config,
+    /// Used when `algorithm` is `SG_ALGORITHM_VEGAS`.
+    pub vegas: sg_vegas_config,
+    /// Priority levels in use, 1..=8 (default 3: critical, normal, background).
+    pub levels: u32,
+    /// Guaranteed share of the limit per level; the sum must not exceed 1 (default
+    /// 0.7 / 0.25 / 0.05, seed 000). Entries past `levels` are ignored.
+    pub weights: [f64; 8],
+    /// A window is at least this long, ns (default 100 ms).
+    pub min_window_ns: u64,
+    /// ... and at most this long, ns (default 1 s).
+    pub max_window_ns: u64,
+    /// Window length = this × the previous window's smallest latency (default 2).
+    pub window_rtt_multiple: f64,
+    /// A window closes only with at least this many samples, or a drop (default 10).
+    pub min_samples: u32,
+    /// A level is active (its unused share reserved) for this long after an arrival, ns
+    /// (default 1 s).
+    pub active_ns: u64,
+}
+
+impl From<&LimiterConfig> for sg_limiter_config {
+    fn from(c: &LimiterConfig) -> Self {
+        let mut out = Self {
+            algorithm: SG_ALGORITHM_GRADIENT,
+            fixed: FixedConfig::default().into(),
+            aimd: AimdConfig::default().into(),
+            hysteresis: HysteresisConfig::default().into(),
+            gradient: GradientConfig::default().into(),
+            gradient2: Gradient2Config::default().into(),
+            vegas: VegasConfig::default().into(),
+            levels: u32::from(c.levels),
+            weights: c.weights,
+            min_window_ns: c.min_window_ns,
+            max_window_ns: c.max_window_ns,
+            window_rtt_multiple: c.window_rtt_multiple,
+            min_samples: c.min_samples,
+            active_ns: c.active_ns,
+        };
+        match c.algorithm {
+            AlgorithmConfig::Fixed(a) => {
+                (out.algorithm, out.fixed) = (SG_ALGORITHM_FIXED, a.into())
+            }
+            AlgorithmConfig::Aimd(a) => (out.algorithm, out.aimd) = (SG_ALGORITHM_AIMD, a.into()),
+            AlgorithmConfig::Hysteresis(a) => {
+                (out.algorithm, out.hysteresis) = (SG_ALGORITHM_HYSTERESIS, a.into())
+            }
+            AlgorithmConfig::Gradient(a) => {
+                (out.algorithm, out.gradient) = (SG_ALGORITHM_GRADIENT, a.into())
+            }
+            AlgorithmConfig::Gradient2(a) => {
+                (out.algorithm, out.gradient2) = (SG_ALGORITHM_GRADIENT2, a.into())
+            }
+            AlgorithmConfig::Vegas(a) => {
+                (out.algorithm, out.vegas) = (SG_ALGORITHM_VEGAS, a.into())
+            }
+            _ => {}
+        }
+        out
+    }
+}
+
+impl sg_limiter_config {
+    /// The core config, or the status of the first bad field (checked here: `algorithm`
+    /// and `levels` as C integers; the numbers by the core).
+    pub(crate) fn to_core(self) -> Res<LimiterConfig> {
+        let algorithm = match self.algorithm {
+            SG_ALGORITHM_FIXED => AlgorithmConfig::Fixed(self.fixed.to_core()),
+            SG_ALGORITHM_AIMD => AlgorithmConfig::Aimd(self.aimd.to_core()),
+            SG_ALGORITHM_HYSTERESIS => AlgorithmConfig::Hysteresis(self.hysteresis.to_core()),
+            SG_ALGORITHM_GRADIENT => AlgorithmConfig::Gradient(self.gradient.to_core()),
+            SG_ALGORITHM_GRADIENT2 => AlgorithmConfig::Gradient2(self.gradient2.to_core()),
+            SG_ALGORITHM_VEGAS => AlgorithmConfig::Vegas(self.vegas.to_core()),
+            _ => return Err(SG_CONFIG_OUT_OF_RANGE),
+        };
+        let levels = u8::try_from(self.levels).map_err(|_| SG_CONFIG_OUT_OF_RANGE)?;
+        let mut c = LimiterConfig::with_algorithm(algorithm);
+        c.levels = levels;
+        c.weights = self.weights;
+        c.min_window_ns = self.min_window_ns;
+        c.max_window_ns = self.max_window_ns;
+        c.window_rtt_multiple = self.window_rtt_multiple;
+        c.min_samples = self.min_samples;
+        c.active_ns = self.active_ns;
+        c.validate()?;
+        Ok(c)
+    }
+}
+
+/// A concurrency limiter: admits work while in-flight is below an adaptive limit, learns
+/// the limit from completions, splits it between priority levels. Thread-safe:
+/// `try_acquire` is lock-free, `release` wait-free (plus one window fold per window by
+/// whichever thread wins it). Exact: admissions never exceed the limit, even in a race.
+pub struct sg_limiter {
+    _opaque: [u8; 0],
+}
+object!(sg_limiter, Limiter, 0x5347_4C49_4D49_5400);
+
+/// Fills `cfg` with the defaults: the gradient algorithm, 3 levels weighted
+/// 0.7 / 0.25 / 0.05, windows of 100 ms to 1 s.
+#[no_mangle]
+pub unsafe extern "C" fn sg_limiter_config_default(cfg: *mut sg_limiter_config) -> sg_status {
+    ffi(|| out(cfg).map(|o| o.write((&LimiterConfig::default()).into())))
+}
+
+/// Creates a limiter on the heap; free it with `sg_limiter_free`.
+#[no_mangle]
+pub unsafe extern "C" fn sg_limiter_new(
+    cfg: *const sg_limiter_config,
+    limiter_out: *mut *mut sg_limiter,
+) -> sg_status {
+    // SAFETY: the crate's contract for `cfg` and `limiter_out`.
+    unsafe { new_object(limiter_out, || make(cfg)) }
+}
+
+/// SAFETY: `cfg` must be NULL or readable.
+unsafe fn make(cfg: *const sg_limiter_config) -> Res<Limiter> {
+    // SAFETY: the caller's contract.
+    let cfg = unsafe { input(cfg)? }.to_core()?;
+    Ok(Limiter::new(&cfg)?)
+}
+
+/// Frees a limiter made by `sg_limiter_new`. NULL is fine; a handle made by
+/// `sg_limiter_init` is left alone (use `sg_limiter_deinit`).
+#[no_mangle]
+pub unsafe extern "C" fn sg_limiter_free(limiter: *mut sg_limiter) {
+    // SAFETY: the crate's contract for `limiter`.
+    unsafe { free_object(limiter) }
+}
+
+/// Bytes of caller storage `sg_limiter_init` needs.
+#[no_mangle]
+pub extern "C" fn sg_limiter_size() -> usize {
+    ffi_value(0, obj_size::<sg_limiter>)
+}
+
+/// Alignment the storage given to `sg_limiter_init` needs.
+#[no_mangle]
+pub extern "C" fn sg_limiter_align() -> usize {
+    ffi_value(0, obj_align::<sg_limiter>)
+}
+
+/// Creates a limiter in caller storage (`len` bytes at `mem`, aligned to
+/// `sg_limiter_align()`); on `SG_OK`, `(sg_limiter *)mem` is the handle. End it with
+/// `sg_limiter_deinit`. Nothing is written on failure.
+#[no_mangle]
+pub unsafe extern "C" fn sg_limiter_init(
+    mem: *mut c_void,
+    len: usize,
+    cfg: *const sg_limiter_config,
+) -> sg_status {
+    // SAFETY: the crate's contract for `mem`, `len` and `cfg`.
+    unsafe { init_object::<sg_limiter>(mem, len, || make(cfg)) }
+}
+
+/// Ends a limiter made by `sg_limiter_init` (NULL: nothing to do). The storage is the
+/// caller's again; using the handle afterwards says `SG_INVALID_HANDLE`.
+#[no_mangle]
+pub unsafe extern "C" fn sg_limiter_deinit(limiter: *mut sg_limiter) -> sg_status {
+    // SAFETY: the crate's contract for `limiter`.
+    unsafe { deinit_object(limiter) }
+}
+
+/// Admits one unit of work at `level` (`SG_LEVEL_*`, < 8) at time `now` (ns): `SG_OK`
+/// fills `*permit_out` (release it with `sg_limiter_release`); `SG_REJECTED` fills
+/// `*rejection_out` (optional, may be NULL) with `SG_REASON_LIMIT_REACHED` and a
+/// `retry_after_ns` hint.
+#[no_mangle]
+pub unsafe extern "C" fn sg_limiter_try_acquire(
+    limiter: *mut sg_limiter,
+    now: u64,
+    level: u32,
+    permit_out: *mut sg_permit,
+    rejection_out: *mut sg_rejection,
+) -> sg_status {
+    ffi_status(|| {
+        let permit_out = out(permit_out)?;
+        let level = self::level(level)?;
+        // SAFETY: the crate's contract for `limiter`.
+        unsafe {
+            with(limiter, |l| match l.inner.try_acquire_raw(now, level) {
+                Ok(p) => {
+                    issue(permit_out, l.head.id, SG_PERMIT_KIND_LIMITER, p);
+                    Ok(SG_OK)
+                }
+                Err(r) => Ok(rejected(rejection_out, r)),
+            })
+        }
+    })
+}
+
+/// Ends admitted work at `now` with `outcome` (`SG_OUTCOME_*`): a success's latency is a
+/// sample, a drop an overload signal. `SG_ALREADY_RELEASED`, `SG_FOREIGN_HANDLE` (a permit
+/// of another object) and `SG_INVALID_HANDLE` change nothing.
+#[no_mangle]
+pub unsafe extern "C" fn sg_limiter_release(
+    limiter: *mut sg_limiter,
+    permit: *mut sg_permit,
+    now: u64,
+    outcome: u32,
+) -> sg_status {
+    ffi(|| {
+        // SAFETY: the crate's contract for `permit`.
+        let permit = unsafe { input(permit.cast_const())? };
+        let outcome = self::outcome(outcome)?;
+        // SAFETY: the crate's contract for `limiter`.
+        unsafe {
+            with(limiter, |l| {
+                let raw: RawPermit = take(permit, l.head.id, SG_PERMIT_KIND_LIMITER)?;
+                l.inner.release_raw(raw, now, outcome).inspect_err(|_| restore(permit))?;
+                Ok(())
+            })
+        }
+    })
+}
+
+/// Marks `level` active at `now` without admitting anything (a queue of the caller's
+/// holds an arrival), so the level's share is reserved while it waits.
+#[no_mangle]
+pub unsafe extern "C" fn sg_limiter_note_arrival(
+    limiter: *mut sg_limiter,
+    now: u64,
+    level: u32,
+) -> sg_status {
+    ffi(|| {
+        let level = self::level(level)?;
+        // SAFETY: the crate's contract for `limiter`.
+        unsafe {
+            with(limiter, |l| {
+                l.inner.note_arrival(now, level);
+                Ok(())
+            })
+        }
+    })
+}
+
+/// The kill switch (seed 000): pins the limit to `limit` (in `[1e-6, 2^31)`, finite;
+/// otherwise `SG_INVALID_ARGUMENT`). The algorithm keeps learning meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn sg_limiter_set_static_limit(
+    limiter: *mut sg_limiter,
+    limit: f64,
+) -> sg_status {
+    ffi(|| {
+        // SAFETY: the crate's contract for `limiter`.
+        unsafe {
+            with(limiter, |l| {
+                l.inner.set_static_limit(Some(limit)).map_err(|_| SG_INVALID_ARGUMENT)
+            })
+        }
+    })
+}
+
+/// Hands control back to the algorithm after `sg_limiter_set_static_limit`.
+#[no_mangle]
+pub unsafe extern "C" fn sg_limiter_clear_static_limit(limiter: *mut sg_limiter) -> sg_status {
+    ffi(|| {
+        // SAFETY: the crate's contract for `limiter`.
+        unsafe {
+            with(limiter, |l| l.inner.set_static_limit(None).map_err(|_| SG_INVALID_ARGUMENT))
+        }
+    })
+}
+
+/// The limit in force (possibly fractional).
+#[no_mangle]
+pub unsafe extern "C" fn sg_limiter_limit(
+    limiter: *const sg_limiter,
+    limit_out: *mut f64,
+) -> sg_status {
+    ffi(|| {
+        let limit_out = out(limit_out)?;
+        // SAFETY: the crate's contract for `limiter`.
+        let limit = unsafe { with(limiter, |l| Ok(l.inner.limit()))? };
+        limit_out.write(limit);
+        Ok(())
+    })
+}
+
+/// Requests in flight (all levels).
+#[no_mangle]
+pub unsafe extern "C" fn sg_limiter_inflight(
+    limiter: *const sg_limiter,
+    inflight_out: *mut u32,
+) -> sg_status {
+    ffi(|| {
+        let inflight_out = out(inflight_out)?;
+        // SAFETY: the crate's contract for `limiter`.
+        let n = unsafe { with(limiter, |l| Ok(l.inner.inflight()))? };
+        inflight_out.write(n);
+        Ok(())
+    })
+}
+
+/// Requests in flight at `level`.
+#[no_mangle]
+pub unsafe extern "C" fn sg_limiter_inflight_of(
+    limiter: *const sg_limiter,
+    level: u32,
+    inflight_out: *mut u32,
+) -> sg_status {
+    ffi(|| {
+        let inflight_out = out(inflight_out)?;
+        let level = self::level(level)?;
+        // SAFETY: the crate's contract for `limiter`.
+        let n = unsafe { with(limiter, |l| Ok(l.inner.inflight_of(level)))? };
+        inflight_out.write(n);
+        Ok(())
+    })
+}
+
+/// A snapshot of an `sg_limiter`'s counters and gauges.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct sg_limiter_metrics {
+    /// The algorithm's name (static string: `"fixed"`, `"aimd"`, `"gradient"`, ...).
+    pub algorithm: *const c_char,
+    /// The limit in force.
+    pub limit: f64,
+    /// Whether the kill switch pins the limit; `static_limit` is the pinned value.
+    pub has_static_limit: bool,
+    /// The pinned limit (0 unless `has_static_limit`).
+    pub static_limit: f64,
+    /// Requests in flight.
+    pub inflight: u32,
+    /// Levels in use.
+    pub levels: u32,
+    /// In flight per level.
+    pub inflight_by_level: [u32; 8],
+    /// Guaranteed share per level (`floor(limit × weight)`).
+    pub share_by_level: [u32; 8],
+    /// Recent demand per level (the most held or refused lately; decays each window).
+    pub demand_by_level: [u32; 8],
+    /// Admissions ever (= successes + drops + ignored + in flight).
+    pub admitted: u64,
+    /// Rejections ever.
+    pub rejected: u64,
+    /// Rejections per level.
+    pub rejected_by_level: [u64; 8],
+    /// `SG_OUTCOME_SUCCESS` releases.
+    pub successes: u64,
+    /// `SG_OUTCOME_DROPPED` releases.
+    pub drops: u64,
+    /// `SG_OUTCOME_IGNORED` releases.
+    pub ignored: u64,
+    /// Windows folded into the algorithm.
+    pub windows: u64,
+    /// Latency samples those windows held.
+    pub folded_samples: u64,
+    /// Smallest latency of the last window, ns.
+    pub min_rtt_ns: u64,
+    /// Mean latency of the last window, ns.
+    pub avg_rtt_ns: u64,
+    /// p99 latency of the last window, ns.
+    pub p99_rtt_ns: u64,
+}
+
+/// A static C string for an algorithm name.
+pub(crate) fn algorithm_name(name: &str) -> *const c_char {
+    let s: &'static core::ffi::CStr = match name {
+        "fixed" => c"fixed",
+        "aimd" => c"aimd",
+        "hysteresis_aimd" => c"hysteresis_aimd",
+        "gradient" => c"gradient",
+        "gradient2" => c"gradient2",
+        "vegas" => c"vegas",
+        _ => c"unknown",
+    };
+    s.as_ptr()
+}
+
+impl From<&LimiterMetrics> for sg_limiter_metrics {
+    fn from(m: &LimiterMetrics) -> Self {
+        Self {
+            algorithm: algorithm_name(m.algorithm),
+            limit: m.limit,
+            has_static_limit: m.static_limit.is_some(),
+            static_limit: m.static_limit.unwrap_or(0.0),
+            inflight: m.inflight,
+            levels: u32::from(m.levels),
+            inflight_by_level: m.inflight_by_level,
+            share_by_level: m.share_by_level,
+            demand_by_level: m.demand_by_level,
+            admitted: m.admitted,
+            rejected: m.rejected,
+            rejected_by_level: m.rejected_by_level,
+            successes: m.successes,
+            drops: m.drops,
+            ignored: m.ignored,
+            windows: m.windows,
+            folded_samples: m.folded_samples,
+            min_rtt_ns: m.min_rtt_ns,
+            avg_rtt_ns: m.avg_rtt_ns,
+            p99_rtt_ns: m.p99_rtt_ns,
+        }
+    }
+}
+
+/// A snapshot of the limiter's counters and gauges.
+#[no_mangle]
+pub unsafe extern "C" fn sg_limiter_metrics_get(
+    limiter: *const sg_limiter,
+    metrics_out: *mut sg_limiter_metrics,
+) -> sg_status {
+    ffi(|| {
+        let metrics_out = out(metrics_out)?;
+        // SAFETY: the crate's contract for `limiter`.
+        let m = unsafe { with(limiter, |l| Ok(l.inner.metrics()))? };
+        metrics_out.write((&m).into());
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The C defaults are the core defaults, and a C config converts back to the core
+    /// config it came from, for every algorithm (no field lost or mixed up).
+    #[test]
+    fn configs_round_trip() {
+        let algorithms = [
+            AlgorithmConfig::Fixed(FixedConfig::default()),
+            AlgorithmConfig::Aimd(AimdConfig { netflix_parity: true, ..AimdConfig::default() }),
+            AlgorithmConfig::Hysteresis(HysteresisConfig::default()),
+            AlgorithmConfig::Gradient(GradientConfig { seed: 7, ..GradientConfig::default() }),
+            AlgorithmConfig::Gradient2(Gradient2Config::default()),
+            AlgorithmConfig::Vegas(VegasConfig {
+                alpha: Some(3),
+                decrease_ratio: Some(0.5),
+                ..VegasConfig::default()
+            }),
+            AlgorithmConfig::Vegas(VegasConfig::default()),
+        ];
+        for a in algorithms {
+            let mut core = LimiterConfig::with_algorithm(a);
+            core.levels = 2;
+            core.min_samples = 3;
+            let c: sg_limiter_config = (&core).into();
+            assert_eq!(c.to_core(), Ok(core), "{a:?}");
+        }
+        let c: sg_limiter_config = (&LimiterConfig::default()).into();
+        assert_eq!(c.to_core(), Ok(LimiterConfig::default()));
+    }
+}

@@ -1,0 +1,269 @@
+//! Permits in caller storage.
+//!
+//! An admission handed to C is an [`sg_permit`]: 48 bytes of caller storage (a stack
+//! variable, a field of the request struct) that the library fills on admission and
+//! empties on release. No allocation, and every misuse has its own status with no state
+//! change:
+//!
+//! | misuse | how it is caught | status |
+//! |---|---|---|
+//! | released twice (also by two threads at once) | a state word, `LIVE → RELEASED` by one compare-and-swap; only the winner releases the core permit | `SG_ALREADY_RELEASED` |
+//! | released to another object, or to an object of another type | the issuer's id (process-unique, never reused) and type are recorded and compared first | `SG_FOREIGN_HANDLE` |
+//! | never filled (zeroed storage), or garbage | the state word holds neither `LIVE` nor `RELEASED` (both are 64-bit magics) | `SG_INVALID_HANDLE` |
+//!
+//! Inside: the state word, the issuer's id, the issuer's type, and the core's own permit
+//! (`RawPermit`, `BreakerPermit` or `KeyPermit`, moved in by value). The core checks its
+//! own owner tag again when the permit reaches it.
+//!
+//! What cannot be caught: a byte copy of a live permit is a second handle to the same
+//! admission, and each copy would release once. Move a permit with [`sg_permit_move`]
+//! (which empties the source) rather than by assignment.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::handle::{ffi, input, out, Res};
+use crate::status::sg_status::{self, *};
+
+/// Caller storage for one admission (a permit of an `sg_limiter`, `sg_gate`,
+/// `sg_breaker` or `sg_keyed`). Opaque: fill it only through the library.
+///
+/// Life: a successful acquire writes it (`LIVE`); the matching release empties it
+/// (`RELEASED`) exactly once — a second release says `SG_ALREADY_RELEASED`, a release to
+/// another object `SG_FOREIGN_HANDLE`, a release of zeroed or garbage storage
+/// `SG_INVALID_HANDLE`, and none of them changes anything. Storage may be reused for a
+/// new admission once released. Do not copy a live permit with `=` or `memcpy`: use
+/// `sg_permit_move`. Zero it (`sg_permit p = {0};`) if it may be released before it is
+/// filled.
+#[repr(C)]
+#[derive(Debug)]
+pub struct sg_permit {
+    /// Opaque.
+    pub opaque: [u64; 6],
+}
+
+/// Which object type issued a permit (`sg_permit_info.kind`).
+pub const SG_PERMIT_KIND_LIMITER: u32 = 1;
+/// Issued by an `sg_gate` (`sg_gate_arrive` or a grant from `sg_gate_poll`).
+pub const SG_PERMIT_KIND_GATE: u32 = 2;
+/// Issued by an `sg_breaker`.
+pub const SG_PERMIT_KIND_BREAKER: u32 = 3;
+/// Issued by an `sg_keyed`.
+pub const SG_PERMIT_KIND_KEYED: u32 = 4;
+
+/// `state` of a live permit ("SGPRMLIV").
+const LIVE: u64 = 0x5347_5052_4D4C_4956;
+/// `state` of a released (or moved-away) permit ("SGPRMREL").
+const RELEASED: u64 = 0x5347_5052_4D52_454C;
+
+/// The layout behind `sg_permit`'s opaque words.
+#[repr(C)]
+struct Cell {
+    state: AtomicU64,
+    owner: u64,
+    kind: u32,
+    _reserved: u32,
+    /// The core permit, by value.
+    payload: core::mem::MaybeUninit<[u64; 3]>,
+}
+
+const _: () = assert!(size_of::<Cell>() == size_of::<sg_permit>());
+const _: () = assert!(align_of::<Cell>() == align_of::<sg_permit>());
+
+/// A core permit type that fits the payload and can be moved by bytes.
+pub(crate) trait CorePermit: Sized {}
+impl CorePermit for surgeguard_core::RawPermit {}
+impl CorePermit for surgeguard_core::breaker::BreakerPermit {}
+impl CorePermit for surgeguard_core::keyed::KeyPermit {}
+
+/// Checks at compile time that `P` fits the payload and has no drop glue (it is moved
+/// out by a byte copy and, if the core refuses it, the bytes are simply kept).
+const fn fits<P>() {
+    assert!(size_of::<P>() <= size_of::<[u64; 3]>());
+    assert!(align_of::<P>() <= align_of::<u64>());
+    assert!(!core::mem::needs_drop::<P>());
+}
+const _: () = fits::<surgeguard_core::RawPermit>();
+const _: () = fits::<surgeguard_core::breaker::BreakerPermit>();
+const _: () = fits::<surgeguard_core::keyed::KeyPermit>();
+
+impl sg_permit {
+    fn cell(&self) -> &Cell {
+        // SAFETY: `Cell` has the size and alignment of `sg_permit` (asserted above) and every
+        // bit pattern of its fields is valid (`payload` is `MaybeUninit`).
+        unsafe { &*(self as *const Self).cast::<Cell>() }
+    }
+}
+
+/// Writes `permit` (issued by object `owner`, as `kind`) into the caller's storage.
+pub(crate) fn issue<P: CorePermit>(
+    slot: crate::handle::Out<sg_permit>,
+    owner: u64,
+    kind: u32,
+    p: P,
+) {
+    slot.write(live_permit(owner, kind, p));
+}
+
+/// A live permit holding `p`, issued by object `owner` as `kind`.
+pub(crate) fn live_permit<P: CorePermit>(owner: u64, kind: u32, p: P) -> sg_permit {
+    let mut payload = core::mem::MaybeUninit::<[u64; 3]>::zeroed();
+    // SAFETY: `fits::<P>()` holds for every `CorePermit`: `P` fits and is aligned.
+    unsafe { payload.as_mut_ptr().cast::<P>().write(p) };
+    let cell = Cell { state: AtomicU64::new(LIVE), owner, kind, _reserved: 0, payload };
+    // SAFETY: same size, alignment and validity (see `sg_permit::cell`).
+    unsafe { core::mem::transmute::<Cell, sg_permit>(cell) }
+}
+
+/// Takes the core permit out of a live permit issued by `owner` as `kind`, marking the
+/// storage released. `Err` changes nothing. If the core then refuses the permit, call
+/// [`restore`] to make it live again.
+pub(crate) fn take<P: CorePermit>(permit: &sg_permit, owner: u64, kind: u32) -> Res<P> {
+    let cell = permit.cell();
+    // Relaxed (here and in the CAS): the payload was written before the storage reached
+    // this thread by whatever handed it over; the state word only needs atomicity, so
+    // that exactly one releaser wins.
+    match cell.state.load(Ordering::Relaxed) {
+        LIVE => {}
+        RELEASED => return Err(SG_ALREADY_RELEASED),
+        _ => return Err(SG_INVALID_HANDLE),
+    }
+    if cell.owner != owner || cell.kind != kind {
+        return Err(SG_FOREIGN_HANDLE);
+    }
+    cell.state
+        .compare_exchange(LIVE, RELEASED, Ordering::Relaxed, Ordering::Relaxed)
+        .map_err(|_| SG_ALREADY_RELEASED)?;
+    // SAFETY: `issue` wrote a `P` (same `kind`) into the payload; only this thread won the
+    // CAS, so it is read out once. `P` has no drop glue, so the bytes left behind are inert.
+    Ok(unsafe { cell.payload.as_ptr().cast::<P>().read() })
+}
+
+/// Undoes [`take`] after the core refused the permit: it is live again.
+pub(crate) fn restore(permit: &sg_permit) {
+    // Relaxed: as in `take`.
+    permit.cell().state.store(LIVE, Ordering::Relaxed);
+}
+
+/// The cell of a live permit.
+fn live_cell(permit: &sg_permit) -> Res<&Cell> {
+    let cell = permit.cell();
+    // Relaxed: as in `take`.
+    match cell.state.load(Ordering::Relaxed) {
+        LIVE => Ok(cell),
+        RELEASED => Err(SG_ALREADY_RELEASED),
+        _ => Err(SG_INVALID_HANDLE),
+    }
+}
+
+/// What a permit says about itself.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct sg_permit_info {
+    /// `SG_PERMIT_KIND_*`: which object type issued it.
+    pub kind: u32,
+    /// Limiter and gate permits: the priority level it was admitted at (0 otherwise).
+    pub level: u32,
+    /// Limiter and gate permits: the `now` it was admitted at (0 otherwise).
+    pub started_at_ns: u64,
+    /// Breaker permits: whether this call is a half-open probe.
+    pub is_probe: bool,
+    /// Keyed permits: the shard whose slot it holds (0 otherwise).
+    pub shard: u32,
+    /// Keyed permits: the key hash it was admitted for (0 otherwise).
+    pub key_hash: u64,
+}
+
+/// Describes a live permit. `SG_ALREADY_RELEASED` for a released one, `SG_INVALID_HANDLE`
+/// for storage that never held one.
+#[no_mangle]
+pub unsafe extern "C" fn sg_permit_info_get(
+    permit: *const sg_permit,
+    info_out: *mut sg_permit_info,
+) -> sg_status {
+    ffi(|| {
+        // SAFETY: the crate's contract: NULL or a readable `sg_permit`.
+        let permit = unsafe { input(permit)? };
+        let info_out = out(info_out)?;
+        let cell = live_cell(permit)?;
+        let payload = cell.payload.as_ptr();
+        let mut info = sg_permit_info { kind: cell.kind, ..Default::default() };
+        match cell.kind {
+            SG_PERMIT_KIND_LIMITER | SG_PERMIT_KIND_GATE => {
+                // SAFETY: limiter and gate permits hold a `RawPermit` (see `issue`); it is
+                // read through a shared reference and not moved.
+                let p = unsafe { &*payload.cast::<surgeguard_core::RawPermit>() };
+                info.level = p.level().index() as u32;
+                info.started_at_ns = p.started_at();
+            }
+            SG_PERMIT_KIND_BREAKER => {
+                // SAFETY: breaker permits hold a `BreakerPermit`.
+                let p = unsafe { &*payload.cast::<surgeguard_core::breaker::BreakerPermit>() };
+                info.is_probe = p.is_probe();
+            }
+            SG_PERMIT_KIND_KEYED => {
+                // SAFETY: keyed permits hold a `KeyPermit`.
+                let p = unsafe { &*payload.cast::<surgeguard_core::keyed::KeyPermit>() };
+                info.shard = p.shard() as u32;
+                info.key_hash = p.key_hash();
+            }
+            _ => return Err(SG_INVALID_HANDLE),
+        }
+        info_out.write(info);
+        Ok(())
+    })
+}
+
+/// Whether the storage holds a live permit (`true`) or a released one (`false`);
+/// `SG_INVALID_HANDLE` for storage that never held one.
+#[no_mangle]
+pub unsafe extern "C" fn sg_permit_is_live(
+    permit: *const sg_permit,
+    live_out: *mut bool,
+) -> sg_status {
+    ffi(|| {
+        // SAFETY: the crate's contract: NULL or a readable `sg_permit`.
+        let permit = unsafe { input(permit)? };
+        let live_out = out(live_out)?;
+        let live = match live_cell(permit) {
+            Ok(_) => true,
+            Err(SG_ALREADY_RELEASED) => false,
+            Err(e) => return Err(e),
+        };
+        live_out.write(live);
+        Ok(())
+    })
+}
+
+/// Moves a live permit from `src` to `dst` (e.g. into a request struct or another
+/// thread's slot): `dst` becomes the permit, `src` reads as released. `dst`'s old
+/// contents are overwritten, not released — do not move onto a live permit.
+#[no_mangle]
+pub unsafe extern "C" fn sg_permit_move(src: *mut sg_permit, dst: *mut sg_permit) -> sg_status {
+    ffi(|| {
+        if src == dst && !src.is_null() {
+            return Err(SG_INVALID_ARGUMENT);
+        }
+        // SAFETY: the crate's contract: NULL or a readable `sg_permit`.
+        let src_ref = unsafe { input(src.cast_const())? };
+        let dst = out(dst)?;
+        let cell = live_cell(src_ref)?;
+        let (owner, kind) = (cell.owner, cell.kind);
+        // Take the payload as raw words, winning the source's state word first.
+        cell.state
+            .compare_exchange(LIVE, RELEASED, Ordering::Relaxed, Ordering::Relaxed)
+            .map_err(|_| SG_ALREADY_RELEASED)?;
+        // SAFETY: `issue` initialised all three payload words (zeroed, then the core permit);
+        // the source was live and this thread won its state word.
+        let payload = unsafe { cell.payload.as_ptr().read() };
+        let moved = Cell {
+            state: AtomicU64::new(LIVE),
+            owner,
+            kind,
+            _reserved: 0,
+            payload: core::mem::MaybeUninit::new(payload),
+        };
+        // SAFETY: same size, alignment and validity (see `sg_permit::cell`).
+        dst.write(unsafe { core::mem::transmute::<Cell, sg_permit>(moved) });
+        Ok(())
+    })
+}
