@@ -117,7 +117,7 @@ class Gate {
    * A permit, waiting in the queue if needed. Rejects with `RejectedError` (`shed`,
    * `queue_full`, `deadline_unmeetable`, `expired`, `evicted`, `codel_slough`, ...) or
    * with the signal's reason when `signal` aborts (the ticket is cancelled).
-   * `timeoutMs` is the longest the caller will wait (a core deadline).
+   * `timeoutMs` is the longest the caller will wait (a core deadline); 0 means no wait.
    */
   acquire (opts) {
     let lvl = this._lv.default
@@ -139,7 +139,13 @@ class Gate {
     }
     let r
     try {
-      r = now === undefined ? F.gateArrive(this._h, lvl, timeout) : F.gateArrive(this._h, lvl, timeout, now)
+      if (timeout === 0) {
+        // No wait at all: admitted now or refused now (a zero deadline would always be
+        // "unmeetable" to the core, even with a free slot).
+        r = now === undefined ? F.gateTryAcquire(this._h, lvl) : F.gateTryAcquire(this._h, lvl, now)
+      } else {
+        r = now === undefined ? F.gateArrive(this._h, lvl, timeout) : F.gateArrive(this._h, lvl, timeout, now)
+      }
     } catch (err) {
       return Promise.reject(err)
     }

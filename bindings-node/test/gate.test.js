@@ -67,6 +67,18 @@ test('maxWaitMs expires waiters through the one timer', async () => {
   assert.equal(g.waiting, 0)
 })
 
+test('timeoutMs 0 means no wait: admitted now or refused now', async () => {
+  const g = fixed(1, { codel: false })
+  const p = await g.acquire({ timeoutMs: 0 })
+  const e = await g.acquire({ timeoutMs: 0 }).then(() => null, (x) => x)
+  assert.equal(e.reason, 'limit_reached')
+  assert.equal(g.waiting, 0)
+  p[Symbol.dispose]()
+  assert.equal(p.released, true)
+  assert.equal(g.metrics().limiter.ignored, 1)
+  p[Symbol.dispose]() // a second dispose is a no-op
+})
+
 test('AbortSignal cancels the ticket', async () => {
   const g = fixed(1, { codel: false })
   const held = g.tryAcquire()

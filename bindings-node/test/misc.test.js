@@ -1,0 +1,49 @@
+'use strict'
+const test = require('node:test')
+const assert = require('node:assert/strict')
+const http = require('node:http')
+const sg = require('..')
+const { F } = require('../lib/native')
+
+test('every documented export is present', () => {
+  const names = ['Gate', 'Limiter', 'Permit', 'RetryBudget', 'TokenRetryThrottle', 'AdaptiveThrottle', 'Backoff',
+    'CircuitBreaker', 'RateLimiter', 'PacedDrain', 'Credits', 'LagMeter', 'Watermarks', 'KeyedLimits', 'KeyPermit',
+    'hashKey', 'actionable', 'isolation', 'OverloadError', 'RejectedError', 'REASONS', 'PRIORITY', 'ALGORITHMS',
+    'nowNs', 'renderPrometheus', 'express', 'fastify', 'readiness', 'createFetch']
+  for (const n of names) assert.ok(sg[n] !== undefined, n)
+  assert.deepEqual({ ...sg.PRIORITY }, { critical: 0, normal: 1, background: 2 })
+  assert.ok(new sg.RejectedError('shed', 5) instanceof sg.OverloadError)
+})
+
+test('hot paths refuse a handle of another kind (no misread memory)', () => {
+  const gate = new sg.Gate()
+  const limiter = new sg.Limiter()
+  assert.throws(() => F.limiterAcquire(gate._h, 0), (e) => e instanceof TypeError && e.code === 'SG_BAD_HANDLE')
+  assert.throws(() => F.gateTryAcquire(limiter._h, 0), { code: 'SG_BAD_HANDLE' })
+  assert.throws(() => F.gateTryAcquire({}, 0), { code: 'SG_BAD_HANDLE' })
+  assert.throws(() => F.gateTryAcquire(gate._h, 0.5), { code: 'SG_BAD_LEVEL' })
+  assert.throws(() => F.gateRelease(gate._h, 0, 3), { code: 'SG_BAD_OUTCOME' })
+  assert.equal(F.gateRelease(gate._h, 12345, 0), -1, 'an id never issued is refused')
+  assert.equal(gate.inflight, 0)
+})
+
+test('readiness: 200 while healthy; overloadedStatus opt-in while shedding', async () => {
+  const gate = new sg.Gate()
+  const server = http.createServer(sg.readiness(gate, { overloadedStatus: 503 }))
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve))
+  const url = `http://127.0.0.1:${server.address().port}/`
+  try {
+    let res = await fetch(url)
+    assert.equal(res.status, 200)
+    assert.equal((await res.json()).status, 'healthy')
+    gate.setShedLevel('background')
+    res = await fetch(url)
+    assert.equal(res.status, 503)
+    const body = await res.json()
+    assert.equal(body.status, 'overloaded')
+    assert.equal(body.shedLevel, 2)
+  } finally {
+    server.closeAllConnections()
+    await new Promise((resolve) => server.close(resolve))
+  }
+})
