@@ -99,6 +99,14 @@ async function main () {
     }
   })
   add('const p = await gate.acquire(); p.success() (no wait)', acquire)
+  const hybrid = await loopBench(async (n) => {
+    for (let i = 0; i < n; i++) {
+      const p = gate.tryAcquire() ?? await gate.acquire()
+      p.success()
+      await noop()
+    }
+  })
+  add('gate.tryAcquire() ?? await gate.acquire(), then the work (no wait)', hybrid)
   const gateRun = await asyncBench(() => gate.run(noop))
   add('await gate.run(fn)', gateRun)
   const pl = await asyncBench(() => plimit(noop))
@@ -124,6 +132,7 @@ async function main () {
   const sync = rows.find((r) => r.name.startsWith('gate.tryAcquire')).ns
   console.log(`- sync path: gate.tryAcquire()+success = ${sync.toFixed(0)} ns = ${(sync / floor).toFixed(1)}× the raw N-API floor (target ≤ 100 ns)`)
   console.log(`- promise path: acquire() overhead ${over(acquire).toFixed(0)} ns = ${(over(acquire) / over(pl)).toFixed(2)}× p-limit's ${over(pl).toFixed(0)} ns (target ≤ 0.33); gate.run ${(over(gateRun) / over(pl)).toFixed(2)}×; vs bottleneck ${(over(acquire) / over(bn)).toFixed(3)}×, cockatiel bulkhead ${(over(acquire) / over(bh)).toFixed(2)}×`)
+  console.log(`- hybrid idiom (what the HTTP middleware does): overhead ${over(hybrid).toFixed(0)} ns = ${(over(hybrid) / over(pl)).toFixed(2)}× p-limit's`)
   console.log(`- breaker: run() overhead ${over(br).toFixed(0)} ns = ${(over(br) / over(op)).toFixed(2)}× opossum's ${over(op).toFixed(0)} ns (target ≤ 0.33); ${(over(br) / over(cb)).toFixed(2)}× cockatiel's ${over(cb).toFixed(0)} ns`)
   await bottleneck.stop({ dropWaitingJobs: true })
   opossum.shutdown()

@@ -8,6 +8,8 @@ const { Permit } = require('./permit')
 const { LIMITER_SPEC, checkAlgorithmOptions, releaseFailure } = require('./limiter')
 
 const QUEUED_BASE = 16
+/** The wire value of `limit_reached` (the refusal that may still queue). */
+const LIMIT_REACHED = 1
 const OUTCOME_CODE = { success: 0, dropped: 1, ignore: 2 }
 
 const GATE_SPEC = {
@@ -139,11 +141,11 @@ class Gate {
     }
     let r
     try {
-      if (timeout === 0) {
-        // No wait at all: admitted now or refused now (a zero deadline would always be
-        // "unmeetable" to the core, even with a free slot).
-        r = now === undefined ? F.gateTryAcquire(this._h, lvl) : F.gateTryAcquire(this._h, lvl, now)
-      } else {
+      // Admitted at once through the cheaper non-queueing path (same decision as the
+      // core's arrive when nothing has to wait); a zero timeout means no wait at all.
+      r = now === undefined ? F.gateTryAcquire(this._h, lvl) : F.gateTryAcquire(this._h, lvl, now)
+      if (r >= 0) return Promise.resolve(new Permit(this, r, lvl))
+      if (r === -LIMIT_REACHED && timeout !== 0) {
         r = now === undefined ? F.gateArrive(this._h, lvl, timeout) : F.gateArrive(this._h, lvl, timeout, now)
       }
     } catch (err) {
@@ -239,7 +241,9 @@ class Gate {
     if (opts === undefined || (opts.signal === undefined && opts.timeoutMs === undefined && opts.nowNs === undefined && opts.classify === undefined)) {
       // Fast path: admitted at once.
       const lvl = this._level(opts)
-      const r = F.gateArrive(this._h, lvl, -1)
+      let r = F.gateTryAcquire(this._h, lvl)
+      if (r >= 0) return runUnder(new Permit(this, r, lvl), fn, classify)
+      if (r === -LIMIT_REACHED) r = F.gateArrive(this._h, lvl, -1)
       if (r >= 0) return runUnder(new Permit(this, r, lvl), fn, classify)
       if (r > -QUEUED_BASE) return Promise.reject(new RejectedError(reasonName(-r), F.lastRetryAfterMs()))
       return this._wait(-r - QUEUED_BASE, lvl, undefined, undefined).then((p) => runUnder(p, fn, classify))

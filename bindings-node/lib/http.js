@@ -96,9 +96,17 @@ async function admit (cfg, req, res) {
   }
   res.once('close', onClose)
   try {
-    const opts = { priority: cfg.priority(req), signal: ac.signal }
-    if (cfg.timeoutMs !== undefined) opts.timeoutMs = cfg.timeoutMs
-    permit = await cfg.gate.acquire(opts)
+    const priority = cfg.priority(req)
+    // Admitted at once (the common case) without a Promise; otherwise wait in the queue.
+    permit = cfg.gate.tryAcquire({ priority })
+    if (permit === null && cfg.gate.lastRejection.reason === 'shed') {
+      throw new RejectedError('shed', cfg.gate.lastRejection.retryAfterMs)
+    }
+    if (permit === null) {
+      const opts = { priority, signal: ac.signal }
+      if (cfg.timeoutMs !== undefined) opts.timeoutMs = cfg.timeoutMs
+      permit = await cfg.gate.acquire(opts)
+    }
   } catch (err) {
     res.removeListener('close', onClose)
     if (kp !== null) kp.release()

@@ -211,7 +211,7 @@ class CircuitBreaker {
    * as classified by `classify(err)` → 'dropped' (a failure, default) | 'ignore' |
    * 'success'). Rejects with `RejectedError('breaker_open')` without calling `fn` when open.
    */
-  run (fn, ...args) {
+  run (fn) {
     const h = this._h
     const r = F.breakerAcquire(h)
     if (r < 0) {
@@ -221,7 +221,9 @@ class CircuitBreaker {
     }
     let p
     try {
-      p = fn(...args)
+      // No rest parameter: most calls pass no arguments, and a rest array costs an
+      // allocation on every call.
+      p = arguments.length === 1 ? fn() : fn.apply(undefined, Array.prototype.slice.call(arguments, 1))
     } catch (err) {
       this._fail(r, err)
       return Promise.reject(err)

@@ -79,6 +79,16 @@ for (const [name, make] of [['express', expressServer], ['fastify', fastifyServe
       const after = gate.metrics().limiter
       assert.equal(after.ignored - before.ignored, 1)
       assert.equal(after.drops - before.drops, 1)
+      // The shed switch: background refused at once (counted once), critical still served.
+      gate.setShedLevel('background')
+      const shedBefore = gate.metrics().shed
+      const s = await get(srv.url + '/work', { 'x-request-priority': 'background' })
+      assert.equal(s.status, 503)
+      assert.equal(JSON.parse(s.text).reason, 'shed')
+      assert.equal(gate.metrics().shed - shedBefore, 1)
+      assert.equal((await get(srv.url + '/work', { 'x-request-priority': 'critical' })).status, 200)
+      gate.setShedLevel(null)
+      await drained(gate)
     } finally {
       await srv.close()
     }
