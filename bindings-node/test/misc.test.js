@@ -47,3 +47,21 @@ test('readiness: 200 while healthy; overloadedStatus opt-in while shedding', asy
     await new Promise((resolve) => server.close(resolve))
   }
 })
+
+test('the native clock follows Instant and never goes backwards', async () => {
+  const N = require('../lib/native')
+  let last = 0n
+  let worst = 0
+  const until = Date.now() + 300 // past the 100 ms TSC calibration, if the machine has one
+  while (Date.now() < until) {
+    for (let i = 0; i < 1000; i++) {
+      const t = sg.nowNs()
+      assert.ok(t >= last, 'monotonic')
+      last = t
+    }
+    const [instant, fast] = N.clockCheck()
+    worst = Math.max(worst, Math.abs(instant - fast))
+    await new Promise((resolve) => setImmediate(resolve))
+  }
+  assert.ok(worst < 20e6, `|Instant − clock| up to ${worst} ns`)
+})
