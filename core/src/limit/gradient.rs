@@ -43,6 +43,20 @@ const FLAT_HORIZON_NS: u64 = 4 * SEC;
 const FLAT_SPACING_NS: u64 = 200 * MS;
 const FLAT_STEP: f64 = 0.1;
 
+// Drops that do not respond to back-off (our design, DESIGN.md "Gradient"; constants tuned
+// in convergence.rs). A back-off episode pools the windows from where it began until
+// in-flight fell by FLAT_SPAN (up to EPISODE_OUTCOMES outcomes), then the windows there,
+// without further cuts, until EPISODE_OUTCOMES outcomes over EPISODE_WINDOWS windows (the
+// first window after a cut still answers requests admitted before it).
+const EPISODE_OUTCOMES: f32 = 60.0;
+const EPISODE_WINDOWS: u8 = 3;
+// A dependency that fails most calls whatever our concurrency is down, not slow: no hold.
+const HOLD_MAX_SHARE: f64 = 0.5;
+// Memory, in outcomes, of the intrinsic drop share's moving average.
+const INTRINSIC_MEMORY: f64 = 200.0;
+// Memory, in samples, of the windows' typical log-spread.
+const SIGMA_MEMORY: f64 = 500.0;
+
 /// Configuration of [`Gradient`].
 ///
 /// Every field is a plain number, so that bindings can fill it in. `Default` is the
@@ -89,6 +103,8 @@ pub struct GradientConfig {
     /// drops (Envoy). Range `[0.1, 1]`.
     pub backoff: f64,
     /// Share of a window's outcomes that may be drops without a back-off. Range `[0, 0.999]`.
+    /// Probe-free, drops found not to respond to back-off add their share on top (see
+    /// [`Gradient`], step 2).
     pub drop_tolerance: f64,
     /// Double the limit per uncongested window until the first congestion signal.
     pub slow_start: bool,
@@ -197,17 +213,79 @@ pub struct GradientMetrics {
     pub rebaselines: u64,
     /// Probe mode: min-RTT measurements completed.
     pub probes: u64,
+    /// Probe-free: back-off episodes that ended in a hold (the drops did not respond).
+    pub holds: u64,
+    /// Probe-free: the drop share found intrinsic to the dependency (0 when none); drops up
+    /// to about this share, plus noise and `drop_tolerance`, cause no back-off.
+    pub intrinsic_drop_share: f64,
+    /// The limit that uncongested windows double back towards (0 when none pending).
+    pub recall_limit: f64,
     /// Still in slow start.
     pub slow_start: bool,
     /// A min-RTT measurement is under way (the limit is pinned).
     pub probing: bool,
 }
 
+/// The counters of [`GradientMetrics`] (the gauges are read from the state).
+#[derive(Clone, Copy, Debug, Default)]
+struct Counters {
+    windows: u64,
+    backoffs: u64,
+    rebaselines: u64,
+    probes: u64,
+    holds: u64,
+    sample_ns: u64,
+    gradient: f32,
+}
+
+/// Windows of one operating point of a back-off episode, pooled: the most in flight, the
+/// outcomes and drops, and the sample-weighted log statistic.
+#[derive(Clone, Copy, Debug, Default)]
+struct Pool {
+    inflight: f32,
+    outcomes: f32,
+    drops: f32,
+    samples: f32,
+    log_stat: f32,
+}
+
+impl Pool {
+    fn of(w: &Window, stat: f64) -> Self {
+        let n = w.samples as f32;
+        let log_stat = if w.samples > 0 { libm::log(stat) as f32 } else { 0.0 };
+        Self {
+            inflight: w.max_inflight as f32,
+            outcomes: n + w.drops as f32,
+            drops: w.drops as f32,
+            samples: n,
+            log_stat: n * log_stat,
+        }
+    }
+
+    fn add(&mut self, o: &Pool) {
+        self.inflight = self.inflight.max(o.inflight);
+        self.outcomes += o.outcomes;
+        self.drops += o.drops;
+        self.samples += o.samples;
+        self.log_stat += o.log_stat;
+    }
+
+    fn share(&self) -> f64 {
+        (self.drops / self.outcomes.max(1.0)) as f64
+    }
+
+    /// The pooled statistic in log space, and its standard error for log-spread `sigma`.
+    fn log_median(&self, sigma: f64) -> (f64, f64) {
+        let n = self.samples.max(1.0) as f64;
+        (self.log_stat as f64 / n, median_se(sigma, n))
+    }
+}
+
 /// One operating point of the flat test: mean in-flight and sample RTT of a window
 /// (`f32`: ratios are all the test needs, and the limiter stores the algorithm by value).
 #[derive(Clone, Copy, Debug, Default)]
 struct Point {
-    at: u64,
+    at: u32,
     inflight: f32,
     stat: f32,
     se: f32,
@@ -251,37 +329,76 @@ struct Probe {
 ///    `now + interval + U[0, interval·jitter)` from the seeded SplitMix64. A probe also
 ///    starts after 5 consecutive windows at the floor (Envoy PR #10647). Drops are ignored
 ///    while probing.
-/// 2. *Drops*: if drops exceed `drop_tolerance` of the window's outcomes and `backoff < 1`,
-///    then `L ×= backoff` and nothing else happens this window. Slow start ends unless the
-///    window is tiny (< 10 outcomes), so one stray timeout at a limit near 1 does not.
-///    The tolerance keeps timeouts from a heavy latency tail from collapsing the limit.
+/// 2. *Drops*: if drops exceed the window's allowance (`drop_tolerance` of its outcomes,
+///    plus the intrinsic share below) and `backoff < 1`, then `L ×= backoff` and nothing
+///    else happens this window. Slow start ends unless the window is tiny (< 10 outcomes),
+///    so one stray timeout at a limit near 1 does not, or its drops are those of requests
+///    admitted under a higher limit before a cut. The tolerance keeps timeouts from a heavy
+///    latency tail from collapsing the limit.
+///
+///    **Drops that do not respond to back-off** (probe-free). By Little's law a dependency
+///    that got uniformly slower with the same parallelism needs the *same* concurrency, and
+///    if the caller's timeout cuts its slower tail, a share of the calls times out whatever
+///    the concurrency. Backing off then only lowers throughput. So each back-off starts an
+///    *episode* that tests whether the drops are ours:
+///    - it pools the windows from where it began (up to 60 outcomes) until in-flight
+///      (the windows' `max_inflight`) fell by 1.4×; then, without further cuts, at least 60
+///      outcomes over at least 3 windows at the lower point (the first window after a cut
+///      still answers requests admitted before it). If in-flight rises again first, the
+///      lower point starts afresh and cuts resume;
+///    - if the drop share or the pooled latency fell by more than two standard errors
+///      (binomial; median in log space), the back-off helped: queueing, ours. The lower
+///      point becomes the new start and back-off continues. So does it when too little is
+///      known, or when more than half the calls at the lower point drop (the dependency is
+///      down, not slow);
+///    - otherwise the drops and the latency are intrinsic to the dependency. **Hold**: the
+///      limit returns to the starting point's in-flight (it did no worse), `B` is re-learned
+///      as the lower point's pooled statistic, and the lower point's drop share becomes the
+///      *intrinsic share* `p`. From then on the allowance is
+///      `drop_tolerance + p + 2·sqrt(p(1 − p)/n)`; `p` follows the windows that do not back
+///      off (a moving average over ~200 outcomes, never above the held share) and is
+///      dropped when the dependency gets faster. Windows within the allowance may refine
+///      `B`, and those whose in-flight stays at or below the held start may do so even at a
+///      binding limit (latency was shown flat up to there).
+///
+///    Genuine overload shows falling latency and drops as in-flight falls, so it still backs
+///    off all the way. An episode older than 4 s is dropped.
 /// 3. A window without samples changes nothing.
 /// 4. *Baseline*. Pinned: fixed. Probe: the last measurement. **Probe-free** (the default):
 ///    - `B` is a sample-weighted mean of windows compared in log space, each with the
 ///      standard error of a median (`1.25·σ/√n`, `σ` read from the window's own p50..p90,
 ///      plus the histogram's quantile error).
-///    - A window **clearly below** `B` (by more than 2 SE) restarts it: the dependency got
-///      faster, and queueing only ever adds latency. If our limit was binding, that window
-///      still holds our queue, so the limit is also cut by the speed-up ratio and slow
-///      start resumes, which lets the next windows see the uncongested latency.
+///      `σ` is never taken below the windows' recent typical spread, since a small window
+///      often shows a narrow p50..p90 by chance.
+///    - Two windows in a row **clearly below** `B` (by more than 2 SE; three while drops
+///      are intrinsic, as the answers are then a censored long-tailed sample), or one by
+///      more than 4 SE, restart it: the dependency got faster, and queueing only ever adds
+///      latency. The flat test's history and what was learned about drops are dropped. If
+///      the window is back at the baseline learned before the limit to come back to
+///      (step 8) was set, that baseline is restored: one window right after a change
+///      favours the short requests. If our limit was binding, that window still holds our
+///      queue, so the limit is also cut by the speed-up ratio and slow start resumes, which
+///      lets the next windows see the uncongested latency.
 ///    - A window **indistinguishable** from `B` (within 2 SE) is averaged in, but only
 ///      if it holds no queue of our making: during slow start, or when the limit was not
 ///      reached. At a binding limit the controller keeps its standing queue by design.
 ///      After 2,000 samples `B` freezes, so it cannot ratchet up. Windows with more than
-///      10% drops never move `B`, so fast rejections cannot poison it.
+///      10% drops (beyond the intrinsic allowance) never move `B`, so fast rejections
+///      cannot poison it.
 ///    - The **flat test** raises `B` when it is stale. Each window with ≥ 10 samples is an
 ///      operating point: its mean in-flight `N = samples·avg/duration` (Little's law) and
 ///      its `S`. Take two points within 4 s whose `N` differ by ≥ 1.4×. If `S` at the higher
 ///      `N` is at most `span^0.2` times, and no less (beyond noise) than, `S` at the lower,
 ///      then latency is ignoring concurrency: the dependency is below its knee at both
 ///      points, whatever our limit did. If the low point's `S` is then significantly above
-///      `B`, the dependency slowed, or a quiet period passed. `B` becomes that `S`, and `L`
-///      resumes at once at `N_high + headroom·sqrt(N_high)`, a load the dependency has just
-///      served without queueing. The history is dropped after a gap of more than 4 s
-///      between windows, and whenever a new point's latency differs from an old one's
-///      by more than our own queue could explain (elasticity above 1.5, or the wrong
-///      sign, beyond noise). That means the dependency itself changed, so old points would
-///      make false pairs.
+///      `B`, the dependency slowed, or a quiet period passed. `B` becomes the two points'
+///      sample-weighted mean (in log space, at most the low point's `S`), and `L` resumes
+///      at once at `N_high + headroom·sqrt(N_high)`, a load the dependency has just served
+///      without queueing. While drops are intrinsic the low point needs 20 samples. The
+///      history is dropped after a gap of more than 4 s between windows, and whenever a
+///      new point's latency differs from an old one's by more than our own queue could
+///      explain (elasticity above 1.5, or the wrong sign, beyond noise). That means the
+///      dependency itself changed, so old points would make false pairs.
 ///
 ///    So a slowdown costs one short, self-limiting cut, which the controller makes anyway,
 ///    instead of Envoy's periodic pin to 3 and its burst of 503s. The baseline is learned
@@ -292,7 +409,15 @@ struct Probe {
 ///    `B·(1 + buffer)`, or drops end it. Otherwise the smoothed step applies.
 /// 7. *App-limited guard*: no growth while the window's `max_inflight < app_limited_ratio · L`,
 ///    unless it reached every whole permit (`max_inflight + 1 > L`: a limiter admits `⌊L⌋`).
-/// 8. Clamp to `[min_limit, max_limit]`.
+/// 8. *Recall* (probe-free): the limit before a cut is remembered, with the baseline of
+///    that time, at an episode's first back-off (in steady state, not while drops are
+///    intrinsic) and at a speed-up cut. While it is pending, two windows in a row with
+///    `S ≤ B·(1 + buffer)` at a binding limit double `L` back towards it (capped there).
+///    Reaching it ends the recall, and so does a congested window after such a doubling,
+///    so a dependency that really lost capacity costs at most one overshoot. After a
+///    slowdown ends, the limit is back at its pre-incident level within a few windows
+///    instead of the headroom's slow climb.
+/// 9. Clamp to `[min_limit, max_limit]`.
 ///
 /// **Fractional limits.** Below 1 the headroom becomes `x·sqrt(x)` (continuous at 1), so a
 /// congested limit keeps shrinking towards a fractional floor. Envoy's `sqrt` would hold it
@@ -315,9 +440,11 @@ struct Probe {
 ///
 /// Progress: not shared (`&mut self`; the [`Limiter`](crate::Limiter) folds windows from one
 /// CAS winner). Cost per window: a constant number of float operations, plus a scan of
-/// 8 history points. No allocation. Sources: Envoy `gradient_controller.cc` and
-/// `pinned_gradient_controller.cc` (research/limiters.md §3); probe-free baseline,
-/// DESIGN.md "Gradient" and research/limiters.md §10.8.
+/// 8 history points. No allocation; the state is a fixed ~530 bytes. Sources: Envoy
+/// `gradient_controller.cc` and `pinned_gradient_controller.cc` (research/limiters.md §3);
+/// probe-free baseline, DESIGN.md "Gradient" and research/limiters.md §10.8; the episode
+/// test and the recall are our design, tuned on `core/tests/convergence.rs` (a dependency
+/// 10× slower with the caller's timeout in its tail, the simulator's `retry-storm`).
 #[derive(Clone, Debug)]
 pub struct Gradient {
     cfg: GradientConfig,
@@ -327,16 +454,38 @@ pub struct Gradient {
     clock: Monotonic,
     last_at: u64,
     history: [Point; FLAT_HISTORY],
-    history_len: usize,
-    history_next: usize,
-    resume_at: f64,
-    cut_to: f64,
+    history_len: u8,
+    history_next: u8,
     slow_start: bool,
+    /// The previous window's statistic was within `buffer` of the baseline.
+    was_near: bool,
+    /// A recall doubling was applied since `recall` was set.
+    recalling: bool,
+    /// Consecutive windows clearly below the baseline.
+    below_run: u8,
+    /// Windows pooled on each side of the back-off episode (`ep_ref` empty: none).
+    ep_ref_windows: u8,
+    ep_low_windows: u8,
+    resume_at: f32,
+    cut_to: f32,
+    /// The limit to come back to (0: none pending), and the baseline when it was set.
+    recall: f32,
+    recall_base: f32,
+    /// Moving average of the windows' log-spread.
+    sigma: f32,
+    /// The drop share found intrinsic, and its cap (the share measured at the hold).
+    intrinsic: f32,
+    intrinsic_cap: f32,
+    /// The in-flight up to which the last hold found latency and drops flat (0: none).
+    flat_upto: f32,
     floor_windows: u32,
+    ep_at: u32,
+    ep_ref: Pool,
+    ep_low: Pool,
     probe: Option<Probe>,
     next_probe_at: u64,
     rng: SplitMix64,
-    m: GradientMetrics,
+    m: Counters,
 }
 
 impl Gradient {
@@ -353,14 +502,28 @@ impl Gradient {
             history: [Point::default(); FLAT_HISTORY],
             history_len: 0,
             history_next: 0,
+            slow_start: config.slow_start,
+            was_near: false,
+            recalling: false,
+            below_run: 0,
+            ep_ref_windows: 0,
+            ep_low_windows: 0,
             resume_at: 0.0,
             cut_to: 0.0,
-            slow_start: config.slow_start,
+            recall: 0.0,
+            recall_base: 0.0,
+            sigma: 0.0,
+            intrinsic: 0.0,
+            intrinsic_cap: 0.0,
+            flat_upto: 0.0,
             floor_windows: 0,
+            ep_at: 0,
+            ep_ref: Pool::default(),
+            ep_low: Pool::default(),
             probe: None,
             next_probe_at: 0,
             rng: SplitMix64::new(config.seed),
-            m: GradientMetrics { gradient: 1.0, ..GradientMetrics::default() },
+            m: Counters { gradient: 1.0, ..Counters::default() },
         };
         if g.probing_mode() {
             // Envoy: the controller starts inside a minRTT window (nothing to discard yet).
@@ -374,9 +537,17 @@ impl Gradient {
         GradientMetrics {
             limit: self.limit,
             baseline_ns: self.baseline as u64,
+            sample_ns: self.m.sample_ns,
+            gradient: self.m.gradient as f64,
+            windows: self.m.windows,
+            backoffs: self.m.backoffs,
+            rebaselines: self.m.rebaselines,
+            probes: self.m.probes,
+            holds: self.m.holds,
+            intrinsic_drop_share: self.intrinsic as f64,
+            recall_limit: self.recall as f64,
             slow_start: self.slow_start,
             probing: self.probe.is_some(),
-            ..self.m
         }
     }
 
@@ -447,37 +618,73 @@ impl Gradient {
     }
 
     /// Probe-free: folds one window's statistic into the baseline (state machine step 4).
-    fn track_baseline(&mut self, now: u64, dur: u64, w: &Window, stat: f64) {
+    /// `allowance` is the drop share the window may carry and still count as answers.
+    fn track_baseline(&mut self, now: u64, dur: u64, w: &Window, stat: f64, allowance: f64) {
         let total = w.samples as u64 + w.drops as u64;
-        let mostly_answers = w.drops as u64 * DROP_SHARE_DIVISOR <= total;
+        // Up to the intrinsic share (drops found not to respond to back-off), drops are the
+        // dependency's tail, not fast rejections.
+        let mostly_answers = w.drops as u64 * DROP_SHARE_DIVISOR <= total
+            || (self.intrinsic > 0.0 && w.drops as f64 <= allowance * total as f64);
         let n = w.samples as f64;
-        let sigma = log_spread(w);
+        // The window's own spread, but never below the recent typical one: a small window
+        // often shows a narrow p50..p90 by chance.
+        let own = log_spread(w);
+        if w.samples >= MIN_SAMPLES {
+            let s = self.sigma as f64;
+            self.sigma = (s + (own - s) * n / (n + SIGMA_MEMORY)) as f32;
+        }
+        let sigma = own.max(self.sigma as f64);
         let bound = !self.slow_start && w.max_inflight as f64 + 1.0 > self.limit;
+        let queued = bound && w.max_inflight as f32 > self.flat_upto;
         if self.baseline <= 0.0 {
             self.baseline = stat;
             self.baseline_weight = n;
         } else if mostly_answers {
             // Compare in log space: the window's median and the baseline each have a
-            // standard error 1.25·σ/√n, plus the histogram's quantile error.
+            // standard error 1.25·σ/√n, plus the histogram's quantile error. Clearly below
+            // takes two windows in a row (three while drops are intrinsic: the answers are
+            // a censored, long-tailed sample), or one beyond 4 SE: a real speed-up is large,
+            // a lone small window of a long-tailed dependency is often 2 SE low.
             let se_w = 1.2533 * sigma / libm::sqrt(n.max(1.0));
             let se_b = 1.2533 * sigma / libm::sqrt(self.baseline_weight.max(1.0));
             let se = libm::sqrt(se_w * se_w + se_b * se_b + 2.0 * QUANTILE_SE * QUANTILE_SE);
             let diff = libm::log(stat / self.baseline);
-            if diff < -2.0 * se {
+            let below = diff < -2.0 * se;
+            self.below_run = if below { self.below_run.saturating_add(1) } else { 0 };
+            let run = if self.intrinsic > 0.0 { 3 } else { 2 };
+            if below && (self.below_run >= run || diff < -4.0 * se) {
+                self.below_run = 0;
                 // Clearly below: the dependency got faster. Queueing only adds latency, so
                 // this window is the better estimate; start over from it. If our limit was
                 // binding, this window still holds our queue: cut the limit by the speed-up
                 // so the next windows see the uncongested latency, and slow-start back.
-                self.baseline = stat;
+                // What was learned about the old dependency's drops no longer applies.
+                // Back at the latency it had before the incident (the limit to come back to
+                // was learned then), the baseline of that time is the better estimate: one
+                // window right after a change is a poor one.
+                let before = self.recall_base as f64;
+                let se_r = libm::sqrt(se_w * se_w + 2.0 * QUANTILE_SE * QUANTILE_SE);
+                let back = self.recall > 0.0
+                    && before > 0.0
+                    && libm::fabs(libm::log(stat / before)) <= 2.0 * se_r;
+                self.baseline = if back { before } else { stat };
                 self.baseline_weight = n;
+                self.forget_drops();
+                self.clear_history();
                 if bound {
-                    self.cut_to = self.limit * libm::exp(diff);
+                    self.remember(self.limit, self.baseline);
+                    self.cut_to = (self.limit * libm::exp(diff)) as f32;
                 }
-            } else if diff <= 2.0 * se && self.baseline_weight < BASELINE_SAMPLES && !bound {
-                // Indistinguishable, and no queue of our making (slow start, or the limit
-                // was not reached): a sample-weighted mean refines it. At a binding limit the
-                // controller keeps a standing queue by design, so those windows never count;
-                // once BASELINE_SAMPLES are in, the estimate freezes.
+            } else if !below
+                && diff <= 2.0 * se
+                && self.baseline_weight < BASELINE_SAMPLES
+                && !queued
+            {
+                // Indistinguishable, and no queue of our making (slow start, the limit was
+                // not reached, or in-flight stayed where a hold found latency flat): a
+                // sample-weighted mean refines it. At a binding limit the controller keeps a
+                // standing queue by design, so those windows never count; once
+                // BASELINE_SAMPLES are in, the estimate freezes.
                 self.baseline += (stat - self.baseline) * n / (self.baseline_weight + n);
                 self.baseline_weight += n;
             }
@@ -486,7 +693,7 @@ impl Gradient {
             let inflight = n * w.avg_ns as f64 / dur as f64;
             let se = median_se(sigma, n);
             let here = Point {
-                at: now,
+                at: stamp(now),
                 inflight: inflight as f32,
                 stat: stat as f32,
                 se: se as f32,
@@ -496,24 +703,29 @@ impl Gradient {
         }
     }
 
+    fn clear_history(&mut self) {
+        self.history_len = 0;
+        self.history_next = 0;
+    }
+
     /// Compares `here` with the recent operating points; raises a stale baseline.
     fn flat_test(&mut self, here: Point) {
+        let len = self.history_len as usize;
         // A point whose latency differs from `here` by more than our own queue could explain
         // (elasticity above FLAT_CHANGE, or the wrong sign, beyond noise) was taken from a
         // different dependency (it slowed, sped up, lost capacity): forget the history.
-        let changed = self.history[..self.history_len].iter().any(|h| {
+        let changed = self.history[..len].iter().any(|h| {
             let dn = libm::log(here.inflight.max(1e-9) as f64 / h.inflight.max(1e-9) as f64);
             let ds = libm::log(here.stat as f64 / h.stat as f64);
             let noise = 3.0 * libm::sqrt((here.se * here.se + h.se * h.se) as f64);
             libm::fabs(ds) > FLAT_CHANGE * libm::fabs(dn) + noise || ds * dn < -(noise * noise)
         });
         if changed {
-            self.history_len = 0;
-            self.history_next = 0;
+            self.clear_history();
         }
-        for i in 0..self.history_len {
+        for i in 0..self.history_len as usize {
             let h = self.history[i];
-            if here.at.saturating_sub(h.at) > FLAT_HORIZON_NS {
+            if elapsed(here.at, h.at) > FLAT_HORIZON_NS {
                 continue;
             }
             let (lo, hi) = if h.inflight < here.inflight { (h, here) } else { (here, h) };
@@ -532,29 +744,175 @@ impl Gradient {
                 && hi_s <= lo_s * libm::pow(span, FLAT_ELASTICITY)
                 && hi_s * noise >= lo_s;
             let margin = self.cfg.buffer.max(2.0 * lo_se);
-            if flat && lo_s > self.baseline * (1.0 + margin) {
-                self.baseline = lo_s;
-                self.baseline_weight = lo.weight as f64;
-                self.resume_at = hi_n + self.cfg.headroom * headroom(hi_n);
+            // While drops are intrinsic the answers are censored and long-tailed: a point
+            // needs twice the samples to move the baseline.
+            let solid = self.intrinsic <= 0.0 || lo.weight >= 2.0 * MIN_SAMPLES as f32;
+            if flat && solid && lo_s > self.baseline * (1.0 + margin) {
+                // Both points are below the knee: their sample-weighted mean (in log space)
+                // is the estimate, but never above the lower-concurrency point's.
+                let (wl, wh) = (lo.weight as f64, hi.weight as f64);
+                let mean = (wl * libm::log(lo_s) + wh * libm::log(hi_s)) / (wl + wh);
+                self.baseline = libm::exp(mean).min(lo_s);
+                self.baseline_weight = wl + wh;
+                self.resume_at = (hi_n + self.cfg.headroom * headroom(hi_n)) as f32;
                 self.m.rebaselines += 1;
-                self.history_len = 0;
-                self.history_next = 0;
+                self.clear_history();
                 return;
             }
         }
-        if self.history_len > 0 {
-            let last = self.history[(self.history_next + FLAT_HISTORY - 1) % FLAT_HISTORY];
+        let len = self.history_len as usize;
+        let next = self.history_next as usize;
+        if len > 0 {
+            let last = self.history[(next + FLAT_HISTORY - 1) % FLAT_HISTORY];
             let moved = libm::fabs(libm::log(
                 (here.inflight as f64).max(1e-9) / (last.inflight as f64).max(1e-9),
             ));
-            if here.at.saturating_sub(last.at) < FLAT_SPACING_NS && moved < FLAT_STEP {
+            if elapsed(here.at, last.at) < FLAT_SPACING_NS && moved < FLAT_STEP {
                 return;
             }
         }
-        self.history[self.history_next] = here;
-        self.history_next = (self.history_next + 1) % FLAT_HISTORY;
-        self.history_len = (self.history_len + 1).min(FLAT_HISTORY);
+        self.history[next] = here;
+        self.history_next = ((next + 1) % FLAT_HISTORY) as u8;
+        self.history_len = (len + 1).min(FLAT_HISTORY) as u8;
     }
+
+    /// The drop share a window of `total` outcomes may carry without a back-off: the
+    /// configured tolerance, plus the intrinsic share and two binomial standard errors of it.
+    fn drop_allowance(&self, total: u64) -> f64 {
+        let p = self.intrinsic as f64;
+        if p <= 0.0 {
+            return self.cfg.drop_tolerance;
+        }
+        let sd = libm::sqrt(p * (1.0 - p) / (total.max(1) as f64));
+        self.cfg.drop_tolerance + p + 2.0 * sd
+    }
+
+    /// Remembers `limit`, reached over baseline `base`, as one to come back to (step 8),
+    /// unless a higher one is pending.
+    fn remember(&mut self, limit: f64, base: f64) {
+        if limit > self.recall as f64 {
+            self.recall = limit as f32;
+            self.recall_base = base as f32;
+            self.recalling = false;
+        }
+    }
+
+    /// Forgets the back-off episode and the intrinsic drop share (the dependency changed).
+    fn forget_drops(&mut self) {
+        self.ep_ref_windows = 0;
+        self.ep_low_windows = 0;
+        self.intrinsic = 0.0;
+        self.intrinsic_cap = 0.0;
+        self.flat_upto = 0.0;
+    }
+
+    /// Probe-free: folds a window into the back-off episode (state machine step 2). `start`:
+    /// this window backs off and no episode is under way. True when the episode showed the
+    /// drops to be intrinsic, and the controller now holds.
+    fn fold_episode(&mut self, now: u64, w: &Window, stat: f64, start: bool) -> bool {
+        let here = Pool::of(w, stat);
+        if self.ep_ref_windows > 0 && elapsed(stamp(now), self.ep_at) > FLAT_HORIZON_NS {
+            self.ep_ref_windows = 0; // too old to compare with
+        }
+        if self.ep_ref_windows == 0 {
+            if start {
+                self.ep_ref = here;
+                self.ep_low = Pool::default();
+                self.ep_ref_windows = 1;
+                self.ep_low_windows = 0;
+                self.ep_at = stamp(now);
+            }
+            return false;
+        }
+        if here.inflight * FLAT_SPAN as f32 > self.ep_ref.inflight {
+            if self.ep_low_windows > 0 {
+                // In-flight rose again before the verdict: the lower side starts afresh
+                // (and cuts resume).
+                self.ep_low = Pool::default();
+                self.ep_low_windows = 0;
+            } else if self.ep_ref.outcomes < EPISODE_OUTCOMES {
+                // Not fallen yet: more of the starting side.
+                self.ep_ref.add(&here);
+                self.ep_ref_windows = self.ep_ref_windows.saturating_add(1);
+            }
+            return false;
+        }
+        self.ep_low.add(&here);
+        self.ep_low_windows = self.ep_low_windows.saturating_add(1);
+        let (a, b) = (self.ep_ref, self.ep_low);
+        if b.outcomes < EPISODE_OUTCOMES || self.ep_low_windows < EPISODE_WINDOWS {
+            return false;
+        }
+        // Did the drops or the latency fall as in-flight fell? (Two standard errors.)
+        let (da, db) = (a.share(), b.share());
+        let sd = libm::sqrt(
+            da * (1.0 - da) / a.outcomes.max(1.0) as f64
+                + db * (1.0 - db) / b.outcomes.max(1.0) as f64,
+        );
+        let drops_fell = da - db > 2.0 * sd;
+        let min = MIN_SAMPLES as f32;
+        let latency_fell = a.samples < min || {
+            let sigma = self.sigma as f64;
+            let ((la, sa), (lb, sb)) = (a.log_median(sigma), b.log_median(sigma));
+            la - lb > 2.0 * libm::sqrt(sa * sa + sb * sb)
+        };
+        let unknown = a.outcomes < EPISODE_OUTCOMES / 4.0 || b.samples < min;
+        if drops_fell || latency_fell || unknown || db > HOLD_MAX_SHARE {
+            // Back-off helped (queueing), too little is known, or the dependency fails most
+            // calls: this level is the new starting point; keep backing off.
+            self.ep_ref = b;
+            self.ep_ref_windows = self.ep_low_windows;
+            self.ep_low = Pool::default();
+            self.ep_low_windows = 0;
+            self.ep_at = stamp(now);
+            return false;
+        }
+        // Intrinsic: neither fell. Hold: back to the starting point's in-flight (it did no
+        // worse), re-learn the baseline at the lower point (the dependency is not queueing
+        // there), and tolerate this drop share from now on.
+        self.limit = self.clamp(self.limit.max(a.inflight as f64));
+        let (lb, _) = b.log_median(0.0);
+        self.baseline = libm::exp(lb);
+        self.baseline_weight = b.samples as f64;
+        self.intrinsic = db as f32;
+        self.intrinsic_cap = db as f32;
+        self.flat_upto = a.inflight;
+        self.ep_ref_windows = 0;
+        self.ep_low_windows = 0;
+        self.slow_start = false;
+        self.resume_at = 0.0;
+        self.cut_to = 0.0;
+        self.was_near = false;
+        self.clear_history();
+        self.m.holds += 1;
+        self.m.rebaselines += 1;
+        true
+    }
+
+    /// A window without a back-off moves the intrinsic share towards its own (at most up to
+    /// the share measured at the hold), so it fades once the dependency stops dropping.
+    fn track_intrinsic(&mut self, share: f64, total: u64) {
+        if self.intrinsic <= 0.0 || total < MIN_SAMPLES as u64 {
+            return;
+        }
+        let t = total as f64;
+        let p = self.intrinsic as f64;
+        let p = (p + (share - p) * t / (t + INTRINSIC_MEMORY)).min(self.intrinsic_cap as f64);
+        // Gone once it is a fraction of what the configured tolerance absorbs anyway.
+        self.intrinsic = if p < 0.5 * self.cfg.drop_tolerance { 0.0 } else { p as f32 };
+    }
+}
+
+/// A compact time stamp: milliseconds, wrapping every 49.7 days. Stamps are only compared
+/// within the flat test's horizon; history and episodes are dropped once older (every
+/// window checks), so no stamp lives long enough to wrap.
+fn stamp(now: u64) -> u32 {
+    (now / MS) as u32 // truncation intended: wrapping arithmetic below
+}
+
+/// Nanoseconds from stamp `then` to stamp `now`.
+fn elapsed(now: u32, then: u32) -> u64 {
+    now.wrapping_sub(then) as u64 * MS
 }
 
 /// The log-spread `σ` of a window's latencies, read from its p50..p90 (log-normal model).
@@ -592,8 +950,18 @@ impl Algorithm for Gradient {
         let mut dur = if self.last_at > 0 { now - self.last_at } else { 0 };
         if dur > FLAT_HORIZON_NS {
             dur = 0;
-            self.history_len = 0;
-            self.history_next = 0;
+            self.clear_history();
+            self.ep_ref_windows = 0;
+            self.ep_low_windows = 0;
+        }
+        if self.history_len > 0 {
+            // Points older than the horizon pair with nothing: drop them before their
+            // stamps could wrap.
+            let next = self.history_next as usize;
+            let newest = self.history[(next + FLAT_HISTORY - 1) % FLAT_HISTORY];
+            if elapsed(stamp(now), newest.at) > FLAT_HORIZON_NS {
+                self.clear_history();
+            }
         }
         self.last_at = now;
         self.m.windows += 1;
@@ -602,27 +970,50 @@ impl Algorithm for Gradient {
         if self.probe.is_some() && self.fold_probe(now, w) {
             return self.limit;
         }
-        // 2. Drops.
+        // 2. Drops, and (probe-free) whether they respond to back-off.
         let total = w.samples as u64 + w.drops as u64;
-        let too_many_drops = w.drops as f64 > self.cfg.drop_tolerance * total as f64;
-        if w.drops > 0 && too_many_drops && self.cfg.backoff < 1.0 {
+        let allowance = self.drop_allowance(total);
+        let stat = if w.samples > 0 { self.stat(w) } else { 0.0 };
+        let back_off =
+            w.drops > 0 && w.drops as f64 > allowance * total as f64 && self.cfg.backoff < 1.0;
+        if self.probe_free() && self.cfg.backoff < 1.0 {
+            let start = back_off && self.ep_ref_windows == 0;
+            if self.fold_episode(now, w, stat, start) {
+                return self.limit; // hold: the drops are the dependency's, not our queue's
+            }
+        }
+        if back_off {
+            if self.ep_low_windows > 0 {
+                // Measuring the lower operating point: no further cut until the verdict.
+                self.was_near = false;
+                return self.limit;
+            }
+            let first = self.ep_ref_windows == 1 && self.ep_low_windows == 0;
+            if self.probe_free() && first && !self.slow_start && self.intrinsic <= 0.0 {
+                // The first back-off of an episode: remember the limit to come back to.
+                self.remember(self.limit, self.baseline);
+            }
+            // One stray timeout in a tiny window (a limit near 1) does not end slow start,
+            // nor do the drops of requests admitted under a higher limit before a cut (the
+            // window held more in flight than the limit now allows).
+            let stale = w.max_inflight as f64 > self.limit + 1.0;
             self.limit = self.clamp(self.limit * self.cfg.backoff);
-            // One stray timeout in a tiny window (a limit near 1) does not end slow start.
-            if total >= MIN_SAMPLES as u64 {
+            if total >= MIN_SAMPLES as u64 && !stale {
                 self.slow_start = false;
             }
             self.m.backoffs += 1;
+            self.was_near = false;
             return self.limit;
         }
+        self.track_intrinsic(if total > 0 { w.drops as f64 / total as f64 } else { 0.0 }, total);
         // 3. Nothing to measure.
         if w.samples == 0 {
             return self.limit;
         }
         // 4. Baseline.
-        let stat = self.stat(w);
         self.m.sample_ns = stat as u64;
         if self.probe_free() {
-            self.track_baseline(now, dur, w, stat);
+            self.track_baseline(now, dur, w, stat, allowance);
         }
         if self.baseline <= 0.0 {
             return self.limit;
@@ -631,7 +1022,7 @@ impl Algorithm for Gradient {
         let l = self.limit;
         let base = if self.probe_free() { self.baseline.min(stat) } else { self.baseline };
         let g = (base * (1.0 + self.cfg.buffer) / stat).clamp(MIN_GRADIENT, MAX_GRADIENT);
-        self.m.gradient = g;
+        self.m.gradient = g as f32;
         // 6. Slow start (until latency is clearly, not just noisily, above the baseline),
         //    else the smoothed Envoy step.
         let se = median_se(log_spread(w), w.samples as f64);
@@ -646,20 +1037,39 @@ impl Algorithm for Gradient {
         // 7. App-limited guard.
         // Reaching every whole permit is never app-limited (a limiter admits floor(L)).
         let used = w.max_inflight as f64;
-        if new > l && used < self.cfg.app_limited_ratio * l && used + 1.0 <= l {
+        let reached = used + 1.0 > l;
+        if new > l && used < self.cfg.app_limited_ratio * l && !reached {
             new = l;
         }
+        // 8. Recall (probe-free): after a cut, two windows in a row within `buffer` of the
+        //    baseline at a binding limit double it back towards the limit it had before;
+        //    a congested window after such a doubling ends the recall.
+        let near = stat <= self.baseline * (1.0 + self.cfg.buffer);
+        if self.recall > 0.0 && self.probe_free() && self.intrinsic <= 0.0 {
+            if congested && self.recalling {
+                self.recall = 0.0;
+                self.recalling = false;
+            } else if near && self.was_near && reached && l < self.recall as f64 {
+                new = new.max((2.0 * l).min(self.recall as f64));
+                self.recalling = true;
+            }
+        }
+        self.was_near = near;
         if self.resume_at > 0.0 {
-            new = new.max(self.resume_at);
+            new = new.max(self.resume_at as f64);
             self.resume_at = 0.0;
         }
         if self.cut_to > 0.0 {
-            new = self.cut_to;
+            new = self.cut_to as f64;
             self.cut_to = 0.0;
             self.slow_start = self.cfg.slow_start;
         }
-        // 8. Clamp.
+        // 9. Clamp.
         self.limit = self.clamp(new);
+        if self.limit >= self.recall as f64 {
+            self.recall = 0.0;
+            self.recalling = false;
+        }
 
         if self.probing_mode() {
             if self.limit <= self.cfg.min_limit {
@@ -852,6 +1262,115 @@ mod tests {
         let mut e = Gradient::new(&GradientConfig::envoy(SEC)).unwrap();
         let l = e.limit();
         assert_eq!(e.update(&Window::single(MS, 10 * MS, 5, true)), l);
+    }
+
+    /// A fluid dependency behind a caller's timeout: `slots` servers, service `service_ms`,
+    /// and `intrinsic` of the calls slower than the timeout whatever the load. In-flight
+    /// beyond the slots queues: latency grows in proportion, and the excess times out.
+    struct TimeoutPlant {
+        slots: f64,
+        service_ms: f64,
+        intrinsic: f64,
+        offered: f64,
+        now: u64,
+    }
+
+    impl TimeoutPlant {
+        fn window(&mut self, limit: f64) -> Window {
+            self.now += 100 * MS;
+            let n = limit.max(1.0).min(self.offered);
+            let queue = (n / self.slots).max(1.0);
+            let lat = (self.service_ms * queue * MS as f64) as u64;
+            let outcomes = (n / (self.service_ms * queue) * 100.0).max(1.0);
+            let share = self.intrinsic + (1.0 - self.intrinsic) * (1.0 - 1.0 / queue);
+            let drops = (outcomes * share).round();
+            Window {
+                now: self.now,
+                samples: (outcomes - drops).max(0.0) as u32,
+                drops: drops as u32,
+                avg_ns: lat,
+                min_ns: lat / 4,
+                p50_ns: lat,
+                p90_ns: lat * 2,
+                p99_ns: lat * 3,
+                max_inflight: n.ceil() as u32,
+                inflight: n as u32,
+            }
+        }
+
+        /// Runs `windows` windows; returns the lowest limit seen.
+        fn run(&mut self, g: &mut Gradient, windows: usize) -> f64 {
+            let mut lowest = f64::MAX;
+            for _ in 0..windows {
+                let w = self.window(g.limit());
+                lowest = lowest.min(g.update(&w));
+            }
+            lowest
+        }
+    }
+
+    #[test]
+    fn drops_that_do_not_respond_to_back_off_are_held() {
+        let mut g = Gradient::new(&GradientConfig::default()).unwrap();
+        let mut p =
+            TimeoutPlant { slots: 32.0, service_ms: 10.0, intrinsic: 0.0, offered: 100.0, now: 0 };
+        p.run(&mut g, 200);
+        // Any queue times out here, so the drops hold the limit near the knee.
+        let before = g.limit();
+        assert!((0.8 * 32.0..=equilibrium_high(32.0)).contains(&before), "{before}");
+        // 10x slower with the same slots, and a fifth of the calls now beyond the timeout
+        // whatever the concurrency: backing off cannot lower the drop share.
+        p.service_ms = 100.0;
+        p.intrinsic = 0.2;
+        let lowest = p.run(&mut g, 100);
+        let m = g.metrics();
+        assert_eq!(m.holds, 1, "{m:?}");
+        // One episode: in-flight fell 1.4x, the drops and the latency did not, hold.
+        assert!(lowest >= before / 1.5, "{lowest} (before {before})");
+        // Little's law: the same concurrency as before, a small standing queue on top.
+        assert!((0.8 * 32.0..=equilibrium_high(32.0)).contains(&m.limit), "{m:?}");
+        assert!((0.15..=0.25).contains(&m.intrinsic_drop_share), "{m:?}");
+        assert!((95.0..=105.0).contains(&(m.baseline_ns as f64 / MS as f64)), "{m:?}");
+        // The dependency recovers: the intrinsic share is forgotten and the limit is back
+        // within 2 s (20 windows of 100 ms).
+        p.service_ms = 10.0;
+        p.intrinsic = 0.0;
+        let mut back = None;
+        for i in 0..100 {
+            p.run(&mut g, 1);
+            if back.is_none() && g.limit() >= 0.9 * before {
+                back = Some(i + 1);
+            }
+        }
+        assert!(back.is_some_and(|n| n <= 20), "{back:?}: {:?}", g.metrics());
+        assert_eq!(g.metrics().intrinsic_drop_share, 0.0);
+        assert!((0.8 * 32.0..=equilibrium_high(32.0)).contains(&g.limit()), "{:?}", g.metrics());
+    }
+
+    #[test]
+    fn drops_from_our_own_queue_keep_backing_off() {
+        let mut g = Gradient::new(&GradientConfig::default()).unwrap();
+        let mut p =
+            TimeoutPlant { slots: 32.0, service_ms: 10.0, intrinsic: 0.0, offered: 100.0, now: 0 };
+        p.run(&mut g, 200);
+        // A quarter of the slots vanish: the limit now queues 1.5x, and the excess times
+        // out. As in-flight falls, so do the drops and the latency: no hold.
+        p.slots = 24.0;
+        p.run(&mut g, 100);
+        let m = g.metrics();
+        assert_eq!(m.holds, 0, "{m:?}");
+        assert!(m.backoffs >= 3, "{m:?}");
+        assert_eq!(m.intrinsic_drop_share, 0.0);
+        assert!((0.6 * 24.0..=equilibrium_high(24.0)).contains(&m.limit), "{m:?}");
+        // And a dependency that fails most calls whatever the load is not held either.
+        let mut g = Gradient::new(&GradientConfig::default()).unwrap();
+        let mut p =
+            TimeoutPlant { slots: 32.0, service_ms: 10.0, intrinsic: 0.0, offered: 100.0, now: 0 };
+        p.run(&mut g, 200);
+        p.intrinsic = 0.7;
+        p.run(&mut g, 100);
+        assert_eq!(g.metrics().holds, 0);
+        assert!(g.limit() < 2.0, "{:?}", g.metrics());
     }
 
     #[test]

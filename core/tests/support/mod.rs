@@ -55,6 +55,9 @@ pub enum Service {
     Exponential { mean_ms: f64 },
     /// Lognormal with this median (ms) and shape σ.
     LogNormal { median_ms: f64, sigma: f64 },
+    /// Erlang (gamma with an integer shape `k`) with this mean (ms): the simulator's
+    /// `cost_shape` work, whose tail above 1.5× the mean is `e^{-1.5k}·Σ_{i<k}(1.5k)^i/i!`.
+    Erlang { mean_ms: f64, shape: u32 },
 }
 
 impl Service {
@@ -70,6 +73,27 @@ impl Service {
             Service::LogNormal { median_ms, sigma } => {
                 median_ms * MS as f64 * (sigma * rng.normal()).exp()
             }
+            Service::Erlang { mean_ms, shape } => {
+                let sum: f64 = (0..shape).map(|_| -rng.unit().ln()).sum();
+                mean_ms * MS as f64 * sum / shape as f64
+            }
+        }
+    }
+    /// `P(service ≤ t_ns)` at slowdown factor `slow` (Erlang only; `None` for the others).
+    pub fn cdf(&self, t_ns: f64, slow: f64) -> Option<f64> {
+        match *self {
+            Service::Erlang { mean_ms, shape } => {
+                let x = t_ns * shape as f64 / (mean_ms * MS as f64 * slow);
+                let (mut term, mut tail) = (1.0, 0.0);
+                for i in 0..shape {
+                    if i > 0 {
+                        term *= x / i as f64;
+                    }
+                    tail += term;
+                }
+                Some(1.0 - (-x).exp() * tail)
+            }
+            _ => None,
         }
     }
     pub fn mean_ns(&self) -> f64 {
@@ -78,6 +102,7 @@ impl Service {
             Service::LogNormal { median_ms, sigma } => {
                 median_ms * MS as f64 * (sigma * sigma / 2.0).exp()
             }
+            Service::Erlang { mean_ms, .. } => mean_ms * MS as f64,
         }
     }
 }
@@ -516,6 +541,34 @@ pub mod scenarios {
     pub fn heavy_tail(seed: u64) -> Scenario {
         let p = Phase { at: 0, rate: OVERLOAD_RATE, slots: SLOTS, slow: 1.0 };
         base("heavy tail", Service::HEAVY, vec![p], 10 * SEC, seed)
+    }
+
+    /// The simulator's `retry-storm` database, alone: 32 slots of Erlang-2 work (10 ms mean).
+    pub const TAIL_SLOTS: usize = 32;
+    pub const TAIL_SERVICE: Service = Service::Erlang { mean_ms: 10.0, shape: 2 };
+    pub const TAIL_SLOW_AT: u64 = 10 * SEC;
+    pub const TAIL_SLOW_FOR: u64 = 10 * SEC;
+    /// The slowdown factor and the client timeout: 10 × 10 ms with a 150 ms timeout times
+    /// out ~20% of the calls on service time alone (Erlang-2: `P(X > 1.5·mean) = 4e^{-3}`),
+    /// whatever the concurrency.
+    pub const TAIL_SLOW: f64 = 10.0;
+    pub const TAIL_TIMEOUT: u64 = 150 * MS;
+
+    /// `rate` req/s; from 10 s to 20 s the dependency is 10× slower *uniformly* (same slots),
+    /// so by Little's law it needs the same concurrency, and the client's 150 ms timeout cuts
+    /// its tail: some drops are intrinsic, not caused by our concurrency. 10 s after.
+    pub fn slow_tail(seed: u64, rate: f64) -> Scenario {
+        let p0 = Phase { at: 0, rate, slots: TAIL_SLOTS, slow: 1.0 };
+        let p1 = Phase { at: TAIL_SLOW_AT, slow: TAIL_SLOW, ..p0 };
+        let p2 = Phase { at: TAIL_SLOW_AT + TAIL_SLOW_FOR, ..p0 };
+        Scenario {
+            name: "10x slower, timeout in the tail",
+            service: TAIL_SERVICE,
+            phases: vec![p0, p1, p2],
+            duration: TAIL_SLOW_AT + TAIL_SLOW_FOR + 10 * SEC,
+            timeout: TAIL_TIMEOUT,
+            seed,
+        }
     }
 }
 
