@@ -12,13 +12,13 @@ from pathlib import Path
 
 def load(root: Path):
     groups = {}
-    for est in sorted(root.glob("*/*/new/estimates.json")):
+    for est in sorted(root.glob("**/new/estimates.json")):
         bench_dir = est.parent.parent
-        group = bench_dir.parent.name
-        meta = bench_dir / "new" / "benchmark.json"
-        name = bench_dir.name
-        if meta.exists():
-            name = json.loads(meta.read_text()).get("function_id") or name
+        meta = json.loads((bench_dir / "new" / "benchmark.json").read_text())
+        group = meta.get("group_id") or bench_dir.relative_to(root).parts[0]
+        name = meta.get("function_id") or bench_dir.name
+        if meta.get("value_str"):
+            name = f"{name}/{meta['value_str']}"
         median = json.loads(est.read_text())["median"]["point_estimate"]
         groups.setdefault(group, {})[name] = median
     return groups
