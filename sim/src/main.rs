@@ -47,7 +47,8 @@ SCENARIOS
         ));
     }
     s.push_str(
-        "\nPROTECTIONS: SERVER[+CLIENT...], e.g. none, static, aimd, gradient+budget, budget+backoff\n",
+        "\nPROTECTIONS: [keyed+]SERVER[+CLIENT...], e.g. none, static, aimd, gradient+budget, \
+         budget+backoff, keyed+gate\n",
     );
     s.push_str("  server (on every tier with \"protect\": true; default none):\n");
     for (n, d) in SERVER_NAMES {
@@ -58,7 +59,7 @@ SCENARIOS
         s.push_str(&format!("    {n:<12} {d}\n"));
     }
     s.push_str("\nMETRICS\n");
-    for l in report::LEGEND.lines() {
+    for l in report::LEGEND.lines().chain(report::TENANT_LEGEND.lines()) {
         s.push_str("  ");
         s.push_str(l);
         s.push('\n');
@@ -181,6 +182,13 @@ fn main() -> ExitCode {
     print!("{}", report::text(&all));
     println!();
     println!("{}", report::LEGEND);
+    let tenants = report::tenant_text(&all);
+    if !tenants.is_empty() {
+        println!("\nPer tenant:\n");
+        print!("{tenants}");
+        println!();
+        println!("{}", report::TENANT_LEGEND);
+    }
     println!(
         "\n{} runs, {} events, {:.1} s wall",
         all.len(),
@@ -203,6 +211,14 @@ fn main() -> ExitCode {
         md.push_str("\n```text\n");
         md.push_str(report::LEGEND);
         md.push_str("\n```\n");
+        let tenants = report::tenant_markdown(&all);
+        if !tenants.is_empty() {
+            md.push_str("\n## Per tenant\n\n");
+            md.push_str(&tenants);
+            md.push_str("\n```text\n");
+            md.push_str(report::TENANT_LEGEND);
+            md.push_str("\n```\n");
+        }
         if let Err(e) = std::fs::write(dir.join("table.md"), md) {
             eprintln!("error: writing table.md: {e}");
             return ExitCode::FAILURE;

@@ -11,6 +11,11 @@
 //! - **retry amplification**: attempts that reached the most-loaded tier ÷ originals, both
 //!   counted from the trigger's start to the end of the run (1.0 = no retries; with retries
 //!   at 3 layers the deepest tier can see up to 4³ = 64×);
+//! - **per tenant** (issue 11, scenarios whose load names tenants): the originals of the
+//!   steady and of the flooding tenants created during the trigger, per second, and the
+//!   share of them that succeeded (goodput as a share of offered load); attempts refused
+//!   over the run, per-key (429: `Reason::KeyLimit` / `KeyRate`) or global (503: any other
+//!   reason), by group;
 //! - **time to recover**: the earliest time after the trigger ends from which goodput over
 //!   every 1 s window stays at or above 80 % of the pre-trigger goodput (`None`: not within
 //!   the run).
@@ -34,6 +39,8 @@ pub struct UserOutcome {
     pub level: u8,
     /// Whether it succeeded.
     pub ok: bool,
+    /// The tenant (index into `Scenario::tenants`), if its load class names one.
+    pub tenant: Option<u16>,
 }
 
 /// Time series and outcomes of one run.
@@ -55,6 +62,12 @@ pub struct Recorder {
     pub waiting: Vec<u32>,
     /// Every finished original.
     pub outcomes: Vec<UserOutcome>,
+    /// Attempts refused per tenant (by index), `[per-key (429), global (503)]`.
+    pub refused_by_tenant: Vec<[u64; 2]>,
+    /// Attempts of no tenant refused, `[per-key, global]`.
+    pub refused_anonymous: [u64; 2],
+    /// Originals created per bucket, per tenant (`[tenant][bucket]`).
+    pub originals_by_tenant: Vec<Vec<u32>>,
 }
 
 fn bump(v: &mut [u32], t: u64) {
@@ -75,7 +88,26 @@ impl Recorder {
             limit: vec![f64::NAN; n],
             waiting: vec![0; n],
             outcomes: Vec::new(),
+            refused_by_tenant: Vec::new(),
+            refused_anonymous: [0; 2],
+            originals_by_tenant: Vec::new(),
         }
+    }
+
+    /// An attempt of `tenant` was refused by an admission policy, `per_key` (429) or not
+    /// (503).
+    pub fn refused(&mut self, tenant: Option<u16>, per_key: bool) {
+        let slot = match tenant {
+            Some(t) => {
+                let t = t as usize;
+                if self.refused_by_tenant.len() <= t {
+                    self.refused_by_tenant.resize(t + 1, [0; 2]);
+                }
+                &mut self.refused_by_tenant[t]
+            }
+            None => &mut self.refused_anonymous,
+        };
+        slot[usize::from(!per_key)] += 1;
     }
 
     /// Buckets in the run.
@@ -83,9 +115,17 @@ impl Recorder {
         self.originals.len()
     }
 
-    /// An original was created.
-    pub fn original(&mut self, now: u64) {
+    /// An original of `tenant` (if any) was created.
+    pub fn original(&mut self, now: u64, tenant: Option<u16>) {
         bump(&mut self.originals, now);
+        if let Some(t) = tenant {
+            let t = t as usize;
+            if self.originals_by_tenant.len() <= t {
+                let n = self.buckets();
+                self.originals_by_tenant.resize(t + 1, vec![0; n]);
+            }
+            bump(&mut self.originals_by_tenant[t], now);
+        }
     }
 
     /// An attempt went out to tier `tier`.
@@ -239,11 +279,80 @@ pub struct Summary {
     pub amplification: f64,
     /// Time to recover after the trigger ends, s.
     pub recovery_s: Option<f64>,
+    /// Per-tenant numbers, if the scenario has tenants.
+    pub tenants: Option<TenantSummary>,
+}
+
+/// One group of tenants (steady or flooding) in a [`TenantSummary`].
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct TenantGroup {
+    /// Tenants in the group.
+    pub tenants: usize,
+    /// Their originals created during the trigger, per second.
+    pub offered: f64,
+    /// Share of those originals that succeeded (`None`: there were none).
+    pub goodput_share: Option<f64>,
+    /// Their attempts refused per key over the run (429).
+    pub refused_per_key: u64,
+    /// Their attempts refused by the global admission over the run (503).
+    pub refused_global: u64,
+}
+
+/// The per-tenant view of a run: steady tenants against the flooding ones.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct TenantSummary {
+    /// Tenants whose rate does not rise during the trigger.
+    pub steady: TenantGroup,
+    /// Tenants whose rate rises during the trigger.
+    pub flooding: TenantGroup,
+}
+
+impl TenantSummary {
+    /// Splits `rec` by `flooding` (one flag per tenant index) over the trigger `[t0, t1)`;
+    /// `None` if there are no tenants.
+    pub fn of(rec: &Recorder, trigger: (u64, u64), flooding: &[bool]) -> Option<Self> {
+        if flooding.is_empty() {
+            return None;
+        }
+        let (t0, t1) = trigger;
+        let secs = (t1 - t0) as f64 / 1e9;
+        let mut groups = [TenantGroup::default(); 2];
+        let mut counts = [(0u64, 0u64); 2];
+        for &f in flooding {
+            groups[f as usize].tenants += 1;
+        }
+        for o in &rec.outcomes {
+            let Some(t) = o.tenant else { continue };
+            if o.created >= t0 && o.created < t1 {
+                let g = flooding.get(t as usize).copied().unwrap_or(false) as usize;
+                counts[g].0 += 1;
+                counts[g].1 += o.ok as u64;
+            }
+        }
+        for (t, r) in rec.refused_by_tenant.iter().enumerate() {
+            let g = &mut groups[flooding.get(t).copied().unwrap_or(false) as usize];
+            g.refused_per_key += r[0];
+            g.refused_global += r[1];
+        }
+        for (g, (all, ok)) in groups.iter_mut().zip(counts) {
+            g.offered = all as f64 / secs;
+            g.goodput_share = (all > 0).then(|| ok as f64 / all as f64);
+        }
+        let [steady, flooding] = groups;
+        Some(Self { steady, flooding })
+    }
 }
 
 impl Summary {
-    /// Computes the summary of `rec` for a run with the given trigger and length.
-    pub fn of(rec: &Recorder, trigger: (u64, u64), run_end: u64, degraded_capacity: f64) -> Self {
+    /// Computes the summary of `rec` for a run with the given trigger and length;
+    /// `flooding` flags each tenant (empty: no tenants).
+    pub fn of(
+        rec: &Recorder,
+        trigger: (u64, u64),
+        run_end: u64,
+        degraded_capacity: f64,
+        flooding: &[bool],
+    ) -> Self {
         let (t0, t1) = trigger;
         // Skip the first second (empty system warming up) in the baseline.
         let warm = (1_000_000_000u64).min(t0 / 2);
@@ -263,6 +372,7 @@ impl Summary {
             p99_trigger_ms: rec.latency(&[0.99], t0, t1).map(|v| ms(v[0])),
             amplification: rec.amplification(t0, run_end),
             recovery_s: rec.recovery(t1, run_end, goodput_before).map(|ns| ns as f64 / 1e9),
+            tenants: TenantSummary::of(rec, trigger, flooding),
         }
     }
 }
@@ -279,7 +389,13 @@ mod tests {
         for b in 0..100u64 {
             if !(50..60).contains(&b) {
                 for _ in 0..100 {
-                    r.finished(UserOutcome { created: 0, done: b * BUCKET_NS, level: 1, ok: true });
+                    r.finished(UserOutcome {
+                        created: 0,
+                        done: b * BUCKET_NS,
+                        level: 1,
+                        ok: true,
+                        tenant: None,
+                    });
                 }
             }
         }
@@ -294,10 +410,41 @@ mod tests {
     #[test]
     fn success_and_latency_by_window() {
         let mut r = Recorder::new(2 * S, 1);
-        r.finished(UserOutcome { created: 0, done: 10, level: 0, ok: true });
-        r.finished(UserOutcome { created: 5, done: 30, level: 0, ok: false });
+        r.finished(UserOutcome { created: 0, done: 10, level: 0, ok: true, tenant: None });
+        r.finished(UserOutcome { created: 5, done: 30, level: 0, ok: false, tenant: None });
         assert_eq!(r.success_rate(0, 0, S), Some(0.5));
         assert_eq!(r.success_rate(1, 0, S), None);
         assert_eq!(r.latency(&[0.5], 0, S), Some(vec![10]));
+    }
+
+    #[test]
+    fn tenants_split_into_steady_and_flooding() {
+        let mut r = Recorder::new(4 * S, 1);
+        let o = |created: u64, ok: bool, tenant: u16| UserOutcome {
+            created,
+            done: created + 10,
+            level: 1,
+            ok,
+            tenant: Some(tenant),
+        };
+        // Trigger [1 s, 3 s): tenant 0 steady (2 of 2 ok), tenant 1 floods (1 of 4 ok).
+        for (c, ok, t) in [(S, true, 0), (2 * S, true, 0), (0, false, 0)] {
+            r.finished(o(c, ok, t));
+        }
+        for (c, ok) in [(S, true), (S, false), (2 * S, false), (2 * S, false)] {
+            r.finished(o(c, ok, 1));
+        }
+        r.refused(Some(1), true);
+        r.refused(Some(1), true);
+        r.refused(Some(0), false);
+        r.refused(None, true);
+        let t = TenantSummary::of(&r, (S, 3 * S), &[false, true]).unwrap();
+        assert_eq!((t.steady.tenants, t.flooding.tenants), (1, 1));
+        assert_eq!((t.steady.offered, t.flooding.offered), (1.0, 2.0));
+        assert_eq!((t.steady.goodput_share, t.flooding.goodput_share), (Some(1.0), Some(0.25)));
+        assert_eq!((t.flooding.refused_per_key, t.flooding.refused_global), (2, 0));
+        assert_eq!((t.steady.refused_per_key, t.steady.refused_global), (0, 1));
+        assert_eq!(r.refused_anonymous, [1, 0]);
+        assert_eq!(TenantSummary::of(&r, (S, 3 * S), &[]), None);
     }
 }

@@ -1,5 +1,6 @@
 //! Hand-written SVG time series: one file per scenario, four stacked panels (offered load,
 //! goodput, p99 latency, concurrency limit), one line per protection, the trigger shaded.
+//! With a flooding tenant, the goodput panel shows the steady tenants' goodput.
 
 use std::fmt::Write;
 
@@ -97,6 +98,33 @@ fn esc(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
+/// Per bucket, the originals of the steady (non-flooding) tenants that succeeded (by
+/// success time; `ok_only`) or that were created.
+fn steady(r: &RunResult, flooding: &[bool], ok_only: bool) -> Vec<u32> {
+    let mut v = vec![0u32; r.rec.buckets()];
+    let is_steady = |t: usize| !flooding.get(t).copied().unwrap_or(false);
+    if !ok_only {
+        for (_, created) in
+            r.rec.originals_by_tenant.iter().enumerate().filter(|(t, _)| is_steady(*t))
+        {
+            for (x, c) in v.iter_mut().zip(created) {
+                *x += c;
+            }
+        }
+        return v;
+    }
+    for o in &r.rec.outcomes {
+        let Some(t) = o.tenant else { continue };
+        if !o.ok || !is_steady(t as usize) {
+            continue;
+        }
+        if let Some(x) = v.get_mut((o.done / BUCKET_NS) as usize) {
+            *x += 1;
+        }
+    }
+    v
+}
+
 /// Renders the plot of one scenario's runs.
 pub fn svg(sc: &Scenario, runs: &[RunResult]) -> String {
     let n = runs.first().map_or(0, |r| r.rec.buckets().div_ceil(MERGE));
@@ -107,6 +135,7 @@ pub fn svg(sc: &Scenario, runs: &[RunResult]) -> String {
             .map(|(i, r)| Series { name: r.protection.clone(), color: color(i), points: f(r) })
             .collect()
     };
+    let flooding = sc.flooding_tenants();
     let panels = [
         Panel {
             title:
@@ -115,11 +144,23 @@ pub fn svg(sc: &Scenario, runs: &[RunResult]) -> String {
             log: false,
             reference: runs.first().map(|r| ("originals", merged(&r.rec.originals))),
         },
-        Panel {
-            title: "goodput, req/s (originals answered within the client's timeout)",
-            series: mk(&|r| merged(&r.rec.good)),
-            log: false,
-            reference: None,
+        if flooding.iter().any(|&f| f) {
+            // Tenants: the steady tenants' goodput is the story (the flood's is not wanted).
+            Panel {
+                title: "goodput of the steady tenants, req/s (dashed: their originals)",
+                series: mk(&|r| merged(&steady(r, &flooding, true))),
+                log: false,
+                reference: runs
+                    .first()
+                    .map(|r| ("originals", merged(&steady(r, &flooding, false)))),
+            }
+        } else {
+            Panel {
+                title: "goodput, req/s (originals answered within the client's timeout)",
+                series: mk(&|r| merged(&r.rec.good)),
+                log: false,
+                reference: None,
+            }
         },
         Panel {
             title: "p99 latency of successful requests, ms (log scale)",

@@ -7,7 +7,11 @@
 //! - Client side, [`ClientPolicy`]: what a caller does before an attempt and before a
 //!   retry (retry budget, breaker, backoff), again adapters over the core types.
 //!
-//! A protection is named on the command line as `server[+client...]`, e.g. `gate+budget`.
+//! - Per tenant, [`KeyedAdmission`]: the core's `KeyedLimits` (per-key concurrency caps
+//!   over shuffle-sharded shards) in front of any server policy (`keyed+gate`).
+//!
+//! A protection is named on the command line as `[keyed+]server[+client...]`, e.g.
+//! `gate+budget`, `keyed+gate`.
 
 // Configs are built as `default()` then the few fields the simulator sets, so they keep
 // compiling as the core adds fields.
@@ -17,6 +21,7 @@ use surgeguard_core::backoff::{Backoff, BackoffConfig};
 use surgeguard_core::breaker::{BreakerPermit, CircuitBreaker, CircuitBreakerConfig};
 use surgeguard_core::codel::CodelConfig;
 use surgeguard_core::gate::{Arrival, Event, Gate, GateConfig, LifoTrigger};
+use surgeguard_core::keyed::{KeyPermit, KeyedConfig, KeyedLimits};
 use surgeguard_core::limit::{
     AimdConfig, AlgorithmConfig, FixedConfig, Gradient2Config, GradientConfig, HysteresisConfig,
     VegasConfig,
@@ -48,6 +53,8 @@ pub enum Permit {
     Slot,
     /// A surgeguard permit.
     Raw(RawPermit),
+    /// A per-key permit in front of the inner policy's permit.
+    Keyed(KeyPermit, Box<Permit>),
 }
 
 /// What a poll hands out.
@@ -60,8 +67,16 @@ pub enum Dispatch {
 
 /// Server-side admission on one host. Requests are named by the simulator's job key.
 pub trait Admission {
-    /// A request arrives at `now` at `level`; `deadline` is its caller's (absolute, ns).
-    fn arrive(&mut self, now: u64, job: Key, level: Priority, deadline: Option<u64>) -> Admit;
+    /// A request arrives at `now` at `level`; `deadline` is its caller's (absolute, ns);
+    /// `key` is the hash of its tenant (`keyed::hash_key`), if it has one.
+    fn arrive(
+        &mut self,
+        now: u64,
+        job: Key,
+        level: Priority,
+        deadline: Option<u64>,
+        key: Option<u64>,
+    ) -> Admit;
     /// An admitted request ended.
     fn release(&mut self, now: u64, permit: Permit, outcome: Outcome);
     /// Hands out what became possible (grants and drops).
@@ -83,7 +98,7 @@ pub trait Admission {
 pub struct Unbounded;
 
 impl Admission for Unbounded {
-    fn arrive(&mut self, _: u64, _: Key, _: Priority, _: Option<u64>) -> Admit {
+    fn arrive(&mut self, _: u64, _: Key, _: Priority, _: Option<u64>, _: Option<u64>) -> Admit {
         Admit::Go(Permit::Free)
     }
     fn release(&mut self, _: u64, _: Permit, _: Outcome) {}
@@ -111,7 +126,7 @@ impl StaticFifo {
 }
 
 impl Admission for StaticFifo {
-    fn arrive(&mut self, _: u64, job: Key, _: Priority, _: Option<u64>) -> Admit {
+    fn arrive(&mut self, _: u64, job: Key, _: Priority, _: Option<u64>, _: Option<u64>) -> Admit {
         if self.inflight < self.limit && self.queue.is_empty() {
             self.inflight += 1;
             Admit::Go(Permit::Slot)
@@ -155,7 +170,14 @@ impl LimiterOnly {
 }
 
 impl Admission for LimiterOnly {
-    fn arrive(&mut self, now: u64, _: Key, level: Priority, _: Option<u64>) -> Admit {
+    fn arrive(
+        &mut self,
+        now: u64,
+        _: Key,
+        level: Priority,
+        _: Option<u64>,
+        _: Option<u64>,
+    ) -> Admit {
         match self.limiter.try_acquire_raw(now, level) {
             Ok(p) => Admit::Go(Permit::Raw(p)),
             Err(r) => Admit::Reject(r),
@@ -196,7 +218,14 @@ impl GateAdmission {
 }
 
 impl Admission for GateAdmission {
-    fn arrive(&mut self, now: u64, job: Key, level: Priority, deadline: Option<u64>) -> Admit {
+    fn arrive(
+        &mut self,
+        now: u64,
+        job: Key,
+        level: Priority,
+        deadline: Option<u64>,
+        _: Option<u64>,
+    ) -> Admit {
         match self.gate.arrive(now, level, deadline) {
             Arrival::Admitted(p) => Admit::Go(Permit::Raw(p)),
             Arrival::Queued(t) => {
@@ -243,6 +272,111 @@ impl Admission for GateAdmission {
     }
     fn waiting(&self) -> usize {
         self.gate.waiting_total() as usize
+    }
+}
+
+/// Shards of the per-tenant table (`KeyedLimits<KEY_SHARDS>`): with the core's default of
+/// 2 shards per key, a key shares both its shards with a given noisy key with probability
+/// 1 / C(16, 2) = 1/120 (`keyed::isolation`).
+pub const KEY_SHARDS: usize = 16;
+
+/// The share of a host's workers one tenant may hold (queued or served): seed 004's
+/// "per-tenant concurrency caps", at a quarter so that one tenant can never take more than
+/// a quarter of the service whatever it sends.
+pub const KEY_SHARE: f64 = 0.25;
+
+/// surgeguard [`KeyedLimits`] in front of another policy: a request first takes a slot of
+/// its tenant's shards (shuffle sharded, `KeyedLimits::try_acquire_then`), then goes to the
+/// inner policy; refused per key → `Reason::KeyLimit` (a 429), refused by the inner policy
+/// → its own reason (a 503). The key permit is held while the inner policy queues the
+/// request and until the request ends, so one tenant cannot fill the queue either.
+/// Requests without a tenant go straight to the inner policy.
+pub struct KeyedAdmission {
+    keyed: Box<KeyedLimits<KEY_SHARDS>>,
+    inner: Box<dyn Admission>,
+    /// Key permits of the requests the inner policy holds.
+    held: HashMap<Key, KeyPermit>,
+}
+
+impl KeyedAdmission {
+    /// Per-key limits for a host of `workers` workers (a key holds at most
+    /// [`KEY_SHARE`] of them, split over its shards) in front of `inner`.
+    pub fn new(workers: u32, seed: u64, inner: Box<dyn Admission>) -> Self {
+        let mut cfg = KeyedConfig::new(1);
+        let cap = (workers as f64 * KEY_SHARE).ceil().max(1.0);
+        cfg.shard_limit = (cap / cfg.shards_per_key as f64).ceil() as u32;
+        cfg.seed = seed;
+        let keyed = KeyedLimits::new(cfg).expect("the simulator's keyed configs are valid");
+        Self { keyed: Box::new(keyed), inner, held: HashMap::new() }
+    }
+
+    /// The per-key table (for its metrics).
+    pub fn keyed(&self) -> &KeyedLimits<KEY_SHARDS> {
+        &self.keyed
+    }
+}
+
+impl Admission for KeyedAdmission {
+    fn arrive(
+        &mut self,
+        now: u64,
+        job: Key,
+        level: Priority,
+        deadline: Option<u64>,
+        key: Option<u64>,
+    ) -> Admit {
+        let Some(key) = key else { return self.inner.arrive(now, job, level, deadline, None) };
+        let inner = &mut self.inner;
+        let global = || match inner.arrive(now, job, level, deadline, None) {
+            Admit::Go(p) => Ok(Some(p)),
+            Admit::Wait => Ok(None),
+            Admit::Reject(r) => Err(r),
+        };
+        match self.keyed.try_acquire_then(key, now, 1, global) {
+            Ok((kp, Some(p))) => Admit::Go(Permit::Keyed(kp, Box::new(p))),
+            Ok((kp, None)) => {
+                self.held.insert(job, kp);
+                Admit::Wait
+            }
+            Err(r) => Admit::Reject(r),
+        }
+    }
+    fn release(&mut self, now: u64, permit: Permit, outcome: Outcome) {
+        match permit {
+            Permit::Keyed(kp, inner) => {
+                self.keyed.release(kp).expect("own permit");
+                self.inner.release(now, *inner, outcome);
+            }
+            other => self.inner.release(now, other, outcome),
+        }
+    }
+    fn poll(&mut self, now: u64, out: &mut Vec<Dispatch>) {
+        let start = out.len();
+        self.inner.poll(now, out);
+        for d in &mut out[start..] {
+            match d {
+                Dispatch::Go(job, p) => {
+                    if let Some(kp) = self.held.remove(job) {
+                        let inner = std::mem::replace(p, Permit::Free);
+                        *p = Permit::Keyed(kp, Box::new(inner));
+                    }
+                }
+                Dispatch::Drop(job, _) => {
+                    if let Some(kp) = self.held.remove(job) {
+                        self.keyed.release(kp).expect("own permit");
+                    }
+                }
+            }
+        }
+    }
+    fn next_wakeup(&self, now: u64) -> Option<u64> {
+        self.inner.next_wakeup(now)
+    }
+    fn limit(&self) -> Option<f64> {
+        self.inner.limit()
+    }
+    fn waiting(&self) -> usize {
+        self.inner.waiting()
     }
 }
 
@@ -362,6 +496,8 @@ pub struct Protection {
     pub server: Server,
     /// Client side.
     pub client: Client,
+    /// Per-tenant `KeyedLimits` in front of the server policy.
+    pub keyed: bool,
 }
 
 /// Guaranteed shares of the limit per level used by every surgeguard policy here. The core's
@@ -386,6 +522,11 @@ pub const SERVER_NAMES: &[(&str, &str)] = &[
         "surgeguard Gate: Limiter (limit::Gradient) + priority queue of 100 ms of drain, \
               folly CoDel, adaptive LIFO, deadline checks; gate-<algorithm> for another",
     ),
+    (
+        "keyed+SERVER",
+        "surgeguard KeyedLimits per tenant in front of SERVER: 16 shards, 2 per tenant \
+              (shuffle sharding), a tenant holds at most 1/4 of the workers; 429 vs 503",
+    ),
 ];
 
 /// Client policy names and what they are.
@@ -397,10 +538,12 @@ pub const CLIENT_NAMES: &[(&str, &str)] = &[
 ];
 
 impl Protection {
-    /// Parses `server[+client...]`, e.g. `none`, `static`, `aimd`, `budget`, `aimd+budget`.
+    /// Parses `[keyed+]server[+client...]`, e.g. `none`, `static`, `aimd`, `budget`,
+    /// `aimd+budget`, `keyed+gate`.
     pub fn parse(name: &str) -> Result<Self, String> {
         let mut server = None;
         let mut client = Client::default();
+        let mut keyed = false;
         for part in name.split('+') {
             let part = part.trim();
             let s = match part {
@@ -427,14 +570,31 @@ impl Protection {
                 "backoff" => client.backoff = true,
                 "breaker" => client.breaker = true,
                 "throttle" => client.throttle = true,
+                "keyed" => keyed = true,
                 _ => return Err(format!("{name}: unknown policy `{part}` (see --help)")),
             }
         }
-        Ok(Self { name: name.to_string(), server: server.unwrap_or(Server::None), client })
+        Ok(Self { name: name.to_string(), server: server.unwrap_or(Server::None), client, keyed })
     }
 
-    /// The admission policy for one host of a protected tier.
-    pub fn admission(&self, workers: u32, service_ns: u64, levels: u8) -> Box<dyn Admission> {
+    /// The admission policy for one host of a protected tier; `seed` seeds the tenant to
+    /// shards mapping of a keyed policy.
+    pub fn admission(
+        &self,
+        workers: u32,
+        service_ns: u64,
+        levels: u8,
+        seed: u64,
+    ) -> Box<dyn Admission> {
+        let inner = self.server_admission(workers, service_ns, levels);
+        if self.keyed {
+            Box::new(KeyedAdmission::new(workers, seed, inner))
+        } else {
+            inner
+        }
+    }
+
+    fn server_admission(&self, workers: u32, service_ns: u64, levels: u8) -> Box<dyn Admission> {
         match self.server {
             Server::None => Box::new(Unbounded),
             Server::Static => {
@@ -632,6 +792,68 @@ mod tests {
         assert_eq!(Protection::parse("budget").unwrap().server, Server::None);
         assert!(Protection::parse("aimd+static").is_err());
         assert!(Protection::parse("quantum").is_err());
+        let k = Protection::parse("keyed+gate").unwrap();
+        assert!(k.keyed && k.server == Server::Gate(Algo::Gradient));
+        assert!(!Protection::parse("gate").unwrap().keyed);
+    }
+
+    #[test]
+    fn keyed_caps_one_key_and_releases_its_permits() {
+        use surgeguard_core::keyed::hash_key;
+        use surgeguard_core::Reason;
+        let mut slab = crate::engine::Slab::default();
+        // 8 workers: a key holds at most 2 (a quarter), one slot in each of its 2 shards;
+        // behind it a static FIFO of 8 + 8 waiting.
+        let mut a = KeyedAdmission::new(8, 7, Box::new(StaticFifo::new(8, 8)));
+        assert_eq!(a.keyed().key_limit(), 2);
+        let (noisy, quiet) = (hash_key(1, b"noisy"), hash_key(1, b"quiet"));
+        let mut permits = Vec::new();
+        for _ in 0..2 {
+            match a.arrive(0, slab.insert(0), Priority::NORMAL, None, Some(noisy)) {
+                Admit::Go(p) => permits.push(p),
+                _ => panic!("under the key's cap"),
+            }
+        }
+        match a.arrive(0, slab.insert(0), Priority::NORMAL, None, Some(noisy)) {
+            Admit::Reject(r) => assert_eq!(r.reason, Reason::KeyLimit),
+            _ => panic!("over the key's cap"),
+        }
+        // Another key, or no key, still gets in unless the shards collide completely.
+        let quiet_shares_all = a.keyed().shards_of(quiet) == a.keyed().shards_of(noisy);
+        let q = a.arrive(0, slab.insert(0), Priority::NORMAL, None, Some(quiet));
+        assert_eq!(matches!(q, Admit::Go(_)), !quiet_shares_all);
+        assert!(matches!(a.arrive(0, slab.insert(0), Priority::NORMAL, None, None), Admit::Go(_)));
+        for p in permits {
+            a.release(1, p, Outcome::Success);
+        }
+        assert_eq!(a.keyed().metrics().in_flight, u64::from(!quiet_shares_all));
+        assert!(matches!(
+            a.arrive(1, slab.insert(0), Priority::NORMAL, None, Some(noisy)),
+            Admit::Go(_)
+        ));
+    }
+
+    #[test]
+    fn keyed_holds_the_key_while_the_inner_policy_queues() {
+        use surgeguard_core::keyed::hash_key;
+        let mut slab = crate::engine::Slab::default();
+        let mut a = KeyedAdmission::new(4, 7, Box::new(StaticFifo::new(1, 4)));
+        let k = hash_key(1, b"t");
+        let first = match a.arrive(0, slab.insert(0), Priority::NORMAL, None, Some(k)) {
+            Admit::Go(p) => p,
+            _ => panic!("a free worker"),
+        };
+        let queued = slab.insert(0);
+        assert!(matches!(a.arrive(0, queued, Priority::NORMAL, None, Some(k)), Admit::Wait));
+        assert_eq!(a.keyed().metrics().in_flight, 2, "the queued request holds its key slot");
+        a.release(1, first, Outcome::Success);
+        let mut out = Vec::new();
+        a.poll(1, &mut out);
+        let Some(Dispatch::Go(job, p)) = out.pop() else { panic!("the queued one goes") };
+        assert_eq!(job, queued);
+        assert!(matches!(p, Permit::Keyed(..)));
+        a.release(2, p, Outcome::Success);
+        assert_eq!(a.keyed().metrics().in_flight, 0);
     }
 
     #[test]
@@ -639,10 +861,10 @@ mod tests {
         let mut slab = crate::engine::Slab::default();
         let keys: Vec<Key> = (0..4).map(|i| slab.insert(i)).collect();
         let mut s = StaticFifo::new(1, 2);
-        assert!(matches!(s.arrive(0, keys[0], Priority::NORMAL, None), Admit::Go(_)));
-        assert!(matches!(s.arrive(0, keys[1], Priority::NORMAL, None), Admit::Wait));
-        assert!(matches!(s.arrive(0, keys[2], Priority::NORMAL, None), Admit::Wait));
-        assert!(matches!(s.arrive(0, keys[3], Priority::NORMAL, None), Admit::Reject(_)));
+        assert!(matches!(s.arrive(0, keys[0], Priority::NORMAL, None, None), Admit::Go(_)));
+        assert!(matches!(s.arrive(0, keys[1], Priority::NORMAL, None, None), Admit::Wait));
+        assert!(matches!(s.arrive(0, keys[2], Priority::NORMAL, None, None), Admit::Wait));
+        assert!(matches!(s.arrive(0, keys[3], Priority::NORMAL, None, None), Admit::Reject(_)));
         s.release(1, Permit::Slot, Outcome::Success);
         let mut out = Vec::new();
         s.poll(1, &mut out);

@@ -58,8 +58,60 @@ pub fn row(r: &RunResult) -> [String; 11] {
 
 /// An aligned plain-text table.
 pub fn text(runs: &[RunResult]) -> String {
-    let rows: Vec<[String; 11]> = runs.iter().map(row).collect();
-    let mut w: Vec<usize> = HEADERS.iter().map(|h| h.chars().count()).collect();
+    aligned(&HEADERS, runs.iter().map(|r| row(r).to_vec()).collect())
+}
+
+/// Column headers of the per-tenant table (runs of scenarios with tenants).
+pub const TENANT_HEADERS: [&str; 10] = [
+    "scenario",
+    "protection",
+    "tenants steady+flooding",
+    "steady offered/s",
+    "steady goodput",
+    "flooding offered/s",
+    "flooding goodput",
+    "429 per-key steady/flooding",
+    "503 global steady/flooding",
+    "p99 ms",
+];
+
+/// The cells of one run's per-tenant row, if its scenario has tenants.
+pub fn tenant_row(r: &RunResult) -> Option<[String; 10]> {
+    let t = r.summary.tenants?;
+    Some([
+        r.scenario.clone(),
+        r.protection.clone(),
+        format!("{}+{}", t.steady.tenants, t.flooding.tenants),
+        format!("{:.0}", t.steady.offered),
+        pct(t.steady.goodput_share),
+        format!("{:.0}", t.flooding.offered),
+        pct(t.flooding.goodput_share),
+        format!("{}/{}", t.steady.refused_per_key, t.flooding.refused_per_key),
+        format!("{}/{}", t.steady.refused_global, t.flooding.refused_global),
+        ms(r.summary.p99_ms),
+    ])
+}
+
+/// The per-tenant table as aligned text (empty if no run has tenants).
+pub fn tenant_text(runs: &[RunResult]) -> String {
+    let rows: Vec<Vec<String>> = runs.iter().filter_map(tenant_row).map(|r| r.to_vec()).collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    aligned(&TENANT_HEADERS, rows)
+}
+
+/// The per-tenant table in Markdown (empty if no run has tenants).
+pub fn tenant_markdown(runs: &[RunResult]) -> String {
+    let rows: Vec<Vec<String>> = runs.iter().filter_map(tenant_row).map(|r| r.to_vec()).collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    md(&TENANT_HEADERS, rows)
+}
+
+fn aligned(headers: &[&str], rows: Vec<Vec<String>>) -> String {
+    let mut w: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
     for r in &rows {
         for (i, c) in r.iter().enumerate() {
             w[i] = w[i].max(c.chars().count());
@@ -80,7 +132,7 @@ pub fn text(runs: &[RunResult]) -> String {
         }
         s.trim_end().to_string() + "\n"
     };
-    let mut out = line(&HEADERS.map(String::from));
+    let mut out = line(&headers.iter().map(|h| h.to_string()).collect::<Vec<_>>());
     out.push_str(&line(&w.iter().map(|n| "-".repeat(*n)).collect::<Vec<_>>()));
     let mut prev = String::new();
     for r in rows {
@@ -95,17 +147,21 @@ pub fn text(runs: &[RunResult]) -> String {
 
 /// A Markdown table.
 pub fn markdown(runs: &[RunResult]) -> String {
-    let mut out = format!("| {} |\n", HEADERS.join(" | "));
+    md(&HEADERS, runs.iter().map(|r| row(r).to_vec()).collect())
+}
+
+fn md(headers: &[&str], rows: Vec<Vec<String>>) -> String {
+    let mut out = format!("| {} |\n", headers.join(" | "));
     out.push_str(&format!(
         "|{}\n",
-        HEADERS
+        headers
             .iter()
             .enumerate()
             .map(|(i, _)| if i < 2 { " --- |" } else { " ---: |" })
             .collect::<String>()
     ));
-    for r in runs {
-        out.push_str(&format!("| {} |\n", row(r).join(" | ")));
+    for r in rows {
+        out.push_str(&format!("| {} |\n", r.join(" | ")));
     }
     out
 }
@@ -122,3 +178,13 @@ retry amp: attempts reaching the most-loaded tier / originals, from the trigger'
   the end (retries at 3 layers can reach 4^3 = 64x at the deepest one).
 recovery: the earliest time after the trigger ends from which goodput over every 1 s window
   stays at or above 80% of the pre-trigger goodput; never = not within the run.";
+
+/// What the per-tenant columns mean.
+pub const TENANT_LEGEND: &str = "\
+tenants: steady tenants + flooding ones (a tenant floods if its rate rises during the trigger).
+offered/s: originals per second the group created during the trigger.
+goodput: share of those originals that succeeded (within the client's timeout, retries
+  included), i.e. the group's goodput as a share of its offered load.
+429 per-key / 503 global: attempts refused over the run by the per-tenant limits
+  (KeyLimit / KeyRate) / by the global admission (limit, queue, CoDel, deadline).
+p99 ms: end-to-end latency of all successful originals over the run.";

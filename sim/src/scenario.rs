@@ -1,5 +1,5 @@
 //! Scenarios: what the world looks like (load, tiers, callers, health checks) and what goes
-//! wrong when. Five presets come from the seeds; any scenario can be loaded from JSON.
+//! wrong when. Six presets come from the seeds; any scenario can be loaded from JSON.
 //!
 //! Times in files are seconds (`*_s`) or milliseconds (`*_ms`); the simulator runs in
 //! nanoseconds.
@@ -74,6 +74,12 @@ pub struct LoadClass {
     /// Rate changes in force during their spans (the last matching one wins).
     #[serde(default)]
     pub changes: Vec<RateChange>,
+    /// The tenant (API key, agent id) every arrival of this class carries, if any. Several
+    /// classes may name the same tenant. Keyed protections (`keyed+...`) limit per tenant;
+    /// the report splits goodput by tenant. A tenant whose rate rises during the trigger
+    /// is a *flooding* tenant; the others are *steady* ([`Scenario::flooding_tenants`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
 }
 
 /// A different arrival rate during `span`.
@@ -232,6 +238,12 @@ impl Scenario {
                 }
             }
         }
+        if self.load.iter().any(|c| c.tenant.as_deref() == Some("")) {
+            return Err("a tenant name must not be empty".into());
+        }
+        if self.tenants().len() > u16::MAX as usize {
+            return Err("at most 65535 tenants".into());
+        }
         let caller = |c: &CallerSpec, who: &str| -> Result<(), String> {
             finite_pos(c.timeout_ms, &format!("{who}.timeout_ms"))?;
             if c.max_attempts == 0 || c.max_attempts > 10 {
@@ -316,6 +328,42 @@ impl Scenario {
             .unwrap_or(c.rate_per_s)
     }
 
+    /// The distinct tenants of the load classes, in order of first appearance (a tenant's
+    /// index in this list is what arrivals and outcomes carry).
+    pub fn tenants(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for t in self.load.iter().filter_map(|c| c.tenant.as_ref()) {
+            if !out.contains(t) {
+                out.push(t.clone());
+            }
+        }
+        out
+    }
+
+    /// The tenant index of each load class (`None`: the class has no tenant).
+    pub fn class_tenants(&self) -> Vec<Option<u16>> {
+        let names = self.tenants();
+        self.load
+            .iter()
+            .map(|c| {
+                c.tenant.as_ref().and_then(|t| names.iter().position(|n| n == t)).map(|i| i as u16)
+            })
+            .collect()
+    }
+
+    /// For each tenant (as [`tenants`](Self::tenants)): whether it floods, i.e. one of its
+    /// classes offers more at the trigger's midpoint than its usual rate.
+    pub fn flooding_tenants(&self) -> Vec<bool> {
+        let mid = (self.trigger.start_s + self.trigger.end_s) / 2.0;
+        let mut out = vec![false; self.tenants().len()];
+        for (class, t) in self.class_tenants().into_iter().enumerate() {
+            if let Some(t) = t {
+                out[t as usize] |= self.rate_at(class, mid) > self.load[class].rate_per_s;
+            }
+        }
+        out
+    }
+
     /// A smaller copy for quick tests: every duration of the story (run, trigger, changes)
     /// times `time`, every arrival rate and worker pool (hence capacity) times `load`.
     /// Costs and timeouts are kept, so the per-request dynamics are the same.
@@ -366,6 +414,7 @@ fn priority_mix(total: f64, critical: f64, normal: f64) -> Vec<LoadClass> {
         priority,
         rate_per_s: (total * share * 1e6).round() / 1e6,
         changes: Vec::new(),
+        tenant: None,
     };
     vec![
         class("critical", 0, critical),
@@ -563,9 +612,27 @@ pub fn metastable() -> Scenario {
 /// background flood beside critical and normal traffic.
 pub fn priority_flood() -> Scenario {
     let mut load = vec![
-        LoadClass { name: "critical".into(), priority: 0, rate_per_s: 300.0, changes: vec![] },
-        LoadClass { name: "normal".into(), priority: 1, rate_per_s: 900.0, changes: vec![] },
-        LoadClass { name: "background".into(), priority: 2, rate_per_s: 300.0, changes: vec![] },
+        LoadClass {
+            name: "critical".into(),
+            priority: 0,
+            rate_per_s: 300.0,
+            changes: vec![],
+            tenant: None,
+        },
+        LoadClass {
+            name: "normal".into(),
+            priority: 1,
+            rate_per_s: 900.0,
+            changes: vec![],
+            tenant: None,
+        },
+        LoadClass {
+            name: "background".into(),
+            priority: 2,
+            rate_per_s: 300.0,
+            changes: vec![],
+            tenant: None,
+        },
     ];
     load[2].changes.push(RateChange { span: span(5.0, 20.0), rate_per_s: 3300.0 });
     Scenario {
@@ -639,9 +706,68 @@ pub fn dependency_pause() -> Scenario {
     }
 }
 
+/// Steady tenants in [`noisy_tenant`].
+pub const STEADY_TENANTS: usize = 20;
+
+/// Seed 004, Failure Scenario 3 ("One Slow Tenant Stalls the Shared Queue": one tenant's
+/// backlog starves every tenant on a shared queue; fix: "per-tenant concurrency caps" and
+/// "shuffle-sharded queues") and seed 002 (limits "per agent identity" at the gateway, a
+/// 429 the caller can act on). 21 tenants share one API of 1,000 req/s; 20 send 25 req/s
+/// each (half the capacity together); the 21st jumps from 25 to 8,000 req/s (8x the
+/// capacity) for 10 s. All at the same priority, so only the tenant tells them apart.
+pub fn noisy_tenant() -> Scenario {
+    let tenant = |name: String, changes: Vec<RateChange>| LoadClass {
+        name: name.clone(),
+        priority: 1,
+        rate_per_s: 25.0,
+        changes,
+        tenant: Some(name),
+    };
+    let mut load: Vec<LoadClass> =
+        (1..=STEADY_TENANTS).map(|i| tenant(format!("tenant-{i:02}"), Vec::new())).collect();
+    load.push(tenant(
+        "tenant-noisy".into(),
+        vec![RateChange { span: span(5.0, 15.0), rate_per_s: 8000.0 }],
+    ));
+    Scenario {
+        name: "noisy-tenant".into(),
+        source: "seed 004 §Failure Scenarios 3 (One Slow Tenant Stalls the Shared Queue), seed 002"
+            .into(),
+        description: "21 tenants share an API (40 workers, 1,000 req/s); 20 send 25 req/s \
+                      each, one jumps to 8,000 req/s (8x capacity) for 10 s"
+            .into(),
+        seed: default_seed(),
+        duration_s: 25.0,
+        trigger: span(5.0, 15.0),
+        load,
+        client: caller(1000.0, 4),
+        client_processes: 1,
+        tiers: vec![TierSpec {
+            name: "api".into(),
+            hosts: 1,
+            workers: 40,
+            cost_ms: 40.0,
+            cost_shape: 2,
+            call: None,
+            protect: true,
+            changes: Vec::new(),
+        }],
+        health: None,
+        protections: protections(&["none", "gate", "keyed+gate"]),
+        degraded_capacity_per_s: Some(1000.0),
+    }
+}
+
 /// Every preset, in the order the demo runs them.
 pub fn presets() -> Vec<Scenario> {
-    vec![busy_but_useless(), retry_storm(), metastable(), priority_flood(), dependency_pause()]
+    vec![
+        busy_but_useless(),
+        retry_storm(),
+        metastable(),
+        priority_flood(),
+        dependency_pause(),
+        noisy_tenant(),
+    ]
 }
 
 /// A preset by name.
@@ -661,6 +787,22 @@ mod tests {
             assert_eq!(back.to_json(), s.to_json());
         }
         assert!((busy_but_useless().degraded_capacity() - 1250.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn tenants_are_indexed_and_the_flooding_one_is_found() {
+        let s = noisy_tenant();
+        let names = s.tenants();
+        assert_eq!(names.len(), STEADY_TENANTS + 1);
+        let flooding = s.flooding_tenants();
+        assert_eq!(flooding.iter().filter(|&&f| f).count(), 1);
+        assert_eq!(names[flooding.iter().position(|&f| f).unwrap()], "tenant-noisy");
+        assert!(s.class_tenants().iter().all(Option::is_some));
+        assert!(busy_but_useless().tenants().is_empty());
+        assert!(busy_but_useless().class_tenants().iter().all(Option::is_none));
+        let mut bad = noisy_tenant();
+        bad.load[0].tenant = Some(String::new());
+        assert!(bad.validate().is_err());
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 use std::collections::VecDeque;
 
+use surgeguard_core::keyed::{hash_key, is_per_key};
 use surgeguard_core::rng::{mix, SplitMix64};
 use surgeguard_core::{Outcome, Priority, Rejected};
 
@@ -76,6 +77,7 @@ struct Call {
     max_attempts: u32,
     timeout: u64,
     pin: Option<usize>,
+    tenant: Option<u16>,
 }
 
 struct Attempt {
@@ -95,6 +97,7 @@ struct Job {
     deadline: u64,
     permit: Option<Permit>,
     probe: bool,
+    tenant: Option<u16>,
 }
 
 struct Host {
@@ -156,6 +159,23 @@ pub struct World<'a> {
     seed: u64,
     /// The tier whose limit and queue the plots show.
     watched: usize,
+    /// The tenant of each load class.
+    class_tenant: Vec<Option<u16>>,
+    /// Each tenant's key hash (`keyed::hash_key` of its name).
+    tenant_keys: Vec<u64>,
+    /// Whether each tenant floods (for the summary).
+    flooding: Vec<bool>,
+}
+
+/// Seed of the tenant-name hash (a binding picks one at random at startup; here it derives
+/// from the scenario's seed so runs replay).
+fn key_seed(seed: u64) -> u64 {
+    mix(seed ^ 0x007e_4a47)
+}
+
+/// Seed of a host's tenant-to-shards mapping.
+fn shard_seed(seed: u64, tier: usize, host: usize) -> u64 {
+    mix(seed ^ 0x0005_4a4d ^ ((tier as u64) << 40) ^ host as u64)
 }
 
 fn stream(seed: u64, a: u64, b: u64) -> SplitMix64 {
@@ -187,6 +207,7 @@ impl<'a> World<'a> {
                                 t.workers,
                                 nominal_ns(sc, i),
                                 levels,
+                                shard_seed(seed, i, h),
                             ),
                             client: client_policy(
                                 prot,
@@ -252,6 +273,13 @@ impl<'a> World<'a> {
             dispatch: Vec::new(),
             seed,
             watched,
+            class_tenant: sc.class_tenants(),
+            tenant_keys: sc
+                .tenants()
+                .iter()
+                .map(|t| hash_key(key_seed(seed), t.as_bytes()))
+                .collect(),
+            flooding: sc.flooding_tenants(),
         };
         for class in 0..sc.load.len() {
             w.schedule_arrival(class);
@@ -283,9 +311,10 @@ impl<'a> World<'a> {
         workers: u32,
         nominal_ns: f64,
         levels: u8,
+        seed: u64,
     ) -> Box<dyn Admission> {
         if protect {
-            prot.admission(workers, nominal_ns as u64, levels)
+            prot.admission(workers, nominal_ns as u64, levels, seed)
         } else {
             Box::new(Unbounded)
         }
@@ -298,7 +327,8 @@ impl<'a> World<'a> {
         }
         let sc = self.sc;
         let trigger = (secs(sc.trigger.start_s), secs(sc.trigger.end_s));
-        let summary = Summary::of(&self.rec, trigger, self.end, sc.degraded_capacity());
+        let summary =
+            Summary::of(&self.rec, trigger, self.end, sc.degraded_capacity(), &self.flooding);
         RunResult {
             scenario: sc.name.clone(),
             protection: self.prot.name.clone(),
@@ -361,7 +391,7 @@ impl World<'_> {
     fn on_arrival(&mut self, class: usize) {
         let now = self.now();
         self.schedule_arrival(class);
-        self.rec.original(now);
+        self.rec.original(now, self.class_tenant[class]);
         let level = Priority::new(self.sc.load[class].priority).unwrap_or_default();
         let process = self.next_user;
         self.next_user = (self.next_user + 1) % self.users.len();
@@ -376,6 +406,7 @@ impl World<'_> {
             max_attempts: c.max_attempts,
             timeout: ns(c.timeout_ms),
             pin: None,
+            tenant: self.class_tenant[class],
         });
         self.send_attempt(call);
     }
@@ -479,6 +510,7 @@ impl World<'_> {
                 done: now,
                 level: call.level.index() as u8,
                 ok,
+                tenant: call.tenant,
             }),
             Parent::Job(job) => self.finish_job(job, ok),
             Parent::Probe { host, epoch } => self.probe_result(host, epoch, ok),
@@ -513,7 +545,7 @@ impl World<'_> {
         let Some(a) = self.attempts.get(attempt_key) else { return };
         let deadline = a.deadline;
         let Some(call) = self.calls.get(a.call) else { return };
-        let (tier, level, pin) = (call.tier, call.level, call.pin);
+        let (tier, level, pin, tenant) = (call.tier, call.level, call.pin, call.tenant);
         let probe = matches!(call.parent, Parent::Probe { .. });
         let Some(host) = self.pick_host(tier, pin) else {
             self.respond(attempt_key, false, None); // connection refused: no live host
@@ -529,9 +561,11 @@ impl World<'_> {
             deadline,
             permit: None,
             probe,
+            tenant,
         });
+        let key = tenant.map(|t| self.tenant_keys[t as usize]);
         let h = &mut self.tiers[tier].hosts[host];
-        match h.admission.arrive(now, job, level, Some(deadline)) {
+        match h.admission.arrive(now, job, level, Some(deadline), key) {
             Admit::Go(p) => {
                 self.jobs.get_mut(job).expect("just inserted").permit = Some(p);
                 self.tiers[tier].hosts[host].fifo.push_back(job);
@@ -539,6 +573,7 @@ impl World<'_> {
             Admit::Wait => {}
             Admit::Reject(r) => {
                 self.jobs.remove(job);
+                self.rec.refused(tenant, is_per_key(r.reason));
                 self.respond(attempt_key, false, Some(r.retry_after));
                 return;
             }
@@ -591,6 +626,7 @@ impl World<'_> {
 
     fn drop_job(&mut self, job: Key, r: Rejected) {
         if let Some(j) = self.jobs.remove(job) {
+            self.rec.refused(j.tenant, is_per_key(r.reason));
             self.respond(j.attempt, false, Some(r.retry_after));
         }
     }
@@ -656,7 +692,8 @@ impl World<'_> {
 
     fn on_local_done(&mut self, key: Key) {
         let Some(j) = self.jobs.get(key) else { return };
-        let (tier, host, epoch, level, probe) = (j.tier, j.host, j.epoch, j.level, j.probe);
+        let (tier, host, epoch, level, probe, tenant) =
+            (j.tier, j.host, j.epoch, j.level, j.probe, j.tenant);
         if self.tiers[tier].hosts[host].epoch != epoch {
             self.jobs.remove(key); // the host restarted under it
             return;
@@ -674,6 +711,7 @@ impl World<'_> {
                     max_attempts: c.max_attempts,
                     timeout: ns(c.timeout_ms),
                     pin: None,
+                    tenant,
                 });
                 self.send_attempt(call);
             }
@@ -725,6 +763,7 @@ impl World<'_> {
             max_attempts: 1,
             timeout,
             pin: Some(host),
+            tenant: None,
         });
         self.send_attempt(call);
     }
@@ -753,8 +792,14 @@ impl World<'_> {
         h.failures = 0;
         h.wake_at = None;
         let t = &self.sc.tiers[tier];
-        h.admission =
-            Self::admission_for(self.prot, t.protect, t.workers, nominal_ns(self.sc, tier), 3);
+        h.admission = Self::admission_for(
+            self.prot,
+            t.protect,
+            t.workers,
+            nominal_ns(self.sc, tier),
+            3,
+            shard_seed(self.seed, tier, host),
+        );
         let epoch = h.epoch;
         self.q.schedule(now + restart, Ev::HostUp { host, epoch });
     }

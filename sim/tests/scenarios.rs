@@ -120,6 +120,39 @@ fn dependency_pause_recovers_faster_and_amplifies_less_with_surgeguard() {
 }
 
 #[test]
+fn noisy_tenant_starves_the_others_unless_limited_per_key() {
+    // Half the length, half the load and workers: trigger [2.5 s, 7.5 s), 20 steady tenants
+    // at 12.5 req/s, one flooding at 4,000 req/s (8x the 500 req/s capacity).
+    let sc = scenario::noisy_tenant().scaled(0.5, 0.5);
+    let cap = sc.degraded_capacity();
+    let tenants = |r: &RunResult| r.summary.tenants.expect("the scenario has tenants");
+    let share = |g: surgeguard_sim::metrics::TenantGroup| g.goodput_share.unwrap();
+    // Without per-key limits the flood's backlog (an unbounded queue) or its share of the
+    // global admission (the Gate alone) takes the steady tenants down with it.
+    for p in ["none", "gate"] {
+        let t = tenants(&go(&sc, p));
+        assert_eq!((t.steady.tenants, t.flooding.tenants), (scenario::STEADY_TENANTS, 1));
+        assert!(share(t.steady) <= 0.5, "{p}: steady goodput {}", share(t.steady));
+        assert_eq!(t.flooding.refused_per_key + t.steady.refused_per_key, 0, "{p}: no keys");
+    }
+    let r = go(&sc, "keyed+gate");
+    let t = tenants(&r);
+    assert!(share(t.steady) >= 0.9, "steady goodput {}", share(t.steady));
+    // The flooding tenant gets at most its cap (a quarter of the workers, rounded up to
+    // whole slots per shard: 6 of 20) and is refused mostly per key (429), not globally.
+    let flood_good = t.flooding.offered * share(t.flooding);
+    assert!(flood_good <= 0.35 * cap, "flooding goodput {flood_good}/s vs capacity {cap}");
+    assert!(share(t.flooding) <= 0.1, "flooding goodput share {}", share(t.flooding));
+    let (k, g) = (t.flooding.refused_per_key, t.flooding.refused_global);
+    assert!(k >= 10 * g && k > 0, "flooding refusals: {k} per-key vs {g} global");
+    // Steady tenants are rarely refused for the flood's sake (refusals are counted over the
+    // run; their rate is the same all along).
+    let steady_attempts = t.steady.offered * sc.duration_s;
+    let steady_refused = (t.steady.refused_per_key + t.steady.refused_global) as f64;
+    assert!(steady_refused <= 0.05 * steady_attempts, "steady refused {steady_refused}");
+}
+
+#[test]
 fn scenario_files_load_and_run() {
     let text = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
