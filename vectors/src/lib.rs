@@ -23,7 +23,9 @@ use surgeguard_core::limit::{
     VegasConfig,
 };
 use surgeguard_core::rate::{RateLimiter, RateLimiterConfig};
-use surgeguard_core::retry::{RetryBudget, RetryBudgetConfig, TokenRetryThrottle, TokenThrottleConfig};
+use surgeguard_core::retry::{
+    RetryBudget, RetryBudgetConfig, TokenRetryThrottle, TokenThrottleConfig,
+};
 use surgeguard_core::rng::SplitMix64;
 use surgeguard_core::throttle::{AdaptiveThrottle, AdaptiveThrottleConfig, ThrottleForm};
 use surgeguard_core::{Limiter, LimiterConfig, Outcome, Priority, RawPermit, Rejected};
@@ -552,8 +554,10 @@ impl Runner {
                     // Every binding measures the latency from the acquire's `now`.
                     let latency = now.saturating_sub(at);
                     if u(st, "latency")? != latency {
-                        return Err(format!("latency field {} != now - acquired {latency}",
-                                           u(st, "latency")?));
+                        return Err(format!(
+                            "latency field {} != now - acquired {latency}",
+                            u(st, "latency")?
+                        ));
                     }
                     br.record(p, now, outcome(st)?, latency);
                     Ok(json!({}))
@@ -679,18 +683,13 @@ fn flatten(prefix: &str, m: &Map<String, Value>, out: &mut Vec<String>) {
 /// `vectors.txt`: the same data, one line per scenario header, config and step.
 pub fn to_text(scenarios: &[Value]) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "# surgeguard conformance vectors (generated: see tests/vectors/README.md)");
+    let _ =
+        writeln!(out, "# surgeguard conformance vectors (generated: see tests/vectors/README.md)");
     let _ = writeln!(out, "format {FORMAT} {VERSION}");
     for sc in scenarios {
         let o = sc.as_object().expect("scenario object");
         let steps = o["steps"].as_array().expect("steps");
-        let _ = writeln!(
-            out,
-            "scenario {} {} {}",
-            tok(&o["name"]),
-            tok(&o["kind"]),
-            steps.len()
-        );
+        let _ = writeln!(out, "scenario {} {} {}", tok(&o["name"]), tok(&o["kind"]), steps.len());
         let mut cfg = Vec::new();
         flatten("", o["config"].as_object().expect("config"), &mut cfg);
         let _ = writeln!(out, "config {}", cfg.join(" "));
@@ -703,13 +702,7 @@ pub fn to_text(scenarios: &[Value]) -> String {
             flatten("", &m, &mut args);
             let mut exp = Vec::new();
             flatten("", expect.as_object().expect("expect object"), &mut exp);
-            let _ = writeln!(
-                out,
-                "step {i} {} {} | {}",
-                tok(&op),
-                args.join(" "),
-                exp.join(" ")
-            );
+            let _ = writeln!(out, "step {i} {} {} | {}", tok(&op), args.join(" "), exp.join(" "));
         }
         let _ = writeln!(out, "end");
     }

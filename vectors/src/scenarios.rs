@@ -139,7 +139,14 @@ fn service(rng: &mut SplitMix64, phase: usize) -> u64 {
 
 /// A discrete-event run of a limiter: arrivals at random levels, completions at their
 /// due time (dropped when very slow, sometimes ignored), checkpoints, the kill switch.
-fn limiter_walk(name: &str, algorithm: &str, algo: Value, levels: u64, seed: u64, n: usize) -> Value {
+fn limiter_walk(
+    name: &str,
+    algorithm: &str,
+    algo: Value,
+    levels: u64,
+    seed: u64,
+    n: usize,
+) -> Value {
     let mut sc = Sc::new(name, "limiter", limiter_cfg(algorithm, algo, levels));
     let mut rng = SplitMix64::new(seed);
     let mut now = T0;
@@ -159,7 +166,13 @@ fn limiter_walk(name: &str, algorithm: &str, algo: Value, levels: u64, seed: u64
             let (step, _) = held.swap_remove(i);
             now = now.max(due);
             let r = rng.below(100);
-            let outcome = if r < 4 { "ignored" } else if r < 10 { "dropped" } else { "success" };
+            let outcome = if r < 4 {
+                "ignored"
+            } else if r < 10 {
+                "dropped"
+            } else {
+                "success"
+            };
             sc.op(json!({"op": "release", "now": now, "permit": step, "outcome": outcome}));
         } else {
             now = next_arrival;
@@ -250,8 +263,16 @@ fn gate_walk(name: &str, cfg: Value, seed: u64, n: usize, levels: u64) -> Value 
     let mut count = 0;
     let per_phase = n / 3 + 1;
     let mut shed_on = false;
-    let settle = |exp: &Value, now: u64, rng: &mut SplitMix64, held: &mut Vec<(u64, u64)>,
-                      waiting: &mut Vec<u64>, phase: usize| {
+    // A cancelled ticket holds its queue slot until the next poll; the shed and kill
+    // switches are flipped only when no such slot exists, because Python's setters poll
+    // (and Node's do not, with nobody waiting).
+    let mut cancelled_since_poll = false;
+    let settle = |exp: &Value,
+                  now: u64,
+                  rng: &mut SplitMix64,
+                  held: &mut Vec<(u64, u64)>,
+                  waiting: &mut Vec<u64>,
+                  phase: usize| {
         if let Some(evs) = exp["events"].as_array() {
             for e in evs {
                 let t = e["ticket"].as_u64().expect("ticket");
@@ -276,7 +297,13 @@ fn gate_walk(name: &str, cfg: Value, seed: u64, n: usize, levels: u64) -> Value 
             let (step, _) = held.swap_remove(i);
             now = now.max(due);
             let r = rng.below(100);
-            let outcome = if r < 5 { "ignored" } else if r < 12 { "dropped" } else { "success" };
+            let outcome = if r < 5 {
+                "ignored"
+            } else if r < 12 {
+                "dropped"
+            } else {
+                "success"
+            };
             let (_, exp) =
                 sc.op(json!({"op": "release", "now": now, "permit": step, "outcome": outcome}));
             settle(&exp, now, &mut rng, &mut held, &mut waiting, phase);
@@ -284,6 +311,7 @@ fn gate_walk(name: &str, cfg: Value, seed: u64, n: usize, levels: u64) -> Value 
             let k = rng.below(waiting.len() as u64) as usize;
             let t = waiting.swap_remove(k);
             sc.op(json!({"op": "cancel", "ticket": t}));
+            cancelled_since_poll = true;
         } else {
             now = next_arrival;
             let lv = rng.below(levels);
@@ -295,6 +323,7 @@ fn gate_walk(name: &str, cfg: Value, seed: u64, n: usize, levels: u64) -> Value 
             match exp["result"].as_str() {
                 Some("admitted") => held.push((step, now + service(&mut rng, phase))),
                 Some("queued") => {
+                    cancelled_since_poll = false;
                     waiting.push(step);
                     settle(&exp, now, &mut rng, &mut held, &mut waiting, phase);
                 }
@@ -305,7 +334,7 @@ fn gate_walk(name: &str, cfg: Value, seed: u64, n: usize, levels: u64) -> Value 
         if count % 10 == 0 {
             let (_, exp) = sc.op(json!({"op": "check"}));
             count += 1;
-            if exp["waiting"] == 0 && rng.below(4) == 0 {
+            if exp["waiting"] == 0 && !cancelled_since_poll && rng.below(4) == 0 {
                 shed_on = !shed_on;
                 let lv = if shed_on { json!(levels - 1) } else { Value::Null };
                 sc.op(json!({"op": "shed", "level": lv}));
@@ -318,7 +347,8 @@ fn gate_walk(name: &str, cfg: Value, seed: u64, n: usize, levels: u64) -> Value 
 }
 
 fn gate_edges() -> Value {
-    let lim = limiter_cfg("fixed", json!({"initial_limit": 1.0, "min_limit": 1.0, "max_limit": 4.0}), 3);
+    let lim =
+        limiter_cfg("fixed", json!({"initial_limit": 1.0, "min_limit": 1.0, "max_limit": 4.0}), 3);
     let cfg = gate_cfg(lim, json!({"queue_capacity": 2, "max_wait_ns": 50 * MS}));
     let mut sc = Sc::new("gate_edges", "gate", cfg);
     let mut held: Vec<u64> = Vec::new();
@@ -335,8 +365,9 @@ fn gate_edges() -> Value {
         }
     };
     // Equal timestamps: one admitted, two waiters, then a critical arrival evicts one.
-    for (lv, timeout) in [(1, json!(null)), (2, json!(null)), (1, json!(SEC)), (0, json!(null)),
-                          (2, json!(null))] {
+    for (lv, timeout) in
+        [(1, json!(null)), (2, json!(null)), (1, json!(SEC)), (0, json!(null)), (2, json!(null))]
+    {
         let (i, e) = sc.op(json!({"op": "arrive", "now": T0, "level": lv, "timeout": timeout}));
         note(&mut held, i, &e);
     }
@@ -346,7 +377,8 @@ fn gate_edges() -> Value {
     for now in [T0 - SEC, T0 + 100 * MS, 0, T0 + 200 * MS, u64::MAX / 2] {
         if let Some(p) = held.pop() {
             let outcome = if k % 2 == 0 { "success" } else { "dropped" };
-            let (i, e) = sc.op(json!({"op": "release", "now": now, "permit": p, "outcome": outcome}));
+            let (i, e) =
+                sc.op(json!({"op": "release", "now": now, "permit": p, "outcome": outcome}));
             note(&mut held, i, &e);
             k += 1;
         }
@@ -578,10 +610,18 @@ pub fn all() -> Vec<Value> {
     let mut v = Vec::new();
     for (i, (name, algorithm, algo)) in algos().into_iter().enumerate() {
         let levels = if i % 3 == 2 { 1 } else { 3 };
-        v.push(limiter_walk(&format!("limiter_{name}"), algorithm, algo, levels, 100 + i as u64, 700));
+        v.push(limiter_walk(
+            &format!("limiter_{name}"),
+            algorithm,
+            algo,
+            levels,
+            100 + i as u64,
+            700,
+        ));
     }
     v.push(limiter_edges());
-    let fixed2 = limiter_cfg("fixed", json!({"initial_limit": 4.0, "min_limit": 1.0, "max_limit": 8.0}), 3);
+    let fixed2 =
+        limiter_cfg("fixed", json!({"initial_limit": 4.0, "min_limit": 1.0, "max_limit": 8.0}), 3);
     let aimd = limiter_cfg(
         "aimd",
         json!({"initial_limit": 6.0, "min_limit": 2.0, "max_limit": 30.0,
@@ -605,25 +645,34 @@ pub fn all() -> Vec<Value> {
     ));
     v.push(gate_walk(
         "gate_rfc8289_occupancy",
-        gate_cfg(aimd.clone(), json!({"codel_mode": "rfc8289", "lifo": 0.5, "queue_capacity": 16,
-                                      "codel_target_ns": 10 * MS, "codel_interval_ns": 50 * MS})),
+        gate_cfg(
+            aimd.clone(),
+            json!({"codel_mode": "rfc8289", "lifo": 0.5, "queue_capacity": 16,
+                                      "codel_target_ns": 10 * MS, "codel_interval_ns": 50 * MS}),
+        ),
         3,
         700,
         3,
     ));
     v.push(gate_walk(
         "gate_aging_max_wait",
-        gate_cfg(grad, json!({"aging": {"from": 0, "to": 1, "after_ns": 30 * MS},
+        gate_cfg(
+            grad,
+            json!({"aging": {"from": 0, "to": 1, "after_ns": 30 * MS},
                               "max_wait_ns": 80 * MS, "initial_service_ns": 10 * MS,
-                              "queue_capacity": 12})),
+                              "queue_capacity": 12}),
+        ),
         4,
         700,
         2,
     ));
     v.push(gate_walk(
         "gate_eviction_small_queue",
-        gate_cfg(fixed2, json!({"queue_capacity": 3, "service_alpha": 0.5,
-                                "fallback_retry_after_ns": 250 * MS})),
+        gate_cfg(
+            fixed2,
+            json!({"queue_capacity": 3, "service_alpha": 0.5,
+                                "fallback_retry_after_ns": 250 * MS}),
+        ),
         5,
         600,
         3,
