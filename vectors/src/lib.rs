@@ -208,6 +208,7 @@ pub fn gate_config(c: &Map<String, Value>) -> R<GateConfig> {
 }
 
 /// One object under test and the handles its steps refer to (by step index).
+#[allow(clippy::large_enum_variant)] // one per scenario
 pub enum Runner {
     /// A `Limiter`; permits by the index of the step that acquired them.
     Limiter(Box<Limiter>, BTreeMap<u64, RawPermit>),
