@@ -5,6 +5,7 @@
 #   2. compiles every C program as C11 and as C++17 (-Wall -Wextra -Werror -pedantic),
 #      against the static and against the shared library, and runs all four builds;
 #   3. runs them under valgrind memcheck (zero errors, zero definite/indirect leaks);
+#      replays the conformance vectors (replay_vectors.c, C11 static, plain and valgrind);
 #   4. builds the example server through pkg-config (PKG_CONFIG_PATH=include) and runs it.
 # Prints "ctest: N passed, N failed" last; exits non-zero on any failure.
 set -euo pipefail
@@ -99,6 +100,12 @@ for prog in test_api test_gate; do
 done
 step "valgrind:stress_gate.c.static" "${vg[@]}" "$out/stress_gate.c.static" 150
 step "valgrind:stress_gate.cpp.shared" "${vg[@]}" "$out/stress_gate.cpp.shared" 150
+
+# 3b. The conformance vectors (tests/vectors/README.md): the C replayer, C11 static, and
+# once under valgrind.
+step "build:replay_vectors.c.static" gcc -std=c11 "${cflags[@]}" "$here/replay_vectors.c" -x none "${static_libs[@]}" -o "$out/replay_vectors"
+step "run:replay_vectors" "$out/replay_vectors" tests/vectors/vectors.txt
+step "valgrind:replay_vectors" "${vg[@]}" "$out/replay_vectors" tests/vectors/vectors.txt
 
 # 4. The example server, linked the way a user would: through pkg-config.
 export PKG_CONFIG_PATH="$root/include"

@@ -1,0 +1,325 @@
+'use strict'
+// The Node replayer of the conformance vectors (tests/vectors/README.md): replays every
+// scenario of tests/vectors/vectors.json through the public API with injected time
+// (`nowNs` bigints) and fails on the first difference, naming scenario, step, expected
+// and actual. Durations cross the API in milliseconds: an expected `ns` is compared as
+// `Number(ns) / 1e6` (the binding's own conversion). Integers beyond 2^53 in the file are
+// read as bigints (JSON.parse would round them).
+//
+// Gate waits are Promises; the replay only ever awaits settled promises (microtasks), so
+// the binding's real-time timer never fires: every grant or drop comes from the polls the
+// binding makes itself after queueing and after each release.
+
+const test = require('node:test')
+const assert = require('node:assert/strict')
+const fs = require('node:fs')
+const path = require('node:path')
+const sg = require('..')
+
+const FILE = path.join(__dirname, '..', '..', 'tests', 'vectors', 'vectors.json')
+const text = fs.readFileSync(FILE, 'utf8').replace(/([:[,]\s*)(\d{16,})(?=\s*[,\]}])/g, '$1"$2"')
+const DOC = JSON.parse(text)
+
+const big = (x) => BigInt(x)
+const ms = (ns) => Number(BigInt(ns)) / 1e6
+const camel = (k) => k.replace(/_([a-z])/g, (_, c) => c.toUpperCase())
+
+class Mismatch extends Error {}
+
+function same (sc, i, what, expected, actual) {
+  try {
+    assert.deepStrictEqual(actual, expected)
+  } catch {
+    throw new Mismatch(`scenario ${sc} step ${i} ${what}: expected ${JSON.stringify(expected)}, actual ${JSON.stringify(actual)}`)
+  }
+}
+
+/** A refusal as the vectors write it, retry_after in ms. */
+function expMs (e) {
+  const out = Object.assign({}, e)
+  if ('retry_after' in out) out.retry_after = ms(out.retry_after)
+  return out
+}
+const verdict = (ok, rej) => ok ? { ok: true } : { ok: false, reason: rej.reason, retry_after: rej.retryAfterMs }
+
+function limiterOptions (c) {
+  const o = {
+    algorithm: c.algorithm,
+    levels: c.levels,
+    weights: c.weights,
+    minWindowMs: ms(c.min_window_ns),
+    maxWindowMs: ms(c.max_window_ns),
+    minSamples: c.min_samples,
+    activeMs: ms(c.active_ns)
+  }
+  for (const [k, v] of Object.entries(c.algo)) {
+    if (k.endsWith('_ns')) o[camel(k.slice(0, -3)) + 'Ms'] = ms(v)
+    else o[camel(k)] = v
+  }
+  return o
+}
+
+const flush = async () => { for (let k = 0; k < 4; k++) await Promise.resolve() }
+
+async function replayGate (sc) {
+  const c = sc.config
+  const name = sc.name
+  const opts = Object.assign(limiterOptions(c.limiter), {
+    queueCapacity: c.queue_capacity,
+    codel: c.codel,
+    codelTargetMs: ms(c.codel_target_ns),
+    codelIntervalMs: ms(c.codel_interval_ns),
+    codelMode: c.codel_mode,
+    lifo: c.lifo,
+    initialServiceMs: ms(c.initial_service_ns),
+    serviceAlpha: c.service_alpha,
+    fallbackRetryAfterMs: ms(c.fallback_retry_after_ns)
+  })
+  if (c.max_wait_ns !== 0) opts.maxWaitMs = ms(c.max_wait_ns)
+  if (c.aging !== null) opts.aging = { from: c.aging.from, to: c.aging.to, afterMs: ms(c.aging.after_ns) }
+  const gate = new sg.Gate(opts)
+  const permits = new Map()
+  const waiting = new Map() // step → { controller }
+  const done = new Map() // step → event, in settlement order
+  const settled = async () => {
+    await flush()
+    const evs = [...done.entries()].sort((a, b) => a[0] - b[0]).map((e) => e[1])
+    done.clear()
+    return evs
+  }
+  const events = (e) => e.map((x) => x.granted ? x : expMs(x))
+  try {
+    for (const [i, st] of sc.steps.entries()) {
+      const exp = st.expect
+      if (st.op === 'arrive') {
+        const controller = new AbortController()
+        const o = { priority: st.level, nowNs: big(st.now), signal: controller.signal }
+        if (st.timeout !== null) o.timeoutMs = ms(st.timeout)
+        let sync = null
+        let first = true
+        gate.acquire(o).then((p) => {
+          if (first) { sync = { result: 'admitted', p }; return }
+          waiting.delete(i)
+          permits.set(i, p)
+          done.set(i, { ticket: i, granted: true })
+        }, (e) => {
+          if (first) { sync = { result: 'rejected', reason: e.reason, retry_after: e.retryAfterMs }; return }
+          if (!waiting.has(i)) return // aborted by a cancel step
+          waiting.delete(i)
+          done.set(i, { ticket: i, granted: false, reason: e.reason, retry_after: e.retryAfterMs })
+        })
+        await flush()
+        first = false
+        if (sync === null) waiting.set(i, { controller })
+        if (exp.result === 'queued') {
+          // Node does not say whether a promise settled at once because the arrival was
+          // admitted (or refused) or because the poll right after queueing granted (or
+          // dropped) it: a queued expectation takes such a settlement as its own event.
+          if (sync !== null && sync.result === 'admitted') {
+            permits.set(i, sync.p)
+            done.set(i, { ticket: i, granted: true })
+          } else if (sync !== null) {
+            done.set(i, { ticket: i, granted: false, reason: sync.reason, retry_after: sync.retry_after })
+          }
+          same(name, i, 'arrive', Object.assign({}, exp, { events: events(exp.events) }), { result: 'queued', events: await settled() })
+        } else if (sync !== null && sync.result === 'admitted') {
+          permits.set(i, sync.p)
+          same(name, i, 'arrive', exp, { result: 'admitted' })
+        } else {
+          same(name, i, 'arrive', expMs(exp), sync === null ? { result: 'queued' } : sync)
+        }
+      } else if (st.op === 'release') {
+        const p = permits.get(st.permit)
+        permits.delete(st.permit)
+        p.release(st.outcome === 'ignored' ? 'ignore' : st.outcome, big(st.now))
+        same(name, i, 'release events', events(exp.events), await settled())
+      } else if (st.op === 'cancel') {
+        const w = waiting.get(st.ticket)
+        waiting.delete(st.ticket)
+        w.controller.abort()
+        await flush()
+      } else if (st.op === 'shed') {
+        gate.setShedLevel(st.level)
+      } else if (st.op === 'static') {
+        gate.setStaticLimit(st.limit)
+      } else if (st.op === 'check') {
+        const m = gate.metrics()
+        const got = {}
+        for (const k of Object.keys(exp)) got[k] = m[camel(k)]
+        got.waiting_by_level = m.waitingByLevel.slice(0, c.limiter.levels)
+        got.inflight = gate.inflight
+        got.limit = gate.limit
+        got.shed_level = gate.shedLevel
+        same(name, i, 'check', exp, got)
+      } else {
+        throw new Mismatch(`scenario ${name} step ${i}: unknown gate op ${st.op}`)
+      }
+    }
+  } finally {
+    for (const w of waiting.values()) w.controller.abort()
+    waiting.clear()
+    await flush()
+  }
+  return sc.steps.length
+}
+
+function replaySimple (sc) {
+  const { kind, config: c, name } = sc
+  const held = new Map()
+  let obj
+  if (kind === 'limiter') obj = new sg.Limiter(limiterOptions(c))
+  else if (kind === 'retry_budget') obj = new sg.RetryBudget({ ttlMs: ms(c.ttl_ns), minRetriesPerSec: c.min_retries_per_sec, percentCanRetry: c.percent_can_retry })
+  else if (kind === 'token_throttle') obj = new sg.TokenRetryThrottle({ maxTokens: c.max_tokens, tokenRatio: c.token_ratio })
+  else if (kind === 'adaptive_throttle') obj = new sg.AdaptiveThrottle({ k: c.k, windowMs: ms(c.window_ns), maxDropProbability: c.max_drop_probability, form: c.form, seed: c.seed })
+  else if (kind === 'backoff') obj = new sg.Backoff({ baseMs: ms(c.base_ns), multiplier: c.multiplier, capMs: ms(c.cap_ns), jitter: c.jitter, seed: c.seed })
+  else if (kind === 'breaker') {
+    const o = {
+      failureRateThreshold: c.failure_rate_threshold,
+      slowCallRateThreshold: c.slow_call_rate_threshold,
+      slowCallMs: ms(c.slow_call_ns),
+      minimumCalls: c.minimum_calls,
+      openMs: ms(c.open_ns),
+      openJitter: c.open_jitter,
+      halfOpenProbes: c.half_open_probes,
+      probeLeaseMs: ms(c.probe_lease_ns),
+      rampMs: ms(c.ramp_ns),
+      seed: c.seed
+    }
+    if (c.window === 'count') o.windowCalls = c.window_calls
+    else o.windowMs = ms(c.window_ns)
+    obj = new sg.CircuitBreaker(o)
+  } else if (kind === 'rate_limiter') obj = new sg.RateLimiter({ perSecond: c.per_second, burst: c.burst })
+  else throw new Mismatch(`scenario ${name}: unknown kind ${kind}`)
+  const pick = (m, exp) => {
+    const got = {}
+    for (const k of Object.keys(exp)) got[k] = m[camel(k)]
+    return got
+  }
+
+  for (const [i, st] of sc.steps.entries()) {
+    let exp = st.expect
+    let got
+    const key = kind + ':' + st.op
+    const now = st.now === undefined ? undefined : big(st.now)
+    switch (key) {
+      case 'limiter:acquire': {
+        const p = obj.tryAcquire({ priority: st.level, nowNs: now })
+        if (p) held.set(i, p)
+        got = verdict(p !== null, obj.lastRejection)
+        exp = expMs(exp)
+        break
+      }
+      case 'limiter:release':
+        held.get(st.permit).release(st.outcome === 'ignored' ? 'ignore' : st.outcome, now)
+        held.delete(st.permit)
+        got = {}
+        break
+      case 'limiter:static':
+        obj.setStaticLimit(st.limit)
+        got = {}
+        break
+      case 'limiter:check': {
+        const m = obj.metrics()
+        got = pick(m, exp)
+        got.inflight_by_level = m.inflightByLevel.slice(0, c.levels)
+        break
+      }
+      case 'retry_budget:deposit': obj.deposit(now); got = {}; break
+      case 'retry_budget:withdraw': got = verdict(obj.tryWithdraw(now), obj.lastRejection); exp = expMs(exp); break
+      case 'retry_budget:available': got = { available: obj.available(now) }; break
+      case 'retry_budget:check':
+      case 'adaptive_throttle:check':
+        got = pick(obj.metrics(), exp)
+        break
+      case 'token_throttle:record': obj.record(st.success); got = {}; break
+      case 'token_throttle:retry': got = verdict(obj.tryRetry(), obj.lastRejection); exp = expMs(exp); break
+      case 'token_throttle:check':
+        got = pick(obj.metrics(), exp)
+        got.allowed = obj.isRetryAllowed
+        got.tokens = obj.tokens
+        break
+      case 'adaptive_throttle:record': obj.record(st.accepted, now); got = {}; break
+      // The binding draws `rand` from SplitMix64(seed) itself; the vectors record it for C.
+      case 'adaptive_throttle:throttle': got = verdict(!obj.shouldThrottle(now), obj.lastRejection); exp = expMs(exp); break
+      case 'adaptive_throttle:probability': got = { p: obj.dropProbability(now) }; break
+      case 'backoff:delay':
+        got = { delay: obj.nextDelayMs(st.attempt, st.hint === null ? null : ms(st.hint)) }
+        exp = { delay: ms(exp.delay) }
+        break
+      case 'backoff:ceiling': got = { ceiling: obj.ceilingMs(st.attempt) }; exp = { ceiling: ms(exp.ceiling) }; break
+      case 'backoff:reset': obj.reset(); got = {}; break
+      case 'breaker:acquire': {
+        const p = obj.tryAcquire({ nowNs: now })
+        if (p) held.set(i, p)
+        got = verdict(p !== null, obj.lastRejection)
+        // Node permits do not say whether they are probes: compare the rest.
+        exp = expMs(exp)
+        delete exp.probe
+        break
+      }
+      case 'breaker:record':
+        held.get(st.permit).release(st.outcome === 'ignored' ? 'ignore' : st.outcome, now)
+        held.delete(st.permit)
+        got = {}
+        break
+      case 'breaker:state': got = { state: obj.state(now) }; break
+      case 'breaker:check': got = pick(obj.metrics(now), exp); break
+      case 'rate_limiter:check': got = verdict(obj.tryTake(st.cost, now), obj.lastRejection); exp = expMs(exp); break
+      case 'rate_limiter:take_up_to': got = { n: obj.takeUpTo(st.max, now) }; break
+      case 'rate_limiter:available': got = { n: obj.available(now) }; break
+      case 'rate_limiter:wait': got = { wait: obj.waitTimeMs(st.cost, now) }; exp = { wait: ms(exp.wait) }; break
+      case 'rate_limiter:metrics': got = pick(obj.metrics(), exp); break
+      default:
+        throw new Mismatch(`scenario ${name} step ${i}: unknown op ${key}`)
+    }
+    same(name, i, st.op, exp, got)
+  }
+  return sc.steps.length
+}
+
+test('the vectors file: format, version, size', () => {
+  assert.equal(DOC.format, 'surgeguard-vectors')
+  assert.equal(DOC.version, 1)
+  assert.ok(DOC.scenarios.length >= 30)
+  assert.ok(DOC.scenarios.reduce((n, s) => n + s.steps.length, 0) >= 10000)
+})
+
+// Where the Node binding answers differently from the core today (found by these vectors;
+// the binding is not this test's to change). Each entry must still fail at exactly its
+// step, and the rest of that scenario is not replayed (the states have diverged). When
+// the binding is fixed, the entry fails here: remove it.
+const KNOWN = {
+  // Gate.acquire tries the non-queueing path first (limiter only), which does not apply
+  // the deadline: an arrival whose `now` is behind the gate's clock (time going
+  // backwards) with a 1 ns timeout is admitted; the core refuses it as
+  // deadline_unmeetable (its deadline is not after the clamped now).
+  gate_edges: { step: 13, why: 'acquire fast path skips the deadline check' },
+  // The native poll takes events in batches of 64; the core computes the retry_after of
+  // waiters it sloughs per poll call, so a poll of more than 16 events (the batch the
+  // vectors, the C ABI and Python use) gives later waiters a different hint.
+  gate_codel_lifo: { step: 606, why: 'poll batch of 64 changes codel_slough retry_after' }
+}
+
+for (const sc of DOC.scenarios) {
+  test(`vectors: ${sc.name}`, async (t) => {
+    const known = KNOWN[sc.name]
+    let n
+    try {
+      n = sc.kind === 'gate' ? await replayGate(sc) : replaySimple(sc)
+    } catch (e) {
+      if (known && e instanceof Mismatch && e.message.includes(`step ${known.step} `)) {
+        t.diagnostic(`known divergence (${known.why}): ${sc.steps.length - known.step} steps not replayed`)
+        return
+      }
+      throw e
+    }
+    assert.ok(!known, `${sc.name} no longer diverges at step ${known && known.step}: remove it from KNOWN`)
+    assert.equal(n, sc.steps.length)
+  })
+}
+
+test('a changed expectation is caught', () => {
+  const sc = JSON.parse(JSON.stringify(DOC.scenarios[0]))
+  sc.steps[3].expect = { ok: 'tampered' }
+  assert.throws(() => replaySimple(sc), /step 3/)
+})

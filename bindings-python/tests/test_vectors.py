@@ -1,0 +1,329 @@
+"""The Python replayer of the conformance vectors (tests/vectors/README.md).
+
+Replays every scenario of ``tests/vectors/vectors.json`` through the public Python API with
+injected time (``now_ns=``) and fails on the first difference, naming the scenario, the step,
+the expected and the actual value. Durations cross the API in seconds: an expected ``ns`` is
+compared as ``float(ns) / 1e9`` (the binding's own conversion), ``SG_NEVER`` as ``inf``.
+
+Gate waits go through ``acquire_async`` on an event loop whose clock stands still
+(``_FrozenLoop``): the scenario's ``now`` is the only time, so the binding's real-time
+timer and timeout backstop never fire; every grant or drop comes from the polls the
+binding makes itself after queueing and after each release.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import pathlib
+from typing import Any, Callable
+
+import pytest
+
+import surgeguard as sg
+
+VECTORS = pathlib.Path(__file__).resolve().parents[2] / "tests" / "vectors" / "vectors.json"
+NEVER = 2**64 - 1
+
+
+def secs(ns: int) -> float:
+    return math.inf if ns == NEVER else float(ns) / 1e9
+
+
+class Mismatch(AssertionError):
+    pass
+
+
+def same(scenario: str, step: int, what: str, expected: Any, actual: Any) -> None:
+    if expected != actual:
+        raise Mismatch(f"scenario {scenario} step {step} {what}: expected {expected!r}, actual {actual!r}")
+
+
+def refusal(call: Callable[[], Any]) -> dict[str, Any]:
+    """``{"ok": True}`` or the refusal as the vectors write it (retry_after in seconds)."""
+    try:
+        call()
+    except sg.OverloadError as e:
+        return {"ok": False, "reason": e.reason, "retry_after": e.retry_after}
+    return {"ok": True}
+
+
+def expect_secs(e: dict[str, Any]) -> dict[str, Any]:
+    out = dict(e)
+    if "retry_after" in out:
+        out["retry_after"] = secs(out["retry_after"])
+    return out
+
+
+def algorithm(c: dict[str, Any]) -> Any:
+    a = dict(c["algo"])
+    for k in list(a):
+        if k.endswith("_ns"):
+            a[k[:-3]] = secs(a.pop(k))
+    return {
+        "fixed": sg.FixedLimit,
+        "aimd": sg.AimdLimit,
+        "hysteresis": sg.HysteresisLimit,
+        "gradient": sg.GradientLimit,
+        "gradient2": sg.Gradient2Limit,
+        "vegas": sg.VegasLimit,
+    }[c["algorithm"]](**a)
+
+
+def limiter_kwargs(c: dict[str, Any]) -> dict[str, Any]:
+    return dict(
+        levels=c["levels"],
+        weights=c["weights"],
+        min_window=secs(c["min_window_ns"]),
+        max_window=secs(c["max_window_ns"]),
+        min_samples=c["min_samples"],
+        active=secs(c["active_ns"]),
+    )
+
+
+class _FrozenLoop(asyncio.SelectorEventLoop):
+    """An event loop whose clock never moves: no timer ever comes due."""
+
+    def time(self) -> float:
+        return 0.0
+
+
+def spin(loop: asyncio.AbstractEventLoop) -> None:
+    for _ in range(4):
+        loop.run_until_complete(asyncio.sleep(0))
+
+
+def replay_gate(sc: dict[str, Any]) -> int:
+    c = sc["config"]
+    name = sc["name"]
+    gate = sg.Gate(
+        algorithm(c["limiter"]),
+        **limiter_kwargs(c["limiter"]),
+        queue_capacity=c["queue_capacity"],
+        codel={"target": secs(c["codel_target_ns"]), "interval": secs(c["codel_interval_ns"]),
+               "mode": c["codel_mode"]} if c["codel"] else False,
+        lifo=c["lifo"],
+        max_wait=secs(c["max_wait_ns"]) if c["max_wait_ns"] else None,
+        aging=(c["aging"]["from"], c["aging"]["to"], secs(c["aging"]["after_ns"])) if c["aging"] else False,
+        initial_service=secs(c["initial_service_ns"]),
+        service_alpha=c["service_alpha"],
+        fallback_retry_after=secs(c["fallback_retry_after_ns"]),
+    )
+    loop = _FrozenLoop()
+    permits: dict[int, Any] = {}
+    tasks: dict[int, asyncio.Task[Any]] = {}
+
+    def settled() -> list[dict[str, Any]]:
+        """Events delivered since the last look, as the vectors write them."""
+        spin(loop)
+        evs = []
+        for t, task in sorted(tasks.items()):
+            if not task.done():
+                continue
+            del tasks[t]
+            if task.cancelled():
+                raise Mismatch(f"scenario {name}: ticket {t} cancelled unexpectedly")
+            exc = task.exception()
+            if exc is None:
+                permits[t] = task.result()
+                evs.append({"ticket": t, "granted": True})
+            elif isinstance(exc, sg.OverloadError):
+                evs.append({"ticket": t, "granted": False, "reason": exc.reason, "retry_after": exc.retry_after})
+            else:
+                raise exc
+        return evs
+
+    def events(e: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [expect_secs(x) if not x["granted"] else x for x in e]
+
+    try:
+        for i, st in enumerate(sc["steps"]):
+            op, exp = st["op"], st["expect"]
+            if op == "arrive":
+                timeout = None if st["timeout"] is None else secs(st["timeout"])
+                permit = gate.acquire_async(st["level"], timeout, now_ns=st["now"])
+                try:
+                    aw = permit.__aenter__()
+                except sg.OverloadError as e:
+                    got: dict[str, Any] = {"result": "rejected", "reason": e.reason, "retry_after": e.retry_after}
+                    same(name, i, "arrive", expect_secs(exp), got)
+                    continue
+                if aw is permit:
+                    same(name, i, "arrive", exp, {"result": "admitted"})
+                    permits[i] = permit
+                    continue
+                tasks[i] = loop.create_task(aw)
+                got = {"result": "queued", "events": settled()}
+                same(name, i, "arrive", {**exp, "events": events(exp.get("events", []))}, got)
+            elif op == "release":
+                permits.pop(st["permit"]).release(st["outcome"], now_ns=st["now"])
+                same(name, i, "release events", events(exp["events"]), settled())
+            elif op == "cancel":
+                tasks.pop(st["ticket"]).cancel()
+                spin(loop)
+            elif op == "shed":
+                gate.set_shed_level(st["level"])
+            elif op == "static":
+                gate.set_static_limit(st["limit"])
+            elif op == "check":
+                m = gate.metrics()
+                got = {k: m[k] for k in exp if k in m and k not in ("limit", "inflight")}
+                got["limit"] = gate.limit
+                got["inflight"] = gate.inflight
+                same(name, i, "check", exp, got)
+            else:
+                raise Mismatch(f"scenario {name} step {i}: unknown gate op {op}")
+    finally:
+        for task in tasks.values():
+            task.cancel()
+        spin(loop)
+        loop.close()
+    return len(sc["steps"])
+
+
+def replay_simple(sc: dict[str, Any]) -> int:
+    kind, c, name = sc["kind"], sc["config"], sc["name"]
+    held: dict[int, Any] = {}
+    if kind == "limiter":
+        obj: Any = sg.Limiter(algorithm(c), **limiter_kwargs(c))
+    elif kind == "retry_budget":
+        obj = sg.RetryBudget(ttl=secs(c["ttl_ns"]), min_retries_per_sec=c["min_retries_per_sec"],
+                             percent_can_retry=c["percent_can_retry"])
+    elif kind == "token_throttle":
+        obj = sg.TokenRetryThrottle(max_tokens=c["max_tokens"], token_ratio=c["token_ratio"])
+    elif kind == "adaptive_throttle":
+        obj = sg.AdaptiveThrottle(k=c["k"], window=secs(c["window_ns"]),
+                                  max_drop_probability=c["max_drop_probability"], form=c["form"], seed=c["seed"])
+    elif kind == "backoff":
+        obj = sg.Backoff(base=secs(c["base_ns"]), multiplier=c["multiplier"], cap=secs(c["cap_ns"]),
+                         jitter=c["jitter"], seed=c["seed"])
+    elif kind == "breaker":
+        window = {"window_calls": c["window_calls"]} if c["window"] == "count" else {"window_time": secs(c["window_ns"])}
+        obj = sg.CircuitBreaker(
+            **window,
+            failure_rate_threshold=c["failure_rate_threshold"],
+            slow_call_rate_threshold=c["slow_call_rate_threshold"],
+            slow_call_duration=secs(c["slow_call_ns"]),
+            minimum_calls=c["minimum_calls"],
+            open_duration=secs(c["open_ns"]),
+            open_jitter=c["open_jitter"],
+            half_open_probes=c["half_open_probes"],
+            probe_lease=secs(c["probe_lease_ns"]),
+            ramp_duration=secs(c["ramp_ns"]),
+            seed=c["seed"],
+        )
+    elif kind == "rate_limiter":
+        obj = sg.RateLimiter(c["per_second"], c["burst"])
+    else:
+        raise Mismatch(f"scenario {name}: unknown kind {kind}")
+
+    for i, st in enumerate(sc["steps"]):
+        op, exp = st["op"], st["expect"]
+        key = (kind, op)
+        got: Any
+        if key == ("limiter", "acquire"):
+            got = refusal(lambda: held.__setitem__(i, obj.try_acquire(st["level"], now_ns=st["now"])))
+            exp = expect_secs(exp)
+        elif key == ("limiter", "release"):
+            held.pop(st["permit"]).release(st["outcome"], now_ns=st["now"])
+            got = {}
+        elif key in (("limiter", "static"),):
+            obj.set_static_limit(st["limit"])
+            got = {}
+        elif key == ("limiter", "check"):
+            m = obj.metrics()
+            got = {k: m[k] for k in exp}
+            got["inflight_by_level"] = [obj.inflight_of(lv) for lv in range(obj.levels)]
+            got["limit"], got["inflight"] = obj.limit, obj.inflight
+        elif key == ("retry_budget", "deposit"):
+            obj.deposit(now_ns=st["now"])
+            got = {}
+        elif key == ("retry_budget", "withdraw"):
+            got, exp = refusal(lambda: obj.withdraw(now_ns=st["now"])), expect_secs(exp)
+        elif key == ("retry_budget", "available"):
+            got = {"available": obj.available(now_ns=st["now"])}
+        elif key[1] == "check" and kind in ("retry_budget", "token_throttle", "adaptive_throttle"):
+            m = obj.metrics()
+            got = {k: m[k] for k in exp if k in m}
+            if kind == "token_throttle":
+                got["tokens"], got["allowed"] = obj.tokens, obj.retry_allowed
+        elif key == ("token_throttle", "record"):
+            obj.record(st["success"])
+            got = {}
+        elif key == ("token_throttle", "retry"):
+            ok = obj.try_retry()
+            # try_retry answers a bool; the refusal's hint is always 0 (only traffic refills).
+            got = {"ok": True} if ok else {"ok": False, "reason": "budget_exhausted", "retry_after": 0.0}
+            exp = expect_secs(exp)
+        elif key == ("adaptive_throttle", "record"):
+            obj.record(st["accepted"], now_ns=st["now"])
+            got = {}
+        elif key == ("adaptive_throttle", "throttle"):
+            # The binding draws `rand` from SplitMix64(seed) itself; the vectors record it for C.
+            got, exp = refusal(lambda: obj.check(now_ns=st["now"])), expect_secs(exp)
+        elif key == ("adaptive_throttle", "probability"):
+            got = {"p": obj.drop_probability(now_ns=st["now"])}
+        elif key == ("backoff", "delay"):
+            hint = None if st["hint"] is None else secs(st["hint"])
+            got, exp = {"delay": obj.next_delay(st["attempt"], hint)}, {"delay": secs(exp["delay"])}
+        elif key == ("backoff", "ceiling"):
+            got, exp = {"ceiling": obj.ceiling(st["attempt"])}, {"ceiling": secs(exp["ceiling"])}
+        elif key == ("backoff", "reset"):
+            obj.reset()
+            got = {}
+        elif key == ("breaker", "acquire"):
+            def take() -> None:
+                held[i] = obj.try_acquire(now_ns=st["now"])
+
+            got = refusal(take)
+            if got["ok"]:
+                got["probe"] = held[i].is_probe
+            exp = expect_secs(exp)
+        elif key == ("breaker", "record"):
+            obj.record(held.pop(st["permit"]), st["outcome"], now_ns=st["now"])
+            got = {}
+        elif key == ("breaker", "state"):
+            got = {"state": obj.state(now_ns=st["now"])}
+        elif key == ("breaker", "check"):
+            m = obj.metrics(now_ns=st["now"])
+            exp = dict(exp)
+            exp["admit_fraction"] = exp.pop("admit_permille") / 1000.0
+            got = {k: m[k] for k in exp}
+        elif key == ("rate_limiter", "check"):
+            got, exp = refusal(lambda: obj.check(st["cost"], now_ns=st["now"])), expect_secs(exp)
+        elif key == ("rate_limiter", "take_up_to"):
+            got = {"n": obj.take_up_to(st["max"], now_ns=st["now"])}
+        elif key == ("rate_limiter", "available"):
+            got = {"n": obj.available(now_ns=st["now"])}
+        elif key == ("rate_limiter", "wait"):
+            got, exp = {"wait": obj.wait_time(st["cost"], now_ns=st["now"])}, {"wait": secs(exp["wait"])}
+        elif key == ("rate_limiter", "metrics"):
+            m = obj.metrics()
+            got = {k: m[k] for k in exp}
+        else:
+            raise Mismatch(f"scenario {name} step {i}: unknown op {key}")
+        same(name, i, op, exp, got)
+    return len(sc["steps"])
+
+
+DOC = json.loads(VECTORS.read_text())
+
+
+def test_format() -> None:
+    assert DOC["format"] == "surgeguard-vectors" and DOC["version"] == 1
+    assert len(DOC["scenarios"]) >= 30
+    assert sum(len(s["steps"]) for s in DOC["scenarios"]) >= 10_000
+
+
+@pytest.mark.parametrize("sc", DOC["scenarios"], ids=[s["name"] for s in DOC["scenarios"]])
+def test_vectors(sc: dict[str, Any]) -> None:
+    n = replay_gate(sc) if sc["kind"] == "gate" else replay_simple(sc)
+    assert n == len(sc["steps"]) > 0
+
+
+def test_a_changed_expectation_is_caught() -> None:
+    sc = json.loads(json.dumps(DOC["scenarios"][0]))
+    sc["steps"][3]["expect"] = {"ok": "tampered"}
+    with pytest.raises(Mismatch, match="step 3"):
+        replay_simple(sc)

@@ -1,0 +1,659 @@
+#define _POSIX_C_SOURCE 200809L
+/* The C replayer of the conformance vectors (tests/vectors/README.md): reads the line
+ * format (tests/vectors/vectors.txt), replays every step through the C ABI with the
+ * vector's `now`, and stops at the first difference, printing scenario, step, expected
+ * and actual. Usage: replay_vectors [path/to/vectors.txt]. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "surgeguard.h"
+
+#define MAX_TOK 96
+
+typedef struct kv {
+    char *key;
+    char *val;
+} kv;
+
+static char scenario[256];
+static char kind[64];
+static unsigned long step_no;
+static unsigned long total_steps;
+static kv cfg[MAX_TOK];
+static size_t ncfg;
+static kv args[MAX_TOK];
+static size_t nargs;
+static kv exps[MAX_TOK];
+static size_t nexps;
+static size_t nchecked;
+
+static void die(const char *what, const char *key, const char *expected, const char *actual) {
+    fprintf(stderr,
+            "replay_vectors: scenario %s step %lu: %s %s: expected %s, actual %s\n", scenario,
+            step_no, what, key, expected ? expected : "(none)", actual ? actual : "(none)");
+    exit(1);
+}
+
+static const char *find(const kv *t, size_t n, const char *key) {
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(t[i].key, key) == 0) return t[i].val;
+    }
+    return NULL;
+}
+static const char *need(const kv *t, size_t n, const char *key) {
+    const char *v = find(t, n, key);
+    if (!v) die("missing field", key, "a value", NULL);
+    return v;
+}
+static uint64_t to_u(const char *s) { return strtoull(s, NULL, 10); }
+static double to_f(const char *s) { return strtod(s, NULL); }
+static int is_null(const char *s) { return s == NULL || strcmp(s, "null") == 0; }
+
+static uint64_t arg_u(const char *k) { return to_u(need(args, nargs, k)); }
+static uint64_t cfg_u(const char *k) { return to_u(need(cfg, ncfg, k)); }
+static double cfg_f(const char *k) { return to_f(need(cfg, ncfg, k)); }
+static bool cfg_b(const char *k) { return strcmp(need(cfg, ncfg, k), "true") == 0; }
+static const char *cfg_s(const char *k) { return need(cfg, ncfg, k); }
+
+/* Checks of the expected outputs: each compares one field and counts it; a step passes
+ * when every expected field was compared and equal. */
+static void chk_s(const char *k, const char *actual) {
+    const char *e = find(exps, nexps, k);
+    if (!e || strcmp(e, actual) != 0) die("field", k, e, actual);
+    nchecked++;
+}
+static void chk_u(const char *k, uint64_t v) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%llu", (unsigned long long)v);
+    chk_s(k, buf);
+}
+static void chk_b(const char *k, bool v) { chk_s(k, v ? "true" : "false"); }
+static void chk_f(const char *k, double v) {
+    const char *e = find(exps, nexps, k);
+    char buf[40];
+    snprintf(buf, sizeof buf, "%.17g", v);
+    if (!e || to_f(e) != v) die("field", k, e, buf);
+    nchecked++;
+}
+static void chk_list_u32(const char *k, const uint32_t *v, size_t n) {
+    char buf[256] = "";
+    size_t used = 0;
+    for (size_t i = 0; i < n; i++) {
+        used += (size_t)snprintf(buf + used, sizeof buf - used, "%s%u", i ? "," : "", v[i]);
+    }
+    chk_s(k, buf);
+}
+static void chk_rej(sg_status st, const sg_rejection *r) {
+    if (st != SG_OK && st != SG_REJECTED) die("status", "ok", "ok or rejected", sg_status_str(st));
+    chk_b("ok", st == SG_OK);
+    if (st == SG_REJECTED) {
+        chk_s("reason", sg_reason_str(r->reason));
+        chk_u("retry_after", r->retry_after_ns);
+    }
+}
+static void ok(sg_status st, const char *what) {
+    if (st != SG_OK) die("call", what, "ok", sg_status_str(st));
+}
+static uint32_t outcome_arg(void) {
+    const char *o = need(args, nargs, "outcome");
+    if (strcmp(o, "success") == 0) return SG_OUTCOME_SUCCESS;
+    if (strcmp(o, "dropped") == 0) return SG_OUTCOME_DROPPED;
+    return SG_OUTCOME_IGNORED;
+}
+
+/* The limiter part of a config, keys under `prefix` ("" or "limiter."). */
+static void limiter_cfg(const char *prefix, sg_limiter_config *c) {
+    char k[128];
+#define P(name) (snprintf(k, sizeof k, "%s%s", prefix, name), k)
+    ok(sg_limiter_config_default(c), "sg_limiter_config_default");
+    const char *alg = cfg_s(P("algorithm"));
+    double ini = cfg_f(P("algo.initial_limit")), mn = cfg_f(P("algo.min_limit")),
+           mx = cfg_f(P("algo.max_limit"));
+    if (strcmp(alg, "fixed") == 0) {
+        c->algorithm = SG_ALGORITHM_FIXED;
+        c->fixed.initial_limit = ini, c->fixed.min_limit = mn, c->fixed.max_limit = mx;
+    } else if (strcmp(alg, "aimd") == 0) {
+        c->algorithm = SG_ALGORITHM_AIMD;
+        c->aimd.initial_limit = ini, c->aimd.min_limit = mn, c->aimd.max_limit = mx;
+        c->aimd.target_latency_ns = cfg_u(P("algo.target_latency_ns"));
+        c->aimd.backoff_ratio = cfg_f(P("algo.backoff_ratio"));
+        c->aimd.timeout_ns = cfg_u(P("algo.timeout_ns"));
+        c->aimd.slow_start = cfg_b(P("algo.slow_start"));
+        c->aimd.netflix_parity = cfg_b(P("algo.netflix_parity"));
+    } else if (strcmp(alg, "hysteresis") == 0) {
+        c->algorithm = SG_ALGORITHM_HYSTERESIS;
+        c->hysteresis.initial_limit = ini, c->hysteresis.min_limit = mn;
+        c->hysteresis.max_limit = mx;
+        c->hysteresis.target_latency_ns = cfg_u(P("algo.target_latency_ns"));
+        c->hysteresis.slow_start = cfg_b(P("algo.slow_start"));
+    } else if (strcmp(alg, "gradient") == 0) {
+        c->algorithm = SG_ALGORITHM_GRADIENT;
+        c->gradient.initial_limit = ini, c->gradient.min_limit = mn, c->gradient.max_limit = mx;
+        c->gradient.smoothing = cfg_f(P("algo.smoothing"));
+        c->gradient.buffer = cfg_f(P("algo.buffer"));
+        c->gradient.slow_start = cfg_b(P("algo.slow_start"));
+    } else if (strcmp(alg, "gradient2") == 0) {
+        c->algorithm = SG_ALGORITHM_GRADIENT2;
+        c->gradient2.initial_limit = ini, c->gradient2.min_limit = mn;
+        c->gradient2.max_limit = mx;
+        c->gradient2.smoothing = cfg_f(P("algo.smoothing"));
+        c->gradient2.queue_size = cfg_f(P("algo.queue_size"));
+        c->gradient2.long_window = (uint32_t)cfg_u(P("algo.long_window"));
+        c->gradient2.fixed = cfg_b(P("algo.fixed"));
+        c->gradient2.slow_start = cfg_b(P("algo.slow_start"));
+    } else if (strcmp(alg, "vegas") == 0) {
+        c->algorithm = SG_ALGORITHM_VEGAS;
+        c->vegas.initial_limit = ini, c->vegas.min_limit = mn, c->vegas.max_limit = mx;
+        c->vegas.smoothing = cfg_f(P("algo.smoothing"));
+        c->vegas.probe_multiplier = (uint32_t)cfg_u(P("algo.probe_multiplier"));
+        c->vegas.seed = cfg_u(P("algo.seed"));
+        c->vegas.slow_start = cfg_b(P("algo.slow_start"));
+    } else {
+        die("config", "algorithm", "a known algorithm", alg);
+    }
+    c->levels = (uint32_t)cfg_u(P("levels"));
+    const char *w = cfg_s(P("weights"));
+    for (uint32_t i = 0; i < 8; i++) c->weights[i] = 0.0;
+    for (uint32_t i = 0; i < c->levels && *w; i++) {
+        char *end;
+        c->weights[i] = strtod(w, &end);
+        w = *end == ',' ? end + 1 : end;
+    }
+    c->min_window_ns = cfg_u(P("min_window_ns"));
+    c->max_window_ns = cfg_u(P("max_window_ns"));
+    c->min_samples = (uint32_t)cfg_u(P("min_samples"));
+    c->active_ns = cfg_u(P("active_ns"));
+#undef P
+}
+
+/* The object of the current scenario and the handles its steps refer to. */
+static sg_limiter *lim;
+static sg_gate *gate;
+static sg_retry_budget *budget;
+static sg_token_throttle *token;
+static sg_adaptive_throttle *adaptive;
+static sg_backoff *backoff;
+static sg_breaker *breaker;
+static sg_rate_limiter *rate;
+static sg_permit *permits;   /* by step index */
+static uint64_t *acquired;   /* breaker: the acquire's now, by step index */
+static uint64_t *tickets;    /* gate: the ticket of an arrive step */
+static bool *queued;         /* gate: that ticket still waits */
+static size_t nsteps;
+
+static void build(void) {
+    permits = calloc(nsteps + 1, sizeof *permits);
+    acquired = calloc(nsteps + 1, sizeof *acquired);
+    tickets = calloc(nsteps + 1, sizeof *tickets);
+    queued = calloc(nsteps + 1, sizeof *queued);
+    if (!permits || !acquired || !tickets || !queued) die("alloc", "steps", "memory", NULL);
+    if (strcmp(kind, "limiter") == 0) {
+        sg_limiter_config c;
+        limiter_cfg("", &c);
+        ok(sg_limiter_new(&c, &lim), "sg_limiter_new");
+    } else if (strcmp(kind, "gate") == 0) {
+        sg_gate_config c;
+        ok(sg_gate_config_default(&c), "sg_gate_config_default");
+        limiter_cfg("limiter.", &c.limiter);
+        c.queue_capacity = (uint32_t)cfg_u("queue_capacity");
+        c.codel_enabled = cfg_b("codel");
+        c.codel_target_ns = cfg_u("codel_target_ns");
+        c.codel_interval_ns = cfg_u("codel_interval_ns");
+        c.codel_mode = strcmp(cfg_s("codel_mode"), "rfc8289") == 0 ? SG_CODEL_RFC8289 : SG_CODEL_FOLLY;
+        const char *lifo = cfg_s("lifo");
+        if (strcmp(lifo, "codel") == 0) {
+            c.lifo = SG_LIFO_CODEL_OVERLOADED;
+        } else if (strcmp(lifo, "never") == 0) {
+            c.lifo = SG_LIFO_NEVER;
+        } else {
+            c.lifo = SG_LIFO_OCCUPANCY;
+            c.lifo_occupancy = to_f(lifo);
+        }
+        c.max_wait_ns = cfg_u("max_wait_ns");
+        c.aging_enabled = find(cfg, ncfg, "aging.from") != NULL;
+        if (c.aging_enabled) {
+            c.aging_from = (uint32_t)cfg_u("aging.from");
+            c.aging_to = (uint32_t)cfg_u("aging.to");
+            c.aging_after_ns = cfg_u("aging.after_ns");
+        }
+        c.initial_service_ns = cfg_u("initial_service_ns");
+        c.service_alpha = cfg_f("service_alpha");
+        c.fallback_retry_after_ns = cfg_u("fallback_retry_after_ns");
+        ok(sg_gate_new(&c, &gate), "sg_gate_new");
+    } else if (strcmp(kind, "retry_budget") == 0) {
+        sg_retry_budget_config c;
+        ok(sg_retry_budget_config_default(&c), "default");
+        c.ttl_ns = cfg_u("ttl_ns");
+        c.min_retries_per_sec = (uint32_t)cfg_u("min_retries_per_sec");
+        c.percent_can_retry = cfg_f("percent_can_retry");
+        ok(sg_retry_budget_new(&c, &budget), "sg_retry_budget_new");
+    } else if (strcmp(kind, "token_throttle") == 0) {
+        sg_token_throttle_config c;
+        ok(sg_token_throttle_config_default(&c), "default");
+        c.max_tokens = cfg_f("max_tokens");
+        c.token_ratio = cfg_f("token_ratio");
+        ok(sg_token_throttle_new(&c, &token), "sg_token_throttle_new");
+    } else if (strcmp(kind, "adaptive_throttle") == 0) {
+        sg_adaptive_throttle_config c;
+        ok(sg_adaptive_throttle_config_default(&c), "default");
+        c.k = cfg_f("k");
+        c.window_ns = cfg_u("window_ns");
+        c.max_drop_probability = cfg_f("max_drop_probability");
+        c.form = strcmp(cfg_s("form"), "ema") == 0 ? SG_THROTTLE_FORM_EMA : SG_THROTTLE_FORM_RING;
+        ok(sg_adaptive_throttle_new(&c, &adaptive), "sg_adaptive_throttle_new");
+    } else if (strcmp(kind, "backoff") == 0) {
+        sg_backoff_config c;
+        ok(sg_backoff_config_default(&c), "default");
+        c.base_ns = cfg_u("base_ns");
+        c.multiplier = cfg_f("multiplier");
+        c.cap_ns = cfg_u("cap_ns");
+        const char *j = cfg_s("jitter");
+        c.jitter = strcmp(j, "none") == 0      ? SG_JITTER_NONE
+                   : strcmp(j, "equal") == 0   ? SG_JITTER_EQUAL
+                   : strcmp(j, "decorrelated") == 0 ? SG_JITTER_DECORRELATED
+                                               : SG_JITTER_FULL;
+        c.seed = cfg_u("seed");
+        ok(sg_backoff_new(&c, &backoff), "sg_backoff_new");
+    } else if (strcmp(kind, "breaker") == 0) {
+        sg_breaker_config c;
+        ok(sg_breaker_config_default(&c), "default");
+        c.window_kind = strcmp(cfg_s("window"), "time") == 0 ? SG_BREAKER_WINDOW_TIME : SG_BREAKER_WINDOW_COUNT;
+        c.window_count = (uint32_t)cfg_u("window_calls");
+        c.window_ns = cfg_u("window_ns");
+        c.failure_rate_threshold = cfg_f("failure_rate_threshold");
+        c.slow_call_rate_threshold = cfg_f("slow_call_rate_threshold");
+        c.slow_call_duration_ns = cfg_u("slow_call_ns");
+        c.minimum_calls = (uint32_t)cfg_u("minimum_calls");
+        c.open_duration_ns = cfg_u("open_ns");
+        c.open_jitter = cfg_f("open_jitter");
+        c.half_open_probes = (uint32_t)cfg_u("half_open_probes");
+        c.probe_lease_ns = cfg_u("probe_lease_ns");
+        c.ramp_duration_ns = cfg_u("ramp_ns");
+        c.seed = cfg_u("seed");
+        ok(sg_breaker_new(&c, &breaker), "sg_breaker_new");
+    } else if (strcmp(kind, "rate_limiter") == 0) {
+        sg_rate_limiter_config c;
+        ok(sg_rate_limiter_config_default(&c), "default");
+        c.per_second = cfg_f("per_second");
+        c.burst = (uint32_t)cfg_u("burst");
+        c.emission_ns = 0;
+        ok(sg_rate_limiter_new(&c, &rate), "sg_rate_limiter_new");
+    } else {
+        die("scenario", "kind", "a known kind", kind);
+    }
+}
+
+static void teardown(void) {
+    /* Release what is still held so valgrind sees no leak of the objects' own memory. */
+    sg_limiter_free(lim);
+    sg_gate_free(gate);
+    sg_retry_budget_free(budget);
+    sg_token_throttle_free(token);
+    sg_adaptive_throttle_free(adaptive);
+    sg_backoff_free(backoff);
+    sg_breaker_free(breaker);
+    sg_rate_limiter_free(rate);
+    lim = NULL, gate = NULL, budget = NULL, token = NULL, adaptive = NULL, backoff = NULL;
+    breaker = NULL, rate = NULL;
+    free(permits), free(acquired), free(tickets), free(queued);
+    permits = NULL, acquired = NULL, tickets = NULL, queued = NULL;
+}
+
+static const char *state_name(uint32_t s) {
+    switch (s) {
+        case SG_BREAKER_CLOSED: return "closed";
+        case SG_BREAKER_RAMPING: return "ramping";
+        case SG_BREAKER_OPEN: return "open";
+        default: return "half_open";
+    }
+}
+
+typedef struct ev {
+    uint64_t step;
+    bool granted;
+    uint32_t reason;
+    uint64_t retry_after;
+} ev;
+
+static int by_step(const void *a, const void *b) {
+    const ev *x = a, *y = b;
+    return x->step < y->step ? -1 : x->step > y->step;
+}
+
+/* Polls the gate at `now` until it has nothing more; compares the events (sorted by
+ * ticket step) with `events`. */
+static void gate_poll(uint64_t now) {
+    static ev evs[4096];
+    size_t nev = 0;
+    sg_gate_event buf[16];
+    for (;;) {
+        size_t n = 0;
+        ok(sg_gate_poll(gate, now, buf, 16, &n), "sg_gate_poll");
+        for (size_t i = 0; i < n; i++) {
+            size_t s = 0;
+            while (s <= nsteps && !(queued[s] && tickets[s] == buf[i].ticket)) s++;
+            if (s > nsteps) die("event", "ticket", "a waiting ticket", "an unknown one");
+            queued[s] = false;
+            evs[nev].step = s;
+            evs[nev].granted = buf[i].kind == SG_EVENT_GRANTED;
+            evs[nev].reason = buf[i].rejection.reason;
+            evs[nev].retry_after = buf[i].rejection.retry_after_ns;
+            if (evs[nev].granted) ok(sg_permit_move(&buf[i].permit, &permits[s]), "sg_permit_move");
+            nev++;
+        }
+        if (n < 16) break;
+    }
+    qsort(evs, nev, sizeof *evs, by_step);
+    static char out[65536];
+    size_t used = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < nev; i++) {
+        if (evs[i].granted) {
+            used += (size_t)snprintf(out + used, sizeof out - used, "%s%llu:granted", i ? ";" : "",
+                                     (unsigned long long)evs[i].step);
+        } else {
+            used += (size_t)snprintf(out + used, sizeof out - used, "%s%llu:%s:%llu", i ? ";" : "",
+                                     (unsigned long long)evs[i].step, sg_reason_str(evs[i].reason),
+                                     (unsigned long long)evs[i].retry_after);
+        }
+    }
+    chk_s("events", nev ? out : "-");
+}
+
+static void run_step(const char *op) {
+    sg_rejection rej;
+    memset(&rej, 0, sizeof rej);
+    size_t i = (size_t)step_no;
+    if (lim) {
+        if (strcmp(op, "acquire") == 0) {
+            chk_rej(sg_limiter_try_acquire(lim, arg_u("now"), (uint32_t)arg_u("level"), &permits[i], &rej), &rej);
+        } else if (strcmp(op, "release") == 0) {
+            ok(sg_limiter_release(lim, &permits[arg_u("permit")], arg_u("now"), outcome_arg()), "release");
+        } else if (strcmp(op, "static") == 0) {
+            const char *l = need(args, nargs, "limit");
+            ok(is_null(l) ? sg_limiter_clear_static_limit(lim) : sg_limiter_set_static_limit(lim, to_f(l)), "static");
+        } else if (strcmp(op, "check") == 0) {
+            sg_limiter_metrics m;
+            ok(sg_limiter_metrics_get(lim, &m), "metrics");
+            chk_f("limit", m.limit);
+            chk_u("inflight", m.inflight);
+            chk_list_u32("inflight_by_level", m.inflight_by_level, m.levels);
+            chk_u("admitted", m.admitted);
+            chk_u("rejected", m.rejected);
+            chk_u("successes", m.successes);
+            chk_u("drops", m.drops);
+            chk_u("ignored", m.ignored);
+            chk_u("windows", m.windows);
+        } else {
+            die("op", op, "a limiter op", op);
+        }
+    } else if (gate) {
+        if (strcmp(op, "arrive") == 0) {
+            uint64_t now = arg_u("now");
+            const char *t = need(args, nargs, "timeout");
+            uint64_t deadline = SG_NO_DEADLINE;
+            if (!is_null(t)) deadline = now + to_u(t) < now ? UINT64_MAX : now + to_u(t);
+            uint64_t ticket = 0;
+            sg_status st = sg_gate_arrive(gate, now, (uint32_t)arg_u("level"), deadline, &permits[i], &ticket, &rej);
+            if (st == SG_OK) {
+                chk_s("result", "admitted");
+            } else if (st == SG_REJECTED) {
+                chk_s("result", "rejected");
+                chk_s("reason", sg_reason_str(rej.reason));
+                chk_u("retry_after", rej.retry_after_ns);
+            } else if (st == SG_QUEUED) {
+                chk_s("result", "queued");
+                tickets[i] = ticket;
+                queued[i] = true;
+                gate_poll(now);
+            } else {
+                die("call", "sg_gate_arrive", "ok, rejected or queued", sg_status_str(st));
+            }
+        } else if (strcmp(op, "release") == 0) {
+            uint64_t now = arg_u("now");
+            ok(sg_gate_release(gate, &permits[arg_u("permit")], now, outcome_arg()), "sg_gate_release");
+            uint32_t w = 0;
+            ok(sg_gate_waiting_total(gate, &w), "waiting_total");
+            if (w > 0) {
+                gate_poll(now);
+            } else {
+                chk_s("events", "-");
+            }
+        } else if (strcmp(op, "cancel") == 0) {
+            uint64_t s = arg_u("ticket");
+            ok(sg_gate_cancel(gate, tickets[s]), "sg_gate_cancel");
+            queued[s] = false;
+        } else if (strcmp(op, "shed") == 0) {
+            const char *l = need(args, nargs, "level");
+            ok(is_null(l) ? sg_gate_clear_shed_level(gate) : sg_gate_set_shed_level(gate, (uint32_t)to_u(l)), "shed");
+        } else if (strcmp(op, "static") == 0) {
+            const char *l = need(args, nargs, "limit");
+            ok(is_null(l) ? sg_gate_clear_static_limit(gate) : sg_gate_set_static_limit(gate, to_f(l)), "static");
+        } else if (strcmp(op, "check") == 0) {
+            static sg_gate_metrics m;
+            ok(sg_gate_metrics_get(gate, &m), "metrics");
+            chk_s("state", m.state == SG_GATE_HEALTHY ? "healthy" : "overloaded");
+            chk_u("waiting", m.waiting);
+            chk_list_u32("waiting_by_level", m.waiting_by_level, m.limiter.levels);
+            chk_u("inflight", m.limiter.inflight);
+            chk_f("limit", m.limiter.limit);
+            if (m.shed_level == SG_NO_LEVEL) chk_s("shed_level", "null"); else chk_u("shed_level", m.shed_level);
+            chk_u("queued", m.queued);
+            chk_u("granted", m.granted);
+            chk_u("expired", m.expired);
+            chk_u("sloughed", m.sloughed);
+            chk_u("evicted", m.evicted);
+            chk_u("cancelled", m.cancelled);
+            chk_u("shed", m.shed);
+            chk_u("queue_full", m.queue_full);
+            chk_u("deadline_unmeetable", m.deadline_unmeetable);
+            chk_u("aged", m.aged);
+        } else {
+            die("op", op, "a gate op", op);
+        }
+    } else if (budget) {
+        if (strcmp(op, "deposit") == 0) {
+            ok(sg_retry_budget_deposit(budget, arg_u("now")), "deposit");
+        } else if (strcmp(op, "withdraw") == 0) {
+            chk_rej(sg_retry_budget_try_withdraw(budget, arg_u("now"), &rej), &rej);
+        } else if (strcmp(op, "available") == 0) {
+            uint64_t a = 0;
+            ok(sg_retry_budget_available(budget, arg_u("now"), &a), "available");
+            chk_u("available", a);
+        } else if (strcmp(op, "check") == 0) {
+            sg_retry_budget_metrics m;
+            ok(sg_retry_budget_metrics_get(budget, &m), "metrics");
+            chk_u("requests", m.requests);
+            chk_u("retries_allowed", m.retries_allowed);
+            chk_u("retries_denied", m.retries_denied);
+        } else {
+            die("op", op, "a retry_budget op", op);
+        }
+    } else if (token) {
+        if (strcmp(op, "record") == 0) {
+            ok(sg_token_throttle_record(token, strcmp(need(args, nargs, "success"), "true") == 0), "record");
+        } else if (strcmp(op, "retry") == 0) {
+            chk_rej(sg_token_throttle_try_retry(token, &rej), &rej);
+        } else if (strcmp(op, "check") == 0) {
+            sg_token_throttle_metrics m;
+            bool allowed = false;
+            ok(sg_token_throttle_metrics_get(token, &m), "metrics");
+            ok(sg_token_throttle_is_retry_allowed(token, &allowed), "allowed");
+            chk_f("tokens", m.tokens);
+            chk_b("allowed", allowed);
+            chk_u("retries_allowed", m.retries_allowed);
+            chk_u("retries_denied", m.retries_denied);
+            chk_u("successes", m.successes);
+            chk_u("failures", m.failures);
+        } else {
+            die("op", op, "a token_throttle op", op);
+        }
+    } else if (adaptive) {
+        if (strcmp(op, "record") == 0) {
+            ok(sg_adaptive_throttle_record(adaptive, arg_u("now"), strcmp(need(args, nargs, "accepted"), "true") == 0), "record");
+        } else if (strcmp(op, "throttle") == 0) {
+            chk_rej(sg_adaptive_throttle_should_throttle(adaptive, arg_u("now"), arg_u("rand"), &rej), &rej);
+        } else if (strcmp(op, "probability") == 0) {
+            double p = 0;
+            ok(sg_adaptive_throttle_drop_probability(adaptive, arg_u("now"), &p), "probability");
+            chk_f("p", p);
+        } else if (strcmp(op, "check") == 0) {
+            sg_adaptive_throttle_metrics m;
+            ok(sg_adaptive_throttle_metrics_get(adaptive, &m), "metrics");
+            chk_f("requests", m.requests);
+            chk_f("accepts", m.accepts);
+            chk_u("throttled", m.throttled);
+        } else {
+            die("op", op, "an adaptive_throttle op", op);
+        }
+    } else if (backoff) {
+        uint64_t d = 0;
+        if (strcmp(op, "delay") == 0) {
+            const char *h = need(args, nargs, "hint");
+            ok(sg_backoff_next_delay(backoff, (uint32_t)arg_u("attempt"), is_null(h) ? 0 : to_u(h), &d), "delay");
+            chk_u("delay", d);
+        } else if (strcmp(op, "ceiling") == 0) {
+            ok(sg_backoff_ceiling(backoff, (uint32_t)arg_u("attempt"), &d), "ceiling");
+            chk_u("ceiling", d);
+        } else if (strcmp(op, "reset") == 0) {
+            ok(sg_backoff_reset(backoff), "reset");
+        } else {
+            die("op", op, "a backoff op", op);
+        }
+    } else if (breaker) {
+        if (strcmp(op, "acquire") == 0) {
+            uint64_t now = arg_u("now");
+            sg_status st = sg_breaker_try_acquire(breaker, now, &permits[i], &rej);
+            chk_rej(st, &rej);
+            if (st == SG_OK) {
+                sg_permit_info info;
+                ok(sg_permit_info_get(&permits[i], &info), "info");
+                chk_b("probe", info.is_probe);
+                acquired[i] = now;
+            }
+        } else if (strcmp(op, "record") == 0) {
+            uint64_t now = arg_u("now"), p = arg_u("permit");
+            uint64_t latency = now > acquired[p] ? now - acquired[p] : 0;
+            if (latency != arg_u("latency")) die("argument", "latency", need(args, nargs, "latency"), "now - acquired");
+            ok(sg_breaker_record(breaker, &permits[p], now, outcome_arg(), latency), "record");
+        } else if (strcmp(op, "state") == 0) {
+            uint32_t s = 0;
+            ok(sg_breaker_state(breaker, arg_u("now"), &s), "state");
+            chk_s("state", state_name(s));
+        } else if (strcmp(op, "check") == 0) {
+            sg_breaker_metrics m;
+            ok(sg_breaker_metrics_get(breaker, arg_u("now"), &m), "metrics");
+            chk_s("state", state_name(m.state));
+            chk_u("admit_permille", m.admit_permille);
+            chk_u("window_calls", m.window_calls);
+            chk_u("window_failures", m.window_failures);
+            chk_u("window_slow", m.window_slow);
+            chk_u("opened", m.opened);
+            chk_u("half_opened", m.half_opened);
+            chk_u("closed", m.closed);
+            chk_u("rejected", m.rejected);
+            chk_u("ramp_shed", m.ramp_shed);
+            chk_u("probes", m.probes);
+        } else {
+            die("op", op, "a breaker op", op);
+        }
+    } else if (rate) {
+        if (strcmp(op, "check") == 0) {
+            chk_rej(sg_rate_limiter_check(rate, arg_u("now"), (uint32_t)arg_u("cost"), &rej), &rej);
+        } else if (strcmp(op, "take_up_to") == 0) {
+            uint32_t n = 0;
+            ok(sg_rate_limiter_take_up_to(rate, arg_u("now"), (uint32_t)arg_u("max"), &n), "take_up_to");
+            chk_u("n", n);
+        } else if (strcmp(op, "available") == 0) {
+            uint32_t n = 0;
+            ok(sg_rate_limiter_available(rate, arg_u("now"), &n), "available");
+            chk_u("n", n);
+        } else if (strcmp(op, "wait") == 0) {
+            uint64_t w = 0;
+            ok(sg_rate_limiter_wait_time(rate, arg_u("now"), (uint32_t)arg_u("cost"), &w), "wait");
+            chk_u("wait", w);
+        } else if (strcmp(op, "metrics") == 0) {
+            sg_rate_limiter_metrics m;
+            ok(sg_rate_limiter_metrics_get(rate, &m), "metrics");
+            chk_u("allowed", m.allowed);
+            chk_u("denied", m.denied);
+        } else {
+            die("op", op, "a rate_limiter op", op);
+        }
+    }
+}
+
+/* Splits `line` at spaces into `key=value` pairs (tokens without '=' are skipped). */
+static size_t split_kv(char *line, kv *out) {
+    size_t n = 0;
+    for (char *tok = strtok(line, " \n"); tok; tok = strtok(NULL, " \n")) {
+        char *eq = strchr(tok, '=');
+        if (!eq) continue;
+        if (n == MAX_TOK) die("line", "tokens", "fewer", "too many");
+        *eq = '\0';
+        out[n].key = tok;
+        out[n].val = eq + 1;
+        n++;
+    }
+    return n;
+}
+
+int main(int argc, char **argv) {
+    const char *path = argc > 1 ? argv[1] : "tests/vectors/vectors.txt";
+    FILE *fp = fopen(path, "r");
+    if (!fp) {
+        perror(path);
+        return 1;
+    }
+    char *line = NULL, *cfgline = NULL;
+    size_t cap = 0;
+    unsigned long scenarios = 0;
+    bool header = false;
+    while (getline(&line, &cap, fp) != -1) {
+        if (line[0] == '#' || line[0] == '\n') continue;
+        if (strncmp(line, "format ", 7) == 0) {
+            if (strcmp(line, "format surgeguard-vectors 1\n") != 0) die("header", "format", "surgeguard-vectors 1", line);
+            header = true;
+        } else if (strncmp(line, "scenario ", 9) == 0) {
+            if (sscanf(line, "scenario %255s %63s %zu", scenario, kind, &nsteps) != 3) die("line", "scenario", "name kind steps", line);
+            scenarios++;
+        } else if (strncmp(line, "config ", 7) == 0) {
+            free(cfgline);
+            cfgline = strdup(line + 7);
+            ncfg = split_kv(cfgline, cfg);
+            build();
+        } else if (strncmp(line, "step ", 5) == 0) {
+            char *bar = strstr(line, " | ");
+            if (!bar) die("line", "step", "args | expect", line);
+            *bar = '\0';
+            char op[64];
+            if (sscanf(line, "step %lu %63s", &step_no, op) != 2) die("line", "step", "index op", line);
+            nargs = split_kv(line, args);
+            nexps = split_kv(bar + 3, exps);
+            nchecked = 0;
+            run_step(op);
+            if (nchecked != nexps) {
+                char buf[64];
+                snprintf(buf, sizeof buf, "%zu of %zu fields compared", nchecked, nexps);
+                die("fields", op, "every expected field compared", buf);
+            }
+            total_steps++;
+        } else if (strncmp(line, "end", 3) == 0) {
+            teardown();
+        } else {
+            die("line", "kind", "format/scenario/config/step/end", line);
+        }
+    }
+    free(line);
+    free(cfgline);
+    fclose(fp);
+    if (!header || scenarios == 0) {
+        fprintf(stderr, "replay_vectors: %s holds no vectors\n", path);
+        return 1;
+    }
+    printf("replay_vectors: %lu scenarios replayed\n", scenarios);
+    printf("replay_vectors: %lu passed, 0 failed\n", total_steps);
+    return 0;
+}

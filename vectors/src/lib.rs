@@ -1,0 +1,711 @@
+//! Conformance vectors for surgeguard: one executor that runs a vector step through the
+//! core's public API and says what the core answered. The generator (`src/bin/gen.rs`)
+//! builds scenarios with it and records the answers; the Rust replayer
+//! (`tests/replay.rs`) parses the committed files and compares every answer again. The
+//! C, Python and Node replayers do the same through their bindings. The format is
+//! documented in `tests/vectors/README.md`.
+//!
+//! Only operations that every binding exposes with injected time are used (see the README
+//! for what is left out and why).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde_json::{json, Map, Value};
+use surgeguard_core::backoff::{Backoff, BackoffConfig, Jitter};
+use surgeguard_core::breaker::{
+    BreakerPermit, BreakerState, BreakerWindow, CircuitBreaker, CircuitBreakerConfig,
+};
+use surgeguard_core::codel::{CodelConfig, CodelMode};
+use surgeguard_core::gate::{Aging, Arrival, Event, Gate, GateConfig, GateState, LifoTrigger};
+use surgeguard_core::limit::{
+    AimdConfig, AlgorithmConfig, FixedConfig, Gradient2Config, GradientConfig, HysteresisConfig,
+    VegasConfig,
+};
+use surgeguard_core::rate::{RateLimiter, RateLimiterConfig};
+use surgeguard_core::retry::{
+    RetryBudget, RetryBudgetConfig, TokenRetryThrottle, TokenThrottleConfig,
+};
+use surgeguard_core::rng::SplitMix64;
+use surgeguard_core::throttle::{AdaptiveThrottle, AdaptiveThrottleConfig, ThrottleForm};
+use surgeguard_core::{Limiter, LimiterConfig, Outcome, Priority, RawPermit, Rejected};
+
+pub mod scenarios;
+
+/// The `format` field of `vectors.json`.
+pub const FORMAT: &str = "surgeguard-vectors";
+/// The `version` field: bump it when a field's meaning changes.
+pub const VERSION: u64 = 1;
+
+/// The gate's compile-time queue bound used here; scenarios stay below it.
+pub const GATE_CAP: usize = 256;
+
+type R<T> = Result<T, String>;
+
+fn get<'a>(m: &'a Map<String, Value>, k: &str) -> R<&'a Value> {
+    m.get(k).ok_or_else(|| format!("missing field {k:?}"))
+}
+fn u(m: &Map<String, Value>, k: &str) -> R<u64> {
+    get(m, k)?.as_u64().ok_or_else(|| format!("field {k:?} is not a u64"))
+}
+fn f(m: &Map<String, Value>, k: &str) -> R<f64> {
+    get(m, k)?.as_f64().ok_or_else(|| format!("field {k:?} is not a number"))
+}
+fn b(m: &Map<String, Value>, k: &str) -> R<bool> {
+    get(m, k)?.as_bool().ok_or_else(|| format!("field {k:?} is not a bool"))
+}
+fn s<'a>(m: &'a Map<String, Value>, k: &str) -> R<&'a str> {
+    get(m, k)?.as_str().ok_or_else(|| format!("field {k:?} is not a string"))
+}
+fn obj<'a>(m: &'a Map<String, Value>, k: &str) -> R<&'a Map<String, Value>> {
+    get(m, k)?.as_object().ok_or_else(|| format!("field {k:?} is not an object"))
+}
+fn level(m: &Map<String, Value>) -> R<Priority> {
+    let l = u(m, "level")?;
+    Priority::new(l as u8).ok_or_else(|| format!("bad level {l}"))
+}
+fn outcome(m: &Map<String, Value>) -> R<Outcome> {
+    match s(m, "outcome")? {
+        "success" => Ok(Outcome::Success),
+        "dropped" => Ok(Outcome::Dropped),
+        "ignored" => Ok(Outcome::Ignored),
+        o => Err(format!("bad outcome {o:?}")),
+    }
+}
+
+/// `{"ok": false, "reason", "retry_after"}`.
+fn rejected(r: Rejected) -> Value {
+    json!({"ok": false, "reason": r.reason.as_str(), "retry_after": r.retry_after})
+}
+fn verdict(r: Result<(), Rejected>) -> Value {
+    match r {
+        Ok(()) => json!({"ok": true}),
+        Err(r) => rejected(r),
+    }
+}
+
+/// The limiter part of a config (`limiter` object of a limiter or gate scenario).
+pub fn limiter_config(c: &Map<String, Value>) -> R<LimiterConfig> {
+    let a = obj(c, "algo")?;
+    let (ini, min, max) = (f(a, "initial_limit")?, f(a, "min_limit")?, f(a, "max_limit")?);
+    let algorithm = match s(c, "algorithm")? {
+        "fixed" => AlgorithmConfig::Fixed(FixedConfig {
+            initial_limit: ini,
+            min_limit: min,
+            max_limit: max,
+        }),
+        "aimd" => AlgorithmConfig::Aimd(AimdConfig {
+            initial_limit: ini,
+            min_limit: min,
+            max_limit: max,
+            target_latency_ns: u(a, "target_latency_ns")?,
+            backoff_ratio: f(a, "backoff_ratio")?,
+            timeout_ns: u(a, "timeout_ns")?,
+            slow_start: b(a, "slow_start")?,
+            netflix_parity: b(a, "netflix_parity")?,
+            ..AimdConfig::default()
+        }),
+        "hysteresis" => AlgorithmConfig::Hysteresis(HysteresisConfig {
+            initial_limit: ini,
+            min_limit: min,
+            max_limit: max,
+            target_latency_ns: u(a, "target_latency_ns")?,
+            slow_start: b(a, "slow_start")?,
+            ..HysteresisConfig::default()
+        }),
+        "gradient" => AlgorithmConfig::Gradient(GradientConfig {
+            initial_limit: ini,
+            min_limit: min,
+            max_limit: max,
+            smoothing: f(a, "smoothing")?,
+            buffer: f(a, "buffer")?,
+            slow_start: b(a, "slow_start")?,
+            ..GradientConfig::default()
+        }),
+        "gradient2" => AlgorithmConfig::Gradient2(Gradient2Config {
+            initial_limit: ini,
+            min_limit: min,
+            max_limit: max,
+            smoothing: f(a, "smoothing")?,
+            queue_size: f(a, "queue_size")?,
+            long_window: u(a, "long_window")? as u32,
+            fixed: b(a, "fixed")?,
+            slow_start: b(a, "slow_start")?,
+            ..Gradient2Config::default()
+        }),
+        "vegas" => AlgorithmConfig::Vegas(VegasConfig {
+            initial_limit: ini,
+            min_limit: min,
+            max_limit: max,
+            smoothing: f(a, "smoothing")?,
+            probe_multiplier: u(a, "probe_multiplier")? as u32,
+            seed: u(a, "seed")?,
+            slow_start: b(a, "slow_start")?,
+            ..VegasConfig::default()
+        }),
+        x => return Err(format!("unknown algorithm {x:?}")),
+    };
+    let levels = u(c, "levels")? as u8;
+    let mut weights = [0.0; 8];
+    let ws = get(c, "weights")?.as_array().ok_or("weights is not an array")?;
+    for (i, w) in ws.iter().enumerate() {
+        weights[i] = w.as_f64().ok_or("weight is not a number")?;
+    }
+    Ok(LimiterConfig {
+        algorithm,
+        levels,
+        weights,
+        min_window_ns: u(c, "min_window_ns")?,
+        max_window_ns: u(c, "max_window_ns")?,
+        min_samples: u(c, "min_samples")? as u32,
+        active_ns: u(c, "active_ns")?,
+        ..LimiterConfig::default()
+    })
+}
+
+/// A gate config (`config` of a gate scenario).
+pub fn gate_config(c: &Map<String, Value>) -> R<GateConfig> {
+    let codel = if b(c, "codel")? {
+        Some(CodelConfig {
+            target_ns: u(c, "codel_target_ns")?,
+            interval_ns: u(c, "codel_interval_ns")?,
+            mode: match s(c, "codel_mode")? {
+                "folly" => CodelMode::Folly,
+                "rfc8289" => CodelMode::Rfc8289,
+                x => return Err(format!("bad codel_mode {x:?}")),
+            },
+        })
+    } else {
+        None
+    };
+    let lifo = match get(c, "lifo")? {
+        Value::String(x) if x == "codel" => LifoTrigger::CodelOverloaded,
+        Value::String(x) if x == "never" => LifoTrigger::Never,
+        Value::Number(n) => LifoTrigger::Occupancy(n.as_f64().unwrap_or(0.8)),
+        x => return Err(format!("bad lifo {x}")),
+    };
+    let aging = match get(c, "aging")? {
+        Value::Null => None,
+        Value::Object(a) => Some(Aging {
+            from: Priority::new(u(a, "from")? as u8).ok_or("bad aging.from")?,
+            to: Priority::new(u(a, "to")? as u8).ok_or("bad aging.to")?,
+            after_ns: u(a, "after_ns")?,
+        }),
+        x => return Err(format!("bad aging {x}")),
+    };
+    let max_wait = u(c, "max_wait_ns")?;
+    Ok(GateConfig {
+        limiter: limiter_config(obj(c, "limiter")?)?,
+        queue_capacity: Some(u(c, "queue_capacity")? as usize),
+        codel,
+        lifo,
+        max_wait_ns: if max_wait == 0 { None } else { Some(max_wait) },
+        aging,
+        initial_service_ns: u(c, "initial_service_ns")?,
+        service_alpha: f(c, "service_alpha")?,
+        fallback_retry_after_ns: u(c, "fallback_retry_after_ns")?,
+    })
+}
+
+/// One object under test and the handles its steps refer to (by step index).
+#[allow(clippy::large_enum_variant)] // one per scenario
+pub enum Runner {
+    /// A `Limiter`; permits by the index of the step that acquired them.
+    Limiter(Box<Limiter>, BTreeMap<u64, RawPermit>),
+    /// A `Gate`; permits by the index of the arrive step; tickets (bits) → arrive step.
+    Gate(Box<Gate<GATE_CAP>>, BTreeMap<u64, RawPermit>, BTreeMap<u64, u64>),
+    /// A `RetryBudget`.
+    Budget(RetryBudget),
+    /// A `TokenRetryThrottle`.
+    Token(TokenRetryThrottle),
+    /// An `AdaptiveThrottle`.
+    Adaptive(AdaptiveThrottle),
+    /// A `Backoff` and its generator.
+    Backoff(Backoff, SplitMix64),
+    /// A `CircuitBreaker`; permits (and the `now` they were taken at) by step index.
+    Breaker(Box<CircuitBreaker>, BTreeMap<u64, (BreakerPermit, u64)>),
+    /// A GCRA `RateLimiter`.
+    Rate(RateLimiter),
+}
+
+fn state_name(s: BreakerState) -> &'static str {
+    match s {
+        BreakerState::Closed => "closed",
+        BreakerState::Ramping => "ramping",
+        BreakerState::Open => "open",
+        BreakerState::HalfOpen => "half_open",
+    }
+}
+
+impl Runner {
+    /// Builds the object of a scenario from its `kind` and `config`.
+    pub fn new(kind: &str, c: &Map<String, Value>) -> R<Self> {
+        let ce = |e: surgeguard_core::ConfigError| format!("config refused: {e}");
+        Ok(match kind {
+            "limiter" => Runner::Limiter(
+                Box::new(Limiter::new(&limiter_config(c)?).map_err(ce)?),
+                BTreeMap::new(),
+            ),
+            "gate" => Runner::Gate(
+                Box::new(Gate::new(&gate_config(c)?).map_err(ce)?),
+                BTreeMap::new(),
+                BTreeMap::new(),
+            ),
+            "retry_budget" => Runner::Budget(
+                RetryBudget::new(RetryBudgetConfig {
+                    ttl: u(c, "ttl_ns")?,
+                    min_retries_per_sec: u(c, "min_retries_per_sec")? as u32,
+                    percent_can_retry: f(c, "percent_can_retry")?,
+                })
+                .map_err(ce)?,
+            ),
+            "token_throttle" => Runner::Token(
+                TokenRetryThrottle::new(TokenThrottleConfig {
+                    max_tokens: f(c, "max_tokens")?,
+                    token_ratio: f(c, "token_ratio")?,
+                })
+                .map_err(ce)?,
+            ),
+            "adaptive_throttle" => Runner::Adaptive(
+                AdaptiveThrottle::new(AdaptiveThrottleConfig {
+                    k: f(c, "k")?,
+                    window: u(c, "window_ns")?,
+                    max_drop_probability: f(c, "max_drop_probability")?,
+                    form: match s(c, "form")? {
+                        "ring" => ThrottleForm::Ring,
+                        "ema" => ThrottleForm::Ema,
+                        x => return Err(format!("bad form {x:?}")),
+                    },
+                })
+                .map_err(ce)?,
+            ),
+            "backoff" => Runner::Backoff(
+                Backoff::new(BackoffConfig {
+                    base: u(c, "base_ns")?,
+                    multiplier: f(c, "multiplier")?,
+                    cap: u(c, "cap_ns")?,
+                    jitter: match s(c, "jitter")? {
+                        "none" => Jitter::None,
+                        "full" => Jitter::Full,
+                        "equal" => Jitter::Equal,
+                        "decorrelated" => Jitter::Decorrelated,
+                        x => return Err(format!("bad jitter {x:?}")),
+                    },
+                })
+                .map_err(ce)?,
+                SplitMix64::new(u(c, "seed")?),
+            ),
+            "breaker" => Runner::Breaker(
+                Box::new(
+                    CircuitBreaker::new(CircuitBreakerConfig {
+                        window: match s(c, "window")? {
+                            "count" => BreakerWindow::Count(u(c, "window_calls")? as u32),
+                            "time" => BreakerWindow::Time(u(c, "window_ns")?),
+                            x => return Err(format!("bad window {x:?}")),
+                        },
+                        failure_rate_threshold: f(c, "failure_rate_threshold")?,
+                        slow_call_rate_threshold: f(c, "slow_call_rate_threshold")?,
+                        slow_call_duration: u(c, "slow_call_ns")?,
+                        minimum_calls: u(c, "minimum_calls")? as u32,
+                        open_duration: u(c, "open_ns")?,
+                        open_jitter: f(c, "open_jitter")?,
+                        half_open_probes: u(c, "half_open_probes")? as u32,
+                        probe_lease: u(c, "probe_lease_ns")?,
+                        ramp_duration: u(c, "ramp_ns")?,
+                        seed: u(c, "seed")?,
+                    })
+                    .map_err(ce)?,
+                ),
+                BTreeMap::new(),
+            ),
+            "rate_limiter" => Runner::Rate(
+                RateLimiter::new(RateLimiterConfig {
+                    per_second: f(c, "per_second")?,
+                    burst: u(c, "burst")? as u32,
+                })
+                .map_err(ce)?,
+            ),
+            k => return Err(format!("unknown kind {k:?}")),
+        })
+    }
+
+    /// Runs step `idx` (its op and arguments) and returns what the core answered: the
+    /// `expect` object of the step.
+    pub fn step(&mut self, idx: u64, st: &Map<String, Value>) -> R<Value> {
+        let op = s(st, "op")?;
+        match self {
+            Runner::Limiter(l, permits) => match op {
+                "acquire" => match l.try_acquire_raw(u(st, "now")?, level(st)?) {
+                    Ok(p) => {
+                        permits.insert(idx, p);
+                        Ok(json!({"ok": true}))
+                    }
+                    Err(r) => Ok(rejected(r)),
+                },
+                "release" => {
+                    let p = permits.remove(&u(st, "permit")?).ok_or("release of no permit")?;
+                    l.release_raw(p, u(st, "now")?, outcome(st)?).map_err(|e| e.to_string())?;
+                    Ok(json!({}))
+                }
+                "static" => {
+                    let v = get(st, "limit")?.as_f64();
+                    l.set_static_limit(v).map_err(|e| e.to_string())?;
+                    Ok(json!({}))
+                }
+                "check" => {
+                    let m = l.metrics();
+                    let n = m.levels as usize;
+                    Ok(json!({
+                        "limit": m.limit, "inflight": m.inflight,
+                        "inflight_by_level": &m.inflight_by_level[..n],
+                        "admitted": m.admitted, "rejected": m.rejected,
+                        "successes": m.successes, "drops": m.drops, "ignored": m.ignored,
+                        "windows": m.windows,
+                    }))
+                }
+                _ => Err(format!("unknown limiter op {op:?}")),
+            },
+            Runner::Gate(g, permits, tickets) => {
+                let poll = |g: &Gate<GATE_CAP>,
+                            permits: &mut BTreeMap<u64, RawPermit>,
+                            tickets: &mut BTreeMap<u64, u64>,
+                            now: u64|
+                 -> R<Value> {
+                    let mut evs: Vec<(u64, Value)> = Vec::new();
+                    let mut buf: [Option<Event>; 16] = Default::default();
+                    loop {
+                        let n = g.poll(now, &mut buf);
+                        for e in buf[..n].iter_mut() {
+                            match e.take() {
+                                Some(Event::Granted(t, p)) => {
+                                    let i = tickets.remove(&t.to_bits()).ok_or("unknown ticket")?;
+                                    permits.insert(i, p);
+                                    evs.push((i, json!({"ticket": i, "granted": true})));
+                                }
+                                Some(Event::Expired(t, r)) => {
+                                    let i = tickets.remove(&t.to_bits()).ok_or("unknown ticket")?;
+                                    evs.push((
+                                        i,
+                                        json!({"ticket": i, "granted": false,
+                                               "reason": r.reason.as_str(),
+                                               "retry_after": r.retry_after}),
+                                    ));
+                                }
+                                None => {}
+                            }
+                        }
+                        if n < buf.len() {
+                            break;
+                        }
+                    }
+                    evs.sort_by_key(|e| e.0);
+                    Ok(Value::Array(evs.into_iter().map(|e| e.1).collect()))
+                };
+                match op {
+                    "arrive" => {
+                        let now = u(st, "now")?;
+                        let deadline = match st.get("timeout") {
+                            None | Some(Value::Null) => None,
+                            Some(t) => Some(now.saturating_add(t.as_u64().ok_or("bad timeout")?)),
+                        };
+                        Ok(match g.arrive(now, level(st)?, deadline) {
+                            Arrival::Admitted(p) => {
+                                permits.insert(idx, p);
+                                json!({"result": "admitted"})
+                            }
+                            Arrival::Rejected(r) => json!({"result": "rejected",
+                                "reason": r.reason.as_str(), "retry_after": r.retry_after}),
+                            Arrival::Queued(t) => {
+                                tickets.insert(t.to_bits(), idx);
+                                let events = poll(g, permits, tickets, now)?;
+                                json!({"result": "queued", "events": events})
+                            }
+                        })
+                    }
+                    "release" => {
+                        let now = u(st, "now")?;
+                        let p = permits.remove(&u(st, "permit")?).ok_or("release of no permit")?;
+                        g.release(p, now, outcome(st)?).map_err(|e| e.to_string())?;
+                        let events = if g.waiting_total() > 0 {
+                            poll(g, permits, tickets, now)?
+                        } else {
+                            json!([])
+                        };
+                        Ok(json!({"events": events}))
+                    }
+                    "cancel" => {
+                        let i = u(st, "ticket")?;
+                        let bits = tickets
+                            .iter()
+                            .find(|(_, &v)| v == i)
+                            .map(|(&k, _)| k)
+                            .ok_or("cancel of no ticket")?;
+                        tickets.remove(&bits);
+                        g.cancel(surgeguard_core::queue::Ticket::from_bits(bits))
+                            .map_err(|e| e.to_string())?;
+                        Ok(json!({}))
+                    }
+                    "shed" => {
+                        let lv = match get(st, "level")? {
+                            Value::Null => None,
+                            v => Some(
+                                Priority::new(v.as_u64().ok_or("bad level")? as u8)
+                                    .ok_or("bad level")?,
+                            ),
+                        };
+                        g.set_shed_level(lv);
+                        Ok(json!({}))
+                    }
+                    "static" => {
+                        let v = get(st, "limit")?.as_f64();
+                        g.limiter().set_static_limit(v).map_err(|e| e.to_string())?;
+                        Ok(json!({}))
+                    }
+                    "check" => {
+                        let m = g.metrics();
+                        let n = g.levels() as usize;
+                        Ok(json!({
+                            "state": if m.state == GateState::Healthy { "healthy" } else { "overloaded" },
+                            "waiting": m.waiting, "waiting_by_level": &m.waiting_by_level[..n],
+                            "inflight": m.limiter.inflight, "limit": m.limiter.limit,
+                            "shed_level": m.shed_level.map(|p| p.index()),
+                            "queued": m.queued, "granted": m.granted, "expired": m.expired,
+                            "sloughed": m.sloughed, "evicted": m.evicted,
+                            "cancelled": m.cancelled, "shed": m.shed,
+                            "queue_full": m.queue_full,
+                            "deadline_unmeetable": m.deadline_unmeetable, "aged": m.aged,
+                        }))
+                    }
+                    _ => Err(format!("unknown gate op {op:?}")),
+                }
+            }
+            Runner::Budget(rb) => match op {
+                "deposit" => {
+                    rb.deposit(u(st, "now")?);
+                    Ok(json!({}))
+                }
+                "withdraw" => Ok(verdict(rb.try_withdraw(u(st, "now")?))),
+                "available" => Ok(json!({"available": rb.available(u(st, "now")?)})),
+                "check" => {
+                    let m = rb.metrics();
+                    Ok(json!({"requests": m.requests, "retries_allowed": m.retries_allowed,
+                              "retries_denied": m.retries_denied}))
+                }
+                _ => Err(format!("unknown retry_budget op {op:?}")),
+            },
+            Runner::Token(t) => match op {
+                "record" => {
+                    t.record(b(st, "success")?);
+                    Ok(json!({}))
+                }
+                "retry" => Ok(verdict(t.try_retry())),
+                "check" => {
+                    let m = t.metrics();
+                    Ok(json!({"tokens": m.tokens, "allowed": t.is_retry_allowed(),
+                              "retries_allowed": m.retries_allowed,
+                              "retries_denied": m.retries_denied,
+                              "successes": m.successes, "failures": m.failures}))
+                }
+                _ => Err(format!("unknown token_throttle op {op:?}")),
+            },
+            Runner::Adaptive(a) => match op {
+                "record" => {
+                    a.record(u(st, "now")?, b(st, "accepted")?);
+                    Ok(json!({}))
+                }
+                "throttle" => Ok(verdict(a.should_throttle(u(st, "now")?, u(st, "rand")?))),
+                "probability" => Ok(json!({"p": a.drop_probability(u(st, "now")?)})),
+                "check" => {
+                    let m = a.metrics();
+                    Ok(json!({"requests": m.requests, "accepts": m.accepts,
+                              "throttled": m.throttled}))
+                }
+                _ => Err(format!("unknown adaptive_throttle op {op:?}")),
+            },
+            Runner::Backoff(bo, rng) => match op {
+                "delay" => {
+                    let hint = match st.get("hint") {
+                        None | Some(Value::Null) => None,
+                        Some(h) => Some(h.as_u64().ok_or("bad hint")?),
+                    };
+                    Ok(json!({"delay": bo.next_delay(u(st, "attempt")? as u32, hint, rng)}))
+                }
+                "ceiling" => Ok(json!({"ceiling": bo.ceiling(u(st, "attempt")? as u32)})),
+                "reset" => {
+                    bo.reset();
+                    Ok(json!({}))
+                }
+                _ => Err(format!("unknown backoff op {op:?}")),
+            },
+            Runner::Breaker(br, permits) => match op {
+                "acquire" => {
+                    let now = u(st, "now")?;
+                    match br.try_acquire(now) {
+                        Ok(p) => {
+                            let probe = p.is_probe();
+                            permits.insert(idx, (p, now));
+                            Ok(json!({"ok": true, "probe": probe}))
+                        }
+                        Err(r) => Ok(rejected(r)),
+                    }
+                }
+                "record" => {
+                    let now = u(st, "now")?;
+                    let (p, at) = permits.remove(&u(st, "permit")?).ok_or("record of no permit")?;
+                    // Every binding measures the latency from the acquire's `now`.
+                    let latency = now.saturating_sub(at);
+                    if u(st, "latency")? != latency {
+                        return Err(format!(
+                            "latency field {} != now - acquired {latency}",
+                            u(st, "latency")?
+                        ));
+                    }
+                    br.record(p, now, outcome(st)?, latency);
+                    Ok(json!({}))
+                }
+                "state" => Ok(json!({"state": state_name(br.state(u(st, "now")?))})),
+                "check" => {
+                    let m = br.metrics(u(st, "now")?);
+                    Ok(json!({"state": state_name(m.state), "admit_permille": m.admit_permille,
+                              "window_calls": m.window_calls,
+                              "window_failures": m.window_failures, "window_slow": m.window_slow,
+                              "opened": m.opened, "half_opened": m.half_opened,
+                              "closed": m.closed, "rejected": m.rejected,
+                              "ramp_shed": m.ramp_shed, "probes": m.probes}))
+                }
+                _ => Err(format!("unknown breaker op {op:?}")),
+            },
+            Runner::Rate(rl) => match op {
+                "check" => Ok(verdict(rl.check(u(st, "now")?, u(st, "cost")? as u32))),
+                "take_up_to" => {
+                    Ok(json!({"n": rl.take_up_to(u(st, "now")?, u(st, "max")? as u32)}))
+                }
+                "available" => Ok(json!({"n": rl.available(u(st, "now")?)})),
+                "wait" => Ok(json!({"wait": rl.wait_time(u(st, "now")?, u(st, "cost")? as u32)})),
+                "metrics" => {
+                    let m = rl.metrics();
+                    Ok(json!({"allowed": m.allowed, "denied": m.denied}))
+                }
+                _ => Err(format!("unknown rate_limiter op {op:?}")),
+            },
+        }
+    }
+}
+
+/// Replays every scenario of a parsed `vectors.json`; the number of steps, or the first
+/// difference (scenario, step, expected, actual).
+pub fn replay(doc: &Value) -> R<usize> {
+    let d = doc.as_object().ok_or("not an object")?;
+    if s(d, "format")? != FORMAT || u(d, "version")? != VERSION {
+        return Err("unknown format or version".into());
+    }
+    let mut total = 0;
+    for sc in get(d, "scenarios")?.as_array().ok_or("scenarios is not an array")? {
+        let sc = sc.as_object().ok_or("scenario is not an object")?;
+        let name = s(sc, "name")?;
+        let mut r = Runner::new(s(sc, "kind")?, obj(sc, "config")?)
+            .map_err(|e| format!("scenario {name}: {e}"))?;
+        for (i, st) in get(sc, "steps")?.as_array().ok_or("steps")?.iter().enumerate() {
+            let st = st.as_object().ok_or("step is not an object")?;
+            let actual =
+                r.step(i as u64, st).map_err(|e| format!("scenario {name} step {i}: {e}"))?;
+            let expected = get(st, "expect")?;
+            if &actual != expected {
+                return Err(format!(
+                    "scenario {name} step {i} ({}): expected {expected} actual {actual}",
+                    s(st, "op")?
+                ));
+            }
+            total += 1;
+        }
+    }
+    Ok(total)
+}
+
+/// `vectors.json`: the header, then one scenario after another, one step per line.
+pub fn to_json(scenarios: &[Value]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{{\"format\": \"{FORMAT}\", \"version\": {VERSION}, \"scenarios\": [");
+    for (si, sc) in scenarios.iter().enumerate() {
+        let o = sc.as_object().expect("scenario object");
+        let _ = writeln!(
+            out,
+            "{{\"name\": {}, \"kind\": {}, \"config\": {},\n \"steps\": [",
+            o["name"], o["kind"], o["config"]
+        );
+        let steps = o["steps"].as_array().expect("steps");
+        for (i, st) in steps.iter().enumerate() {
+            let comma = if i + 1 < steps.len() { "," } else { "" };
+            let _ = writeln!(out, "  {st}{comma}");
+        }
+        let comma = if si + 1 < scenarios.len() { "," } else { "" };
+        let _ = writeln!(out, " ]}}{comma}");
+    }
+    out.push_str("]}\n");
+    out
+}
+
+/// One token value of the line format: numbers as in JSON (shortest round-trip floats),
+/// `null`, `true`/`false`, bare strings, arrays as comma lists.
+fn tok(v: &Value) -> String {
+    match v {
+        Value::String(x) => x.clone(),
+        Value::Array(a) => a.iter().map(tok).collect::<Vec<_>>().join(","),
+        v => v.to_string(),
+    }
+}
+
+fn flatten(prefix: &str, m: &Map<String, Value>, out: &mut Vec<String>) {
+    for (k, v) in m {
+        let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+        match v {
+            Value::Object(o) => flatten(&key, o, out),
+            Value::Array(a) if a.iter().any(Value::is_object) => {
+                // Gate events: `events=T:granted;T:reason:retry_after;...` ("-" for none).
+                let parts: Vec<String> = a
+                    .iter()
+                    .map(|e| {
+                        let e = e.as_object().expect("event object");
+                        if e["granted"].as_bool() == Some(true) {
+                            format!("{}:granted", e["ticket"])
+                        } else {
+                            format!("{}:{}:{}", e["ticket"], tok(&e["reason"]), e["retry_after"])
+                        }
+                    })
+                    .collect();
+                out.push(format!("{key}={}", parts.join(";")));
+            }
+            Value::Array(a) if a.is_empty() && k == "events" => out.push(format!("{key}=-")),
+            v => out.push(format!("{key}={}", tok(v))),
+        }
+    }
+}
+
+/// `vectors.txt`: the same data, one line per scenario header, config and step.
+pub fn to_text(scenarios: &[Value]) -> String {
+    let mut out = String::new();
+    let _ =
+        writeln!(out, "# surgeguard conformance vectors (generated: see tests/vectors/README.md)");
+    let _ = writeln!(out, "format {FORMAT} {VERSION}");
+    for sc in scenarios {
+        let o = sc.as_object().expect("scenario object");
+        let steps = o["steps"].as_array().expect("steps");
+        let _ = writeln!(out, "scenario {} {} {}", tok(&o["name"]), tok(&o["kind"]), steps.len());
+        let mut cfg = Vec::new();
+        flatten("", o["config"].as_object().expect("config"), &mut cfg);
+        let _ = writeln!(out, "config {}", cfg.join(" "));
+        for (i, st) in steps.iter().enumerate() {
+            let st = st.as_object().expect("step");
+            let mut args = Vec::new();
+            let mut m = st.clone();
+            let expect = m.remove("expect").expect("expect");
+            let op = m.remove("op").expect("op");
+            flatten("", &m, &mut args);
+            let mut exp = Vec::new();
+            flatten("", expect.as_object().expect("expect object"), &mut exp);
+            let _ = writeln!(out, "step {i} {} {} | {}", tok(&op), args.join(" "), exp.join(" "));
+        }
+        let _ = writeln!(out, "end");
+    }
+    out
+}
