@@ -473,6 +473,60 @@ impl<const CAP: usize> Gate<CAP> {
         self.lifo_mask.load(Ordering::Relaxed) & (1 << lvl) != 0
     }
 
+    /// The part of an arrival that never queues: the shed switch, a deadline already
+    /// passed, then a free slot with nobody of the same or a more important level waiting.
+    /// `Ok(None)`: the arrival would have to wait.
+    fn admit_now(
+        &self,
+        now: u64,
+        lvl: usize,
+        deadline: u64,
+    ) -> Result<Option<RawPermit>, Rejected> {
+        let p = prio(lvl);
+        if lvl >= self.shed.load(Ordering::Relaxed) as usize {
+            self.shed_arrivals.fetch_add(1, Ordering::Relaxed);
+            return Err(Rejected::new(Reason::Shed, self.fallback_retry_after_ns));
+        }
+        if deadline <= now {
+            self.unmeetable.fetch_add(1, Ordering::Relaxed);
+            return Err(Rejected::new(
+                Reason::DeadlineUnmeetable,
+                self.retry_hint(self.service_ns()),
+            ));
+        }
+        // No overtaking: go to the limiter only if nobody of the same or a more important
+        // level is waiting (and skip it when every slot is visibly taken).
+        if self.queue.waiting_through(p) == 0 && !self.limiter_full() {
+            if let Ok(permit) = self.limiter.try_acquire_raw(now, p) {
+                return Ok(Some(permit));
+            }
+        }
+        Ok(None)
+    }
+
+    /// An arrival that never waits: the same checks and order as [`arrive`](Self::arrive)
+    /// up to the queue — the shed switch (`Shed`), a deadline already passed
+    /// (`DeadlineUnmeetable`), then a free slot with nobody of the same or a more important
+    /// level waiting — and where `arrive` would queue, a refusal (`LimitReached`, with the
+    /// time to drain what waits as `retry_after`). Bindings use it for their synchronous
+    /// `try_acquire`, so that path makes exactly the Gate's decisions.
+    pub fn try_arrive(
+        &self,
+        now: u64,
+        level: Priority,
+        deadline: Option<u64>,
+    ) -> Result<RawPermit, Rejected> {
+        let now = observe(&self.clock, now);
+        let lvl = self.clamp(level);
+        match self.admit_now(now, lvl, deadline.unwrap_or(NO_DEADLINE))? {
+            Some(permit) => Ok(permit),
+            None => {
+                self.limiter.note_arrival(now, prio(lvl));
+                Err(Rejected::new(Reason::LimitReached, self.retry_hint(self.service_ns())))
+            }
+        }
+    }
+
     /// One arrival at `level` with an optional absolute `deadline` (ns, same clock).
     /// Levels beyond the configured ones count as the least important level.
     ///
@@ -486,22 +540,11 @@ impl<const CAP: usize> Gate<CAP> {
         let now = observe(&self.clock, now);
         let lvl = self.clamp(level);
         let p = prio(lvl);
-        if lvl >= self.shed.load(Ordering::Relaxed) as usize {
-            self.shed_arrivals.fetch_add(1, Ordering::Relaxed);
-            return Arrival::Rejected(Rejected::new(Reason::Shed, self.fallback_retry_after_ns));
-        }
         let deadline = deadline.unwrap_or(NO_DEADLINE);
-        if deadline <= now {
-            self.unmeetable.fetch_add(1, Ordering::Relaxed);
-            let hint = self.retry_hint(self.service_ns());
-            return Arrival::Rejected(Rejected::new(Reason::DeadlineUnmeetable, hint));
-        }
-        // No overtaking: go to the limiter only if nobody of the same or a more important
-        // level is waiting (and skip it when every slot is visibly taken).
-        if self.queue.waiting_through(p) == 0 && !self.limiter_full() {
-            if let Ok(permit) = self.limiter.try_acquire_raw(now, p) {
-                return Arrival::Admitted(permit);
-            }
+        match self.admit_now(now, lvl, deadline) {
+            Err(r) => return Arrival::Rejected(r),
+            Ok(Some(permit)) => return Arrival::Admitted(permit),
+            Ok(None) => {}
         }
         self.limiter.note_arrival(now, p);
         let service = self.service_ns();
@@ -669,9 +712,9 @@ impl<const CAP: usize> Gate<CAP> {
         earliest_out: &mut Option<u64>,
     ) -> bool {
         let service = self.service_ns();
-        // The `retry_after` of this round's expiries, computed on first use.
-        let mut retry_cache = None;
-        let mut retry = || *retry_cache.get_or_insert_with(|| self.retry_hint(service));
+        // The `retry_after` of each expiry, from the queue as it stands at that expiry, so
+        // the hints do not depend on how many events the caller's buffer takes per poll.
+        let mut retry = || self.retry_hint(service);
         // 1. Link arrivals, settle cancels, report evictions.
         d.refresh(|t| sink.push(Event::Expired(t, Rejected::new(Reason::Evicted, retry()))));
         if sink.is_full() {
@@ -1198,6 +1241,80 @@ mod tests {
         }
         assert_eq!(tickets(&granted), [t]);
         drop(bg);
+    }
+
+    #[test]
+    fn try_arrive_makes_arrives_decisions_without_queueing() {
+        let g: Gate<8> = plain(1.0, 3);
+        let held = g.try_arrive(10 * MS, P1, None).unwrap();
+        // Full: where `arrive` would queue, `try_arrive` refuses and queues nothing.
+        let r = g.try_arrive(10 * MS, P0, None).unwrap_err();
+        assert_eq!(r.reason, Reason::LimitReached);
+        assert!(r.retry_after > 0);
+        assert_eq!(g.waiting_total(), 0);
+        // Time behind the gate's clock is the gate's clock: a 1 ns deadline has passed.
+        g.release(held, 11 * MS, Outcome::Success).unwrap();
+        let r = g.try_arrive(5 * MS, P0, Some(5 * MS + 1)).unwrap_err();
+        assert_eq!(r.reason, Reason::DeadlineUnmeetable);
+        // No overtaking: a free slot with a waiter of the same level ahead is refused.
+        let held = admitted(g.arrive(12 * MS, P1, None));
+        let t = queued(g.arrive(12 * MS, P1, None));
+        g.release(held, 13 * MS, Outcome::Success).unwrap();
+        assert_eq!(g.try_arrive(13 * MS, P1, None).unwrap_err().reason, Reason::LimitReached);
+        let (granted, _) = poll(&g, 13 * MS);
+        assert_eq!(tickets(&granted), [t]);
+        // The shed switch.
+        g.set_shed_level(Some(P2));
+        assert_eq!(g.try_arrive(14 * MS, P2, None).unwrap_err().reason, Reason::Shed);
+        for (_, p) in granted {
+            g.release(p, 14 * MS, Outcome::Ignored).unwrap();
+        }
+        assert_eq!(g.limiter().inflight(), 0);
+    }
+
+    #[test]
+    fn expiry_hints_do_not_depend_on_the_poll_buffer_size() {
+        // The same CoDel-sloughing sequence polled 16 events at a time and 1 at a time.
+        let run = |batch: usize| {
+            let cfg = GateConfig { limiter: fixed(1.0, 1), ..GateConfig::default() };
+            let g: Gate<32> = Gate::new(&cfg).unwrap();
+            let mut permit = admitted(g.arrive(0, P0, None));
+            // Tickets carry the gate's id: compare by arrival order instead.
+            let order: Vec<Ticket> = (1..=20).map(|k| queued(g.arrive(k * MS, P0, None))).collect();
+            let idx = |t: Ticket| order.iter().position(|&o| o == t).unwrap();
+            let mut seen = Vec::new();
+            for step in 1..=6u64 {
+                let now = step * 60 * MS;
+                g.release(permit, now, Outcome::Success).unwrap();
+                let mut granted = None;
+                loop {
+                    let mut out: [Option<Event>; 16] = Default::default();
+                    let n = g.poll(now, &mut out[..batch]);
+                    for e in out.iter_mut().take(n) {
+                        match e.take().unwrap() {
+                            Event::Granted(t, p) => {
+                                seen.push((idx(t), None, 0));
+                                granted = Some(p);
+                            }
+                            Event::Expired(t, r) => {
+                                seen.push((idx(t), Some(r.reason), r.retry_after));
+                            }
+                        }
+                    }
+                    if n < batch {
+                        break;
+                    }
+                }
+                match granted {
+                    Some(p) => permit = p,
+                    None => return seen,
+                }
+            }
+            seen
+        };
+        let roomy = run(16);
+        assert!(roomy.iter().any(|(_, r, _)| *r == Some(Reason::CodelSlough)), "{roomy:?}");
+        assert_eq!(run(1), roomy);
     }
 
     #[test]
