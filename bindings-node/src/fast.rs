@@ -46,7 +46,12 @@ pub fn refuse(r: Rejected) -> f64 {
 
 pub(crate) type Args<const N: usize> = ([sys::napi_value; N], usize);
 
-/// Reads up to `N` arguments; returns them and how many were passed.
+/// Reads up to `N` arguments; returns them and how many were passed (which may exceed
+/// `N`). N-API fills the slots of arguments not passed with `undefined`; if the call fails
+/// the slots stay NULL, which every N-API getter refuses with a status (no dereference).
+///
+/// # Safety
+/// `env` and `info` must be the arguments N-API passed to the [`Callback`] now running.
 #[inline]
 pub(crate) unsafe fn args<const N: usize>(
     env: sys::napi_env,
@@ -54,7 +59,9 @@ pub(crate) unsafe fn args<const N: usize>(
 ) -> Args<N> {
     let mut argv = [ptr::null_mut(); N];
     let mut argc = N;
-    // SAFETY: `argv` has room for `argc` values; env/info come from N-API.
+    // SAFETY: env/info are the running callback's (this fn's contract); `argv` has room for
+    // `argc` = N values and N-API writes at most that many; `this` and `data` are not wanted
+    // (NULL out-pointers are allowed for them).
     unsafe {
         sys::napi_get_cb_info(
             env,
@@ -68,12 +75,18 @@ pub(crate) unsafe fn args<const N: usize>(
     (argv, argc)
 }
 
+/// `v` as a double, or NaN if it is not a number (or NULL).
+///
+/// # Safety
+/// `env` must be the running callback's env and `v` NULL or a value of that callback
+/// (one of its arguments).
 #[inline]
 pub(crate) unsafe fn number(env: sys::napi_env, v: sys::napi_value) -> f64 {
     let mut out = 0.0;
     let mut status = sys::Status::napi_number_expected;
     if !v.is_null() {
-        // SAFETY: valid env/value from the callback.
+        // SAFETY: env and `v` (non-NULL, checked) are the running callback's (this fn's
+        // contract); a non-number returns `napi_number_expected` and leaves `out` alone.
         status = unsafe { sys::napi_get_value_double(env, v, &mut out) };
     }
     if status == sys::Status::napi_ok {
@@ -83,14 +96,25 @@ pub(crate) unsafe fn number(env: sys::napi_env, v: sys::napi_value) -> f64 {
     }
 }
 
+/// `x` as a JS number, to return from the callback (NULL, i.e. `undefined`, if N-API
+/// fails).
+///
+/// # Safety
+/// `env` must be the running callback's env.
 #[inline]
 pub(crate) unsafe fn ret(env: sys::napi_env, x: f64) -> sys::napi_value {
     let mut out = ptr::null_mut();
-    // SAFETY: valid env.
+    // SAFETY: env is the running callback's (this fn's contract); `out` is a valid
+    // out-pointer, left NULL on failure.
     unsafe { sys::napi_create_double(env, x, &mut out) };
     out
 }
 
+/// Throws a `RangeError` (`range`) or `TypeError` with `code` and `msg`; returns NULL for
+/// the callback to return.
+///
+/// # Safety
+/// `env` must be the running callback's env.
 #[cold]
 pub(crate) unsafe fn throw(
     env: sys::napi_env,
@@ -100,7 +124,9 @@ pub(crate) unsafe fn throw(
 ) -> sys::napi_value {
     let code = CString::new(code).unwrap_or_default();
     let msg = CString::new(msg).unwrap_or_default();
-    // SAFETY: valid env and NUL-terminated strings that outlive the call.
+    // SAFETY: env is the running callback's (this fn's contract); `code` and `msg` are
+    // NUL-terminated and live until the end of this fn, and N-API copies them. If an
+    // exception is already pending, N-API returns a status and throws nothing.
     unsafe {
         if range {
             sys::napi_throw_range_error(env, code.as_ptr(), msg.as_ptr());
@@ -111,18 +137,27 @@ pub(crate) unsafe fn throw(
     ptr::null_mut()
 }
 
+/// Throws the `TypeError` of a wrong handle; returns NULL for the callback to return.
+///
+/// # Safety
+/// `env` must be the running callback's env.
 #[cold]
 pub(crate) unsafe fn bad_handle(env: sys::napi_env) -> sys::napi_value {
-    // SAFETY: valid env.
+    // SAFETY: env is the running callback's (this fn's contract), as `throw` requires.
     unsafe { throw(env, false, "SG_BAD_HANDLE", "surgeguard: not a handle of this kind") }
 }
 
 /// The object behind argument 0, or a thrown TypeError.
 macro_rules! handle_arg {
     ($env:expr, $argv:expr, $t:ty) => {
-        // SAFETY: env and argv come from this callback.
+        // SAFETY: env and argv[0] are the running callback's (argv[0] is `undefined` if not
+        // passed, which `get` refuses); the `&$t` is used only until the callback returns,
+        // while the argument list keeps the external alive. `get`'s last condition (no
+        // external of other native code) rests on the facade, which passes only handles:
+        // see `handle::get`.
         match unsafe { $crate::handle::get::<$t>($env, $argv[0]) } {
             Some(h) => h,
+            // SAFETY: env is the running callback's.
             None => return unsafe { $crate::fast::bad_handle($env) },
         }
     };
@@ -132,11 +167,13 @@ macro_rules! handle_arg {
 macro_rules! now {
     ($env:expr, $argv:expr, $argc:expr, $i:expr) => {
         if $argc > $i {
-            // SAFETY: env and argv come from this callback.
+            // SAFETY: env and argv[$i] are the running callback's ($i < N, so the slot was
+            // filled by `args`).
             match unsafe { bigint_now($env, $argv[$i]) } {
                 Ok(Some(t)) => t,
                 Ok(None) => $crate::clock::now_ns(),
                 Err(()) => {
+                    // SAFETY: env is the running callback's.
                     return unsafe {
                         throw(
                             $env,
@@ -144,7 +181,7 @@ macro_rules! now {
                             "SG_BAD_NOW",
                             "nowNs must be a non-negative BigInt below 2^64",
                         )
-                    }
+                    };
                 }
             }
         } else {
@@ -154,13 +191,17 @@ macro_rules! now {
 }
 
 /// `Ok(None)` for undefined, `Ok(Some(ns))` for a valid BigInt, `Err` otherwise.
+///
+/// # Safety
+/// `env` must be the running callback's env and `v` NULL or a value of that callback.
 #[inline]
 pub(crate) unsafe fn bigint_now(
     env: sys::napi_env,
     v: sys::napi_value,
 ) -> std::result::Result<Option<u64>, ()> {
     let mut t = sys::ValueType::napi_undefined;
-    // SAFETY: valid env/value.
+    // SAFETY: env and `v` are the running callback's (this fn's contract); `t` is a valid
+    // out-pointer (a NULL `v` returns `napi_invalid_arg` and leaves it `undefined`).
     unsafe { sys::napi_typeof(env, v, &mut t) };
     if t == sys::ValueType::napi_undefined {
         return Ok(None);
@@ -170,7 +211,7 @@ pub(crate) unsafe fn bigint_now(
     }
     let mut out = 0u64;
     let mut lossless = false;
-    // SAFETY: valid env/value of BigInt type.
+    // SAFETY: env and `v` as above, `v` checked to be a BigInt; both out-pointers are valid.
     let status = unsafe { sys::napi_get_value_bigint_uint64(env, v, &mut out, &mut lossless) };
     if status != sys::Status::napi_ok || !lossless {
         return Err(());
@@ -181,11 +222,12 @@ pub(crate) unsafe fn bigint_now(
 /// A level argument: a whole number below `levels`.
 macro_rules! level {
     ($env:expr, $v:expr, $levels:expr) => {{
-        // SAFETY: env and value come from this callback.
+        // SAFETY: env and the value are the running callback's (an argument from `args`).
         let x = unsafe { number($env, $v) };
         if x >= 0.0 && x < f64::from($levels) && x.fract() == 0.0 {
             Priority::new(x as u8).expect("below levels ≤ 8")
         } else {
+            // SAFETY: env is the running callback's.
             return unsafe { throw($env, true, "SG_BAD_LEVEL", "priority out of range") };
         }
     }};
@@ -194,14 +236,15 @@ macro_rules! level {
 /// An outcome argument: 0, 1 or 2.
 macro_rules! outcome {
     ($env:expr, $v:expr) => {{
-        // SAFETY: env and value come from this callback.
+        // SAFETY: env and the value are the running callback's (an argument from `args`).
         let x = unsafe { number($env, $v) };
         match x {
             0.0 => Outcome::Success,
             1.0 => Outcome::Dropped,
             2.0 => Outcome::Ignored,
             _ => {
-                return unsafe { throw($env, true, "SG_BAD_OUTCOME", "outcome must be 0, 1 or 2") }
+                // SAFETY: env is the running callback's.
+                return unsafe { throw($env, true, "SG_BAD_OUTCOME", "outcome must be 0, 1 or 2") };
             }
         }
     }};
@@ -210,11 +253,12 @@ macro_rules! outcome {
 /// A whole-number argument in `[0, max]`.
 macro_rules! count {
     ($env:expr, $v:expr, $max:expr, $what:expr) => {{
-        // SAFETY: env and value come from this callback.
+        // SAFETY: env and the value are the running callback's (an argument from `args`).
         let x = unsafe { number($env, $v) };
         if x >= 0.0 && x <= $max as f64 && x.fract() == 0.0 {
             x
         } else {
+            // SAFETY: env is the running callback's.
             return unsafe { throw($env, true, "SG_BAD_ARG", $what) };
         }
     }};
@@ -226,35 +270,48 @@ pub(crate) use {count, handle_arg, level, now, outcome};
 // ---------------------------------------------------------------------------------------
 // Shared
 
+/// # Safety
+/// Called only by N-API, as a [`Callback`].
 unsafe extern "C" fn last_retry_after_ms(
     env: sys::napi_env,
     _info: sys::napi_callback_info,
 ) -> sys::napi_value {
     let ns = LAST_RETRY_NS.with(Cell::get);
-    // SAFETY: valid env.
+    // SAFETY: env is this callback's, open until it returns.
     unsafe { ret(env, crate::convert::ns_to_ms(ns)) }
 }
 
+/// # Safety
+/// Called only by N-API, as a [`Callback`].
 unsafe extern "C" fn now_ms(env: sys::napi_env, _info: sys::napi_callback_info) -> sys::napi_value {
-    // SAFETY: valid env.
+    // SAFETY: env is this callback's, open until it returns.
     unsafe { ret(env, crate::convert::ns_to_ms(crate::clock::now_ns())) }
 }
 
 /// The floor of the benchmarks: a raw callback that reads its arguments (a handle-shaped
 /// value and a number) and returns the number, doing nothing else.
+///
+/// # Safety
+/// Called only by N-API, as a [`Callback`].
 unsafe extern "C" fn floor(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    // SAFETY: env and info are what N-API passed to this callback (the `Callback` contract).
     let (argv, _argc) = unsafe { args::<2>(env, info) };
+    // SAFETY: env is this callback's; argv[1] one of its arguments (`undefined` if absent).
     let x = unsafe { number(env, argv[1]) };
+    // SAFETY: env is this callback's, open until it returns.
     unsafe { ret(env, x) }
 }
 
 // ---------------------------------------------------------------------------------------
 // Limiter: limiterAcquire(h, level[, nowNs]) / limiterRelease(h, id, outcome[, nowNs])
 
+/// # Safety
+/// Called only by N-API, as a [`Callback`].
 unsafe extern "C" fn limiter_acquire(
     env: sys::napi_env,
     info: sys::napi_callback_info,
 ) -> sys::napi_value {
+    // SAFETY: env and info are what N-API passed to this callback (the `Callback` contract).
     let (argv, argc) = unsafe { args::<3>(env, info) };
     let h = handle_arg!(env, argv, LimiterInner);
     let level = level!(env, argv[1], h.levels);
@@ -266,15 +323,20 @@ unsafe extern "C" fn limiter_acquire(
         }),
         Err(r) => refuse(r),
     };
+    // SAFETY: env is this callback's, open until it returns.
     unsafe { ret(env, r) }
 }
 
+/// # Safety
+/// Called only by N-API, as a [`Callback`].
 unsafe extern "C" fn limiter_release(
     env: sys::napi_env,
     info: sys::napi_callback_info,
 ) -> sys::napi_value {
+    // SAFETY: env and info are what N-API passed to this callback (the `Callback` contract).
     let (argv, argc) = unsafe { args::<4>(env, info) };
     let h = handle_arg!(env, argv, LimiterInner);
+    // SAFETY: env is this callback's; argv[1] one of its arguments (`undefined` if absent).
     let id = unsafe { number(env, argv[1]) };
     let outcome = outcome!(env, argv[2]);
     let now = now!(env, argv, argc, 3);
@@ -285,52 +347,69 @@ unsafe extern "C" fn limiter_release(
         },
         None => -1.0,
     };
+    // SAFETY: env is this callback's, open until it returns.
     unsafe { ret(env, r) }
 }
 
 // ---------------------------------------------------------------------------------------
 // CircuitBreaker: breakerAcquire(h[, nowNs]) / breakerRecord(h, id, outcome[, nowNs])
 
+/// # Safety
+/// Called only by N-API, as a [`Callback`].
 unsafe extern "C" fn breaker_acquire(
     env: sys::napi_env,
     info: sys::napi_callback_info,
 ) -> sys::napi_value {
+    // SAFETY: env and info are what N-API passed to this callback (the `Callback` contract).
     let (argv, argc) = unsafe { args::<2>(env, info) };
     let h = handle_arg!(env, argv, BreakerInner);
     let now = now!(env, argv, argc, 1);
+    // SAFETY: env is this callback's, open until it returns.
     unsafe { ret(env, h.acquire(now)) }
 }
 
+/// # Safety
+/// Called only by N-API, as a [`Callback`].
 unsafe extern "C" fn breaker_record(
     env: sys::napi_env,
     info: sys::napi_callback_info,
 ) -> sys::napi_value {
+    // SAFETY: env and info are what N-API passed to this callback (the `Callback` contract).
     let (argv, argc) = unsafe { args::<4>(env, info) };
     let h = handle_arg!(env, argv, BreakerInner);
+    // SAFETY: env is this callback's; argv[1] one of its arguments (`undefined` if absent).
     let id = unsafe { number(env, argv[1]) };
     let outcome = outcome!(env, argv[2]);
     let now = now!(env, argv, argc, 3);
+    // SAFETY: env is this callback's, open until it returns.
     unsafe { ret(env, h.record(id, now, outcome)) }
 }
 
 // ---------------------------------------------------------------------------------------
 // RetryBudget: budgetDeposit(h[, nowNs]) / budgetTryWithdraw(h[, nowNs]) -> 0 | -reason
 
+/// # Safety
+/// Called only by N-API, as a [`Callback`].
 unsafe extern "C" fn budget_deposit(
     env: sys::napi_env,
     info: sys::napi_callback_info,
 ) -> sys::napi_value {
+    // SAFETY: env and info are what N-API passed to this callback (the `Callback` contract).
     let (argv, argc) = unsafe { args::<2>(env, info) };
     let h = handle_arg!(env, argv, BudgetInner);
     let now = now!(env, argv, argc, 1);
     h.core.deposit(now);
+    // SAFETY: env is this callback's, open until it returns.
     unsafe { ret(env, 0.0) }
 }
 
+/// # Safety
+/// Called only by N-API, as a [`Callback`].
 unsafe extern "C" fn budget_try_withdraw(
     env: sys::napi_env,
     info: sys::napi_callback_info,
 ) -> sys::napi_value {
+    // SAFETY: env and info are what N-API passed to this callback (the `Callback` contract).
     let (argv, argc) = unsafe { args::<2>(env, info) };
     let h = handle_arg!(env, argv, BudgetInner);
     let now = now!(env, argv, argc, 1);
@@ -338,45 +417,59 @@ unsafe extern "C" fn budget_try_withdraw(
         Ok(()) => 0.0,
         Err(r) => refuse(r),
     };
+    // SAFETY: env is this callback's, open until it returns.
     unsafe { ret(env, r) }
 }
 
 // ---------------------------------------------------------------------------------------
 // AdaptiveThrottle: throttleCheck(h[, nowNs]) -> 0 | -reason; throttleRecord(h, accepted[, nowNs])
 
+/// # Safety
+/// Called only by N-API, as a [`Callback`].
 unsafe extern "C" fn throttle_check(
     env: sys::napi_env,
     info: sys::napi_callback_info,
 ) -> sys::napi_value {
+    // SAFETY: env and info are what N-API passed to this callback (the `Callback` contract).
     let (argv, argc) = unsafe { args::<2>(env, info) };
     let h = handle_arg!(env, argv, AdaptiveThrottleInner);
     let now = now!(env, argv, argc, 1);
+    // SAFETY: env is this callback's, open until it returns.
     unsafe { ret(env, h.check(now)) }
 }
 
+/// # Safety
+/// Called only by N-API, as a [`Callback`].
 unsafe extern "C" fn throttle_record(
     env: sys::napi_env,
     info: sys::napi_callback_info,
 ) -> sys::napi_value {
+    // SAFETY: env and info are what N-API passed to this callback (the `Callback` contract).
     let (argv, argc) = unsafe { args::<3>(env, info) };
     let h = handle_arg!(env, argv, AdaptiveThrottleInner);
     let mut accepted = false;
-    // SAFETY: valid env/value.
+    // SAFETY: env is this callback's and argv[1] one of its arguments (`undefined` if not
+    // passed: `napi_boolean_expected`, `accepted` untouched); `accepted` is a valid out-pointer.
     if unsafe { sys::napi_get_value_bool(env, argv[1], &mut accepted) } != sys::Status::napi_ok {
+        // SAFETY: env is this callback's.
         return unsafe { throw(env, false, "SG_BAD_ARG", "accepted must be a boolean") };
     }
     let now = now!(env, argv, argc, 2);
     h.core.record(now, accepted);
+    // SAFETY: env is this callback's, open until it returns.
     unsafe { ret(env, 0.0) }
 }
 
 // ---------------------------------------------------------------------------------------
 // RateLimiter: rateCheck(h, cost[, nowNs]) -> 0 | -reason
 
+/// # Safety
+/// Called only by N-API, as a [`Callback`].
 unsafe extern "C" fn rate_check(
     env: sys::napi_env,
     info: sys::napi_callback_info,
 ) -> sys::napi_value {
+    // SAFETY: env and info are what N-API passed to this callback (the `Callback` contract).
     let (argv, argc) = unsafe { args::<3>(env, info) };
     let h = handle_arg!(env, argv, RateInner);
     let cost = count!(env, argv[1], u32::MAX, "cost must be a whole number in [0, 2^32)");
@@ -385,6 +478,7 @@ unsafe extern "C" fn rate_check(
         Ok(()) => 0.0,
         Err(r) => refuse(r),
     };
+    // SAFETY: env is this callback's, open until it returns.
     unsafe { ret(env, r) }
 }
 
@@ -394,31 +488,45 @@ unsafe extern "C" fn rate_check(
 /// Keys up to this many UTF-8 bytes are hashed from a stack buffer; longer ones allocate.
 const KEY_STACK: usize = 256;
 
+/// # Safety
+/// Called only by N-API, as a [`Callback`].
 unsafe extern "C" fn keyed_acquire(
     env: sys::napi_env,
     info: sys::napi_callback_info,
 ) -> sys::napi_value {
+    // SAFETY: env and info are what N-API passed to this callback (the `Callback` contract).
     let (argv, argc) = unsafe { args::<4>(env, info) };
     let h = handle_arg!(env, argv, KeyedInner);
+    // SAFETY: env is this callback's and argv[1] one of its arguments.
     let Some(hash) = (unsafe { hash_string_arg(env, argv[1], h.seed()) }) else {
+        // SAFETY: env is this callback's.
         return unsafe { throw(env, false, "SG_BAD_ARG", "key must be a string") };
     };
     let cost = count!(env, argv[2], u32::MAX, "cost must be a whole number in [0, 2^32)");
     let now = now!(env, argv, argc, 3);
+    // SAFETY: env is this callback's, open until it returns.
     unsafe { ret(env, h.acquire(hash, now, cost as u32)) }
 }
 
+/// # Safety
+/// Called only by N-API, as a [`Callback`].
 unsafe extern "C" fn keyed_release(
     env: sys::napi_env,
     info: sys::napi_callback_info,
 ) -> sys::napi_value {
+    // SAFETY: env and info are what N-API passed to this callback (the `Callback` contract).
     let (argv, _argc) = unsafe { args::<2>(env, info) };
     let h = handle_arg!(env, argv, KeyedInner);
+    // SAFETY: env is this callback's; argv[1] one of its arguments (`undefined` if absent).
     let id = unsafe { number(env, argv[1]) };
+    // SAFETY: env is this callback's, open until it returns.
     unsafe { ret(env, h.release(id)) }
 }
 
 /// `hash_key(seed, utf8(v))`, or `None` if `v` is not a string.
+///
+/// # Safety
+/// `env` must be the running callback's env and `v` NULL or a value of that callback.
 pub(crate) unsafe fn hash_string_arg(
     env: sys::napi_env,
     v: sys::napi_value,
@@ -426,7 +534,9 @@ pub(crate) unsafe fn hash_string_arg(
 ) -> Option<u64> {
     let mut buf = [0u8; KEY_STACK];
     let mut len = 0usize;
-    // SAFETY: `buf` has KEY_STACK bytes; N-API writes at most bufsize-1 plus a NUL.
+    // SAFETY: env and `v` are the running callback's (this fn's contract; a non-string
+    // returns `napi_string_expected` and writes nothing); `buf` is writable for KEY_STACK
+    // bytes, and N-API writes at most KEY_STACK - 1 of them plus a NUL.
     let status = unsafe {
         sys::napi_get_value_string_utf8(
             env,
@@ -444,10 +554,13 @@ pub(crate) unsafe fn hash_string_arg(
     }
     // Possibly truncated: ask for the full length and copy again.
     let mut full = 0usize;
-    // SAFETY: a null buffer asks for the length only.
+    // SAFETY: env and `v` as above (`v` is a string); a NULL buffer makes N-API write only
+    // the length, to `full`.
     unsafe { sys::napi_get_value_string_utf8(env, v, ptr::null_mut(), 0, &mut full) };
     let mut big = vec![0u8; full + 1];
-    // SAFETY: `big` has full+1 bytes.
+    // SAFETY: env and `v` as above; `big` is writable for the `full + 1` bytes passed as
+    // its size, and N-API writes at most `full` of them plus a NUL. (`&big[..len]` below
+    // is bounds-checked: a failure here would panic, which aborts in an `extern "C"` fn.)
     unsafe {
         sys::napi_get_value_string_utf8(
             env,
@@ -463,6 +576,14 @@ pub(crate) unsafe fn hash_string_arg(
 // ---------------------------------------------------------------------------------------
 // Registration
 
+/// A raw hot-path callback, as registered by [`create_fast_object`].
+///
+/// # Safety
+/// Only N-API calls these: `env` is the env of the JS thread making the call and `info`
+/// that call's callback info, both valid until the callback returns, and no JS runs while
+/// it does. Every `unsafe` block in a callback relies on this; reading the handle also
+/// relies on the facade passing only handles (see [`crate::handle::get`]). A panic inside
+/// one aborts the process (it cannot unwind out of an `extern "C"` fn).
 pub(crate) type Callback =
     unsafe extern "C" fn(sys::napi_env, sys::napi_callback_info) -> sys::napi_value;
 
@@ -488,7 +609,9 @@ pub fn create_fast_object(env: &Env) -> Result<Object<'_>> {
     let mut obj = Object::new(env)?;
     for (name, cb) in FAST.iter().chain(crate::gate::FAST) {
         let mut f = ptr::null_mut();
-        // SAFETY: valid env; `name` outlives the call (N-API copies it); no data pointer.
+        // SAFETY: `env` is the live env napi-rs gave `init`; `name` is valid for its
+        // `len` bytes (N-API copies it); `cb` is a `Callback` (N-API passes it a valid
+        // env/info on every call); no data pointer; `f` is a valid out-pointer.
         let status = unsafe {
             sys::napi_create_function(
                 env.raw(),
@@ -502,7 +625,8 @@ pub fn create_fast_object(env: &Env) -> Result<Object<'_>> {
         if status != sys::Status::napi_ok {
             return Err(Error::new(Status::GenericFailure, format!("could not create {name}")));
         }
-        // SAFETY: `f` was just created in `env`.
+        // SAFETY: `f` is a function value N-API just created in `env` (status checked), and
+        // it is used while `env`'s handle scope is open.
         obj.set(name, unsafe { Unknown::from_raw_unchecked(env.raw(), f) })?;
     }
     Ok(obj)

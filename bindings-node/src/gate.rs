@@ -452,25 +452,33 @@ impl NativeGate {
 // Gate: gateTryAcquire(h, level[, nowNs]), gateArrive(h, level, timeoutMs[, nowNs]),
 // gateRelease(h, id, outcome[, nowNs]) -> waiters left
 
+/// # Safety
+/// Called only by N-API, as a [`Callback`].
 unsafe extern "C" fn gate_try_acquire(
     env: sys::napi_env,
     info: sys::napi_callback_info,
 ) -> sys::napi_value {
+    // SAFETY: env and info are what N-API passed to this callback (the `Callback` contract).
     let (argv, argc) = unsafe { args::<3>(env, info) };
     let h = handle_arg!(env, argv, GateInner);
     let level = level!(env, argv[1], h.levels);
     let now = now!(env, argv, argc, 2);
+    // SAFETY: env is this callback's, open until it returns.
     unsafe { ret(env, h.try_acquire(now, level)) }
 }
 
+/// # Safety
+/// Called only by N-API, as a [`Callback`].
 unsafe extern "C" fn gate_arrive(
     env: sys::napi_env,
     info: sys::napi_callback_info,
 ) -> sys::napi_value {
+    // SAFETY: env and info are what N-API passed to this callback (the `Callback` contract).
     let (argv, argc) = unsafe { args::<4>(env, info) };
     let h = handle_arg!(env, argv, GateInner);
     let level = level!(env, argv[1], h.levels);
     // timeoutMs: a non-negative number, or -1 for none.
+    // SAFETY: env is this callback's; argv[2] one of its arguments (`undefined` if absent).
     let timeout = unsafe { number(env, argv[2]) };
     let now = now!(env, argv, argc, 3);
     let deadline = if timeout == -1.0 {
@@ -478,22 +486,29 @@ unsafe extern "C" fn gate_arrive(
     } else if (0.0..1e15).contains(&timeout) {
         Some(now.saturating_add((timeout * crate::convert::MS).round() as u64))
     } else {
+        // SAFETY: env is this callback's.
         return unsafe {
             throw(env, true, "SG_BAD_ARG", "timeoutMs must be a finite number ≥ 0")
         };
     };
+    // SAFETY: env is this callback's, open until it returns.
     unsafe { ret(env, h.arrive(now, level, deadline)) }
 }
 
+/// # Safety
+/// Called only by N-API, as a [`Callback`].
 unsafe extern "C" fn gate_release(
     env: sys::napi_env,
     info: sys::napi_callback_info,
 ) -> sys::napi_value {
+    // SAFETY: env and info are what N-API passed to this callback (the `Callback` contract).
     let (argv, argc) = unsafe { args::<4>(env, info) };
     let h = handle_arg!(env, argv, GateInner);
+    // SAFETY: env is this callback's; argv[1] one of its arguments (`undefined` if absent).
     let id = unsafe { number(env, argv[1]) };
     let outcome = outcome!(env, argv[2]);
     let now = now!(env, argv, argc, 3);
+    // SAFETY: env is this callback's, open until it returns.
     unsafe { ret(env, h.release(id, now, outcome)) }
 }
 

@@ -27,9 +27,15 @@ struct HandleBox<T> {
     inner: Rc<T>,
 }
 
+/// Frees a handle's box when its external is collected.
+///
+/// # Safety
+/// Only as the finalizer of an external made by `new_handle::<T>` (same `T`), with that
+/// external's `data`: N-API calls it once, on the JS thread that owns the `Rc`.
 unsafe extern "C" fn finalize<T>(_env: sys::napi_env, data: *mut c_void, _hint: *mut c_void) {
-    // SAFETY: `data` is the `Box<HandleBox<T>>` leaked by `new_handle::<T>`; N-API calls the
-    // finalizer exactly once, when the external is collected.
+    // SAFETY: per this fn's contract, `data` is the `Box<HandleBox<T>>` that
+    // `new_handle::<T>` leaked with `Box::into_raw`, reclaimed here exactly once; the `Rc`
+    // inside is dropped on its own thread.
     drop(unsafe { Box::from_raw(data.cast::<HandleBox<T>>()) });
 }
 
@@ -37,7 +43,9 @@ unsafe extern "C" fn finalize<T>(_env: sys::napi_env, data: *mut c_void, _hint: 
 pub fn new_handle<'env, T: Tagged>(env: &'env Env, inner: &Rc<T>) -> Result<Unknown<'env>> {
     let data = Box::into_raw(Box::new(HandleBox { tag: T::TAG, inner: Rc::clone(inner) }));
     let mut value = ptr::null_mut();
-    // SAFETY: a valid env from napi-rs; `data` stays valid until `finalize::<T>` frees it.
+    // SAFETY: `env` is a live env from napi-rs (this runs inside a napi-rs call on its
+    // thread); `data` is a leaked `Box<HandleBox<T>>`, valid until `finalize::<T>` (the
+    // matching finalizer) frees it; `value` is a valid out-pointer.
     let status = unsafe {
         sys::napi_create_external(
             env.raw(),
@@ -48,11 +56,13 @@ pub fn new_handle<'env, T: Tagged>(env: &'env Env, inner: &Rc<T>) -> Result<Unkn
         )
     };
     if status != sys::Status::napi_ok {
-        // SAFETY: N-API did not take ownership; reclaim the box.
+        // SAFETY: the call failed, so N-API did not take `data` and will never call the
+        // finalizer; `data` came from `Box::into_raw` above and is reclaimed once.
         drop(unsafe { Box::from_raw(data) });
         return Err(Error::new(Status::GenericFailure, "could not create a handle"));
     }
-    // SAFETY: `value` was just created in `env`.
+    // SAFETY: `value` is an external N-API just created in `env` (status checked); the
+    // `Unknown` is tied to `env`'s lifetime.
     Ok(unsafe { Unknown::from_raw_unchecked(env.raw(), value) })
 }
 
@@ -60,11 +70,17 @@ pub fn new_handle<'env, T: Tagged>(env: &'env Env, inner: &Rc<T>) -> Result<Unkn
 ///
 /// # Safety
 /// `env` and `value` must come from the current callback; the returned reference must not
-/// outlive it (the external is kept alive by the argument list for that long).
+/// outlive it (the external is kept alive by the argument list for that long). `value`
+/// must not be an external made by other native code (another addon, or napi-rs): such an
+/// external's data is read as a `HandleBox` tag, which is undefined behaviour unless it
+/// points at 8 readable, aligned bytes. Nothing here can check that; the facade never
+/// passes such values, but JS calling `fast.*` directly could.
 #[inline]
 pub unsafe fn get<'a, T: Tagged>(env: sys::napi_env, value: sys::napi_value) -> Option<&'a T> {
     let mut data: *mut c_void = ptr::null_mut();
-    // SAFETY: per the caller's contract; a non-external value returns an error status.
+    // SAFETY: env and `value` are the current callback's (this fn's contract; a NULL or
+    // non-external `value` returns an error status and leaves `data` NULL); `data` is a valid
+    // out-pointer.
     let status = unsafe { sys::napi_get_value_external(env, value, &mut data) };
     if status != sys::Status::napi_ok || data.is_null() {
         return None;
@@ -73,7 +89,11 @@ pub unsafe fn get<'a, T: Tagged>(env: sys::napi_env, value: sys::napi_value) -> 
     // is a tag. Reading one aligned word of another module's external is the accepted risk
     // of a private handle API (the facade never passes foreign externals).
     let boxed = data.cast::<HandleBox<T>>();
-    // SAFETY: `data` is non-null and, for our externals, a live `HandleBox`.
+    // SAFETY: `data` is non-NULL and, by this fn's contract, the data of an external made by
+    // `new_handle::<U>` for some `U`: a live `Box<HandleBox<U>>` (the external is alive, so
+    // its finalizer has not run). `repr(C)` puts `tag` first at every `U`, so reading it
+    // as `HandleBox<T>` is in bounds; equal tags mean `U == T` (tags are unique per type),
+    // so `inner` is an `Rc<T>`, which keeps the `T` alive as long as the external.
     unsafe {
         if (*boxed).tag != T::TAG {
             return None;

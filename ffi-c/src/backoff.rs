@@ -73,9 +73,14 @@ object!(sg_backoff, BackoffState, 0x5347_424B_4F46_4600);
 
 mod backoff_make {
     use super::*;
-    /// SAFETY: `cfg` must be NULL or readable.
+    /// Builds the object's core structure from a C config (for `_new` and `_init`).
+    ///
+    /// # Safety
+    /// `cfg` must be NULL or valid for reads of one `sg_backoff_config` for the duration of the
+    /// call (the crate's contract).
     pub(super) unsafe fn make(cfg: *const sg_backoff_config) -> Res<BackoffState> {
-        // SAFETY: the caller's contract.
+        // SAFETY: this fn's contract: `cfg` is NULL (`input` refuses it) or readable for
+        // one `sg_backoff_config` during the call; the borrow does not outlive it.
         let c = unsafe { input(cfg)? };
         let jitter = match c.jitter {
             SG_JITTER_NONE => Jitter::None,

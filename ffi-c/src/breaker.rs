@@ -102,9 +102,14 @@ object!(sg_breaker, CircuitBreaker, 0x5347_4252_4B52_0000);
 
 mod breaker_make {
     use super::*;
-    /// SAFETY: `cfg` must be NULL or readable.
+    /// Builds the object's core structure from a C config (for `_new` and `_init`).
+    ///
+    /// # Safety
+    /// `cfg` must be NULL or valid for reads of one `sg_breaker_config` for the duration of the
+    /// call (the crate's contract).
     pub(super) unsafe fn make(cfg: *const sg_breaker_config) -> Res<CircuitBreaker> {
-        // SAFETY: the caller's contract.
+        // SAFETY: this fn's contract: `cfg` is NULL (`input` refuses it) or readable for
+        // one `sg_breaker_config` during the call; the borrow does not outlive it.
         let c = unsafe { input(cfg)? };
         let window = match c.window_kind {
             SG_BREAKER_WINDOW_COUNT => BreakerWindow::Count(c.window_count),
@@ -222,7 +227,9 @@ pub unsafe extern "C" fn sg_breaker_record(
     latency_ns: u64,
 ) -> sg_status {
     ffi(|| {
-        // SAFETY: the crate's contract for `permit`.
+        // SAFETY: the crate's contract for `permit`: NULL or an `sg_permit` readable for the
+        // call. FIXME(soundness): `take`/`restore` then write its state word through this
+        // shared borrow (see `sg_permit::cell` in permit.rs).
         let permit = unsafe { input(permit.cast_const())? };
         let outcome = self::outcome(outcome)?;
         // SAFETY: the crate's contract for `breaker`.

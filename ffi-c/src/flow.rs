@@ -46,9 +46,14 @@ pub struct sg_credits {
 }
 object!(sg_credits, Credits, 0x5347_4352_4544_4900);
 
-/// SAFETY: `cfg` must be NULL or readable.
+/// Builds the object's core structure from a C config (for `_new` and `_init`).
+///
+/// # Safety
+/// `cfg` must be NULL or valid for reads of one `sg_credits_config` for the duration of the call
+/// (the crate's contract).
 unsafe fn make(cfg: *const sg_credits_config) -> Res<Credits> {
-    // SAFETY: the caller's contract.
+    // SAFETY: this fn's contract: `cfg` is NULL (`input` refuses it) or readable for
+    // one `sg_credits_config` during the call; the borrow does not outlive it.
     let c = unsafe { input(cfg)? };
     Ok(Credits::new(CreditsConfig { capacity: c.capacity, low_water: c.low_water })?)
 }
@@ -344,9 +349,14 @@ object!(sg_lag_meter, Meter, 0x5347_4C41_474D_5400);
 
 mod lag_make {
     use super::*;
-    /// SAFETY: `cfg` must be NULL or readable.
+    /// Builds the object's core structure from a C config (for `_new` and `_init`).
+    ///
+    /// # Safety
+    /// `cfg` must be NULL or valid for reads of one `sg_lag_meter_config` for the duration of the
+    /// call (the crate's contract).
     pub(super) unsafe fn make(cfg: *const sg_lag_meter_config) -> Res<Meter> {
-        // SAFETY: the caller's contract.
+        // SAFETY: this fn's contract: `cfg` is NULL (`input` refuses it) or readable for
+        // one `sg_lag_meter_config` during the call; the borrow does not outlive it.
         let c = unsafe { input(cfg)? };
         Ok(Meter::new(LagMeterConfig { bucket: c.bucket_ns })?)
     }
@@ -669,9 +679,14 @@ object!(sg_watermarks, Watermarks, 0x5347_574D_524B_5300);
 
 mod wm_make {
     use super::*;
-    /// SAFETY: `cfg` must be NULL or readable.
+    /// Builds the object's core structure from a C config (for `_new` and `_init`).
+    ///
+    /// # Safety
+    /// `cfg` must be NULL or valid for reads of one `sg_watermarks_config` for the duration of the
+    /// call (the crate's contract).
     pub(super) unsafe fn make(cfg: *const sg_watermarks_config) -> Res<Watermarks> {
-        // SAFETY: the caller's contract.
+        // SAFETY: this fn's contract: `cfg` is NULL (`input` refuses it) or readable for
+        // one `sg_watermarks_config` during the call; the borrow does not outlive it.
         let c = unsafe { input(cfg)? };
         Ok(Watermarks::new(WatermarksConfig {
             capacity: c.capacity,

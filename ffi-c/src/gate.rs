@@ -194,9 +194,14 @@ object!(sg_gate, Gates, 0x5347_4741_5445_0000);
 
 mod gate_make {
     use super::*;
-    /// SAFETY: `cfg` must be NULL or readable.
+    /// Builds the object's core structure from a C config (for `_new` and `_init`).
+    ///
+    /// # Safety
+    /// `cfg` must be NULL or valid for reads of one `sg_gate_config` for the duration of the call
+    /// (the crate's contract).
     pub(super) unsafe fn make(cfg: *const sg_gate_config) -> Res<Gates> {
-        // SAFETY: the caller's contract.
+        // SAFETY: this fn's contract: `cfg` is NULL (`input` refuses it) or readable for
+        // one `sg_gate_config` during the call; the borrow does not outlive it.
         let c = unsafe { input(cfg)? };
         let core = c.to_core()?;
         Ok(if c.queue_capacity <= 256 {
@@ -315,7 +320,9 @@ pub unsafe extern "C" fn sg_gate_release(
     outcome: u32,
 ) -> sg_status {
     ffi(|| {
-        // SAFETY: the crate's contract for `permit`.
+        // SAFETY: the crate's contract for `permit`: NULL or an `sg_permit` readable for the
+        // call. FIXME(soundness): `take`/`restore` then write its state word through this
+        // shared borrow (see `sg_permit::cell` in permit.rs).
         let permit = unsafe { input(permit.cast_const())? };
         let outcome = self::outcome(outcome)?;
         // SAFETY: the crate's contract for `gate`.

@@ -44,8 +44,10 @@ impl<T> Out<T> {
 
     pub(crate) fn write(self, value: T) {
         // SAFETY: `out` checked the pointer for NULL, and the crate's contract (lib.rs,
-        // "Safety") makes the caller promise it is writable for one `T`. `write` does not
-        // read or drop the old contents, which may be uninitialised.
+        // "Safety") makes the caller promise it is writable (and aligned) for one `T`.
+        // `write` does not read or drop the old contents, which may be uninitialised.
+        // (`out`/`out_opt` are safe fns, so this rests on every caller passing them only
+        // pointer arguments of an exported function, which is the case in this crate.)
         unsafe { self.0.as_ptr().write(value) }
     }
 }
@@ -65,7 +67,8 @@ pub(crate) fn out_opt<T>(p: *mut T) -> Option<Out<T>> {
 /// # Safety
 /// `p` must be NULL or valid for reads of one `T` for `'a` (the crate's contract).
 pub(crate) unsafe fn input<'a, T>(p: *const T) -> Res<&'a T> {
-    // SAFETY: the caller's contract: NULL or valid for reads for `'a`.
+    // SAFETY: this fn's contract: `p` is NULL (`as_ref` gives `None`) or aligned and valid
+    // for reads of one `T` for `'a`, and nothing writes it meanwhile.
     unsafe { p.as_ref() }.ok_or(SG_NULL_ARGUMENT)
 }
 
@@ -197,8 +200,13 @@ pub(crate) unsafe fn with<T: Object, R>(
     p: *const T,
     f: impl FnOnce(&Obj<T::Inner>) -> Res<R>,
 ) -> Res<R> {
-    // SAFETY: the caller's contract: NULL or a handle (pointing at an `Obj`, or storage
-    // holding one) valid for reads; `check` below refuses storage without a live `T`.
+    // SAFETY: this fn's contract: `p` is NULL (`as_ref` gives `None`) or a `T` handle, i.e.
+    // the address of an `Obj<T::Inner>` that `_new` allocated or `_init` wrote, not freed
+    // (storage that `_deinit` ended still holds the `Obj`'s bytes, so the reference stays in
+    // bounds; only the head is read, and `check` then refuses it). The magic check is a
+    // best-effort guard against misuse, not what makes this sound: a handle of another type
+    // or a freed one is outside the contract. The `&Obj` may be shared by several threads at
+    // once: every `Inner` used with `with` is `Sync` (not enforced by a bound today).
     let obj = unsafe { p.cast::<Obj<T::Inner>>().as_ref() }.ok_or(SG_NULL_ARGUMENT)?;
     obj.head().check::<T>()?;
     match catch_unwind(AssertUnwindSafe(|| f(obj))) {
@@ -218,8 +226,9 @@ pub(crate) unsafe fn with_mut<T: Object, R>(
     p: *mut T,
     f: impl FnOnce(&mut Obj<T::Inner>) -> Res<R>,
 ) -> Res<R> {
-    // SAFETY: the caller's contract, as in `with`; exclusive use is the documented
-    // condition of the non-thread-safe types.
+    // SAFETY: this fn's contract, as in `with`; in addition no other thread (and no other
+    // reference) uses the object during the call (the documented condition of the types
+    // that are not thread-safe), so the `&mut` is unique.
     let obj = unsafe { p.cast::<Obj<T::Inner>>().as_mut() }.ok_or(SG_NULL_ARGUMENT)?;
     obj.head().check::<T>()?;
     let head: *const Head = obj.head();
@@ -227,7 +236,11 @@ pub(crate) unsafe fn with_mut<T: Object, R>(
         Ok(r) => r,
         Err(_) => {
             // SAFETY: `head` points into the object, which is still alive (only `_free`
-            // and `_deinit` end it); the `&mut` borrow ended with the closure.
+            // and `_deinit` end it), and the `&mut` given to `f` is dead (the closure has
+            // returned). FIXME(soundness): `head` is derived from `obj`, and passing `obj` to
+            // `f` retags it as unique; Miri under Stacked Borrows reports this read as UB
+            // (Tree Borrows accepts it). Deriving `head` from `p` (`&raw const (*p).head`)
+            // before making `obj` would satisfy both.
             unsafe { &*head }.poison::<T>();
             Err(SG_PANIC)
         }
@@ -246,7 +259,8 @@ pub(crate) unsafe fn new_object<T: Object>(
         let out_handle = out(out_handle)?;
         let inner = make()?;
         let layout = Layout::new::<Obj<T::Inner>>();
-        // SAFETY: an `Obj` holds at least the `Head`, so the layout is not zero-sized.
+        // SAFETY: `alloc` requires a non-zero-sized layout: an `Obj` holds at least the
+        // `Head` (two `u64`s and a `bool`).
         let mem = unsafe { alloc(layout) }.cast::<Obj<T::Inner>>();
         if mem.is_null() {
             return Err(SG_OUT_OF_MEMORY);
@@ -269,7 +283,9 @@ pub(crate) unsafe fn free_object<T: Object>(p: *mut T) {
             return Ok(());
         }
         let p = p.cast::<Obj<T::Inner>>();
-        // SAFETY: the caller's contract: a handle from `_new`, still allocated.
+        // SAFETY: this fn's contract: `p` (non-NULL, checked) came from `_new` and is not yet
+        // freed, so it points at an allocated `Obj`; only its head is read. (A handle from
+        // `_init` is also readable; `end` refuses it because `heap` is false.)
         unsafe { &*p }.head().end::<T>(true)?;
         // SAFETY: `end` confirmed a live heap object, allocated by `new_object` with `Obj`'s
         // layout by the global allocator; it is dropped once (its magic is now DEAD).
@@ -317,7 +333,9 @@ pub(crate) unsafe fn deinit_object<T: Object>(p: *mut T) -> sg_status {
             return Ok(());
         }
         let p = p.cast::<Obj<T::Inner>>();
-        // SAFETY: the caller's contract: storage `_init` wrote; `end` checks it is live.
+        // SAFETY: this fn's contract: `p` (non-NULL, checked) is storage `_init` wrote, so it
+        // holds an `Obj`'s bytes (live, or ended with `DEAD` in the head); only the head is
+        // read, and `end` checks it is live and made by `_init`.
         unsafe { &*p }.head().end::<T>(false)?;
         // SAFETY: a live object, now marked dead, dropped exactly once; the storage stays
         // the caller's (its head still reads DEAD: the `Head` has no drop glue).

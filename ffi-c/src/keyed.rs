@@ -89,9 +89,14 @@ object!(sg_keyed, Table, 0x5347_4B45_5945_4400);
 
 mod keyed_make {
     use super::*;
-    /// SAFETY: `cfg` must be NULL or readable.
+    /// Builds the object's core structure from a C config (for `_new` and `_init`).
+    ///
+    /// # Safety
+    /// `cfg` must be NULL or valid for reads of one `sg_keyed_config` for the duration of the call
+    /// (the crate's contract).
     pub(super) unsafe fn make(cfg: *const sg_keyed_config) -> Res<Table> {
-        // SAFETY: the caller's contract.
+        // SAFETY: this fn's contract: `cfg` is NULL (`input` refuses it) or readable for
+        // one `sg_keyed_config` during the call; the borrow does not outlive it.
         let c = unsafe { input(cfg)? };
         let shard_rate = if c.rate_per_second == 0.0 {
             None
@@ -247,7 +252,9 @@ pub unsafe extern "C" fn sg_keyed_release(
     permit: *mut sg_permit,
 ) -> sg_status {
     ffi(|| {
-        // SAFETY: the crate's contract for `permit`.
+        // SAFETY: the crate's contract for `permit`: NULL or an `sg_permit` readable for the
+        // call. FIXME(soundness): `take`/`restore` then write its state word through this
+        // shared borrow (see `sg_permit::cell` in permit.rs).
         let permit = unsafe { input(permit.cast_const())? };
         // SAFETY: the crate's contract for `keyed`.
         unsafe {

@@ -491,9 +491,14 @@ pub unsafe extern "C" fn sg_limiter_new(
     unsafe { new_object(limiter_out, || make(cfg)) }
 }
 
-/// SAFETY: `cfg` must be NULL or readable.
+/// Builds the object's core structure from a C config (for `_new` and `_init`).
+///
+/// # Safety
+/// `cfg` must be NULL or valid for reads of one `sg_limiter_config` for the duration of the call
+/// (the crate's contract).
 unsafe fn make(cfg: *const sg_limiter_config) -> Res<Limiter> {
-    // SAFETY: the caller's contract.
+    // SAFETY: this fn's contract: `cfg` is NULL (`input` refuses it) or readable for
+    // one `sg_limiter_config` during the call; the borrow does not outlive it.
     let cfg = unsafe { input(cfg)? }.to_core()?;
     Ok(Limiter::new(&cfg)?)
 }
@@ -578,7 +583,9 @@ pub unsafe extern "C" fn sg_limiter_release(
     outcome: u32,
 ) -> sg_status {
     ffi(|| {
-        // SAFETY: the crate's contract for `permit`.
+        // SAFETY: the crate's contract for `permit`: NULL or an `sg_permit` readable for the
+        // call. FIXME(soundness): `take`/`restore` then write its state word through this
+        // shared borrow (see `sg_permit::cell` in permit.rs).
         let permit = unsafe { input(permit.cast_const())? };
         let outcome = self::outcome(outcome)?;
         // SAFETY: the crate's contract for `limiter`.

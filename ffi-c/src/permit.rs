@@ -90,6 +90,12 @@ impl sg_permit {
     fn cell(&self) -> &Cell {
         // SAFETY: `Cell` has the size and alignment of `sg_permit` (asserted above) and every
         // bit pattern of its fields is valid (`payload` is `MaybeUninit`).
+        // FIXME(soundness): this is not enough. `take`, `restore` and `sg_permit_move` write
+        // the `state` atomic through the returned `&Cell`, but it is derived from a
+        // `&sg_permit`, whose bytes have no `UnsafeCell`: writing through a shared reference
+        // to them is UB (Miri reports it under Stacked and Tree Borrows). `sg_permit` needs
+        // an `UnsafeCell` (e.g. `[AtomicU64; 6]`), or these functions must work from the raw
+        // `*mut sg_permit` without making a `&sg_permit`.
         unsafe { &*(self as *const Self).cast::<Cell>() }
     }
 }
@@ -107,10 +113,16 @@ pub(crate) fn issue<P: CorePermit>(
 /// A live permit holding `p`, issued by object `owner` as `kind`.
 pub(crate) fn live_permit<P: CorePermit>(owner: u64, kind: u32, p: P) -> sg_permit {
     let mut payload = core::mem::MaybeUninit::<[u64; 3]>::zeroed();
-    // SAFETY: `fits::<P>()` holds for every `CorePermit`: `P` fits and is aligned.
+    // SAFETY: `fits::<P>()` holds for every `CorePermit`: `P` fits in the payload and needs no
+    // more than `u64` alignment, so the write is in bounds and aligned.
     unsafe { payload.as_mut_ptr().cast::<P>().write(p) };
     let cell = Cell { state: AtomicU64::new(LIVE), owner, kind, _reserved: 0, payload };
-    // SAFETY: same size, alignment and validity (see `sg_permit::cell`).
+    // SAFETY: same size and alignment (asserted above). FIXME(soundness): not the same
+    // validity: `sg_permit` is `[u64; 6]`, which must be fully initialised, but the payload
+    // holds `P`'s padding bytes (`RawPermit` and `BreakerPermit` have 3), which writing `p`
+    // leaves uninitialised. Miri reports this transmute as UB. Zeroing cannot help (the
+    // typed write of `p` does not preserve it); `sg_permit` needs `MaybeUninit` words, or
+    // the core permit must be stored field by field.
     unsafe { core::mem::transmute::<Cell, sg_permit>(cell) }
 }
 
@@ -133,8 +145,9 @@ pub(crate) fn take<P: CorePermit>(permit: &sg_permit, owner: u64, kind: u32) -> 
     cell.state
         .compare_exchange(LIVE, RELEASED, Ordering::Relaxed, Ordering::Relaxed)
         .map_err(|_| SG_ALREADY_RELEASED)?;
-    // SAFETY: `issue` wrote a `P` (same `kind`) into the payload; only this thread won the
-    // CAS, so it is read out once. `P` has no drop glue, so the bytes left behind are inert.
+    // SAFETY: `issue` wrote a `P` (same `kind`, checked) into the payload; only this thread
+    // won the CAS, so it is read out once. `P` has no drop glue, so the bytes left behind
+    // are inert. (The CAS above writes through `&Cell`: see FIXME in `sg_permit::cell`.)
     Ok(unsafe { cell.payload.as_ptr().cast::<P>().read() })
 }
 
@@ -243,7 +256,9 @@ pub unsafe extern "C" fn sg_permit_move(src: *mut sg_permit, dst: *mut sg_permit
         if src == dst && !src.is_null() {
             return Err(SG_INVALID_ARGUMENT);
         }
-        // SAFETY: the crate's contract: NULL or a readable `sg_permit`.
+        // SAFETY: the crate's contract: NULL or an `sg_permit` readable for the call.
+        // FIXME(soundness): its state word is then written through this shared borrow (see
+        // `sg_permit::cell`).
         let src_ref = unsafe { input(src.cast_const())? };
         let dst = out(dst)?;
         let cell = live_cell(src_ref)?;
@@ -252,8 +267,10 @@ pub unsafe extern "C" fn sg_permit_move(src: *mut sg_permit, dst: *mut sg_permit
         cell.state
             .compare_exchange(LIVE, RELEASED, Ordering::Relaxed, Ordering::Relaxed)
             .map_err(|_| SG_ALREADY_RELEASED)?;
-        // SAFETY: `issue` initialised all three payload words (zeroed, then the core permit);
-        // the source was live and this thread won its state word.
+        // SAFETY: the source was live and this thread won its state word, so nobody else
+        // moves or releases it meanwhile. FIXME(soundness): reading `[u64; 3]` requires all
+        // payload bytes initialised, but the core permit's padding is not (see
+        // `live_permit`); reading `MaybeUninit<[u64; 3]>` would avoid this read's share.
         let payload = unsafe { cell.payload.as_ptr().read() };
         let moved = Cell {
             state: AtomicU64::new(LIVE),
@@ -262,7 +279,8 @@ pub unsafe extern "C" fn sg_permit_move(src: *mut sg_permit, dst: *mut sg_permit
             _reserved: 0,
             payload: core::mem::MaybeUninit::new(payload),
         };
-        // SAFETY: same size, alignment and validity (see `sg_permit::cell`).
+        // SAFETY: same size and alignment (asserted above); validity holds only if the
+        // payload is fully initialised, which the FIXMEs above and in `live_permit` dispute.
         dst.write(unsafe { core::mem::transmute::<Cell, sg_permit>(moved) });
         Ok(())
     })

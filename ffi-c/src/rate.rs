@@ -39,9 +39,14 @@ object!(sg_rate_limiter, RateLimiter, 0x5347_5241_5445_4C00);
 
 mod rate_make {
     use super::*;
-    /// SAFETY: `cfg` must be NULL or readable.
+    /// Builds the object's core structure from a C config (for `_new` and `_init`).
+    ///
+    /// # Safety
+    /// `cfg` must be NULL or valid for reads of one `sg_rate_limiter_config` for the duration of
+    /// the call (the crate's contract).
     pub(super) unsafe fn make(cfg: *const sg_rate_limiter_config) -> Res<RateLimiter> {
-        // SAFETY: the caller's contract.
+        // SAFETY: this fn's contract: `cfg` is NULL (`input` refuses it) or readable for
+        // one `sg_rate_limiter_config` during the call; the borrow does not outlive it.
         let c = unsafe { input(cfg)? };
         Ok(if c.emission_ns != 0 {
             RateLimiter::with_interval(c.emission_ns, c.burst)?
@@ -259,9 +264,14 @@ object!(sg_paced_drain, PacedDrain, 0x5347_5041_4345_4400);
 
 mod drain_make {
     use super::*;
-    /// SAFETY: `cfg` must be NULL or readable.
+    /// Builds the object's core structure from a C config (for `_new` and `_init`).
+    ///
+    /// # Safety
+    /// `cfg` must be NULL or valid for reads of one `sg_paced_drain_config` for the duration of the
+    /// call (the crate's contract).
     pub(super) unsafe fn make(cfg: *const sg_paced_drain_config) -> Res<PacedDrain> {
-        // SAFETY: the caller's contract.
+        // SAFETY: this fn's contract: `cfg` is NULL (`input` refuses it) or readable for
+        // one `sg_paced_drain_config` during the call; the borrow does not outlive it.
         let c = unsafe { input(cfg)? };
         Ok(PacedDrain::new(PacedDrainConfig {
             target_per_sec: c.target_per_sec,

@@ -48,9 +48,14 @@ object!(sg_retry_budget, RetryBudget, 0x5347_5254_5242_4400);
 
 mod budget_make {
     use super::*;
-    /// SAFETY: `cfg` must be NULL or readable.
+    /// Builds the object's core structure from a C config (for `_new` and `_init`).
+    ///
+    /// # Safety
+    /// `cfg` must be NULL or valid for reads of one `sg_retry_budget_config` for the duration of
+    /// the call (the crate's contract).
     pub(super) unsafe fn make(cfg: *const sg_retry_budget_config) -> Res<RetryBudget> {
-        // SAFETY: the caller's contract.
+        // SAFETY: this fn's contract: `cfg` is NULL (`input` refuses it) or readable for
+        // one `sg_retry_budget_config` during the call; the borrow does not outlive it.
         let c = unsafe { input(cfg)? };
         Ok(RetryBudget::new(RetryBudgetConfig {
             ttl: c.ttl_ns,
@@ -248,9 +253,14 @@ object!(sg_token_throttle, TokenRetryThrottle, 0x5347_544B_5448_5200);
 
 mod token_make {
     use super::*;
-    /// SAFETY: `cfg` must be NULL or readable.
+    /// Builds the object's core structure from a C config (for `_new` and `_init`).
+    ///
+    /// # Safety
+    /// `cfg` must be NULL or valid for reads of one `sg_token_throttle_config` for the duration of
+    /// the call (the crate's contract).
     pub(super) unsafe fn make(cfg: *const sg_token_throttle_config) -> Res<TokenRetryThrottle> {
-        // SAFETY: the caller's contract.
+        // SAFETY: this fn's contract: `cfg` is NULL (`input` refuses it) or readable for
+        // one `sg_token_throttle_config` during the call; the borrow does not outlive it.
         let c = unsafe { input(cfg)? };
         Ok(TokenRetryThrottle::new(TokenThrottleConfig {
             max_tokens: c.max_tokens,

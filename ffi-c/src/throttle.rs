@@ -56,9 +56,14 @@ object!(sg_adaptive_throttle, AdaptiveThrottle, 0x5347_4144_5448_5200);
 
 mod throttle_make {
     use super::*;
-    /// SAFETY: `cfg` must be NULL or readable.
+    /// Builds the object's core structure from a C config (for `_new` and `_init`).
+    ///
+    /// # Safety
+    /// `cfg` must be NULL or valid for reads of one `sg_adaptive_throttle_config` for the duration
+    /// of the call (the crate's contract).
     pub(super) unsafe fn make(cfg: *const sg_adaptive_throttle_config) -> Res<AdaptiveThrottle> {
-        // SAFETY: the caller's contract.
+        // SAFETY: this fn's contract: `cfg` is NULL (`input` refuses it) or readable for
+        // one `sg_adaptive_throttle_config` during the call; the borrow does not outlive it.
         let c = unsafe { input(cfg)? };
         let form = match c.form {
             SG_THROTTLE_FORM_RING => ThrottleForm::Ring,
