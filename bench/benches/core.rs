@@ -11,7 +11,7 @@
 //! try_acquire + release (async, polled on a current-thread runtime).
 
 use std::hint::black_box;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -49,17 +49,22 @@ fn cycle(l: &Limiter, now: &mut u64, level: Priority) {
 }
 
 /// Runs `op` on two threads, `iters / 2` times each, and returns the wall time.
+/// Where each two-thread sample's clock starts: after every `now` used before, so time
+/// keeps moving forward across criterion's samples on the same limiter.
+static CLOCK_BASE: AtomicU64 = AtomicU64::new(0);
+
 fn two_threads<S: Send + Sync + 'static>(
     shared: Arc<S>,
     iters: u64,
     op: fn(&S, &mut u64),
 ) -> Duration {
+    let base = CLOCK_BASE.fetch_add((iters / 2 + 1) * 1_000 + 1_000_000, Ordering::Relaxed);
     let start = Instant::now();
     let handles: Vec<_> = (0..2u64)
         .map(|t| {
             let shared = shared.clone();
             std::thread::spawn(move || {
-                let mut now = t * 500;
+                let mut now = base + t * 500;
                 for _ in 0..iters / 2 {
                     op(&shared, &mut now);
                 }
