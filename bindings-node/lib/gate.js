@@ -103,7 +103,7 @@ class Gate {
       if (opts.priority !== undefined) lvl = this._lv.of(opts.priority)
       now = opts.nowNs
     }
-    const r = now === undefined ? F.gateTryAcquire(this._h, lvl) : F.gateTryAcquire(this._h, lvl, now)
+    const r = now === undefined ? F.gateTryAcquire(this._h, lvl) : F.gateTryAcquire(this._h, lvl, -1, now)
     if (r >= 0) return new Permit(this, r, lvl)
     this._rej = -r
     this._rejMs = F.lastRetryAfterMs()
@@ -141,9 +141,11 @@ class Gate {
     }
     let r
     try {
-      // Admitted at once through the cheaper non-queueing path (same decision as the
-      // core's arrive when nothing has to wait); a zero timeout means no wait at all.
-      r = now === undefined ? F.gateTryAcquire(this._h, lvl) : F.gateTryAcquire(this._h, lvl, now)
+      // Admitted at once through the cheaper non-queueing path: the core's try_arrive,
+      // arrive's own decisions (deadline included) up to the queue. A zero timeout means
+      // no wait at all (no deadline: admitted if a slot is free, else limit_reached).
+      const t = timeout === 0 ? -1 : timeout
+      r = now === undefined ? F.gateTryAcquire(this._h, lvl, t) : F.gateTryAcquire(this._h, lvl, t, now)
       if (r >= 0) return Promise.resolve(new Permit(this, r, lvl))
       if (r === -LIMIT_REACHED && timeout !== 0) {
         r = now === undefined ? F.gateArrive(this._h, lvl, timeout) : F.gateArrive(this._h, lvl, timeout, now)

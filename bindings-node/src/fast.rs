@@ -485,7 +485,8 @@ unsafe extern "C" fn rate_check(
 // ---------------------------------------------------------------------------------------
 // KeyedLimits: keyedAcquire(h, key, cost[, nowNs]) -> id | -reason; keyedRelease(h, id)
 
-/// Keys up to this many UTF-8 bytes are hashed from a stack buffer; longer ones allocate.
+/// Keys shorter than this many UTF-8 bytes are hashed from a stack buffer (their bytes and
+/// N-API's NUL fit); longer ones allocate.
 const KEY_STACK: usize = 256;
 
 /// # Safety
@@ -523,7 +524,11 @@ unsafe extern "C" fn keyed_release(
     unsafe { ret(env, h.release(id)) }
 }
 
-/// `hash_key(seed, utf8(v))`, or `None` if `v` is not a string.
+/// `hash_key(seed, utf8(v))`, or `None` if `v` is not a string (or N-API fails).
+///
+/// The exact UTF-8 length is asked first: N-API copies only whole characters, so a copy
+/// into a buffer that is too small can come back a few bytes short without any sign of
+/// truncation. The bytes are then read into a buffer of exactly that length plus the NUL.
 ///
 /// # Safety
 /// `env` must be the running callback's env and `v` NULL or a value of that callback.
@@ -532,45 +537,40 @@ pub(crate) unsafe fn hash_string_arg(
     v: sys::napi_value,
     seed: u64,
 ) -> Option<u64> {
-    let mut buf = [0u8; KEY_STACK];
     let mut len = 0usize;
     // SAFETY: env and `v` are the running callback's (this fn's contract; a non-string
-    // returns `napi_string_expected` and writes nothing); `buf` is writable for KEY_STACK
-    // bytes, and N-API writes at most KEY_STACK - 1 of them plus a NUL.
+    // returns `napi_string_expected`, a NULL `v` `napi_invalid_arg`); with a NULL buffer
+    // N-API writes only the length in bytes, without the NUL, to `len`.
+    let status = unsafe { sys::napi_get_value_string_utf8(env, v, ptr::null_mut(), 0, &mut len) };
+    if status != sys::Status::napi_ok {
+        return None;
+    }
+    let size = len.checked_add(1)?;
+    let mut stack = [0u8; KEY_STACK];
+    let mut heap = Vec::new();
+    let buf: &mut [u8] = if size <= KEY_STACK {
+        &mut stack[..size]
+    } else {
+        heap.resize(size, 0u8);
+        &mut heap[..]
+    };
+    let mut copied = 0usize;
+    // SAFETY: env and `v` as above (`v` is a string); `buf` is writable for the `buf.len()`
+    // bytes passed as its size, and N-API writes at most `buf.len() - 1` of them plus a NUL.
     let status = unsafe {
         sys::napi_get_value_string_utf8(
             env,
             v,
             buf.as_mut_ptr().cast::<c_char>(),
-            KEY_STACK,
-            &mut len,
+            buf.len(),
+            &mut copied,
         )
     };
-    if status != sys::Status::napi_ok {
+    // The whole string fits, so anything but all `len` bytes is a failure, not a key.
+    if status != sys::Status::napi_ok || copied != len {
         return None;
     }
-    if len < KEY_STACK - 1 {
-        return Some(surgeguard_core::keyed::hash_key(seed, &buf[..len]));
-    }
-    // Possibly truncated: ask for the full length and copy again.
-    let mut full = 0usize;
-    // SAFETY: env and `v` as above (`v` is a string); a NULL buffer makes N-API write only
-    // the length, to `full`.
-    unsafe { sys::napi_get_value_string_utf8(env, v, ptr::null_mut(), 0, &mut full) };
-    let mut big = vec![0u8; full + 1];
-    // SAFETY: env and `v` as above; `big` is writable for the `full + 1` bytes passed as
-    // its size, and N-API writes at most `full` of them plus a NUL. (`&big[..len]` below
-    // is bounds-checked: a failure here would panic, which aborts in an `extern "C"` fn.)
-    unsafe {
-        sys::napi_get_value_string_utf8(
-            env,
-            v,
-            big.as_mut_ptr().cast::<c_char>(),
-            full + 1,
-            &mut len,
-        )
-    };
-    Some(surgeguard_core::keyed::hash_key(seed, &big[..len]))
+    Some(surgeguard_core::keyed::hash_key(seed, &buf[..len]))
 }
 
 // ---------------------------------------------------------------------------------------

@@ -66,45 +66,14 @@ impl GateInner {
         })
     }
 
-    /// A permit now or a refusal; never queues. Same order as `Gate::arrive` (shed
-    /// switch, no overtaking of waiters of the same or a more important level, the
-    /// limiter) without taking a queue place.
-    pub fn try_acquire(&self, now: u64, level: Priority) -> f64 {
-        if let Some(shed) = self.core.shed_level() {
-            if level >= shed {
-                // The core refuses (and counts) a shed arrival without queueing it.
-                return match self.core.arrive(now, level, None) {
-                    Arrival::Rejected(r) => refuse(r),
-                    Arrival::Admitted(p) => self.permit_id(p, now),
-                    Arrival::Queued(t) => {
-                        let _ = self.core.cancel(t);
-                        refuse(Rejected::new(Reason::Shed, self.fallback_retry_ns))
-                    }
-                };
-            }
-        }
-        let ahead: u32 = (0..=level.index())
-            .map(|l| self.core.waiting(Priority::new(l as u8).expect("level ≤ 7")))
-            .sum();
-        if ahead > 0 {
-            return refuse(Rejected::new(Reason::LimitReached, self.drain_hint()));
-        }
-        match self.core.limiter().try_acquire_raw(now, level) {
+    /// A permit now or a refusal; never queues: the core's `Gate::try_arrive`, which
+    /// makes exactly `arrive`'s decisions (clock clamp, shed switch, deadline, no
+    /// overtaking, the limiter) and refuses `LimitReached` where `arrive` would queue.
+    pub fn try_acquire(&self, now: u64, level: Priority, deadline: Option<u64>) -> f64 {
+        match self.core.try_arrive(now, level, deadline) {
             Ok(p) => self.permit_id(p, now),
             Err(r) => refuse(r),
         }
-    }
-
-    /// `retry_after` for a refusal behind waiters: the time to drain them at the current
-    /// service time and limit, or the fallback when no latency is known yet.
-    fn drain_hint(&self) -> u64 {
-        let service = self.core.service_ns();
-        if service == 0 {
-            return self.fallback_retry_ns;
-        }
-        let limit = self.core.limiter().limit().max(1e-9);
-        let t = (f64::from(self.core.waiting_total()) + 1.0) * service as f64 / limit;
-        (t.min(3.6e12) as u64).max(1_000_000)
     }
 
     /// A permit id, `-reason`, or `-(QUEUED_BASE + ticket)`.
@@ -449,8 +418,20 @@ impl NativeGate {
 }
 
 // ---------------------------------------------------------------------------------------
-// Gate: gateTryAcquire(h, level[, nowNs]), gateArrive(h, level, timeoutMs[, nowNs]),
-// gateRelease(h, id, outcome[, nowNs]) -> waiters left
+// Gate: gateTryAcquire(h, level[, timeoutMs[, nowNs]]), gateArrive(h, level, timeoutMs[,
+// nowNs]), gateRelease(h, id, outcome[, nowNs]) -> waiters left. `timeoutMs` -1 means none.
+
+/// The deadline for `timeout` ms from `now`: `Ok(None)` for -1 (no timeout), `Err` for
+/// anything but -1 or a finite number ≥ 0.
+fn deadline_of(timeout: f64, now: u64) -> std::result::Result<Option<u64>, ()> {
+    if timeout == -1.0 {
+        Ok(None)
+    } else if (0.0..1e15).contains(&timeout) {
+        Ok(Some(now.saturating_add((timeout * crate::convert::MS).round() as u64)))
+    } else {
+        Err(())
+    }
+}
 
 /// # Safety
 /// Called only by N-API, as a [`Callback`].
@@ -459,12 +440,25 @@ unsafe extern "C" fn gate_try_acquire(
     info: sys::napi_callback_info,
 ) -> sys::napi_value {
     // SAFETY: env and info are what N-API passed to this callback (the `Callback` contract).
-    let (argv, argc) = unsafe { args::<3>(env, info) };
+    let (argv, argc) = unsafe { args::<4>(env, info) };
     let h = handle_arg!(env, argv, GateInner);
     let level = level!(env, argv[1], h.levels);
-    let now = now!(env, argv, argc, 2);
+    // timeoutMs: absent or -1 for none, else a non-negative number (a core deadline).
+    let timeout = if argc > 2 {
+        // SAFETY: env is this callback's; argv[2] one of its arguments.
+        unsafe { number(env, argv[2]) }
+    } else {
+        -1.0
+    };
+    let now = now!(env, argv, argc, 3);
+    let Ok(deadline) = deadline_of(timeout, now) else {
+        // SAFETY: env is this callback's.
+        return unsafe {
+            throw(env, true, "SG_BAD_ARG", "timeoutMs must be -1 or a finite number ≥ 0")
+        };
+    };
     // SAFETY: env is this callback's, open until it returns.
-    unsafe { ret(env, h.try_acquire(now, level)) }
+    unsafe { ret(env, h.try_acquire(now, level, deadline)) }
 }
 
 /// # Safety
@@ -481,11 +475,7 @@ unsafe extern "C" fn gate_arrive(
     // SAFETY: env is this callback's; argv[2] one of its arguments (`undefined` if absent).
     let timeout = unsafe { number(env, argv[2]) };
     let now = now!(env, argv, argc, 3);
-    let deadline = if timeout == -1.0 {
-        None
-    } else if (0.0..1e15).contains(&timeout) {
-        Some(now.saturating_add((timeout * crate::convert::MS).round() as u64))
-    } else {
+    let Ok(deadline) = deadline_of(timeout, now) else {
         // SAFETY: env is this callback's.
         return unsafe {
             throw(env, true, "SG_BAD_ARG", "timeoutMs must be a finite number ≥ 0")

@@ -79,6 +79,27 @@ test('timeoutMs 0 means no wait: admitted now or refused now', async () => {
   p[Symbol.dispose]() // a second dispose is a no-op
 })
 
+test('the sync paths make the core arrival\'s decisions: clock clamp and deadline', async () => {
+  const g = fixed(2, { codel: false })
+  const ms = 1_000_000n
+  const held = g.tryAcquire({ nowNs: 10n * ms })
+  held.release('success', 11n * ms)
+  // `now` behind the gate's clock is the gate's clock: a 1 ns timeout from 5 ms has
+  // passed at 11 ms, though a slot is free (the core refuses; nothing is admitted).
+  const e = await g.acquire({ nowNs: 5n * ms, timeoutMs: 1e-6 }).then(() => null, (x) => x)
+  assert.equal(e && e.reason, 'deadline_unmeetable')
+  assert.equal(g.inflight, 0)
+  assert.equal(g.metrics().deadlineUnmeetable, 1)
+  // The raw non-queueing call takes the same deadline: (h, level, timeoutMs, nowNs).
+  const { F } = require('../lib/native')
+  assert.equal(F.gateTryAcquire(g._h, 0, 1e-6, 5n * ms), -(sg.REASONS.indexOf('deadline_unmeetable') + 1))
+  const id = F.gateTryAcquire(g._h, 0, 1, 12n * ms)
+  assert.ok(id >= 0, 'a deadline ahead of the clock with a free slot is admitted')
+  assert.equal(F.gateRelease(g._h, id, 2, 12n * ms), 0)
+  assert.throws(() => F.gateTryAcquire(g._h, 0, -2), { code: 'SG_BAD_ARG' })
+  assert.equal(g.inflight, 0)
+})
+
 test('AbortSignal cancels the ticket', async () => {
   const g = fixed(1, { codel: false })
   const held = g.tryAcquire()

@@ -32,6 +32,49 @@ test('KeyedLimits: a key is capped at shardsPerKey × shardLimit; others are una
   assert.throws(() => k.tryAcquire(42), TypeError)
 })
 
+test('long keys are hashed whole: a multibyte char across byte 255, keys past 256 bytes', () => {
+  const seed = 7
+  const hex = (key) => sg.hashKey(key, BigInt(seed)).toString(16).padStart(16, '0')
+  // 254 ASCII bytes then 'é' (2 bytes): the char crosses byte 255, where a 256-byte copy
+  // buffer stops short, at 254 bytes.
+  const base = 'k'.repeat(254) + 'é'
+  const keys = [
+    base + 'ü'.repeat(20) + 'a', // ~300 bytes
+    base + 'ü'.repeat(20) + 'b', // differs from the first only after byte 255
+    'k'.repeat(253) + '€x', // a 3-byte char across byte 255
+    'k'.repeat(252) + '😀', // a 4-byte char ending at byte 256
+    'k'.repeat(255), // exactly the stack buffer's room
+    'k'.repeat(256),
+    'ü'.repeat(5000) // far beyond the stack buffer
+  ]
+  assert.notEqual(hex(keys[0]), hex(keys[1]))
+  // The hot path (keyedAcquire) hashes each key like hashKey (the napi String path): a
+  // refused key shows in topKeys under its own hash, with its text.
+  for (const key of keys) {
+    const k = new sg.KeyedLimits({ shards: 64, shardsPerKey: 1, shardLimit: 1, seed })
+    const p = k.tryAcquire(key)
+    assert.ok(p)
+    assert.equal(k.tryAcquire(key), null)
+    const top = k.metrics().topKeys
+    assert.equal(top.length, 1)
+    assert.equal(top[0].keyHash, hex(key), `key of ${Buffer.byteLength(key)} bytes`)
+    assert.equal(top[0].key, key)
+    p.release()
+  }
+  // Two keys differing only after byte 255 are two keys: one filling its shards leaves
+  // the other's free (their shards are checked to differ first).
+  const k = new sg.KeyedLimits({ shards: 64, shardsPerKey: 2, shardLimit: 1, seed })
+  const a = k.shardsOf(keys[0])
+  assert.ok(k.shardsOf(keys[1]).some((s) => !a.includes(s)))
+  const held = [k.tryAcquire(keys[0]), k.tryAcquire(keys[0])]
+  assert.ok(held.every((p) => p !== null))
+  assert.equal(k.tryAcquire(keys[0]), null)
+  const other = k.tryAcquire(keys[1])
+  assert.ok(other, 'the second key is not taken for the first')
+  other.release()
+  for (const p of held) p.release()
+})
+
 test('KeyedLimits with a per-shard rate refuses with key_rate', () => {
   const k = new sg.KeyedLimits({ shardLimit: 100, shardsPerKey: 1, ratePerSecond: 10, rateBurst: 2 })
   const t = 5_000_000_000n

@@ -284,21 +284,11 @@ test('the vectors file: format, version, size', () => {
   assert.ok(DOC.scenarios.reduce((n, s) => n + s.steps.length, 0) >= 10000)
 })
 
-// Where the Node binding answers differently from the core today (found by these vectors;
-// the binding is not this test's to change). Each entry must still fail at exactly its
-// step, and the rest of that scenario is not replayed (the states have diverged). When
-// the binding is fixed, the entry fails here: remove it.
-const KNOWN = {
-  // Gate.acquire tries the non-queueing path first (limiter only), which does not apply
-  // the deadline: an arrival whose `now` is behind the gate's clock (time going
-  // backwards) with a 1 ns timeout is admitted; the core refuses it as
-  // deadline_unmeetable (its deadline is not after the clamped now).
-  gate_edges: { step: 13, why: 'acquire fast path skips the deadline check' },
-  // The native poll takes events in batches of 64; the core computes the retry_after of
-  // waiters it sloughs per poll call, so a poll of more than 16 events (the batch the
-  // vectors, the C ABI and Python use) gives later waiters a different hint.
-  gate_codel_lifo: { step: 606, why: 'poll batch of 64 changes codel_slough retry_after' }
-}
+// Where the Node binding answers differently from the core, as `name: { step, why }`
+// (none today). Each entry must still fail at exactly its step, and the rest of that
+// scenario is not replayed (the states have diverged). When the binding is fixed, the
+// entry fails here: remove it.
+const KNOWN = {}
 
 for (const sc of DOC.scenarios) {
   test(`vectors: ${sc.name}`, async (t) => {
