@@ -321,8 +321,8 @@ pub unsafe extern "C" fn sg_gate_release(
 ) -> sg_status {
     ffi(|| {
         // SAFETY: the crate's contract for `permit`: NULL or an `sg_permit` readable for the
-        // call. FIXME(soundness): `take`/`restore` then write its state word through this
-        // shared borrow (see `sg_permit::cell` in permit.rs).
+        // call. `take`/`restore` then write its state word through this shared borrow, which
+        // `sg_permit`'s `UnsafeCell`s allow (see `sg_permit::cell` in permit.rs).
         let permit = unsafe { input(permit.cast_const())? };
         let outcome = self::outcome(outcome)?;
         // SAFETY: the crate's contract for `gate`.
@@ -391,7 +391,7 @@ pub unsafe extern "C" fn sg_gate_poll(
                             Some(Event::Expired(t, r)) => sg_gate_event {
                                 kind: SG_EVENT_EXPIRED,
                                 ticket: t.to_bits(),
-                                permit: sg_permit { opaque: [0; 6] },
+                                permit: sg_permit::zeroed(),
                                 rejection: r.into(),
                             },
                             None => continue,

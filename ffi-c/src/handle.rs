@@ -226,21 +226,26 @@ pub(crate) unsafe fn with_mut<T: Object, R>(
     p: *mut T,
     f: impl FnOnce(&mut Obj<T::Inner>) -> Res<R>,
 ) -> Res<R> {
+    if p.is_null() {
+        return Err(SG_NULL_ARGUMENT);
+    }
+    let p = p.cast::<Obj<T::Inner>>();
+    // Taken from `p` itself, not from the `&mut` below: that one is handed to `f`, which
+    // (under Stacked Borrows) invalidates pointers derived from it.
+    // SAFETY: `p` is non-NULL and (this fn's contract, as in `with`) points at an `Obj`, so
+    // the projection to its `head` field stays in bounds; no reference is made.
+    let head: *const Head = unsafe { &raw const (*p).head };
     // SAFETY: this fn's contract, as in `with`; in addition no other thread (and no other
     // reference) uses the object during the call (the documented condition of the types
     // that are not thread-safe), so the `&mut` is unique.
-    let obj = unsafe { p.cast::<Obj<T::Inner>>().as_mut() }.ok_or(SG_NULL_ARGUMENT)?;
+    let obj = unsafe { &mut *p };
     obj.head().check::<T>()?;
-    let head: *const Head = obj.head();
     match catch_unwind(AssertUnwindSafe(|| f(obj))) {
         Ok(r) => r,
         Err(_) => {
             // SAFETY: `head` points into the object, which is still alive (only `_free`
             // and `_deinit` end it), and the `&mut` given to `f` is dead (the closure has
-            // returned). FIXME(soundness): `head` is derived from `obj`, and passing `obj` to
-            // `f` retags it as unique; Miri under Stacked Borrows reports this read as UB
-            // (Tree Borrows accepts it). Deriving `head` from `p` (`&raw const (*p).head`)
-            // before making `obj` would satisfy both.
+            // returned); `head` comes from `p`, not from that `&mut`.
             unsafe { &*head }.poison::<T>();
             Err(SG_PANIC)
         }
@@ -368,6 +373,40 @@ mod tests {
         assert_eq!(st, SG_PANIC);
         // SAFETY: as above (poisoned, not freed).
         assert_eq!(unsafe { with(h, |d| Ok(d.inner)) }, Err(SG_PANIC));
+        // SAFETY: a heap handle; freed once.
+        unsafe { free_object(h) };
+    }
+
+    #[test]
+    fn a_panic_under_with_mut_poisons_the_object() {
+        let mut h: *mut Dummy = ptr::null_mut();
+        // SAFETY: `h` is a valid output slot.
+        assert_eq!(unsafe { new_object::<Dummy>(&mut h, || Ok(7)) }, SG_OK);
+        // SAFETY: `h` is a live heap handle, used by this thread only.
+        let got = unsafe {
+            with_mut(h, |d| {
+                d.inner += 1;
+                Ok(d.inner)
+            })
+        };
+        assert_eq!(got, Ok(8));
+        let st = ffi(|| {
+            // SAFETY: as above.
+            unsafe {
+                with_mut(h, |d: &mut Obj<u32>| -> Res {
+                    d.inner = 9;
+                    panic!("boom")
+                })
+            }
+        });
+        assert_eq!(st, SG_PANIC);
+        // SAFETY: as above (poisoned, not freed).
+        assert_eq!(unsafe { with_mut(h, |d| Ok(d.inner)) }, Err(SG_PANIC));
+        // SAFETY: NULL is refused before anything is read.
+        assert_eq!(
+            unsafe { with_mut(ptr::null_mut::<Dummy>(), |d| Ok(d.inner)) },
+            Err(SG_NULL_ARGUMENT)
+        );
         // SAFETY: a heap handle; freed once.
         unsafe { free_object(h) };
     }

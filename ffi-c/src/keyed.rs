@@ -253,8 +253,8 @@ pub unsafe extern "C" fn sg_keyed_release(
 ) -> sg_status {
     ffi(|| {
         // SAFETY: the crate's contract for `permit`: NULL or an `sg_permit` readable for the
-        // call. FIXME(soundness): `take`/`restore` then write its state word through this
-        // shared borrow (see `sg_permit::cell` in permit.rs).
+        // call. `take`/`restore` then write its state word through this shared borrow, which
+        // `sg_permit`'s `UnsafeCell`s allow (see `sg_permit::cell` in permit.rs).
         let permit = unsafe { input(permit.cast_const())? };
         // SAFETY: the crate's contract for `keyed`.
         unsafe {

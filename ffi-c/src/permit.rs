@@ -19,6 +19,8 @@
 //! admission, and each copy would release once. Move a permit with [`sg_permit_move`]
 //! (which empties the source) rather than by assignment.
 
+use core::cell::UnsafeCell;
+use core::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::handle::{ffi, input, out, Res};
@@ -34,11 +36,29 @@ use crate::status::sg_status::{self, *};
 /// new admission once released. Do not copy a live permit with `=` or `memcpy`: use
 /// `sg_permit_move`. Zero it (`sg_permit p = {0};`) if it may be released before it is
 /// filled.
+// (Not in the doc comment, which cbindgen copies into the header.) In Rust the words are
+// `UnsafeCell<MaybeUninit<u64>>`: the state word is updated atomically through a shared
+// borrow, and the core permit's padding bytes stay uninitialised. C sees
+// `uint64_t opaque[6]` (cbindgen unwraps both wrappers): same size, alignment and ABI.
 #[repr(C)]
 #[derive(Debug)]
 pub struct sg_permit {
     /// Opaque.
-    pub opaque: [u64; 6],
+    pub opaque: [UnsafeCell<MaybeUninit<u64>>; 6],
+}
+
+impl sg_permit {
+    /// Zeroed storage: not a permit (releasing it says `SG_INVALID_HANDLE`), the Rust
+    /// spelling of `sg_permit p = {0};`.
+    pub const fn zeroed() -> Self {
+        Self { opaque: [const { UnsafeCell::new(MaybeUninit::new(0)) }; 6] }
+    }
+}
+
+impl Default for sg_permit {
+    fn default() -> Self {
+        Self::zeroed()
+    }
 }
 
 /// Which object type issued a permit (`sg_permit_info.kind`).
@@ -62,8 +82,9 @@ struct Cell {
     owner: u64,
     kind: u32,
     _reserved: u32,
-    /// The core permit, by value.
-    payload: core::mem::MaybeUninit<[u64; 3]>,
+    /// The core permit, by value; its padding bytes stay uninitialised, so the payload is
+    /// only ever handled as `MaybeUninit` (never as integers).
+    payload: MaybeUninit<[u64; 3]>,
 }
 
 const _: () = assert!(size_of::<Cell>() == size_of::<sg_permit>());
@@ -88,14 +109,12 @@ const _: () = fits::<surgeguard_core::keyed::KeyPermit>();
 
 impl sg_permit {
     fn cell(&self) -> &Cell {
-        // SAFETY: `Cell` has the size and alignment of `sg_permit` (asserted above) and every
-        // bit pattern of its fields is valid (`payload` is `MaybeUninit`).
-        // FIXME(soundness): this is not enough. `take`, `restore` and `sg_permit_move` write
-        // the `state` atomic through the returned `&Cell`, but it is derived from a
-        // `&sg_permit`, whose bytes have no `UnsafeCell`: writing through a shared reference
-        // to them is UB (Miri reports it under Stacked and Tree Borrows). `sg_permit` needs
-        // an `UnsafeCell` (e.g. `[AtomicU64; 6]`), or these functions must work from the raw
-        // `*mut sg_permit` without making a `&sg_permit`.
+        // SAFETY: `Cell` has the size and alignment of `sg_permit` (asserted above). Every
+        // byte of `sg_permit` is inside an `UnsafeCell`, so the `state` atomic of the `&Cell`
+        // may be written through this shared borrow (as `AtomicU64` allows). Reading `owner`
+        // and `kind` as integers needs them initialised: `issue`/`sg_permit_move` write them
+        // as integers, and zeroed or garbage storage from C is initialised bytes; only the
+        // payload may hold uninitialised (padding) bytes, and it is `MaybeUninit`.
         unsafe { &*(self as *const Self).cast::<Cell>() }
     }
 }
@@ -112,17 +131,14 @@ pub(crate) fn issue<P: CorePermit>(
 
 /// A live permit holding `p`, issued by object `owner` as `kind`.
 pub(crate) fn live_permit<P: CorePermit>(owner: u64, kind: u32, p: P) -> sg_permit {
-    let mut payload = core::mem::MaybeUninit::<[u64; 3]>::zeroed();
+    let mut payload = MaybeUninit::<[u64; 3]>::zeroed();
     // SAFETY: `fits::<P>()` holds for every `CorePermit`: `P` fits in the payload and needs no
     // more than `u64` alignment, so the write is in bounds and aligned.
     unsafe { payload.as_mut_ptr().cast::<P>().write(p) };
     let cell = Cell { state: AtomicU64::new(LIVE), owner, kind, _reserved: 0, payload };
-    // SAFETY: same size and alignment (asserted above). FIXME(soundness): not the same
-    // validity: `sg_permit` is `[u64; 6]`, which must be fully initialised, but the payload
-    // holds `P`'s padding bytes (`RawPermit` and `BreakerPermit` have 3), which writing `p`
-    // leaves uninitialised. Miri reports this transmute as UB. Zeroing cannot help (the
-    // typed write of `p` does not preserve it); `sg_permit` needs `MaybeUninit` words, or
-    // the core permit must be stored field by field.
+    // SAFETY: same size and alignment (asserted above), and every bit pattern, including
+    // uninitialised bytes (the payload holds `P`'s padding), is a valid `sg_permit`: its
+    // words are `MaybeUninit<u64>`. (The `UnsafeCell`s change no layout.)
     unsafe { core::mem::transmute::<Cell, sg_permit>(cell) }
 }
 
@@ -147,7 +163,7 @@ pub(crate) fn take<P: CorePermit>(permit: &sg_permit, owner: u64, kind: u32) -> 
         .map_err(|_| SG_ALREADY_RELEASED)?;
     // SAFETY: `issue` wrote a `P` (same `kind`, checked) into the payload; only this thread
     // won the CAS, so it is read out once. `P` has no drop glue, so the bytes left behind
-    // are inert. (The CAS above writes through `&Cell`: see FIXME in `sg_permit::cell`.)
+    // are inert.
     Ok(unsafe { cell.payload.as_ptr().cast::<P>().read() })
 }
 
@@ -256,9 +272,9 @@ pub unsafe extern "C" fn sg_permit_move(src: *mut sg_permit, dst: *mut sg_permit
         if src == dst && !src.is_null() {
             return Err(SG_INVALID_ARGUMENT);
         }
-        // SAFETY: the crate's contract: NULL or an `sg_permit` readable for the call.
-        // FIXME(soundness): its state word is then written through this shared borrow (see
-        // `sg_permit::cell`).
+        // SAFETY: the crate's contract: NULL or an `sg_permit` readable for the call. Its
+        // state word is written through this shared borrow, which `sg_permit`'s `UnsafeCell`s
+        // allow.
         let src_ref = unsafe { input(src.cast_const())? };
         let dst = out(dst)?;
         let cell = live_cell(src_ref)?;
@@ -267,20 +283,13 @@ pub unsafe extern "C" fn sg_permit_move(src: *mut sg_permit, dst: *mut sg_permit
         cell.state
             .compare_exchange(LIVE, RELEASED, Ordering::Relaxed, Ordering::Relaxed)
             .map_err(|_| SG_ALREADY_RELEASED)?;
-        // SAFETY: the source was live and this thread won its state word, so nobody else
-        // moves or releases it meanwhile. FIXME(soundness): reading `[u64; 3]` requires all
-        // payload bytes initialised, but the core permit's padding is not (see
-        // `live_permit`); reading `MaybeUninit<[u64; 3]>` would avoid this read's share.
-        let payload = unsafe { cell.payload.as_ptr().read() };
-        let moved = Cell {
-            state: AtomicU64::new(LIVE),
-            owner,
-            kind,
-            _reserved: 0,
-            payload: core::mem::MaybeUninit::new(payload),
-        };
-        // SAFETY: same size and alignment (asserted above); validity holds only if the
-        // payload is fully initialised, which the FIXMEs above and in `live_permit` dispute.
+        // The source was live and this thread won its state word, so nobody else moves or
+        // releases it meanwhile. The payload is copied as `MaybeUninit` (padding included,
+        // never read as integers).
+        let payload = cell.payload;
+        let moved = Cell { state: AtomicU64::new(LIVE), owner, kind, _reserved: 0, payload };
+        // SAFETY: same size and alignment (asserted above), and every bit pattern is a valid
+        // `sg_permit` (`MaybeUninit` words).
         dst.write(unsafe { core::mem::transmute::<Cell, sg_permit>(moved) });
         Ok(())
     })
