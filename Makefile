@@ -8,7 +8,7 @@ CARGO ?= cargo
 NO_STD_TARGET := aarch64-unknown-none
 LOOM_TESTS := $(patsubst core/tests/%.rs,%,$(wildcard core/tests/loom_*.rs))
 
-.PHONY: test setup fmt clippy unit loom nostd ctest demo bench pytest nodetest
+.PHONY: test setup fmt clippy unit loom nostd ctest demo bench pytest miri nodetest
 
 test: setup fmt clippy unit loom nostd ctest pytest nodetest
 	@echo "make test: all checks passed"
@@ -47,6 +47,15 @@ ctest:
 # The npm package: `npm ci` builds the addon (prepare script), then node:test and tsc.
 nodetest:
 	cd bindings-node && npm ci --no-audit --no-fund && npm test && npm run typecheck
+
+# Miri (nightly) over the core's unsafe-bearing and arithmetic modules and the C ABI's
+# permit life cycle. Separate from `test` because it needs a nightly toolchain; run by hand.
+MIRI_CORE_TESTS := limiter:: stats:: time:: rng:: sync::
+miri:
+	rustup toolchain install nightly --profile minimal --component miri,rust-src >/dev/null
+	$(CARGO) +nightly miri setup >/dev/null
+	$(CARGO) +nightly miri test -q -p surgeguard-core --lib -- $(MIRI_CORE_TESTS)
+	$(CARGO) +nightly miri test -q -p surgeguard-ffi --test permit
 
 demo:
 	$(CARGO) run --release --quiet -p surgeguard-sim
