@@ -1,7 +1,7 @@
 //! The lock-free, exact, priority-aware concurrency [`Limiter`].
 
 use crate::limit::{Algorithm, AlgorithmConfig, AnyAlgorithm, Window};
-use crate::stats::{AtomicHistogram, BUCKETS};
+use crate::stats::{AtomicLatencyHistogram, LatencyCursor, BUCKETS};
 use crate::sync::{fence, next_instance_id, AtomicBool, AtomicU32, AtomicU64, Exclusive, Ordering};
 use crate::time::{AtomicMonotonic, MS, SEC};
 use crate::types::check_range;
@@ -104,9 +104,7 @@ impl LimiterConfig {
 #[derive(Debug)]
 struct FoldState {
     algorithm: AnyAlgorithm,
-    prev: [u64; BUCKETS],
-    cur: [u64; BUCKETS],
-    prev_sum: u64,
+    cursor: LatencyCursor,
     prev_drops: u64,
 }
 
@@ -164,18 +162,21 @@ struct FoldState {
 /// completion of latency `r`, stays idle for `r·(1/L − 1)`: the dependency is busy `L`
 /// of the time.
 ///
-/// **Windows.** Completions are recorded into cumulative atomic counters (a log-linear
-/// histogram, a latency sum, drops). When a window is due, whichever releasing thread wins
-/// a compare-and-swap folds it: it diffs the counters against the last fold, so no sample
-/// is lost or counted twice across a roll-over, feeds the [`Window`] to the algorithm and
+/// **Windows.** Latencies are recorded into an [`AtomicLatencyHistogram`] (a log-linear
+/// histogram with the exact latency sum; below ~2.1 ms one `fetch_add` records both) and
+/// drops into a cumulative counter. When a window is due, whichever releasing thread wins
+/// a compare-and-swap folds it: it collects what was recorded since the last fold (each
+/// sample exactly once across a roll-over), feeds the [`Window`] to the algorithm and
 /// publishes the new limit. A window closes after `clamp(window_rtt_multiple × min
 /// latency, min_window_ns, max_window_ns)` and at least `min_samples` samples (or a drop).
 ///
 /// **Progress.** `try_acquire` is lock-free (one CAS loop that retries only when another
 /// thread changed the word); release is wait-free plus, once per window, one fold by the
 /// CAS winner (bounded work: one pass over the histogram); nobody ever waits for the
-/// folder. **Cost**: uncontended single-level acquire + release with a sample is four
-/// atomic read-modify-writes (see BENCHMARKS.md).
+/// folder. **Cost**: uncontended single-level acquire + release with a sample below
+/// ~2.1 ms is three atomic read-modify-writes (the admission CAS, the in-flight decrement,
+/// the sample); a larger sample adds one, and more than one level adds two (the level's
+/// in-flight count, up and down). See BENCHMARKS.md.
 ///
 /// **Time** is the caller's `now` in ns. A latency is never negative (`now` before the
 /// permit's start counts as 0), and windows never close backwards.
@@ -203,8 +204,7 @@ pub struct Limiter {
     idle_until: AtomicU64,
     next_fold: AtomicU64,
     max_inflight: AtomicU32,
-    hist: AtomicHistogram,
-    sum_ns: AtomicU64,
+    hist: AtomicLatencyHistogram,
     drops: AtomicU64,
     ignored: AtomicU64,
     windows: AtomicU64,
@@ -250,6 +250,7 @@ impl RawPermit {
 impl<'a> Permit<'a> {
     /// Ends the work: a `Success` latency (`now − start`) becomes a sample, `Dropped`
     /// is an overload signal, `Ignored` just returns the slot.
+    #[inline]
     pub fn release(mut self, now: u64, outcome: Outcome) {
         if let Some(raw) = self.raw.take() {
             // Cannot fail: the permit came from this limiter.
@@ -274,6 +275,7 @@ impl<'a> Permit<'a> {
 }
 
 impl Drop for Permit<'_> {
+    #[inline]
     fn drop(&mut self) {
         if let Some(raw) = self.raw.take() {
             let now = self.limiter.clock.latest().max(raw.started_at);
@@ -369,8 +371,7 @@ impl Limiter {
             idle_until: AtomicU64::new(0),
             next_fold: AtomicU64::new(0),
             max_inflight: AtomicU32::new(0),
-            hist: AtomicHistogram::new(),
-            sum_ns: AtomicU64::new(0),
+            hist: AtomicLatencyHistogram::new(),
             drops: AtomicU64::new(0),
             ignored: AtomicU64::new(0),
             windows: AtomicU64::new(0),
@@ -381,9 +382,7 @@ impl Limiter {
             clock: AtomicMonotonic::new(),
             fold: Exclusive::new(FoldState {
                 algorithm,
-                prev: [0; BUCKETS],
-                cur: [0; BUCKETS],
-                prev_sum: 0,
+                cursor: LatencyCursor::new(),
                 prev_drops: 0,
             }),
         };
@@ -393,11 +392,13 @@ impl Limiter {
 
     /// Admits one unit of work at `level`, or says why not. Levels beyond the configured
     /// ones count as the least important level.
+    #[inline]
     pub fn try_acquire(&self, now: u64, level: Priority) -> Result<Permit<'_>, Rejected> {
         self.try_acquire_raw(now, level).map(|raw| Permit { limiter: self, raw: Some(raw) })
     }
 
     /// [`try_acquire`](Self::try_acquire) returning a lifetime-free [`RawPermit`].
+    #[inline]
     pub fn try_acquire_raw(&self, now: u64, level: Priority) -> Result<RawPermit, Rejected> {
         let lvl = level.index().min(self.levels as usize - 1);
         let multi = self.levels > 1;
@@ -449,6 +450,7 @@ impl Limiter {
 
     /// Slots held back for the active levels more important than `lvl`: each reserves
     /// what it may still want of its share, `min(share, want(demand)) − in_flight`.
+    #[inline]
     fn reserved_above(&self, now: u64, lvl: usize) -> u64 {
         let mut reserved = 0u64;
         for q in 0..lvl {
@@ -501,6 +503,7 @@ impl Limiter {
         }
     }
 
+    #[inline]
     fn note_arrival_at(&self, now: u64, lvl: usize) {
         let now = now.max(1); // 0 means "never seen"
         let seen = self.level_seen[lvl].load(Ordering::Relaxed);
@@ -511,6 +514,7 @@ impl Limiter {
 
     /// Ends an admission made by [`try_acquire_raw`](Self::try_acquire_raw). A permit of
     /// another limiter is refused with [`UsageError::ForeignHandle`] and changes nothing.
+    #[inline]
     pub fn release_raw(
         &self,
         permit: RawPermit,
@@ -527,10 +531,7 @@ impl Limiter {
         let word = self.state.fetch_sub(1, Ordering::Relaxed);
         let latency = now.saturating_sub(permit.started_at);
         match outcome {
-            Outcome::Success => {
-                self.hist.record(latency);
-                self.sum_ns.fetch_add(latency, Ordering::Relaxed);
-            }
+            Outcome::Success => self.hist.record(latency),
             Outcome::Dropped => {
                 self.drops.fetch_add(1, Ordering::Relaxed);
             }
@@ -539,11 +540,7 @@ impl Limiter {
             }
         }
         if word & FRACTIONAL_BIT != 0 && outcome != Outcome::Ignored {
-            let limit = f64::from_bits(self.limit_bits.load(Ordering::Relaxed));
-            if limit > 0.0 && limit < 1.0 {
-                let idle = (latency as f64 * (1.0 / limit - 1.0)).min(3600.0 * SEC as f64);
-                self.idle_until.fetch_max(now.saturating_add(idle as u64), Ordering::Relaxed);
-            }
+            self.idle_after(now, latency);
         }
         if outcome != Outcome::Ignored && now >= self.next_fold.load(Ordering::Relaxed) {
             self.try_fold(now);
@@ -551,8 +548,21 @@ impl Limiter {
         Ok(())
     }
 
+    /// Under a limit below 1: stays idle for `latency × (1/limit − 1)` after `now`.
+    #[cold]
+    #[inline(never)]
+    fn idle_after(&self, now: u64, latency: u64) {
+        let limit = f64::from_bits(self.limit_bits.load(Ordering::Relaxed));
+        if limit > 0.0 && limit < 1.0 {
+            let idle = (latency as f64 * (1.0 / limit - 1.0)).min(3600.0 * SEC as f64);
+            self.idle_until.fetch_max(now.saturating_add(idle as u64), Ordering::Relaxed);
+        }
+    }
+
     /// Folds the current window into the algorithm if it is due and no other thread is
     /// folding. Returns the window fed to the algorithm, if any.
+    #[cold]
+    #[inline(never)]
     fn try_fold(&self, now: u64) -> Option<Window> {
         let folded = self
             .fold
@@ -561,14 +571,8 @@ impl Limiter {
                 if now < self.next_fold.load(Ordering::Relaxed) {
                     return None;
                 }
-                self.hist.snapshot(&mut st.cur);
-                let mut samples = 0u64;
                 let mut delta = [0u64; BUCKETS];
-                for ((d, cur), prev) in delta.iter_mut().zip(&st.cur).zip(&st.prev) {
-                    *d = cur.wrapping_sub(*prev);
-                    samples += *d;
-                }
-                let sum = self.sum_ns.load(Ordering::Relaxed);
+                let (samples, sum) = self.hist.collect(&mut st.cursor, &mut delta);
                 let drops = self.drops.load(Ordering::Relaxed);
                 let window_drops = drops.wrapping_sub(st.prev_drops);
                 if samples < self.min_samples as u64 && window_drops == 0 {
@@ -583,13 +587,12 @@ impl Limiter {
                     now,
                     &delta,
                     samples,
-                    sum.wrapping_sub(st.prev_sum),
+                    sum,
                     window_drops,
                     max_inflight.max(inflight),
                     inflight,
                 );
-                st.prev = st.cur;
-                st.prev_sum = sum;
+                st.cursor.commit();
                 st.prev_drops = drops;
                 let limit = st.algorithm.update(&window);
                 self.apply(limit);

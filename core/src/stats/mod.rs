@@ -6,6 +6,9 @@ mod histogram;
 mod window;
 
 pub use ewma::Ewma;
-pub use histogram::{bucket_index, bucket_value, AtomicHistogram, Histogram, BUCKETS};
+pub use histogram::{
+    bucket_index, bucket_value, AtomicHistogram, AtomicLatencyHistogram, Histogram, LatencyCursor,
+    BUCKETS,
+};
 pub(crate) use window::summarize as summarize_window;
 pub use window::{SampleWindow, WindowedMin};
