@@ -1,9 +1,9 @@
 //! Limiter benchmarks, one run, beside a floor and the peers.
 //!
 //! Workload simulated: a service calling a dependency — each op is one admission and one
-//! release with a latency sample, the caller passing `now` (a counter advancing 1 µs per
-//! op, so windows fold as they would at ~1 M req/s; the clock read itself is the caller's
-//! and costs ~23 ns here, see research/peer-baselines.md). Uncontended: one thread.
+//! release with a latency sample (500 ns; `_5ms`: 5 ms), the caller passing `now` (a
+//! counter advancing 1 µs per op, so windows fold as they would at ~1 M req/s; the clock
+//! read itself is the caller's and costs ~23 ns here, see research/peer-baselines.md). Uncontended: one thread.
 //! Contended: two threads on one limiter, ns/op = wall time / total ops.
 //!
 //! Floor: an `AtomicUsize` fetch_add + fetch_sub pair. Peers: tokio `Semaphore`
@@ -39,12 +39,19 @@ fn algorithms() -> [(&'static str, AlgorithmConfig); 3] {
     ]
 }
 
-/// One acquire + release(Success) with a 1 µs-advancing clock.
+/// One acquire + release(Success) with a 1 µs-advancing clock and a 500 ns latency.
 #[inline]
 fn cycle(l: &Limiter, now: &mut u64, level: Priority) {
+    cycle_with_latency(l, now, level, 500);
+}
+
+/// [`cycle`] with another latency: samples of 2^21 ns (~2.1 ms) and more take one more
+/// atomic step (a bucket counter and a sum instead of one packed word).
+#[inline]
+fn cycle_with_latency(l: &Limiter, now: &mut u64, level: Priority, latency: u64) {
     *now += 1_000;
     if let Ok(p) = l.try_acquire(*now, level) {
-        p.release(*now + 500, Outcome::Success);
+        p.release(*now + latency, Outcome::Success);
     }
 }
 
@@ -93,6 +100,11 @@ fn bench_limiter(c: &mut Criterion) {
             b.iter(|| cycle(&l, &mut now, Priority::NORMAL))
         });
     }
+    g.bench_function("surgeguard_gradient_1level_5ms", |b| {
+        let l = limiter(AlgorithmConfig::Gradient(GradientConfig::default()), 1);
+        let mut now = 0;
+        b.iter(|| cycle_with_latency(&l, &mut now, Priority::NORMAL, 5_000_000))
+    });
     g.bench_function("surgeguard_gradient_3levels", |b| {
         let l = limiter(AlgorithmConfig::Gradient(GradientConfig::default()), 3);
         let mut now = 0;

@@ -250,7 +250,7 @@ impl RawPermit {
 impl<'a> Permit<'a> {
     /// Ends the work: a `Success` latency (`now − start`) becomes a sample, `Dropped`
     /// is an overload signal, `Ignored` just returns the slot.
-    #[inline]
+    #[inline(always)]
     pub fn release(mut self, now: u64, outcome: Outcome) {
         if let Some(raw) = self.raw.take() {
             // Cannot fail: the permit came from this limiter.
@@ -398,7 +398,11 @@ impl Limiter {
     }
 
     /// [`try_acquire`](Self::try_acquire) returning a lifetime-free [`RawPermit`].
-    #[inline]
+    // `inline(always)` here, on `release_raw` and `Permit::release`: the hot path is a few
+    // dozen instructions around its atomic steps, and callers live in other crates (gate,
+    // bindings, benches) where LLVM otherwise often keeps the calls. Cold parts (folding,
+    // fractional idling) stay out of line.
+    #[inline(always)]
     pub fn try_acquire_raw(&self, now: u64, level: Priority) -> Result<RawPermit, Rejected> {
         let lvl = level.index().min(self.levels as usize - 1);
         let multi = self.levels > 1;
@@ -514,7 +518,7 @@ impl Limiter {
 
     /// Ends an admission made by [`try_acquire_raw`](Self::try_acquire_raw). A permit of
     /// another limiter is refused with [`UsageError::ForeignHandle`] and changes nothing.
-    #[inline]
+    #[inline(always)]
     pub fn release_raw(
         &self,
         permit: RawPermit,
