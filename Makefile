@@ -6,6 +6,8 @@ SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 CARGO ?= cargo
 NO_STD_TARGET := aarch64-unknown-none
+# Cortex-M4/M7 (32-bit CAS, no 64-bit atomics) and Cortex-M0+ (no CAS): portable-atomic.
+MCU_TARGETS := thumbv7em-none-eabihf thumbv6m-none-eabi
 LOOM_TESTS := $(patsubst core/tests/%.rs,%,$(wildcard core/tests/loom_*.rs))
 
 .PHONY: test setup fmt clippy unit loom nostd ctest demo bench pytest miri nodetest
@@ -16,7 +18,7 @@ test: setup fmt clippy unit loom nostd ctest pytest nodetest
 # Everything a fresh machine of this kind needs (idempotent).
 setup:
 	rustup component add rustfmt clippy >/dev/null 2>&1 || rustup component add rustfmt clippy
-	rustup target add $(NO_STD_TARGET) >/dev/null 2>&1 || rustup target add $(NO_STD_TARGET)
+	rustup target add $(NO_STD_TARGET) $(MCU_TARGETS) >/dev/null 2>&1 || rustup target add $(NO_STD_TARGET) $(MCU_TARGETS)
 
 fmt:
 	$(CARGO) fmt --all -- --check
@@ -35,9 +37,14 @@ loom:
 	    $(CARGO) test -p surgeguard-core --release --quiet --test $$t; \
 	done
 
-# The proof that the core is no_std and allocation-free at link level: a bare-metal target.
+# The proof that the core is no_std and allocation-free at link level: a bare-metal target,
+# and the two microcontroller forms (interrupt-free atomics from portable-atomic).
 nostd:
 	RUSTFLAGS=-Dwarnings $(CARGO) build -p surgeguard-core --target $(NO_STD_TARGET) --release --quiet
+	RUSTFLAGS=-Dwarnings $(CARGO) build -p surgeguard-core --target thumbv7em-none-eabihf \
+	  --features unsafe-assume-single-core --release --quiet
+	RUSTFLAGS=-Dwarnings $(CARGO) build -p surgeguard-core --target thumbv6m-none-eabi \
+	  --features critical-section --release --quiet
 
 # The C ABI: C11 and C++17 programs against the static and shared library, a pthread
 # stress test of the gate, valgrind memcheck, the pkg-config example (tests/c/run.sh).
