@@ -285,11 +285,12 @@ const infIfNull = (x) => x === null ? Infinity : x
 // The snapshot count the binding's LagMeter instantiates (LAG_SNAPSHOTS in src/flow.rs;
 // the class does not expose it).
 const LAG_SNAPSHOTS = 61
-const FLOW_KINDS = ['credits', 'lag_meter', 'watermarks', 'paced_drain']
+const FLOW_KINDS = ['credits', 'lag_meter', 'watermarks', 'paced_drain', 'keyed']
 
-/** Credits, LagMeter, Watermarks, PacedDrain (durations in ms, `nowNs` bigints). */
+/** Credits, LagMeter, Watermarks, PacedDrain, KeyedLimits (durations in ms, `nowNs` bigints). */
 function replayFlow (sc) {
   const { kind, config: c, name } = sc
+  const held = new Map()
   let obj
   if (kind === 'credits') obj = new sg.Credits({ capacity: num(c.capacity), lowWater: num(c.low_water) })
   else if (kind === 'lag_meter') {
@@ -297,6 +298,12 @@ function replayFlow (sc) {
     obj = new sg.LagMeter({ bucketMs: ms(c.bucket_ns) })
   } else if (kind === 'watermarks') obj = new sg.Watermarks({ capacity: num(c.capacity), pauseBelow: num(c.pause_below), resumeAbove: num(c.resume_above) })
   else if (kind === 'paced_drain') obj = new sg.PacedDrain({ targetPerSec: c.target_per_sec, headroom: c.headroom, burst: num(c.burst) })
+  else if (kind === 'keyed') {
+    // Keys are strings hashed with hash_key(seed, utf8(key)); the seed also maps the shards.
+    const o = { shards: c.shards, shardsPerKey: c.shards_per_key, shardLimit: c.shard_limit, limitRetryAfterMs: ms(c.limit_retry_after_ns), seed: num(c.seed) }
+    if (c.rate_per_second !== null) Object.assign(o, { ratePerSecond: c.rate_per_second, rateBurst: c.rate_burst })
+    obj = new sg.KeyedLimits(o)
+  }
   else throw new Mismatch(`scenario ${name}: unknown kind ${kind}`)
   const counts = (e) => {
     const out = {}
@@ -374,6 +381,25 @@ function replayFlow (sc) {
         got = { time_to_drain: obj.timeToDrainMs(num(st.backlog), st.produce_per_sec) }
         exp = { time_to_drain: optMs(st.expect.time_to_drain) }
         break
+      case 'keyed:acquire': {
+        const p = obj.tryAcquire(st.key, num(st.cost), now)
+        if (p) held.set(i, p)
+        got = verdict(p !== null, obj.lastRejection)
+        exp = expMs(st.expect)
+        break
+      }
+      case 'keyed:release': held.get(st.permit).release(); held.delete(st.permit); got = {}; break
+      case 'keyed:hash': got = { hash: sg.hashKey(st.key, BigInt(c.seed)) }; exp = { hash: BigInt(st.expect.hash) }; break
+      case 'keyed:shards_of': got = { shards: obj.shardsOf(st.key) }; break
+      case 'keyed:record_rejection': got = { recorded: obj.recordRejection(st.key) }; break
+      case 'keyed:metrics': {
+        const m = obj.metrics()
+        got = {}
+        for (const k of Object.keys(exp)) got[k] = m[camel(k)]
+        got.key_limit = obj.keyLimit
+        got.top_keys = m.topKeys.map((e) => `${e.keyHash}:${e.count}:${e.error}`).join(';') || '-'
+        break
+      }
       default:
         throw new Mismatch(`scenario ${name} step ${i}: unknown op ${kind}:${st.op}`)
     }

@@ -327,8 +327,9 @@ LAG_SNAPSHOTS = 61
 
 
 def replay_flow(sc: dict[str, Any]) -> int:
-    """Credits, LagMeter, Watermarks, PacedDrain (durations in seconds, counts as ints)."""
+    """Credits, LagMeter, Watermarks, PacedDrain, KeyedLimits (durations in seconds)."""
     kind, c, name = sc["kind"], sc["config"], sc["name"]
+    held: dict[int, Any] = {}
     if kind == "credits":
         obj: Any = sg.Credits(capacity=c["capacity"], low_water=c["low_water"])
     elif kind == "lag_meter":
@@ -338,6 +339,13 @@ def replay_flow(sc: dict[str, Any]) -> int:
         obj = sg.Watermarks(capacity=c["capacity"], pause_below=c["pause_below"], resume_above=c["resume_above"])
     elif kind == "paced_drain":
         obj = sg.PacedDrain(c["target_per_sec"], headroom=c["headroom"], burst=c["burst"])
+    elif kind == "keyed":
+        # Keys are str, hashed with hash_key(hash_seed, utf8): the vectors' seed is both the
+        # shard-mapping seed and the hash seed (as in Node and C).
+        rate = {} if c["rate_per_second"] is None else {"rate": c["rate_per_second"], "burst": c["rate_burst"]}
+        obj = sg.KeyedLimits(c["shard_limit"], shards=c["shards"], shards_per_key=c["shards_per_key"],
+                             limit_retry_after=plain_secs(c["limit_retry_after_ns"]), seed=c["seed"],
+                             hash_seed=c["seed"], **rate)
     else:
         raise Mismatch(f"scenario {name}: unknown kind {kind}")
 
@@ -417,13 +425,32 @@ def replay_flow(sc: dict[str, Any]) -> int:
         elif key == ("paced_drain", "time_to_drain"):
             got = {"time_to_drain": obj.time_to_drain(st["backlog"], st["produce_per_sec"])}
             exp = {"time_to_drain": opt_secs(exp["time_to_drain"])}
+        elif key == ("keyed", "acquire"):
+            def take() -> None:
+                held[i] = obj.try_acquire(st["key"], st["cost"], now_ns=now)
+
+            got, exp = refusal(take), expect_secs(exp)
+        elif key == ("keyed", "release"):
+            held.pop(st["permit"]).release()
+            got = {}
+        elif key == ("keyed", "hash"):
+            got = {"hash": obj.hash(st["key"])}
+        elif key == ("keyed", "shards_of"):
+            got = {"shards": obj.shards_of(st["key"])}
+        elif key == ("keyed", "record_rejection"):
+            got = {"recorded": obj.record_rejection(st["key"])}
+        elif key == ("keyed", "metrics"):
+            m = obj.metrics()
+            got = {k: m[k] for k in exp if k in m and k != "top_keys"}
+            got["key_limit"] = obj.key_limit
+            got["top_keys"] = ";".join(f"{e['key_hash']:016x}:{e['count']}:{e['error']}" for e in m["top_keys"]) or "-"
         else:
             raise Mismatch(f"scenario {name} step {i}: unknown op {key}")
         same(name, i, op, exp, got)
     return len(sc["steps"])
 
 
-FLOW_KINDS = ("credits", "lag_meter", "watermarks", "paced_drain")
+FLOW_KINDS = ("credits", "lag_meter", "watermarks", "paced_drain", "keyed")
 
 DOC = json.loads(VECTORS.read_text())
 

@@ -189,6 +189,8 @@ static sg_credits *credits;
 static sg_lag_meter *lagm;
 static sg_watermarks *wm;
 static sg_paced_drain *drain;
+static sg_keyed *keyed;
+static uint64_t keyed_seed;
 static sg_permit *permits;   /* by step index */
 static uint64_t *acquired;   /* breaker: the acquire's now, by step index */
 static uint64_t *tickets;    /* gate: the ticket of an arrive step */
@@ -319,6 +321,18 @@ static void build(void) {
         c.headroom = cfg_f("headroom");
         c.burst = (uint32_t)cfg_u("burst");
         ok(sg_paced_drain_new(&c, &drain), "sg_paced_drain_new");
+    } else if (strcmp(kind, "keyed") == 0) {
+        sg_keyed_config c;
+        ok(sg_keyed_config_default(&c), "default");
+        c.shards = (uint32_t)cfg_u("shards");
+        c.shards_per_key = (uint32_t)cfg_u("shards_per_key");
+        c.shard_limit = (uint32_t)cfg_u("shard_limit");
+        c.limit_retry_after_ns = cfg_u("limit_retry_after_ns");
+        c.seed = keyed_seed = cfg_u("seed");
+        const char *r = cfg_s("rate_per_second");
+        c.rate_per_second = is_null(r) ? 0.0 : to_f(r); /* 0: no rate */
+        c.rate_burst = (uint32_t)cfg_u("rate_burst");
+        ok(sg_keyed_new(&c, &keyed), "sg_keyed_new");
     } else {
         die("scenario", "kind", "a known kind", kind);
     }
@@ -338,8 +352,10 @@ static void teardown(void) {
     sg_lag_meter_free(lagm);
     sg_watermarks_free(wm);
     sg_paced_drain_free(drain);
+    sg_keyed_free(keyed);
     lim = NULL, gate = NULL, budget = NULL, token = NULL, adaptive = NULL, backoff = NULL;
     breaker = NULL, rate = NULL, credits = NULL, lagm = NULL, wm = NULL, drain = NULL;
+    keyed = NULL;
     free(permits), free(acquired), free(tickets), free(queued);
     permits = NULL, acquired = NULL, tickets = NULL, queued = NULL;
 }
@@ -761,6 +777,53 @@ static void run_step(const char *op) {
             chk_f("drain_per_sec", m.drain_per_sec);
         } else {
             die("op", op, "a paced_drain op", op);
+        }
+    } else if (keyed) {
+        /* Keys are hashed the way every binding hashes them: hash_key(seed, utf8(key)). */
+        uint64_t h = 0;
+        if (strcmp(op, "acquire") == 0 || strcmp(op, "hash") == 0 || strcmp(op, "shards_of") == 0 ||
+            strcmp(op, "record_rejection") == 0) {
+            const char *key = need(args, nargs, "key");
+            ok(sg_keyed_hash_key(keyed_seed, (const uint8_t *)key, strlen(key), &h), "sg_keyed_hash_key");
+        }
+        if (strcmp(op, "acquire") == 0) {
+            chk_rej(sg_keyed_try_acquire(keyed, h, arg_u("now"), (uint32_t)arg_u("cost"), &permits[i], &rej), &rej);
+        } else if (strcmp(op, "release") == 0) {
+            ok(sg_keyed_release(keyed, &permits[arg_u("permit")]), "sg_keyed_release");
+        } else if (strcmp(op, "hash") == 0) {
+            chk_u("hash", h);
+        } else if (strcmp(op, "shards_of") == 0) {
+            uint32_t sh[SG_MAX_SHARDS_PER_KEY];
+            size_t n = 0;
+            ok(sg_keyed_shards_of(keyed, h, sh, SG_MAX_SHARDS_PER_KEY, &n), "shards_of");
+            chk_list_u32("shards", sh, n);
+        } else if (strcmp(op, "record_rejection") == 0) {
+            bool rec = false;
+            ok(sg_keyed_record_rejection(keyed, h, &rec), "record_rejection");
+            chk_b("recorded", rec);
+        } else if (strcmp(op, "metrics") == 0) {
+            static sg_keyed_metrics m;
+            uint64_t key_limit = 0;
+            ok(sg_keyed_metrics_get(keyed, &m), "metrics");
+            ok(sg_keyed_key_limit(keyed, &key_limit), "key_limit");
+            chk_u("admitted", m.admitted);
+            chk_u("rejected_key_limit", m.rejected_key_limit);
+            chk_u("rejected_key_rate", m.rejected_key_rate);
+            chk_u("foreign_releases", m.foreign_releases);
+            chk_u("in_flight", m.in_flight);
+            chk_u("full_shards", m.full_shards);
+            chk_u("key_limit", key_limit);
+            char top[16 * 64] = "";
+            size_t used = 0;
+            for (size_t k = 0; k < SG_KEYED_TOP_KEYS && m.top_keys[k].count > 0; k++) {
+                used += (size_t)snprintf(top + used, sizeof top - used, "%s%016llx:%llu:%llu", k ? ";" : "",
+                                         (unsigned long long)m.top_keys[k].key_hash,
+                                         (unsigned long long)m.top_keys[k].count,
+                                         (unsigned long long)m.top_keys[k].error);
+            }
+            chk_s("top_keys", used ? top : "-");
+        } else {
+            die("op", op, "a keyed op", op);
         }
     }
 }

@@ -21,6 +21,7 @@ use surgeguard_core::flow::{
     Credits, CreditsConfig, LagMeter, LagMeterConfig, Watermarks, WatermarksConfig,
 };
 use surgeguard_core::gate::{Aging, Arrival, Event, Gate, GateConfig, GateState, LifoTrigger};
+use surgeguard_core::keyed::{hash_key, KeyPermit, KeyedConfig, KeyedLimits, ShardRate};
 use surgeguard_core::limit::{
     AimdConfig, AlgorithmConfig, FixedConfig, Gradient2Config, GradientConfig, HysteresisConfig,
     VegasConfig,
@@ -269,6 +270,26 @@ pub enum Runner {
     Watermarks(Watermarks),
     /// A `PacedDrain`.
     Drain(PacedDrain),
+    /// A `KeyedLimits` table, its key-hash seed, and permits by step index.
+    Keyed(KeyedTable, u64, BTreeMap<u64, KeyPermit>),
+}
+
+/// A keyed table of one of the shard counts every binding compiles (16 and 64 here; all
+/// three also have 256 and 1024), with the default 16 top keys.
+pub enum KeyedTable {
+    /// 16 shards.
+    S16(Box<KeyedLimits<16>>),
+    /// 64 shards.
+    S64(Box<KeyedLimits<64>>),
+}
+
+macro_rules! on_table {
+    ($t:expr, $x:ident => $e:expr) => {
+        match $t {
+            KeyedTable::S16($x) => $e,
+            KeyedTable::S64($x) => $e,
+        }
+    };
 }
 
 fn state_name(s: BreakerState) -> &'static str {
@@ -400,6 +421,32 @@ impl Runner {
                 })
                 .map_err(ce)?,
             ),
+            "keyed" => {
+                let seed = u(c, "seed")?;
+                let shard_rate = match get(c, "rate_per_second")? {
+                    Value::Null => None,
+                    r => Some(
+                        ShardRate::per_second(
+                            r.as_f64().ok_or("bad rate_per_second")?,
+                            u32::try_from(u(c, "rate_burst")?).map_err(|e| e.to_string())?,
+                        )
+                        .map_err(ce)?,
+                    ),
+                };
+                let cfg = KeyedConfig {
+                    shards_per_key: u(c, "shards_per_key")? as u32,
+                    shard_limit: u(c, "shard_limit")? as u32,
+                    limit_retry_after: u(c, "limit_retry_after_ns")?,
+                    seed,
+                    shard_rate,
+                };
+                let table = match u(c, "shards")? {
+                    16 => KeyedTable::S16(Box::new(KeyedLimits::new(cfg).map_err(ce)?)),
+                    64 => KeyedTable::S64(Box::new(KeyedLimits::new(cfg).map_err(ce)?)),
+                    x => return Err(format!("shards {x}: the vectors use 16 or 64")),
+                };
+                Runner::Keyed(table, seed, BTreeMap::new())
+            }
             k => return Err(format!("unknown kind {k:?}")),
         })
     }
@@ -777,6 +824,55 @@ impl Runner {
                 }
                 _ => Err(format!("unknown paced_drain op {op:?}")),
             },
+            Runner::Keyed(t, seed, permits) => {
+                let key = || -> R<u64> { Ok(hash_key(*seed, s(st, "key")?.as_bytes())) };
+                match op {
+                    "acquire" => {
+                        let cost = u32::try_from(u(st, "cost")?).map_err(|e| e.to_string())?;
+                        let (h, now) = (key()?, u(st, "now")?);
+                        match on_table!(t, k => k.try_acquire(h, now, cost)) {
+                            Ok(p) => {
+                                permits.insert(idx, p);
+                                Ok(json!({"ok": true}))
+                            }
+                            Err(r) => Ok(rejected(r)),
+                        }
+                    }
+                    "release" => {
+                        let p = permits.remove(&u(st, "permit")?).ok_or("release of no permit")?;
+                        on_table!(t, k => k.release(p)).map_err(|e| e.to_string())?;
+                        Ok(json!({}))
+                    }
+                    "hash" => Ok(json!({"hash": key()?})),
+                    "shards_of" => {
+                        let h = key()?;
+                        Ok(json!({"shards": on_table!(t, k => k.shards_of(h).as_slice().to_vec())}))
+                    }
+                    "record_rejection" => {
+                        let h = key()?;
+                        Ok(json!({"recorded": on_table!(t, k => k.record_rejection(h))}))
+                    }
+                    "metrics" => on_table!(t, k => {
+                        let m = k.metrics();
+                        // Top keys as one token: `hash:count:error` (hash in 16 hex digits,
+                        // Node's form), heaviest first, `;`-separated; `-` when none.
+                        let top: Vec<String> = m
+                            .top_keys
+                            .entries()
+                            .iter()
+                            .map(|e| format!("{:016x}:{}:{}", e.key_hash, e.count, e.error))
+                            .collect();
+                        let top = if top.is_empty() { "-".to_string() } else { top.join(";") };
+                        Ok(json!({"admitted": m.admitted,
+                                  "rejected_key_limit": m.rejected_key_limit,
+                                  "rejected_key_rate": m.rejected_key_rate,
+                                  "foreign_releases": m.foreign_releases,
+                                  "in_flight": m.in_flight, "full_shards": m.full_shards,
+                                  "key_limit": k.key_limit(), "top_keys": top}))
+                    }),
+                    _ => Err(format!("unknown keyed op {op:?}")),
+                }
+            }
         }
     }
 }

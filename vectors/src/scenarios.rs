@@ -1322,7 +1322,118 @@ fn drain_edges() -> Vec<Value> {
     out
 }
 
-/// The pipeline-backpressure scenarios, in a fixed order.
+/// Keys of the keyed scenarios: plain tenants, one noisy key, a non-ASCII key (its UTF-8
+/// bytes are hashed), keys of 0, 8 and more than 16 bytes.
+const TENANTS: [&str; 6] =
+    ["tenant-0", "tenant-1", "tenant-2", "tenant-3", "agent-é", "api-key-0123456789abcdef"];
+
+fn keyed_cfg(
+    shards: u64,
+    per_key: u64,
+    limit: u64,
+    retry: u64,
+    seed: u64,
+    rate: Value,
+    burst: u64,
+) -> Value {
+    json!({"shards": shards, "shards_per_key": per_key, "shard_limit": limit,
+           "limit_retry_after_ns": crosses(retry), "seed": seed, "rate_per_second": rate,
+           "rate_burst": burst})
+}
+
+/// Tenants sharing a shuffle-sharded table with a noisy key: arrivals with random cost
+/// (sometimes above the rate's burst), completions at their due time (the noisy key's
+/// are slow), hashes, shard sets, refusals recorded from elsewhere, snapshots.
+fn keyed_walk(name: &str, cfg: Value, seed: u64, n: usize) -> Value {
+    let burst = cfg["rate_burst"].as_u64().expect("burst");
+    let mut sc = Sc::new(name, "keyed", cfg);
+    let mut rng = SplitMix64::new(seed);
+    let mut now = T0;
+    let mut held: Vec<(u64, u64)> = Vec::new();
+    for key in TENANTS.iter().chain(&["noisy", ""]) {
+        sc.op(json!({"op": "hash", "key": key}));
+        sc.op(json!({"op": "shards_of", "key": key}));
+    }
+    while sc.steps.len() < n {
+        now = match rng.below(50) {
+            0 => now.saturating_sub(100 * MS),
+            1..=5 => now,
+            _ => now + rng.below(5 * MS),
+        };
+        if let Some(i) = held.iter().position(|h| h.1 <= now) {
+            let (p, _) = held.swap_remove(i);
+            sc.op(json!({"op": "release", "permit": p}));
+        }
+        let noisy = rng.below(10) < 4;
+        let key = if noisy { "noisy" } else { TENANTS[rng.below(TENANTS.len() as u64) as usize] };
+        let cost = match rng.below(20) {
+            0 => burst + 1,
+            1 => 0,
+            _ => 1 + rng.below(burst.min(2)),
+        };
+        let (i, e) = sc.op(json!({"op": "acquire", "now": now, "key": key, "cost": cost}));
+        if e["ok"] == true {
+            let service = if noisy { 200 * MS } else { 5 * MS + rng.below(20 * MS) };
+            held.push((i, now + service));
+        }
+        match rng.below(30) {
+            0 => {
+                sc.op(json!({"op": "record_rejection", "key": key}));
+            }
+            1 | 2 => {
+                sc.op(json!({"op": "metrics"}));
+            }
+            3 => {
+                sc.op(json!({"op": "shards_of", "key": key}));
+            }
+            _ => {}
+        }
+    }
+    for (p, _) in held {
+        sc.op(json!({"op": "release", "permit": p}));
+    }
+    sc.op(json!({"op": "metrics"}));
+    sc.done()
+}
+
+/// Edge values of a keyed table: the largest seed every binding takes (2^53 − 1), a key
+/// filling all its shards, time 0, going back and huge, cost 0 and above the burst.
+fn keyed_edges() -> Value {
+    let cfg = keyed_cfg(16, 8, 1, 3600 * SEC, MAX_SAFE, json!(1e-6), 1);
+    let mut sc = Sc::new("keyed_edges", "keyed", cfg);
+    let mut held = Vec::new();
+    for key in ["", "x", "12345678", "123456789", "agent-é", "noisy"] {
+        sc.op(json!({"op": "hash", "key": key}));
+        sc.op(json!({"op": "shards_of", "key": key}));
+    }
+    for (now, key, cost) in [
+        (0, "noisy", 1),
+        (0, "noisy", 0),
+        (0, "noisy", 2),
+        (T0, "noisy", 1),
+        (T0 - SEC, "noisy", 1),
+        (u64::MAX / 2, "noisy", 1),
+        (u64::MAX / 2, "noisy", 1),
+        (u64::MAX, "noisy", 1),
+        (u64::MAX, "x", 1),
+        (1, "x", 0),
+    ] {
+        let (i, e) = sc.op(json!({"op": "acquire", "now": now, "key": key, "cost": cost}));
+        if e["ok"] == true {
+            held.push(i);
+        }
+    }
+    sc.op(json!({"op": "metrics"}));
+    sc.op(json!({"op": "record_rejection", "key": "x"}));
+    for p in held {
+        sc.op(json!({"op": "release", "permit": p}));
+    }
+    sc.op(json!({"op": "acquire", "now": u64::MAX, "key": "noisy", "cost": 0}));
+    sc.op(json!({"op": "metrics"}));
+    sc.done()
+}
+
+/// The pipeline-backpressure and keyed scenarios, in a fixed order.
 pub fn flow() -> Vec<Value> {
     let mut v = Vec::new();
     v.push(credits_walk("credits_default", 256, 64, 81, 700));
@@ -1343,5 +1454,19 @@ pub fn flow() -> Vec<Value> {
     v.push(drain_walk("paced_drain_fast_half", 250_000.0, 0.5, 5_000, 113, 500));
     v.push(drain_at_rate());
     v.extend(drain_edges());
+    v.push(keyed_walk("keyed_16_pairs", keyed_cfg(16, 2, 3, SEC, 7, Value::Null, 10), 121, 800));
+    v.push(keyed_walk(
+        "keyed_64_triples_rate",
+        keyed_cfg(64, 3, 4, 250 * MS, (1 << 40) + 3, json!(200.0), 5),
+        122,
+        800,
+    ));
+    v.push(keyed_walk(
+        "keyed_16_single_slow_rate",
+        keyed_cfg(16, 1, 2, 30 * SEC, 0, json!(50.0), 1),
+        123,
+        500,
+    ));
+    v.push(keyed_edges());
     v
 }
