@@ -30,7 +30,8 @@ function same (sc, i, what, expected, actual) {
   try {
     assert.deepStrictEqual(actual, expected)
   } catch {
-    throw new Mismatch(`scenario ${sc} step ${i} ${what}: expected ${JSON.stringify(expected)}, actual ${JSON.stringify(actual)}`)
+    const show = (x) => JSON.stringify(x, (_, v) => typeof v === 'bigint' ? `${v}n` : v)
+    throw new Mismatch(`scenario ${sc} step ${i} ${what}: expected ${show(expected)}, actual ${show(actual)}`)
   }
 }
 

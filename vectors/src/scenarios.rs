@@ -1105,7 +1105,7 @@ fn watermarks_walk(
     let mut level: u64 = 0;
     let step = (capacity / 20).max(1);
     while sc.steps.len() < n {
-        let phase = (sc.steps.len() * 6 / n) % 3;
+        let phase = (sc.steps.len() * 15 / n) % 3;
         now = match rng.below(50) {
             0 => now.saturating_sub(SEC),
             1 => now,
