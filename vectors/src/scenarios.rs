@@ -1065,10 +1065,19 @@ fn lag_edges() -> Vec<Value> {
     }
     sc.op(json!({"op": "report_oldest", "now": u64::MAX / 2, "enqueued_at": 1000}));
     queries(&mut sc, u64::MAX / 2 + 3000);
-    // The largest `now`, a few times (fewer than the snapshot count).
-    for _ in 0..3 {
+    // Counts beyond u32 (every binding takes u64 counts up to 2^53).
+    sc.op(json!({"op": "record_produced", "now": u64::MAX / 2 + 4000, "n": 1u64 << 40}));
+    sc.op(json!({"op": "record_consumed", "now": u64::MAX / 2 + 4000, "n": 1u64 << 40}));
+    queries(&mut sc, u64::MAX / 2 + 4000);
+    // The largest `now`, more times than there are snapshots: the window must keep
+    // spanning time (the bucket boundary saturates there; no second snapshot is taken
+    // at one instant), so the rates stay finite.
+    let snaps = crate::LAG_SNAPSHOTS as u64;
+    for i in 0..snaps + 9 {
         sc.op(json!({"op": "record_produced", "now": u64::MAX, "n": 1}));
-        queries(&mut sc, u64::MAX);
+        if i % 10 == 0 || i + 2 >= snaps {
+            queries(&mut sc, u64::MAX);
+        }
     }
     let first = sc.done();
 
