@@ -304,6 +304,12 @@ pub struct GateMetrics {
 /// (`gate` bench). `cancel`: one CAS and one count, plus a push on the attention stack.
 /// `metrics()` scans the slots.
 ///
+/// **Size.** The slots are inline: about `48·CAP` bytes plus ~18 KB (`Gate<64>` ≈ 19.5 KB,
+/// `Gate<1024>` ≈ 66 KB, `Gate<4096>` ≈ 213 KB). `new` returns the gate by value, and an
+/// unoptimised build may hold several copies on the stack while moving it, so put a
+/// large gate in a `static`, a `Box` or an `Arc` from a thread with room to build it
+/// (debug builds of `Gate<4096>` need more than the 2 MB default of a spawned thread).
+///
 /// **Sources.** DESIGN.md §3; folly `Codel`, HBase `AdaptiveLifoCoDelCallQueue`, HHVM
 /// `JobQueue` (`research/queues_retries.md` §1); seeds 000 (priorities, aging), 002 (shed
 /// switch), 004 (time-sized queue, deadline drop at dequeue).
