@@ -30,7 +30,8 @@ function same (sc, i, what, expected, actual) {
   try {
     assert.deepStrictEqual(actual, expected)
   } catch {
-    throw new Mismatch(`scenario ${sc} step ${i} ${what}: expected ${JSON.stringify(expected)}, actual ${JSON.stringify(actual)}`)
+    const show = (x) => JSON.stringify(x, (_, v) => typeof v === 'bigint' ? `${v}n` : v)
+    throw new Mismatch(`scenario ${sc} step ${i} ${what}: expected ${show(expected)}, actual ${show(actual)}`)
   }
 }
 
@@ -277,6 +278,137 @@ function replaySimple (sc) {
   return sc.steps.length
 }
 
+// Counts of 16 digits or more arrive as strings (see `text` above); every count the
+// pipeline kinds use is at most 2^53 − 1, exact as a number.
+const num = (x) => typeof x === 'string' && /^\d+$/.test(x) ? Number(x) : x
+const optMs = (ns) => ns === null ? null : ms(ns)
+const infIfNull = (x) => x === null ? Infinity : x
+// The snapshot count the binding's LagMeter instantiates (LAG_SNAPSHOTS in src/flow.rs;
+// the class does not expose it).
+const LAG_SNAPSHOTS = 61
+const FLOW_KINDS = ['credits', 'lag_meter', 'watermarks', 'paced_drain', 'keyed']
+
+/** Credits, LagMeter, Watermarks, PacedDrain, KeyedLimits (durations in ms, `nowNs` bigints). */
+function replayFlow (sc) {
+  const { kind, config: c, name } = sc
+  const held = new Map()
+  let obj
+  if (kind === 'credits') obj = new sg.Credits({ capacity: num(c.capacity), lowWater: num(c.low_water) })
+  else if (kind === 'lag_meter') {
+    same(name, -1, 'snapshots', c.snapshots, LAG_SNAPSHOTS)
+    obj = new sg.LagMeter({ bucketMs: ms(c.bucket_ns) })
+  } else if (kind === 'watermarks') obj = new sg.Watermarks({ capacity: num(c.capacity), pauseBelow: num(c.pause_below), resumeAbove: num(c.resume_above) })
+  else if (kind === 'paced_drain') obj = new sg.PacedDrain({ targetPerSec: c.target_per_sec, headroom: c.headroom, burst: num(c.burst) })
+  else if (kind === 'keyed') {
+    // Keys are strings hashed with hash_key(seed, utf8(key)); the seed also maps the shards.
+    const o = { shards: c.shards, shardsPerKey: c.shards_per_key, shardLimit: c.shard_limit, limitRetryAfterMs: ms(c.limit_retry_after_ns), seed: num(c.seed) }
+    if (c.rate_per_second !== null) Object.assign(o, { ratePerSecond: c.rate_per_second, rateBurst: c.rate_burst })
+    obj = new sg.KeyedLimits(o)
+  }
+  else throw new Mismatch(`scenario ${name}: unknown kind ${kind}`)
+  const counts = (e) => {
+    const out = {}
+    for (const [k, v] of Object.entries(e)) out[k] = num(v)
+    return out
+  }
+
+  for (const [i, st] of sc.steps.entries()) {
+    let exp = counts(st.expect)
+    let got
+    const now = st.now === undefined ? undefined : big(st.now)
+    switch (kind + ':' + st.op) {
+      case 'credits:try_take': got = verdict(obj.tryTake(num(st.k)), obj.lastRejection); exp = expMs(exp); break
+      case 'credits:take_up_to': got = { n: obj.takeUpTo(num(st.k)) }; break
+      case 'credits:complete':
+        try {
+          obj.complete(num(st.k))
+          got = { ok: true }
+        } catch (e) {
+          if (!(e instanceof sg.OverloadError) || !/^SG_/.test(e.code)) throw e
+          got = { ok: false, error: e.code.slice(3).toLowerCase() }
+        }
+        break
+      case 'credits:grant': got = { n: obj.grant(num(st.n)) }; break
+      case 'credits:grant_due': got = { n: obj.grantDue }; break
+      case 'credits:replenish': got = { n: obj.replenish() }; break
+      case 'credits:check': got = { available: obj.available, buffered: obj.buffered, outstanding: obj.outstanding, stalled: obj.isStalled }; break
+      case 'credits:metrics':
+      case 'paced_drain:metrics': {
+        const m = obj.metrics()
+        got = {}
+        for (const k of Object.keys(exp)) got[k] = m[camel(k)]
+        break
+      }
+      case 'lag_meter:record_produced': obj.recordProduced(num(st.n), now); got = {}; break
+      case 'lag_meter:record_consumed': obj.recordConsumed(num(st.n), now); got = {}; break
+      case 'lag_meter:observe_totals': obj.observeTotals(num(st.produced), num(st.consumed), now); got = {}; break
+      case 'lag_meter:report_oldest': obj.reportOldest(st.enqueued_at === null ? null : big(st.enqueued_at), now); got = {}; break
+      case 'lag_meter:lag': got = { lag: obj.lag(now) }; break
+      case 'lag_meter:produce_rate': got = { rate: obj.produceRate(now) }; break
+      case 'lag_meter:consume_rate': got = { rate: obj.consumeRate(now) }; break
+      case 'lag_meter:lag_time': got = { lag_time: obj.lagTimeMs(now) }; exp = { lag_time: optMs(st.expect.lag_time) }; break
+      case 'lag_meter:time_to_drain': got = { time_to_drain: obj.timeToDrainMs(now) }; exp = { time_to_drain: optMs(st.expect.time_to_drain) }; break
+      case 'lag_meter:time_to_drain_exceeds': got = { exceeds: obj.timeToDrainExceeds(ms(st.limit), now) }; break
+      case 'lag_meter:oldest_age': got = { oldest_age: obj.oldestAgeMs(now) }; exp = { oldest_age: optMs(st.expect.oldest_age) }; break
+      case 'lag_meter:metrics': {
+        const m = obj.metrics(now)
+        got = {
+          produced: m.produced,
+          consumed: m.consumed,
+          lag: m.lag,
+          rates_known: m.ratesKnown,
+          produce_rate: m.produceRate,
+          consume_rate: m.consumeRate,
+          lag_seconds: m.lagSeconds,
+          time_to_drain_seconds: m.timeToDrainSeconds,
+          oldest_age: m.oldestAgeMs === undefined ? null : m.oldestAgeMs
+        }
+        exp.lag_seconds = infIfNull(exp.lag_seconds)
+        exp.time_to_drain_seconds = infIfNull(exp.time_to_drain_seconds)
+        exp.oldest_age = optMs(st.expect.oldest_age)
+        break
+      }
+      case 'watermarks:observe': got = { transition: obj.observe(num(st.level), now) }; break
+      case 'watermarks:is_paused': got = { paused: obj.isPaused }; break
+      case 'watermarks:metrics': {
+        const m = obj.metrics(now)
+        got = { paused: m.paused, pauses: m.pauses, resumes: m.resumes, time_paused: m.timePausedMs, last_level: m.lastLevel }
+        exp.time_paused = ms(st.expect.time_paused)
+        break
+      }
+      case 'paced_drain:permits': got = { n: obj.permits(num(st.backlog), now) }; break
+      case 'paced_drain:next_permit_in': got = { wait: obj.nextPermitInMs(now) }; exp = { wait: ms(st.expect.wait) }; break
+      case 'paced_drain:time_to_drain':
+        got = { time_to_drain: obj.timeToDrainMs(num(st.backlog), st.produce_per_sec) }
+        exp = { time_to_drain: optMs(st.expect.time_to_drain) }
+        break
+      case 'keyed:acquire': {
+        const p = obj.tryAcquire(st.key, num(st.cost), now)
+        if (p) held.set(i, p)
+        got = verdict(p !== null, obj.lastRejection)
+        exp = expMs(st.expect)
+        break
+      }
+      case 'keyed:release': held.get(st.permit).release(); held.delete(st.permit); got = {}; break
+      case 'keyed:hash': got = { hash: sg.hashKey(st.key, BigInt(c.seed)) }; exp = { hash: BigInt(st.expect.hash) }; break
+      case 'keyed:shards_of': got = { shards: obj.shardsOf(st.key) }; break
+      case 'keyed:record_rejection': got = { recorded: obj.recordRejection(st.key) }; break
+      case 'keyed:metrics': {
+        const m = obj.metrics()
+        got = {}
+        for (const k of Object.keys(exp)) got[k] = m[camel(k)]
+        got.key_limit = obj.keyLimit
+        got.top_keys = m.topKeys.map((e) => `${e.keyHash}:${e.count}:${e.error}`).join(';') || '-'
+        break
+      }
+      default:
+        throw new Mismatch(`scenario ${name} step ${i}: unknown op ${kind}:${st.op}`)
+    }
+    same(name, i, st.op, exp, got)
+  }
+  return sc.steps.length
+}
+
 test('the vectors file: format, version, size', () => {
   assert.equal(DOC.format, 'surgeguard-vectors')
   assert.equal(DOC.version, 1)
@@ -295,7 +427,9 @@ for (const sc of DOC.scenarios) {
     const known = KNOWN[sc.name]
     let n
     try {
-      n = sc.kind === 'gate' ? await replayGate(sc) : replaySimple(sc)
+      if (sc.kind === 'gate') n = await replayGate(sc)
+      else if (FLOW_KINDS.includes(sc.kind)) n = replayFlow(sc)
+      else n = replaySimple(sc)
     } catch (e) {
       if (known && e instanceof Mismatch && e.message.includes(`step ${known.step} `)) {
         t.diagnostic(`known divergence (${known.why}): ${sc.steps.length - known.step} steps not replayed`)
@@ -313,3 +447,15 @@ test('a changed expectation is caught', () => {
   sc.steps[3].expect = { ok: 'tampered' }
   assert.throws(() => replaySimple(sc), /step 3/)
 })
+
+for (const kind of FLOW_KINDS) {
+  test(`a changed expectation of a ${kind} step is caught`, () => {
+    const sc = JSON.parse(JSON.stringify(DOC.scenarios.find((s) => s.kind === kind)))
+    const i = sc.steps.findIndex((st) => Object.keys(st.expect).length > 0)
+    const e = sc.steps[i].expect
+    const k = Object.keys(e).sort()[0]
+    const v = num(e[k])
+    e[k] = typeof v === 'boolean' ? !v : (v === null || typeof v === 'string') ? 'tampered' : v + 1
+    assert.throws(() => replayFlow(sc), new RegExp(`step ${i} `))
+  })
+}

@@ -13,9 +13,14 @@ use crate::common::*;
 const LAG_SNAPSHOTS: usize = 61;
 
 fn count_arg(name: &str, v: Option<&Bound<'_, PyAny>>) -> PyResult<u32> {
+    Ok(count_arg_up_to(name, v, u32::MAX as u64)? as u32)
+}
+
+/// An optional count (default 1) up to `max`.
+fn count_arg_up_to(name: &str, v: Option<&Bound<'_, PyAny>>, max: u64) -> PyResult<u64> {
     match v.filter(|v| !v.is_none()) {
         None => Ok(1),
-        Some(v) => Ok(uint_arg(name, v, u32::MAX as u64)? as u32),
+        Some(v) => uint_arg(name, v, max),
     }
 }
 
@@ -171,7 +176,8 @@ impl LagMeter {
         n: Option<&Bound<'_, PyAny>>,
         now_ns: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let n = count_arg("n", n)? as u64;
+        // Item counts are u64 in the core (C and Node take the same range).
+        let n = count_arg_up_to("n", n, u64::MAX)?;
         self.core.record_produced(now_or_clock(now_ns)?, n);
         Ok(())
     }
@@ -183,7 +189,7 @@ impl LagMeter {
         n: Option<&Bound<'_, PyAny>>,
         now_ns: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let n = count_arg("n", n)? as u64;
+        let n = count_arg_up_to("n", n, u64::MAX)?;
         self.core.record_consumed(now_or_clock(now_ns)?, n);
         Ok(())
     }

@@ -15,7 +15,7 @@ import uvicorn
 import surgeguard as sg
 from surgeguard.asgi import OverloadMiddleware
 
-GATE = sg.Gate(limit=8, queue_capacity=16)
+GATE = sg.Gate(limit=4, queue_capacity=8)
 KEYED = sg.KeyedLimits(1, shards=64, shards_per_key=2, hash_seed=11)
 LIFESPAN = {"state": "none"}
 
@@ -42,7 +42,7 @@ async def app(scope, receive, send):
             "shards_overlap": {},
         }).encode()
     else:
-        await asyncio.sleep(0.03)
+        await asyncio.sleep(0.1)
         body = b"done"
     await send({"type": "http.response.start", "status": 200,
                 "headers": [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]})

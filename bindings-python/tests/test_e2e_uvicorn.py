@@ -100,7 +100,7 @@ async def test_priorities_under_overload(server):
 
 async def test_a_flooding_tenant_is_isolated(server):
     # The server's table: 1 slot per shard, 2 shards per key, so a key holds at most 2 of
-    # the gate's 8 slots. Same seeds, so the same key-to-shard mapping.
+    # the gate's 4 slots. Same seeds, so the same key-to-shard mapping.
     table = sg.KeyedLimits(1, shards=64, shards_per_key=2, hash_seed=11)
     noisy = "tenant-noisy"
     quiet = next(f"tenant-{i}" for i in range(1000)

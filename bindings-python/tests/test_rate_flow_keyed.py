@@ -79,6 +79,17 @@ def test_lag_meter():
     assert m["lag"] == 300 and m["rates_known"]
 
 
+def test_lag_meter_counts_are_u64_and_bad_counts_change_nothing():
+    lag = sg.LagMeter()
+    lag.record_produced(2**40, now_ns=0)  # a byte count, beyond u32
+    lag.record_consumed(2**33, now_ns=0)
+    assert lag.lag(now_ns=0) == 2**40 - 2**33
+    for bad in (-1, 2**64, 1.5, "3"):
+        with pytest.raises((ValueError, TypeError, OverflowError)):
+            lag.record_produced(bad, now_ns=0)
+    assert lag.lag(now_ns=0) == 2**40 - 2**33
+
+
 def test_watermarks():
     wm = sg.Watermarks()
     assert wm.observe(250, now_ns=0) is None

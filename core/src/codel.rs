@@ -19,7 +19,7 @@
 //! smaller than one already seen is treated as the latest seen.
 
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use crate::time::{AtomicMonotonic, MS};
+use crate::time::MS;
 use crate::ConfigError;
 
 /// folly `codel_target_delay` default (gflags): 5 ms; also RFC 8289 `TARGET`.
@@ -129,7 +129,9 @@ pub struct CodelMetrics {
 /// single dispatcher, so that never happens there).
 ///
 /// **Cost.** About ten relaxed atomic loads and stores per call, plus a read-modify-write
-/// when time advances (the clamp) or the minimum falls; under 128 bytes of state.
+/// when time advances (the clamp), the minimum falls, an interval closes or a waiter is
+/// dropped; under 128 bytes of state. The [`Gate`](crate::gate::Gate), the only caller of
+/// its CoDels and one at a time, makes those loads and stores too (no read-modify-write).
 ///
 /// **Source.** folly `folly/executors/Codel.{h,cpp}` and HBase
 /// `AdaptiveLifoCoDelCallQueue` (folly rule), RFC 8289 §5 (control law); facts in
@@ -139,7 +141,8 @@ pub struct Codel {
     target_ns: u64,
     interval_ns: u64,
     mode: CodelMode,
-    clock: AtomicMonotonic,
+    /// The latest `now` seen (the monotonic clamp).
+    latest: AtomicU64,
     // folly state: min delay of the current interval, the interval's end (0 = not started),
     // "the next dequeue re-seeds the minimum" and the verdict of the last closed interval.
     min_delay: AtomicU64,
@@ -167,7 +170,7 @@ impl Codel {
             target_ns: cfg.target_ns,
             interval_ns: cfg.interval_ns,
             mode: cfg.mode,
-            clock: AtomicMonotonic::new(),
+            latest: AtomicU64::new(0),
             min_delay: AtomicU64::new(0),
             interval_end: AtomicU64::new(0),
             // folly: `codelResetDelay_` starts true, so the first dequeue seeds the minimum.
@@ -201,64 +204,93 @@ impl Codel {
     /// waiters are still queued behind it (used by RFC mode as the "queue nearly empty"
     /// floor; ignored by folly mode). Returns `true` if the waiter should be dropped.
     pub fn on_dequeue(&self, now: u64, delay: u64, remaining: usize) -> bool {
+        self.decide::<false>(now, delay, remaining)
+    }
+
+    /// [`on_dequeue`](Self::on_dequeue) for a caller that is the only one inside this
+    /// CoDel at any time, and whose successive calls are ordered by its own
+    /// synchronisation (the [`Gate`](crate::gate::Gate)'s single dispatcher): the same
+    /// decisions, with every read-modify-write replaced by a load and a store.
+    pub(crate) fn on_dequeue_exclusive(&self, now: u64, delay: u64, remaining: usize) -> bool {
+        self.decide::<true>(now, delay, remaining)
+    }
+
+    /// The dequeue rule; `X` (exclusive) replaces read-modify-writes by loads and stores.
+    #[inline(always)]
+    fn decide<const X: bool>(&self, now: u64, delay: u64, remaining: usize) -> bool {
         // The clamp skips its read-modify-write when time did not advance.
-        let latest = self.clock.latest();
-        let now = if now <= latest { latest } else { self.clock.observe(now) };
         // Relaxed everywhere in this type: each cell is an independent heuristic and no
         // other data is published through them (see the type's progress note).
-        let folly_drop = self.folly_overloaded(now, delay);
+        let latest = self.latest.load(Ordering::Relaxed);
+        let now = if now <= latest {
+            latest
+        } else if X {
+            self.latest.store(now, Ordering::Relaxed);
+            now
+        } else {
+            self.latest.fetch_max(now, Ordering::Relaxed).max(now)
+        };
+        let folly_drop = self.folly_overloaded::<X>(now, delay);
         let drop = match self.mode {
             CodelMode::Folly => folly_drop,
-            CodelMode::Rfc8289 => self.rfc_decide(now, delay, remaining),
+            CodelMode::Rfc8289 => self.rfc_decide::<X>(now, delay, remaining),
         };
         if drop {
-            self.drops.fetch_add(1, Ordering::Relaxed);
+            add::<X>(&self.drops, 1);
         }
         drop
     }
 
     /// folly `Codel::overloaded(delay)`: interval bookkeeping, then the slough rule. Run in
     /// both modes, because it also feeds [`load`](Codel::load).
-    fn folly_overloaded(&self, now: u64, delay: u64) -> bool {
+    #[inline(always)]
+    fn folly_overloaded<const X: bool>(&self, now: u64, delay: u64) -> bool {
         let end = self.interval_end.load(Ordering::Relaxed);
         if end == 0 {
             // The first dequeue ever starts the first interval (folly starts it at
             // construction; the core has no clock there).
-            let _ = self.interval_end.compare_exchange(
-                0,
-                now.saturating_add(self.interval_ns),
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            );
+            let start = now.saturating_add(self.interval_ns);
+            if X {
+                self.interval_end.store(start, Ordering::Relaxed);
+            } else {
+                let _ = self.interval_end.compare_exchange(
+                    0,
+                    start,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
+            }
         } else if now > end
             && !self.reset_delay.load(Ordering::Relaxed)
-            && !self.reset_delay.swap(true, Ordering::Relaxed)
+            && !swap::<X>(&self.reset_delay, true)
         {
             // This caller closes the interval: judge it by its minimum delay.
             self.interval_end.store(now.saturating_add(self.interval_ns), Ordering::Relaxed);
             let min = self.min_delay.load(Ordering::Relaxed);
             self.overloaded.store(min > self.target_ns, Ordering::Relaxed);
-            self.intervals.fetch_add(1, Ordering::Relaxed);
+            add::<X>(&self.intervals, 1);
         }
-        if self.reset_delay.load(Ordering::Relaxed)
-            && self.reset_delay.swap(false, Ordering::Relaxed)
-        {
+        if self.reset_delay.load(Ordering::Relaxed) && swap::<X>(&self.reset_delay, false) {
             // folly: the first request of an interval re-seeds the minimum and is never
             // dropped — more than one request must come in during an interval.
             self.min_delay.store(delay, Ordering::Relaxed);
             return false;
         }
         if delay < self.min_delay.load(Ordering::Relaxed) {
-            self.min_delay.fetch_min(delay, Ordering::Relaxed);
+            if X {
+                self.min_delay.store(delay, Ordering::Relaxed);
+            } else {
+                self.min_delay.fetch_min(delay, Ordering::Relaxed);
+            }
         }
         self.overloaded.load(Ordering::Relaxed) && delay > self.slough_timeout_ns()
     }
 
     /// RFC 8289 §5 dequeue logic, one waiter per call.
-    fn rfc_decide(&self, now: u64, sojourn: u64, remaining: usize) -> bool {
+    fn rfc_decide<const X: bool>(&self, now: u64, sojourn: u64, remaining: usize) -> bool {
         // Acquire: pairs with the Release store below by the previous caller, so this caller
-        // sees the state it left.
-        if self.rfc_busy.swap(true, Ordering::Acquire) {
+        // sees the state it left. (An exclusive caller's own synchronisation does that.)
+        if !X && self.rfc_busy.swap(true, Ordering::Acquire) {
             return false;
         }
         // should_drop (RFC 8289 §5.4): below target, or nothing else queued → not above.
@@ -280,7 +312,7 @@ impl Codel {
                 false
             } else {
                 let count = self.count.load(Ordering::Relaxed);
-                if self.advance_pending.swap(false, Ordering::Relaxed) {
+                if swap::<X>(&self.advance_pending, false) {
                     // The waiter after a drop is still above target: schedule the next drop.
                     let next = self.control_law(self.drop_next.load(Ordering::Relaxed), count);
                     self.drop_next.store(next, Ordering::Relaxed);
@@ -310,8 +342,11 @@ impl Codel {
         } else {
             false
         };
-        // Release: publishes this caller's state updates to the next caller's Acquire swap.
-        self.rfc_busy.store(false, Ordering::Release);
+        if !X {
+            // Release: publishes this caller's state updates to the next caller's Acquire
+            // swap.
+            self.rfc_busy.store(false, Ordering::Release);
+        }
         drop
     }
 
@@ -347,6 +382,28 @@ impl Codel {
             drops: self.drops.load(Ordering::Relaxed),
             intervals: self.intervals.load(Ordering::Relaxed),
         }
+    }
+}
+
+/// `cell += n`: a read-modify-write, or for an exclusive caller a load and a store.
+#[inline(always)]
+fn add<const X: bool>(cell: &AtomicU64, n: u64) {
+    if X {
+        cell.store(cell.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+    } else {
+        cell.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// `swap(cell, v)`: a read-modify-write, or for an exclusive caller a load and a store.
+#[inline(always)]
+fn swap<const X: bool>(cell: &AtomicBool, v: bool) -> bool {
+    if X {
+        let old = cell.load(Ordering::Relaxed);
+        cell.store(v, Ordering::Relaxed);
+        old
+    } else {
+        cell.swap(v, Ordering::Relaxed)
     }
 }
 
@@ -505,5 +562,33 @@ mod tests {
         c.on_dequeue(t + 2, 20 * MS, 3);
         assert!(c.on_dequeue(t + 2 + i, 20 * MS, 3));
         assert!(c.count.load(Ordering::Relaxed) > 1);
+    }
+
+    #[test]
+    fn the_exclusive_path_decides_exactly_like_the_shared_one() {
+        for mode in [CodelMode::Folly, CodelMode::Rfc8289] {
+            for seed in 0..20 {
+                let cfg = CodelConfig { mode, ..CodelConfig::default() };
+                let (shared, exclusive) = (Codel::new(&cfg).unwrap(), Codel::new(&cfg).unwrap());
+                let mut rng = crate::rng::SplitMix64::new(seed);
+                let mut now = 0u64;
+                for step in 0..2_000 {
+                    // Mostly forward, sometimes backwards (clamped), delays around target.
+                    now = if rng.below(10) == 0 {
+                        now.saturating_sub(rng.below(20 * MS))
+                    } else {
+                        now + rng.below(20 * MS)
+                    };
+                    let delay = rng.below(30 * MS);
+                    let behind = rng.below(4) as usize;
+                    let a = shared.on_dequeue(now, delay, behind);
+                    let b = exclusive.on_dequeue_exclusive(now, delay, behind);
+                    assert_eq!(a, b, "{mode:?} seed {seed} step {step}");
+                    assert_eq!(shared.metrics(), exclusive.metrics());
+                    assert_eq!(shared.is_overloaded(), exclusive.is_overloaded());
+                }
+                assert!(shared.metrics().drops > 0, "{mode:?}: the sequence never dropped");
+            }
+        }
     }
 }

@@ -27,18 +27,19 @@
 //! - **CoDel** (folly by default; RFC 8289 as an option), one per level, judged on the
 //!   oldest waiter's sojourn each time a slot is handed out; a sloughed waiter is reported
 //!   `Expired(CodelSlough)`.
-//! - **Full queue.** A more important arrival evicts the oldest waiter of the least
-//!   important level below it (reported `Expired(Evicted)` by the next poll); otherwise the
-//!   arrival is refused with `QueueFull`.
+//! - **Full queue.** A cancelled waiter's place is free at once (no poll needed). When
+//!   every place holds a waiter, a more important arrival evicts the oldest waiter of the
+//!   least important level below it (reported `Expired(Evicted)` by the next poll);
+//!   otherwise the arrival is refused with `QueueFull`.
 //! - **Aging** (optional, seed 000): a waiter of one level older than a threshold moves to a
 //!   less important level.
 //! - **Shed switch** (seed 002): `set_shed_level(Some(p))` refuses every arrival at level
 //!   ≥ p at once and expires such waiters at the next poll.
 
-use crate::codel::{Codel, CodelConfig, CodelMetrics};
+use crate::codel::{Codel, CodelConfig, CodelMetrics, CodelMode};
 use crate::queue::{Dispatcher, Ticket, WaitQueue, Waiter, NO_DEADLINE};
 use crate::sync::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use crate::time::{AtomicMonotonic, MS, SEC};
+use crate::time::{MS, SEC};
 use crate::types::check_range;
 use crate::{
     ConfigError, Limiter, LimiterConfig, LimiterMetrics, Outcome, Priority, RawPermit, Reason,
@@ -280,20 +281,34 @@ pub struct GateMetrics {
 /// **Progress.** `arrive`, `release`, `cancel`, `set_shed_level`, `state` and
 /// `next_wakeup` never wait for another thread: each is a bounded number of atomic steps
 /// plus CAS retries that fail only when another thread made progress (lock-free); an
-/// arrival into a full queue scans the slots to pick its victim. `poll` is
+/// arrival that finds no free slot scans the slots for a cancelled one to reuse, then (in
+/// a full queue) for its victim. `poll` is
 /// single-consumer: one thread dispatches at a time; a concurrent `poll` returns 0 at
 /// once, and the thread inside runs another round for it before leaving, so no wake-up is
 /// lost — the events of that round land in the *holder's* buffer, which is why bindings
 /// route events by ticket. Whenever a slot is free and a waiter exists, the next `poll`
 /// grants it; a ticket is granted at most once and never both granted and expired.
 ///
-/// **Cost.** Admitted arrival: the clock clamp and the limiter's acquire (three atomic
-/// read-modify-writes in all) plus a few loads. Queued arrival: four (clamp, count,
-/// claim a slot, publish it). A poll: the clamp, one CAS to enter and take all pending
-/// arrivals and cancels, one to leave; each grant adds the limiter's acquire, one slot CAS
-/// and the CoDel clamp. Release: the clamp and the limiter's release. Measured figures
-/// beside `ArrayQueue` and `Mutex<VecDeque>` are in BENCHMARKS.md (`gate` bench).
+/// **Cost.** Counting atomic read-modify-writes (RMWs; the clamp of `now` costs one only
+/// when time advances, a load otherwise). Admitted arrival: the clamp and the limiter's
+/// acquire (three in all with several levels), plus loads: the shed switch, four per
+/// level up to the arrival's for "anyone waiting ahead?", and the limiter's limit and
+/// in-flight. Queued arrival: four (clamp, count, claim a slot, publish it). Release: the
+/// clamp and the limiter's release. A poll: the clamp, one CAS to enter and take all
+/// pending arrivals and cancels, one to leave; each grant adds the limiter's acquire and
+/// one slot CAS — CoDel, the LIFO switch and the dispatcher's counters are plain loads and
+/// stores under the dispatch flag. So an arrival that queues and is granted by a poll at
+/// the same `now` costs nine RMWs besides the release that freed the slot (three of them
+/// the clamp and the limiter's acquire; before: twelve).
+/// Measured figures beside `ArrayQueue` and `Mutex<VecDeque>` are in BENCHMARKS.md
+/// (`gate` bench). `cancel`: one CAS and one count, plus a push on the attention stack.
 /// `metrics()` scans the slots.
+///
+/// **Size.** The slots are inline: about `48·CAP` bytes plus ~18 KB (`Gate<64>` ≈ 19.5 KB,
+/// `Gate<1024>` ≈ 66 KB, `Gate<4096>` ≈ 213 KB). `new` returns the gate by value, and an
+/// unoptimised build may hold several copies on the stack while moving it, so put a
+/// large gate in a `static`, a `Box` or an `Arc` from a thread with room to build it
+/// (debug builds of `Gate<4096>` need more than the 2 MB default of a spawned thread).
 ///
 /// **Sources.** DESIGN.md §3; folly `Codel`, HBase `AdaptiveLifoCoDelCallQueue`, HHVM
 /// `JobQueue` (`research/queues_retries.md` §1); seeds 000 (priorities, aging), 002 (shed
@@ -304,13 +319,16 @@ pub struct Gate<const CAP: usize> {
     queue: WaitQueue<CAP>,
     codel: [Codel; LEVELS],
     codel_on: bool,
+    /// CoDel runs the RFC 8289 rule (which reads the waiters behind the dequeued one).
+    codel_rfc: bool,
     levels: u8,
     lifo: LifoTrigger,
     max_wait_ns: Option<u64>,
     aging: Option<Aging>,
     service_alpha: f64,
     fallback_retry_after_ns: u64,
-    clock: AtomicMonotonic,
+    /// The latest `now` seen (the monotonic clamp; see `observe`).
+    clock: AtomicU64,
     shed: AtomicU8,
     /// f64 bits of the expected service time (ns); 0.0 = unknown.
     service: AtomicU64,
@@ -355,6 +373,7 @@ impl Sink<'_, '_> {
 
     /// Writes `ev` if there is room. A grant left unconsumed in the slot by the caller is
     /// returned to the limiter (as `Ignored`) rather than leaked.
+    #[inline]
     fn push(&mut self, ev: Event) -> bool {
         let Some(slot) = self.out.get_mut(self.n) else { return false };
         if let Some(Event::Granted(_, stale)) = slot.replace(ev) {
@@ -371,14 +390,17 @@ fn bump(counter: &AtomicU64, n: u64) {
     counter.store(counter.load(Ordering::Relaxed) + n, Ordering::Relaxed);
 }
 
-/// `max(now, latest seen)`, remembered; skips the read-modify-write when time did not
-/// advance.
-fn observe(clock: &AtomicMonotonic, now: u64) -> u64 {
-    let latest = clock.latest();
-    if now <= latest {
-        latest
+/// `max(now, latest seen)`, remembered in `latest`: one load, plus one read-modify-write
+/// when time advances (the gate's own cell rather than `time::AtomicMonotonic`, so that
+/// it inlines into the gate's callers).
+#[inline]
+fn observe(latest: &AtomicU64, now: u64) -> u64 {
+    // Relaxed: the clamp orders nothing else; each structure orders its own state.
+    let seen = latest.load(Ordering::Relaxed);
+    if now <= seen {
+        seen
     } else {
-        clock.observe(now)
+        latest.fetch_max(now, Ordering::Relaxed).max(now)
     }
 }
 
@@ -402,13 +424,14 @@ impl<const CAP: usize> Gate<CAP> {
             queue,
             codel: codels.map(|c| c.expect("filled above")),
             codel_on: cfg.codel.is_some(),
+            codel_rfc: codel_cfg.mode == CodelMode::Rfc8289,
             levels: cfg.limiter.levels,
             lifo: cfg.lifo,
             max_wait_ns: cfg.max_wait_ns,
             aging: cfg.aging,
             service_alpha: cfg.service_alpha,
             fallback_retry_after_ns: cfg.fallback_retry_after_ns,
-            clock: AtomicMonotonic::new(),
+            clock: AtomicU64::new(0),
             shed: AtomicU8::new(NO_SHED),
             service: AtomicU64::new((cfg.initial_service_ns as f64).to_bits()),
             deadline_hint: AtomicU64::new(NO_DEADLINE),
@@ -473,35 +496,36 @@ impl<const CAP: usize> Gate<CAP> {
         self.lifo_mask.load(Ordering::Relaxed) & (1 << lvl) != 0
     }
 
-    /// The part of an arrival that never queues: the shed switch, a deadline already
-    /// passed, then a free slot with nobody of the same or a more important level waiting.
-    /// `Ok(None)`: the arrival would have to wait.
-    fn admit_now(
-        &self,
-        now: u64,
-        lvl: usize,
-        deadline: u64,
-    ) -> Result<Option<RawPermit>, Rejected> {
-        let p = prio(lvl);
+    /// The refusals an arrival meets before anything else: the shed switch, then a
+    /// deadline already passed.
+    #[inline]
+    fn refuse_early(&self, now: u64, lvl: usize, deadline: u64) -> Option<Rejected> {
         if lvl >= self.shed.load(Ordering::Relaxed) as usize {
             self.shed_arrivals.fetch_add(1, Ordering::Relaxed);
-            return Err(Rejected::new(Reason::Shed, self.fallback_retry_after_ns));
+            return Some(Rejected::new(Reason::Shed, self.fallback_retry_after_ns));
         }
         if deadline <= now {
-            self.unmeetable.fetch_add(1, Ordering::Relaxed);
-            return Err(Rejected::new(
-                Reason::DeadlineUnmeetable,
-                self.retry_hint(self.service_ns()),
-            ));
+            return Some(self.unmeetable_now());
         }
-        // No overtaking: go to the limiter only if nobody of the same or a more important
-        // level is waiting (and skip it when every slot is visibly taken).
-        if self.queue.waiting_through(p) == 0 && !self.limiter_full() {
-            if let Ok(permit) = self.limiter.try_acquire_raw(now, p) {
-                return Ok(Some(permit));
-            }
+        None
+    }
+
+    /// Counts and builds the refusal of a deadline that has passed already.
+    #[cold]
+    fn unmeetable_now(&self) -> Rejected {
+        self.unmeetable.fetch_add(1, Ordering::Relaxed);
+        Rejected::new(Reason::DeadlineUnmeetable, self.retry_hint(self.service_ns()))
+    }
+
+    /// A permit at once, if nobody of the same or a more important level is waiting (no
+    /// overtaking) and the limiter grants one (it is skipped when every slot is visibly
+    /// taken). `None`: the arrival would have to wait.
+    #[inline]
+    fn admit_now(&self, now: u64, lvl: usize) -> Option<RawPermit> {
+        if self.queue.waiting_through(prio(lvl)) == 0 && !self.limiter_full() {
+            return self.limiter.try_acquire_raw(now, prio(lvl)).ok();
         }
-        Ok(None)
+        None
     }
 
     /// An arrival that never waits: the same checks and order as [`arrive`](Self::arrive)
@@ -518,7 +542,10 @@ impl<const CAP: usize> Gate<CAP> {
     ) -> Result<RawPermit, Rejected> {
         let now = observe(&self.clock, now);
         let lvl = self.clamp(level);
-        match self.admit_now(now, lvl, deadline.unwrap_or(NO_DEADLINE))? {
+        if let Some(r) = self.refuse_early(now, lvl, deadline.unwrap_or(NO_DEADLINE)) {
+            return Err(r);
+        }
+        match self.admit_now(now, lvl) {
             Some(permit) => Ok(permit),
             None => {
                 self.limiter.note_arrival(now, prio(lvl));
@@ -539,13 +566,21 @@ impl<const CAP: usize> Gate<CAP> {
     pub fn arrive(&self, now: u64, level: Priority, deadline: Option<u64>) -> Arrival {
         let now = observe(&self.clock, now);
         let lvl = self.clamp(level);
-        let p = prio(lvl);
         let deadline = deadline.unwrap_or(NO_DEADLINE);
-        match self.admit_now(now, lvl, deadline) {
-            Err(r) => return Arrival::Rejected(r),
-            Ok(Some(permit)) => return Arrival::Admitted(permit),
-            Ok(None) => {}
+        if let Some(r) = self.refuse_early(now, lvl, deadline) {
+            return Arrival::Rejected(r);
         }
+        if let Some(permit) = self.admit_now(now, lvl) {
+            return Arrival::Admitted(permit);
+        }
+        self.enqueue(now, lvl, deadline)
+    }
+
+    /// The part of [`arrive`](Self::arrive) after the limiter: the deadline estimate, then
+    /// a place in the queue.
+    #[inline(never)]
+    fn enqueue(&self, now: u64, lvl: usize, deadline: u64) -> Arrival {
+        let p = prio(lvl);
         self.limiter.note_arrival(now, p);
         let service = self.service_ns();
         if deadline != NO_DEADLINE {
@@ -802,8 +837,12 @@ impl<const CAP: usize> Gate<CAP> {
                 // CoDel judges the standing queue by its oldest waiter, in both modes.
                 if self.codel_on {
                     let sojourn = now.saturating_sub(oldest.enqueued_at);
-                    let behind = d.waiting(p).saturating_sub(1) as usize;
-                    if self.codel[l].on_dequeue(now, sojourn, behind) {
+                    // Only RFC mode reads how many wait behind (folly ignores it).
+                    let behind =
+                        if self.codel_rfc { d.waiting(p).saturating_sub(1) as usize } else { 0 };
+                    // The dispatch flag makes this thread the only caller, and orders the
+                    // callers one after another.
+                    if self.codel[l].on_dequeue_exclusive(now, sojourn, behind) {
                         held = Some(permit);
                         if d.remove(&oldest) {
                             bump(&self.sloughed, 1);
@@ -993,7 +1032,7 @@ impl<const CAP: usize> Gate<CAP> {
     /// A snapshot of counters and gauges (scans the queue's slots: O(capacity)).
     pub fn metrics(&self) -> GateMetrics {
         let q = self.queue.metrics();
-        let now = self.clock.latest();
+        let now = self.clock.load(Ordering::Relaxed);
         let oldest_age_ns = q.oldest_enqueued_at.map_or(0, |t| now.saturating_sub(t));
         let granted = self.granted.load(Ordering::Relaxed);
         let expired = self.expired.load(Ordering::Relaxed);

@@ -14,7 +14,14 @@
 //! whichever thread wins one compare-and-swap does it and everyone else moves on.
 //!
 //! Targets: anything with native 64-bit atomics is lock-free (the proof build is
-//! `aarch64-unknown-none`). Targets with only 32-bit atomics are not supported yet.
+//! `aarch64-unknown-none`). Microcontrollers without them take their atomics from
+//! `portable-atomic` through one of two features, and there the guarantee is
+//! *interrupt-free*, not lock-free: `unsafe-assume-single-core` on a single-core MCU with
+//! 32-bit compare-and-swap (Cortex-M3/M4/M7, built as `thumbv7em-none-eabihf`: each 64-bit
+//! operation runs with interrupts disabled), `critical-section` on one without any
+//! compare-and-swap (Cortex-M0/M0+, built as `thumbv6m-none-eabi`: every atomic operation in
+//! the application's critical section). Without either, such a target fails to build with a
+//! message saying which to choose.
 #![no_std]
 #![deny(unsafe_code)]
 #![warn(missing_docs)]

@@ -16,7 +16,9 @@
 //! - the **incoming stack** — arrivals push, the dispatcher takes it whole and links the
 //!   new waiters, oldest first, at the tail of their level;
 //! - the **attention stack** — a cancel, or an eviction that took a slot over, pushes the
-//!   slot here so the dispatcher unlinks it (and reports the evicted tickets);
+//!   slot here so the dispatcher unlinks it (and reports the evicted tickets); an arrival
+//!   that finds no free slot may take a cancelled slot over at once, leaving it on this
+//!   stack for the dispatcher to re-link;
 //! - per-level **doubly linked lists** in arrival order, touched only by the dispatcher —
 //!   O(1) at both ends, so FIFO, LIFO and oldest-end expiry all cost the same.
 //!
@@ -251,6 +253,7 @@ impl Counts {
     }
 
     /// Waiters at `lvl`, never below the true count at the moment of the first load.
+    #[inline]
     fn waiting(&self, lvl: usize) -> u32 {
         // Acquire (each of the three): pairs with the Release write of the departure, so
         // the arrival it undoes — which happened before it — is counted by the load of
@@ -262,6 +265,7 @@ impl Counts {
     }
 
     /// One departure at `lvl`, by the dispatcher (single writer: load and store).
+    #[inline]
     fn depart(&self, lvl: usize) {
         let d = &self.departed[lvl];
         // Release: pairs with the Acquire load in `waiting`.
@@ -297,7 +301,8 @@ impl Counts {
 /// **Progress.** [`push`](Self::push) and [`cancel`](Self::cancel) are lock-free: a few
 /// atomic steps, retried only when another thread changed the same word (so some thread
 /// always made progress); nobody waits for the dispatcher. Finding a free slot starts at
-/// the slot freed last (usually one CAS) and scans the slots in the worst case; a push into
+/// the slot freed last (usually one CAS) and scans the slots in the worst case (free ones,
+/// then cancelled ones to reuse); a push into
 /// a full queue that evicts scans the slots once per attempt (at most three attempts; an
 /// arrival racing departures from a full queue may be refused after them).
 /// The dispatcher is single-consumer: [`try_dispatch`](Self::try_dispatch) runs rounds
@@ -306,12 +311,17 @@ impl Counts {
 /// serving such requests while they arrive (lock-free, not wait-free, for the holder).
 ///
 /// **Bound.** Never more than `capacity` waiters, structurally: a waiter needs a slot. A
-/// cancelled waiter's slot is reused after the next dispatch round.
+/// cancelled waiter's slot is reused at once by an arrival that finds no free slot (it
+/// takes the slot over with one CAS; the dispatcher then re-links it in arrival order),
+/// unless an eviction from that slot is still unreported — then after the next dispatch
+/// round.
 ///
-/// **Cost.** Push: three atomic read-modify-writes (count, claim, publish). A dispatch
-/// round: one CAS to enter and take all pending arrivals and cancels, one to leave, plus
-/// one CAS per waiter removed and O(1) work per waiter linked, inspected or removed.
-/// Memory: about 48 bytes per slot.
+/// **Cost.** Push: three atomic read-modify-writes (claim, count, publish); the count of
+/// waiters is read only when the slot freed last is taken. A dispatch round: one CAS to
+/// enter and take all pending arrivals and cancels, one to leave, plus one CAS per waiter
+/// removed and O(1) work per waiter linked, inspected or removed; everything else the
+/// dispatcher writes (lists, counts of departures, deferred reports) is private to it, so
+/// loads and stores. Memory: about 48 bytes per slot.
 ///
 /// **Source.** Bounded per-level rings of DESIGN.md §3; Treiber stacks taken whole; the
 /// HHVM `JobQueue` idea of priority deques scanned most important first
@@ -378,16 +388,19 @@ impl<const CAP: usize> WaitQueue<CAP> {
     /// Waiters at `level` (levels beyond the configured ones count as the last). Under
     /// concurrent changes it may count a waiter that just left, never miss one that was
     /// queued before the call.
+    #[inline]
     pub fn waiting(&self, level: Priority) -> u32 {
         self.counts.waiting(self.clamp(level))
     }
 
     /// Waiters at `level` or more important.
+    #[inline]
     pub fn waiting_through(&self, level: Priority) -> u32 {
         (0..=self.clamp(level)).map(|l| self.counts.waiting(l)).sum()
     }
 
     /// All waiters.
+    #[inline]
     pub fn len(&self) -> u32 {
         (0..self.levels as usize).map(|l| self.counts.waiting(l)).sum()
     }
@@ -412,21 +425,32 @@ impl<const CAP: usize> WaitQueue<CAP> {
         evict: bool,
     ) -> Option<Ticket> {
         let lvl = self.clamp(level);
-        let mut scan = (self.len() as usize) < self.capacity();
+        // Whether to look beyond the hinted slot: decided only if that slot is taken (the
+        // count costs a load per level and counter).
+        let mut scan = None;
         for _ in 0..PUSH_ATTEMPTS {
-            if let Some((i, gen)) = self.claim(lvl, scan) {
+            let room = || (self.len() as usize) < self.capacity();
+            if let Some((i, gen, reclaimed)) = self.claim(lvl, || *scan.get_or_insert_with(room)) {
                 let slot = &self.slots[i];
                 // The slot is ours alone until published: nobody else CASes a CLAIMED word
-                // (cancel, evict and dispatch all require WAITING).
+                // (cancel, evict and dispatch all require WAITING or CANCELLED).
                 slot.enqueued_at.store(enqueued_at, Ordering::Relaxed);
                 slot.deadline.store(deadline, Ordering::Relaxed);
                 self.counts.arrived[lvl].fetch_add(1, Ordering::Relaxed);
-                self.push_stack(&slot.link, INCOMING_SHIFT, i);
-                // Release: pairs with the Acquire of the CAS in `cancel` and `take_over`,
-                // so a thread that sees WAITING also sees the push above, and the
-                // attention push it then makes reaches the dispatcher after this slot's
-                // incoming push.
-                slot.state.store(pack(gen, WAITING, lvl), Ordering::Release);
+                if reclaimed {
+                    // A cancelled waiter's slot, still flagged: it is on the attention stack
+                    // (or in the dispatcher's hands), and settling it re-links it in
+                    // arrival order. Release: as in `take_over`; an xor, not a store, for
+                    // the same reason.
+                    slot.state.fetch_xor(CLAIMED ^ WAITING, Ordering::Release);
+                } else {
+                    self.push_stack(&slot.link, INCOMING_SHIFT, i);
+                    // Release: pairs with the Acquire of the CAS in `cancel` and
+                    // `take_over`, so a thread that sees WAITING also sees the push above,
+                    // and the attention push it then makes reaches the dispatcher after
+                    // this slot's incoming push.
+                    slot.state.store(pack(gen, WAITING, lvl), Ordering::Release);
+                }
                 return Some(Ticket::new(self.owner, i, gen));
             }
             if !evict {
@@ -436,37 +460,70 @@ impl<const CAP: usize> WaitQueue<CAP> {
                 return Some(ticket);
             }
             // No victim, or it left meanwhile (its slot may be free now): look everywhere.
-            scan = true;
+            scan = Some(true);
         }
         None
     }
 
-    /// Claims a free slot for `lvl` with one CAS: the slot freed last first, then (if
-    /// `scan`) every slot.
-    fn claim(&self, lvl: usize, scan: bool) -> Option<(usize, u32)> {
+    /// Claims a slot for `lvl` with one CAS: the slot freed last first, then (if `scan()`)
+    /// every free slot, then every cancelled slot not yet reclaimed by the dispatcher (the
+    /// third value is `true` for those; the generation returned is the new occupant's).
+    fn claim(&self, lvl: usize, scan: impl FnOnce() -> bool) -> Option<(usize, u32, bool)> {
         let cap = self.capacity();
+        if cap == 0 {
+            return None;
+        }
         let start = self.hint.load(Ordering::Relaxed) as usize;
         let start = if start < cap { start } else { 0 };
-        let tries = if scan { cap } else { cap.min(1) };
-        for k in 0..tries {
+        if let Some(gen) = self.claim_free(start, lvl) {
+            return Some((start, gen, false));
+        }
+        if !scan() {
+            return None;
+        }
+        for k in 1..cap {
             let i = if start + k < cap { start + k } else { start + k - cap };
-            let s = self.slots[i].state.load(Ordering::Relaxed);
-            if status_of(s) != FREE {
+            if let Some(gen) = self.claim_free(i, lvl) {
+                return Some((i, gen, false));
+            }
+        }
+        // No free slot: take over a cancelled one, unless an eviction from it is still to
+        // be reported (the report names the generations before the current one, so the
+        // cancelled generation cannot be skipped; such a slot waits for the dispatcher).
+        for k in 0..cap {
+            let i = if start + k < cap { start + k } else { start + k - cap };
+            let slot = &self.slots[i];
+            let s = slot.state.load(Ordering::Relaxed);
+            if status_of(s) != CANCELLED || s & EVICTED_MASK != 0 {
                 continue;
             }
-            let gen = gen_of(s);
-            // Acquire: pairs with the dispatcher's Release when it freed the slot.
-            if self.slots[i]
-                .state
-                .compare_exchange(s, pack(gen, CLAIMED, lvl), Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
-            {
-                // Relaxed: a hint.
-                self.hint.store((i + 1) as u32, Ordering::Relaxed);
-                return Some((i, gen));
+            let gen = gen_of(s).wrapping_add(1);
+            // The flag stays: the slot is on the attention stack already (set by cancel).
+            // Acquire: pairs with the Release of the cancel's CAS, ordering the cancelled
+            // occupant's writes before ours. Fails if the dispatcher freed it meanwhile.
+            let new = pack(gen, CLAIMED, lvl) | ATTN;
+            if slot.state.compare_exchange(s, new, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                return Some((i, gen, true));
             }
         }
         None
+    }
+
+    /// One CAS on slot `i` if it is free; the generation claimed.
+    fn claim_free(&self, i: usize, lvl: usize) -> Option<u32> {
+        let slot = &self.slots[i];
+        let s = slot.state.load(Ordering::Relaxed);
+        if status_of(s) != FREE {
+            return None;
+        }
+        let gen = gen_of(s);
+        // Acquire: pairs with the dispatcher's Release when it freed the slot.
+        slot.state
+            .compare_exchange(s, pack(gen, CLAIMED, lvl), Ordering::Acquire, Ordering::Relaxed)
+            .ok()?;
+        // Relaxed: a hint.
+        self.hint.store((i + 1) as u32, Ordering::Relaxed);
+        Some(gen)
     }
 
     /// Full queue: take the slot of the oldest waiter at the least important level below
@@ -727,7 +784,11 @@ impl<const CAP: usize> Dispatcher<'_, CAP> {
             self.link_tail(lvl, i);
         }
         // Earlier rounds' deferred reports, then this batch, oldest first.
-        let deferred = q.deferred.swap(END, Ordering::Relaxed);
+        // Dispatcher-private: a load and a store, no read-modify-write.
+        let deferred = q.deferred.load(Ordering::Relaxed);
+        if deferred != END {
+            q.deferred.store(END, Ordering::Relaxed);
+        }
         let batch = reverse(&q.slots, |s| &s.attn_link, self.attention);
         self.attention = END;
         for first in [deferred, batch] {
@@ -791,10 +852,24 @@ impl<const CAP: usize> Dispatcher<'_, CAP> {
                 next = next.wrapping_add(1);
             }
             if status_of(s) == CANCELLED {
-                // Nobody else writes a cancelled slot: free it.
                 self.unlink(i);
-                self.free(i, gen_of(s).wrapping_add(1));
-                return;
+                // Release: pairs with the Acquire CAS in `claim`. Fails if an arrival took
+                // the slot over meanwhile (only possible with no eviction pending, so every
+                // generation before the new occupant's is settled). Acquire on failure: as
+                // for the first load.
+                let freed = pack(gen_of(s).wrapping_add(1), FREE, 0);
+                match slot.state.compare_exchange(s, freed, Ordering::Release, Ordering::Acquire) {
+                    Ok(_) => {
+                        // Relaxed: a hint; the next arrival starts its search here.
+                        q.hint.store(i as u32, Ordering::Relaxed);
+                        return;
+                    }
+                    Err(actual) => {
+                        s = actual;
+                        next = gen_of(s).wrapping_sub(evicted_of(s));
+                        continue;
+                    }
+                }
             }
             // CLAIMED or WAITING after a take-over: clear the flags, re-link at its level in
             // arrival order (it may have arrived before waiters linked since).
@@ -811,14 +886,6 @@ impl<const CAP: usize> Dispatcher<'_, CAP> {
                 Err(actual) => s = actual,
             }
         }
-    }
-
-    /// Makes an unlinked, unflagged slot claimable again with generation `gen`.
-    fn free(&mut self, i: usize, gen: u32) {
-        // Release: pairs with the Acquire CAS in `claim`.
-        self.q.slots[i].state.store(pack(gen, FREE, 0), Ordering::Release);
-        // Relaxed: a hint; the next arrival starts its search here.
-        self.q.hint.store(i as u32, Ordering::Relaxed);
     }
 
     fn inspect(&mut self, i: usize) -> Found {
@@ -1096,20 +1163,74 @@ mod tests {
     }
 
     #[test]
-    fn a_cancelled_slot_is_reclaimed_by_the_next_round() {
+    fn a_cancelled_slot_is_reused_at_once() {
         let q = WaitQueue::<2>::new(1, 2).unwrap();
         let a = q.push(P0, 0, NO_DEADLINE, false).unwrap();
         let b = q.push(P0, 1, NO_DEADLINE, false).unwrap();
         q.cancel(a).unwrap();
         assert_eq!(q.len(), 1);
-        assert_eq!(q.push(P0, 2, NO_DEADLINE, false), None, "not reclaimed yet");
-        assert!(q.try_dispatch(|d| {
-            d.refresh(|_| true);
+        let c = q.push(P0, 2, NO_DEADLINE, false).expect("the cancelled slot is taken over");
+        assert_ne!(c, a, "a new generation");
+        assert_eq!(q.cancel(a), Err(UsageError::UnknownTicket), "the old ticket stays dead");
+        assert_eq!(q.metrics().occupied, 2);
+        assert_eq!(q.push(P0, 3, NO_DEADLINE, false), None, "now really full");
+        // The round settles the reused slot in arrival order and reports nothing for `a`.
+        let mut reports = Vec::new();
+        q.try_dispatch(|d| {
+            d.refresh(|t| {
+                reports.push(t);
+                true
+            });
             true
-        }));
-        let c = q.push(P0, 2, NO_DEADLINE, false).unwrap();
+        });
+        assert!(reports.is_empty());
         assert_eq!(drain(&q, false), [b, c]);
         assert_eq!(q.metrics().cancels, 1);
+    }
+
+    #[test]
+    fn a_cancelled_slot_that_owes_an_eviction_report_waits_for_the_round() {
+        let q = WaitQueue::<1>::new(2, 1).unwrap();
+        let b = q.push(P1, 0, NO_DEADLINE, true).unwrap();
+        let c = q.push(P0, 1, NO_DEADLINE, true).unwrap(); // evicts b: report pending
+        q.cancel(c).unwrap();
+        assert_eq!(q.push(P0, 2, NO_DEADLINE, true), None, "the slot still owes b's report");
+        let mut reports = Vec::new();
+        q.try_dispatch(|d| {
+            d.refresh(|t| {
+                reports.push(t);
+                true
+            });
+            true
+        });
+        assert_eq!(reports, [b], "b reported once, the cancelled c never");
+        let e = q.push(P0, 3, NO_DEADLINE, true).unwrap();
+        assert_eq!(drain(&q, false), [e]);
+    }
+
+    #[test]
+    fn a_reused_slot_can_be_evicted_and_cancelled_again() {
+        let q = WaitQueue::<2>::new(3, 2).unwrap();
+        let a = q.push(P2, 0, NO_DEADLINE, true).unwrap();
+        let b = q.push(P1, 1, NO_DEADLINE, true).unwrap();
+        q.cancel(a).unwrap();
+        let c = q.push(P2, 2, NO_DEADLINE, true).unwrap(); // reuses a's slot
+        let d0 = q.push(P0, 3, NO_DEADLINE, true).unwrap(); // full: evicts c (background)
+        assert_eq!(q.cancel(c), Err(UsageError::UnknownTicket), "evicted");
+        q.cancel(b).unwrap();
+        let e = q.push(P1, 4, NO_DEADLINE, true).unwrap(); // reuses b's slot
+        let mut reports = Vec::new();
+        q.try_dispatch(|d| {
+            d.refresh(|t| {
+                reports.push(t);
+                true
+            });
+            true
+        });
+        assert_eq!(reports, [c], "only the evicted c; never a or b");
+        assert_eq!(drain(&q, false), [d0, e]);
+        let m = q.metrics();
+        assert_eq!((m.cancels, m.evictions, m.occupied), (2, 1, 0));
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! The one module that names atomics and cells.
 //!
 //! Under `cfg(loom)` everything comes from `loom`, so the model checker sees every
-//! atomic access and every access to the exclusive cell; otherwise from `core`.
+//! atomic access and every access to the exclusive cell; otherwise from `core`, or, on a
+//! target without native 64-bit atomics, from `portable-atomic` (built with its
+//! `critical-section` implementation: the crate's `critical-section` feature).
 //! Nothing else in the crate imports `core::sync::atomic` directly.
 #![allow(unsafe_code)]
 
@@ -12,19 +14,52 @@ pub(crate) use loom::sync::atomic::{
     AtomicUsize, Ordering,
 };
 
-#[cfg(not(loom))]
+#[cfg(all(not(loom), target_has_atomic = "64"))]
 #[allow(unused_imports)]
 pub(crate) use core::sync::atomic::{
     fence, AtomicBool, AtomicI32, AtomicI64, AtomicU16, AtomicU32, AtomicU64, AtomicU8,
     AtomicUsize, Ordering,
 };
 
+// No native 64-bit atomics: portable-atomic, with interrupts disabled around each
+// operation (or a critical section): interrupt-free, not lock-free.
+#[cfg(all(
+    not(loom),
+    not(target_has_atomic = "64"),
+    any(feature = "unsafe-assume-single-core", feature = "critical-section")
+))]
+#[allow(unused_imports)]
+pub(crate) use portable_atomic::{
+    fence, AtomicBool, AtomicI32, AtomicI64, AtomicU16, AtomicU32, AtomicU64, AtomicU8,
+    AtomicUsize, Ordering,
+};
+
+#[cfg(all(
+    not(loom),
+    not(target_has_atomic = "64"),
+    not(any(feature = "unsafe-assume-single-core", feature = "critical-section"))
+))]
+compile_error!(
+    "surgeguard-core: this target has no native 64-bit atomics. On a single-core MCU with \
+     32-bit CAS (Cortex-M3/M4/M7) enable the `unsafe-assume-single-core` feature; without \
+     any CAS (Cortex-M0/M0+) enable `critical-section` and link a critical-section \
+     implementation. Either way the guarantee is interrupt-free, not lock-free."
+);
+
+#[cfg(all(not(target_has_atomic = "64"), target_has_atomic = "ptr", feature = "critical-section"))]
+compile_error!(
+    "surgeguard-core: on a target with compare-and-swap, `critical-section` would fall back \
+     to spin locks for 64-bit atomics; use `unsafe-assume-single-core` on a single-core MCU"
+);
+
 /// A process-wide id for each new structure, so a permit or ticket of one structure is
 /// recognised as foreign by another. Not part of any structure's shared state, so it is a
 /// plain `core` atomic even under loom.
 pub(crate) fn next_instance_id() -> u32 {
-    static NEXT: core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32::new(1);
-    NEXT.fetch_add(1, core::sync::atomic::Ordering::Relaxed)
+    #[cfg(loom)]
+    use core::sync::atomic::AtomicU32;
+    static NEXT: AtomicU32 = AtomicU32::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 #[cfg(loom)]

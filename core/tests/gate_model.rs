@@ -89,6 +89,9 @@ struct MWaiter {
     ticket: Ticket,
     enqueued_at: u64,
     deadline: u64,
+    /// It took its slot from an evicted waiter, and no poll has reported that eviction
+    /// yet: if cancelled now, its slot stays taken until the next poll.
+    evicted_unreported: bool,
 }
 
 /// The sequential reference model.
@@ -99,7 +102,8 @@ struct Model {
     service: f64,
     shed: Option<usize>,
     levels: [Vec<MWaiter>; LEVELS],
-    /// Cancelled waiters whose slots the next poll reclaims.
+    /// Cancelled waiters whose slots the next poll reclaims (only those whose slot still
+    /// owes an eviction report; any other cancelled slot is reused at once).
     unreclaimed: usize,
     /// Evicted tickets the next poll reports.
     evicted: Vec<Ticket>,
@@ -174,6 +178,9 @@ impl Model {
         let mut events: Vec<(Ticket, Option<Reason>)> =
             self.evicted.drain(..).map(|t| (t, Some(Reason::Evicted))).collect();
         self.unreclaimed = 0;
+        for w in self.levels.iter_mut().flatten() {
+            w.evicted_unreported = false;
+        }
         if let Some(s) = self.shed {
             for l in s..LEVELS {
                 events.extend(self.levels[l].drain(..).map(|w| (w.ticket, Some(Reason::Shed))));
@@ -274,7 +281,12 @@ fn run(params: Params, ops: Vec<Op>) -> bool {
                             let victim = m.levels[q].remove(i);
                             m.evicted.push(victim.ticket);
                         }
-                        m.levels[lvl].push(MWaiter { ticket: t, enqueued_at: m.now, deadline });
+                        m.levels[lvl].push(MWaiter {
+                            ticket: t,
+                            enqueued_at: m.now,
+                            deadline,
+                            evicted_unreported: evicts.is_some(),
+                        });
                         tickets.push(t);
                     }
                     (Decision::Rejected(r), Arrival::Rejected(rej)) => {
@@ -339,8 +351,8 @@ fn run(params: Params, ops: Vec<Op>) -> bool {
                 match pos {
                     Some((l, i)) => {
                         assert_eq!(got, Ok(()));
-                        m.levels[l].remove(i);
-                        m.unreclaimed += 1;
+                        let w = m.levels[l].remove(i);
+                        m.unreclaimed += usize::from(w.evicted_unreported);
                         cancelled.insert(t);
                     }
                     None => assert_eq!(got, Err(UsageError::UnknownTicket)),

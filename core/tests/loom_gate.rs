@@ -4,7 +4,8 @@
 //! Invariants: admitted ≤ limit; queue ≤ capacity; no lost wake-up at quiescence (after
 //! every thread did its own pump step — poll after a release or a `Queued` — nobody waits
 //! beside a free slot, *without* an extra poll); a ticket is granted at most once and never
-//! both granted and expired; a cancelled ticket is never granted.
+//! both granted and expired; a cancelled ticket is never granted (nor reported), and its
+//! slot is reused at once, also while a dispatch round settles it.
 //!
 //! Run: `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom
 //!       cargo test -p surgeguard-core --release --test loom_gate`
@@ -228,10 +229,10 @@ fn a_cancel_racing_an_eviction_has_exactly_one_winner() {
         check_once(&[&s2, &main]);
         let evicted = [&s2, &main].iter().flat_map(|s| s.expired.iter()).count();
         assert_eq!(cancelled, evicted == 0, "cancelled and evicted must not both happen");
-        // The critical arrival queued iff it evicted (a cancelled slot is not yet free).
-        assert_eq!(matches!(r, Arrival::Queued(_)), evicted == 1);
+        // The critical arrival always finds a place: n0's, by eviction or (cancelled) reuse.
+        assert!(matches!(r, Arrival::Queued(_)), "critical refused: {r:?}");
         assert_eq!(g.waiting(P1), 0);
-        assert_eq!(g.waiting(P0), u32::from(evicted == 1));
+        assert_eq!(g.waiting(P0), 1);
         assert!(g.waiting_total() <= 1);
     });
 }
@@ -288,5 +289,75 @@ fn an_eviction_racing_a_dispatch_round_is_reported_once() {
             }
             Arrival::Rejected(rj) => panic!("critical refused: {rj}"),
         }
+    });
+}
+
+#[test]
+fn a_cancelled_slot_is_reused_while_a_round_settles_it() {
+    loom::model(|| {
+        // Limit 1 (taken), capacity 1 (n0). One thread cancels n0 and arrives again at
+        // once; the other polls, settling the cancel meanwhile.
+        let g = Arc::new(gate::<1>(1.0, 1));
+        let Arrival::Admitted(a) = g.arrive(0, P0, None) else { panic!() };
+        let Arrival::Queued(n0) = g.arrive(0, P0, None) else { panic!() };
+        let g1 = g.clone();
+        let owner = thread::spawn(move || {
+            assert_eq!(g1.cancel(n0), Ok(()));
+            match g1.arrive(1, P0, None) {
+                Arrival::Queued(t) => t,
+                other => panic!("the cancelled slot was not reused: {other:?}"),
+            }
+        });
+        let g2 = g.clone();
+        let poller = thread::spawn(move || {
+            let mut seen = Seen::default();
+            poll_into(&g2, 1, &mut seen);
+            seen
+        });
+        let t = owner.join().unwrap();
+        let s1 = poller.join().unwrap();
+        assert_ne!(t, n0);
+        assert_eq!(g.waiting_total(), 1);
+        // The holder leaves: the new waiter, and only it, is granted, once.
+        g.release(a, 2, Outcome::Success).unwrap();
+        let mut main = Seen::default();
+        poll_into(&g, 2, &mut main);
+        let granted = check_once(&[&s1, &main]);
+        assert_eq!(granted, [t]);
+        assert!(s1.expired.is_empty() && main.expired.is_empty(), "n0 reported");
+        assert_eq!(g.waiting_total(), 0);
+        assert_eq!(g.metrics().cancelled, 1);
+    });
+}
+
+#[test]
+fn two_arrivals_race_for_one_cancelled_slot() {
+    loom::model(|| {
+        let g = Arc::new(gate::<1>(1.0, 1));
+        let Arrival::Admitted(a) = g.arrive(0, P0, None) else { panic!() };
+        let Arrival::Queued(n0) = g.arrive(0, P0, None) else { panic!() };
+        g.cancel(n0).unwrap();
+        let spawn_arrival = || {
+            let g = g.clone();
+            thread::spawn(move || g.arrive(1, P0, None))
+        };
+        let (x, y) = (spawn_arrival(), spawn_arrival());
+        let results = [x.join().unwrap(), y.join().unwrap()];
+        let queued: Vec<_> = results
+            .iter()
+            .filter_map(|r| match r {
+                Arrival::Queued(t) => Some(*t),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(queued.len(), 1, "exactly one takes the slot: {results:?}");
+        assert!(results
+            .iter()
+            .any(|r| matches!(r, Arrival::Rejected(rj) if rj.reason == Reason::QueueFull)));
+        g.release(a, 2, Outcome::Success).unwrap();
+        let mut main = Seen::default();
+        poll_into(&g, 2, &mut main);
+        assert_eq!(check_once(&[&main]), queued);
+        assert!(main.expired.is_empty());
     });
 }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
 
 #include "surgeguard.h"
 
@@ -76,6 +77,13 @@ static void chk_f(const char *k, double v) {
     snprintf(buf, sizeof buf, "%.17g", v);
     if (!e || to_f(e) != v) die("field", k, e, buf);
     nchecked++;
+}
+/* `null` stands for "none": SG_NEVER for durations, INFINITY for float seconds. */
+static void chk_never(const char *k, uint64_t v) {
+    if (v == SG_NEVER) chk_s(k, "null"); else chk_u(k, v);
+}
+static void chk_finf(const char *k, double v) {
+    if (v == INFINITY) chk_s(k, "null"); else chk_f(k, v);
 }
 static void chk_list_u32(const char *k, const uint32_t *v, size_t n) {
     char buf[256] = "";
@@ -177,6 +185,12 @@ static sg_adaptive_throttle *adaptive;
 static sg_backoff *backoff;
 static sg_breaker *breaker;
 static sg_rate_limiter *rate;
+static sg_credits *credits;
+static sg_lag_meter *lagm;
+static sg_watermarks *wm;
+static sg_paced_drain *drain;
+static sg_keyed *keyed;
+static uint64_t keyed_seed;
 static sg_permit *permits;   /* by step index */
 static uint64_t *acquired;   /* breaker: the acquire's now, by step index */
 static uint64_t *tickets;    /* gate: the ticket of an arrive step */
@@ -280,6 +294,45 @@ static void build(void) {
         c.burst = (uint32_t)cfg_u("burst");
         c.emission_ns = 0;
         ok(sg_rate_limiter_new(&c, &rate), "sg_rate_limiter_new");
+    } else if (strcmp(kind, "credits") == 0) {
+        sg_credits_config c;
+        ok(sg_credits_config_default(&c), "default");
+        c.capacity = (uint32_t)cfg_u("capacity");
+        c.low_water = (uint32_t)cfg_u("low_water");
+        ok(sg_credits_new(&c, &credits), "sg_credits_new");
+    } else if (strcmp(kind, "lag_meter") == 0) {
+        /* The C meter's snapshot count is fixed (SG_LAG_METER_SNAPSHOTS). */
+        if (cfg_u("snapshots") != SG_LAG_METER_SNAPSHOTS) die("config", "snapshots", cfg_s("snapshots"), "SG_LAG_METER_SNAPSHOTS");
+        sg_lag_meter_config c;
+        ok(sg_lag_meter_config_default(&c), "default");
+        c.bucket_ns = cfg_u("bucket_ns");
+        ok(sg_lag_meter_new(&c, &lagm), "sg_lag_meter_new");
+    } else if (strcmp(kind, "watermarks") == 0) {
+        sg_watermarks_config c;
+        ok(sg_watermarks_config_default(&c), "default");
+        c.capacity = cfg_u("capacity");
+        c.pause_below = cfg_u("pause_below");
+        c.resume_above = cfg_u("resume_above");
+        ok(sg_watermarks_new(&c, &wm), "sg_watermarks_new");
+    } else if (strcmp(kind, "paced_drain") == 0) {
+        sg_paced_drain_config c;
+        ok(sg_paced_drain_config_default(&c), "default");
+        c.target_per_sec = cfg_f("target_per_sec");
+        c.headroom = cfg_f("headroom");
+        c.burst = (uint32_t)cfg_u("burst");
+        ok(sg_paced_drain_new(&c, &drain), "sg_paced_drain_new");
+    } else if (strcmp(kind, "keyed") == 0) {
+        sg_keyed_config c;
+        ok(sg_keyed_config_default(&c), "default");
+        c.shards = (uint32_t)cfg_u("shards");
+        c.shards_per_key = (uint32_t)cfg_u("shards_per_key");
+        c.shard_limit = (uint32_t)cfg_u("shard_limit");
+        c.limit_retry_after_ns = cfg_u("limit_retry_after_ns");
+        c.seed = keyed_seed = cfg_u("seed");
+        const char *r = cfg_s("rate_per_second");
+        c.rate_per_second = is_null(r) ? 0.0 : to_f(r); /* 0: no rate */
+        c.rate_burst = (uint32_t)cfg_u("rate_burst");
+        ok(sg_keyed_new(&c, &keyed), "sg_keyed_new");
     } else {
         die("scenario", "kind", "a known kind", kind);
     }
@@ -295,8 +348,14 @@ static void teardown(void) {
     sg_backoff_free(backoff);
     sg_breaker_free(breaker);
     sg_rate_limiter_free(rate);
+    sg_credits_free(credits);
+    sg_lag_meter_free(lagm);
+    sg_watermarks_free(wm);
+    sg_paced_drain_free(drain);
+    sg_keyed_free(keyed);
     lim = NULL, gate = NULL, budget = NULL, token = NULL, adaptive = NULL, backoff = NULL;
-    breaker = NULL, rate = NULL;
+    breaker = NULL, rate = NULL, credits = NULL, lagm = NULL, wm = NULL, drain = NULL;
+    keyed = NULL;
     free(permits), free(acquired), free(tickets), free(queued);
     permits = NULL, acquired = NULL, tickets = NULL, queued = NULL;
 }
@@ -581,6 +640,190 @@ static void run_step(const char *op) {
             chk_u("denied", m.denied);
         } else {
             die("op", op, "a rate_limiter op", op);
+        }
+    } else if (credits) {
+        uint32_t n = 0;
+        if (strcmp(op, "try_take") == 0) {
+            chk_rej(sg_credits_try_take(credits, (uint32_t)arg_u("k"), &rej), &rej);
+        } else if (strcmp(op, "take_up_to") == 0) {
+            ok(sg_credits_take_up_to(credits, (uint32_t)arg_u("k"), &n), "take_up_to");
+            chk_u("n", n);
+        } else if (strcmp(op, "complete") == 0) {
+            /* Completing more than is buffered: SG_ALREADY_RELEASED, nothing changed (the
+             * vectors' next `check` shows the state). */
+            sg_status st = sg_credits_complete(credits, (uint32_t)arg_u("k"));
+            if (st != SG_OK && st != SG_ALREADY_RELEASED) die("status", "complete", "ok or already released", sg_status_str(st));
+            chk_b("ok", st == SG_OK);
+            if (st == SG_ALREADY_RELEASED) chk_s("error", "already_released");
+        } else if (strcmp(op, "grant") == 0) {
+            ok(sg_credits_grant(credits, (uint32_t)arg_u("n"), &n), "grant");
+            chk_u("n", n);
+        } else if (strcmp(op, "grant_due") == 0) {
+            ok(sg_credits_grant_due(credits, &n), "grant_due");
+            chk_u("n", n);
+        } else if (strcmp(op, "replenish") == 0) {
+            ok(sg_credits_replenish(credits, &n), "replenish");
+            chk_u("n", n);
+        } else if (strcmp(op, "check") == 0) {
+            uint32_t a = 0, b = 0, o = 0;
+            bool stalled = false;
+            ok(sg_credits_available(credits, &a), "available");
+            ok(sg_credits_buffered(credits, &b), "buffered");
+            ok(sg_credits_outstanding(credits, &o), "outstanding");
+            ok(sg_credits_is_stalled(credits, &stalled), "is_stalled");
+            chk_u("available", a);
+            chk_u("buffered", b);
+            chk_u("outstanding", o);
+            chk_b("stalled", stalled);
+        } else if (strcmp(op, "metrics") == 0) {
+            sg_credits_metrics m;
+            ok(sg_credits_metrics_get(credits, &m), "metrics");
+            chk_u("granted", m.granted);
+            chk_u("taken", m.taken);
+            chk_u("completed", m.completed);
+            chk_u("refused", m.refused);
+            chk_u("available", m.available);
+            chk_u("buffered", m.buffered);
+            chk_u("stalled", m.stalled);
+            chk_u("capacity", m.capacity);
+        } else {
+            die("op", op, "a credits op", op);
+        }
+    } else if (lagm) {
+        uint64_t now = arg_u("now"), v = 0;
+        sg_lag_metrics m;
+        if (strcmp(op, "record_produced") == 0) {
+            ok(sg_lag_meter_record_produced(lagm, now, arg_u("n")), "record_produced");
+        } else if (strcmp(op, "record_consumed") == 0) {
+            ok(sg_lag_meter_record_consumed(lagm, now, arg_u("n")), "record_consumed");
+        } else if (strcmp(op, "observe_totals") == 0) {
+            ok(sg_lag_meter_observe_totals(lagm, now, arg_u("produced"), arg_u("consumed")), "observe_totals");
+        } else if (strcmp(op, "report_oldest") == 0) {
+            const char *at = need(args, nargs, "enqueued_at");
+            ok(is_null(at) ? sg_lag_meter_clear_oldest(lagm, now) : sg_lag_meter_report_oldest(lagm, now, to_u(at)), "report_oldest");
+        } else if (strcmp(op, "lag") == 0) {
+            ok(sg_lag_meter_lag(lagm, now, &v), "lag");
+            chk_u("lag", v);
+        } else if (strcmp(op, "produce_rate") == 0 || strcmp(op, "consume_rate") == 0) {
+            /* C has no rate getters: the snapshot at `now` holds them (its tick is the same). */
+            ok(sg_lag_meter_metrics_get(lagm, now, &m), "metrics");
+            if (!m.rates_known) chk_s("rate", "null");
+            else chk_f("rate", op[0] == 'p' ? m.produce_rate : m.consume_rate);
+        } else if (strcmp(op, "lag_time") == 0) {
+            ok(sg_lag_meter_lag_time(lagm, now, &v), "lag_time");
+            chk_never("lag_time", v);
+        } else if (strcmp(op, "time_to_drain") == 0) {
+            ok(sg_lag_meter_time_to_drain(lagm, now, &v), "time_to_drain");
+            chk_never("time_to_drain", v);
+        } else if (strcmp(op, "time_to_drain_exceeds") == 0) {
+            bool b = false;
+            ok(sg_lag_meter_time_to_drain_exceeds(lagm, now, arg_u("limit"), &b), "exceeds");
+            chk_b("exceeds", b);
+        } else if (strcmp(op, "oldest_age") == 0) {
+            ok(sg_lag_meter_metrics_get(lagm, now, &m), "metrics");
+            if (m.has_oldest_age) chk_u("oldest_age", m.oldest_age_ns); else chk_s("oldest_age", "null");
+        } else if (strcmp(op, "metrics") == 0) {
+            ok(sg_lag_meter_metrics_get(lagm, now, &m), "metrics");
+            chk_u("produced", m.produced);
+            chk_u("consumed", m.consumed);
+            chk_u("lag", m.lag);
+            chk_b("rates_known", m.rates_known);
+            chk_f("produce_rate", m.produce_rate);
+            chk_f("consume_rate", m.consume_rate);
+            chk_finf("lag_seconds", m.lag_seconds);
+            chk_finf("time_to_drain_seconds", m.time_to_drain_seconds);
+            if (m.has_oldest_age) chk_u("oldest_age", m.oldest_age_ns); else chk_s("oldest_age", "null");
+        } else {
+            die("op", op, "a lag_meter op", op);
+        }
+    } else if (wm) {
+        if (strcmp(op, "observe") == 0) {
+            uint32_t t = 0;
+            ok(sg_watermarks_observe(wm, arg_u("now"), arg_u("level"), &t), "observe");
+            chk_s("transition", t == SG_TRANSITION_PAUSE ? "pause" : t == SG_TRANSITION_RESUME ? "resume" : "null");
+        } else if (strcmp(op, "is_paused") == 0) {
+            bool b = false;
+            ok(sg_watermarks_is_paused(wm, &b), "is_paused");
+            chk_b("paused", b);
+        } else if (strcmp(op, "metrics") == 0) {
+            sg_watermarks_metrics m;
+            ok(sg_watermarks_metrics_get(wm, arg_u("now"), &m), "metrics");
+            chk_b("paused", m.paused);
+            chk_u("pauses", m.pauses);
+            chk_u("resumes", m.resumes);
+            chk_u("time_paused", m.time_paused_ns);
+            chk_u("last_level", m.last_level);
+        } else {
+            die("op", op, "a watermarks op", op);
+        }
+    } else if (drain) {
+        if (strcmp(op, "permits") == 0) {
+            uint32_t n = 0;
+            ok(sg_paced_drain_permits(drain, arg_u("now"), arg_u("backlog"), &n), "permits");
+            chk_u("n", n);
+        } else if (strcmp(op, "next_permit_in") == 0) {
+            uint64_t w = 0;
+            ok(sg_paced_drain_next_permit_in(drain, arg_u("now"), &w), "next_permit_in");
+            chk_u("wait", w);
+        } else if (strcmp(op, "time_to_drain") == 0) {
+            uint64_t t = 0;
+            ok(sg_paced_drain_time_to_drain(drain, arg_u("backlog"), to_f(need(args, nargs, "produce_per_sec")), &t), "time_to_drain");
+            chk_never("time_to_drain", t);
+        } else if (strcmp(op, "metrics") == 0) {
+            sg_paced_drain_metrics m;
+            ok(sg_paced_drain_metrics_get(drain, &m), "metrics");
+            chk_u("started", m.started);
+            chk_u("calls", m.calls);
+            chk_f("drain_per_sec", m.drain_per_sec);
+        } else {
+            die("op", op, "a paced_drain op", op);
+        }
+    } else if (keyed) {
+        /* Keys are hashed the way every binding hashes them: hash_key(seed, utf8(key)). */
+        uint64_t h = 0;
+        if (strcmp(op, "acquire") == 0 || strcmp(op, "hash") == 0 || strcmp(op, "shards_of") == 0 ||
+            strcmp(op, "record_rejection") == 0) {
+            const char *key = need(args, nargs, "key");
+            ok(sg_keyed_hash_key(keyed_seed, (const uint8_t *)key, strlen(key), &h), "sg_keyed_hash_key");
+        }
+        if (strcmp(op, "acquire") == 0) {
+            chk_rej(sg_keyed_try_acquire(keyed, h, arg_u("now"), (uint32_t)arg_u("cost"), &permits[i], &rej), &rej);
+        } else if (strcmp(op, "release") == 0) {
+            ok(sg_keyed_release(keyed, &permits[arg_u("permit")]), "sg_keyed_release");
+        } else if (strcmp(op, "hash") == 0) {
+            chk_u("hash", h);
+        } else if (strcmp(op, "shards_of") == 0) {
+            uint32_t sh[SG_MAX_SHARDS_PER_KEY];
+            size_t n = 0;
+            ok(sg_keyed_shards_of(keyed, h, sh, SG_MAX_SHARDS_PER_KEY, &n), "shards_of");
+            chk_list_u32("shards", sh, n);
+        } else if (strcmp(op, "record_rejection") == 0) {
+            bool rec = false;
+            ok(sg_keyed_record_rejection(keyed, h, &rec), "record_rejection");
+            chk_b("recorded", rec);
+        } else if (strcmp(op, "metrics") == 0) {
+            static sg_keyed_metrics m;
+            uint64_t key_limit = 0;
+            ok(sg_keyed_metrics_get(keyed, &m), "metrics");
+            ok(sg_keyed_key_limit(keyed, &key_limit), "key_limit");
+            chk_u("admitted", m.admitted);
+            chk_u("rejected_key_limit", m.rejected_key_limit);
+            chk_u("rejected_key_rate", m.rejected_key_rate);
+            chk_u("foreign_releases", m.foreign_releases);
+            chk_u("in_flight", m.in_flight);
+            chk_u("full_shards", m.full_shards);
+            chk_u("key_limit", key_limit);
+            char top[16 * 64] = "";
+            size_t used = 0;
+            for (size_t k = 0; k < SG_KEYED_TOP_KEYS && m.top_keys[k].count > 0; k++) {
+                used += (size_t)snprintf(top + used, sizeof top - used, "%s%016llx:%llu:%llu", k ? ";" : "",
+                                         (unsigned long long)m.top_keys[k].key_hash,
+                                         (unsigned long long)m.top_keys[k].count,
+                                         (unsigned long long)m.top_keys[k].error);
+            }
+            chk_s("top_keys", used ? top : "-");
+        } else {
+            die("op", op, "a keyed op", op);
         }
     }
 }

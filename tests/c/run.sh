@@ -106,6 +106,17 @@ step "valgrind:stress_gate.cpp.shared" "${vg[@]}" "$out/stress_gate.cpp.shared" 
 step "build:replay_vectors.c.static" gcc -std=c11 "${cflags[@]}" "$here/replay_vectors.c" -x none "${static_libs[@]}" -o "$out/replay_vectors"
 step "run:replay_vectors" "$out/replay_vectors" tests/vectors/vectors.txt
 step "valgrind:replay_vectors" "${vg[@]}" "$out/replay_vectors" tests/vectors/vectors.txt
+# A changed expectation fails the replay: the first numeric expectation of the first
+# scenario of each kind below gets a digit appended.
+tamper() {
+    local t="$out/tampered_$1.txt"
+    awk -v K="$1" '/^scenario /{inside=($3==K)} inside && !d && /^step .*\| .*=[0-9]+$/ {sub(/[0-9]+$/, "&7"); d=1} {print}' \
+        tests/vectors/vectors.txt >"$t"
+    ! cmp -s "$t" tests/vectors/vectors.txt && ! "$out/replay_vectors" "$t"
+}
+for k in limiter credits lag_meter watermarks paced_drain keyed; do
+    step "tamper:replay_vectors.$k" tamper "$k"
+done
 
 # 4. The example server, linked the way a user would: through pkg-config.
 export PKG_CONFIG_PATH="$root/include"

@@ -17,18 +17,22 @@ use surgeguard_core::breaker::{
     BreakerPermit, BreakerState, BreakerWindow, CircuitBreaker, CircuitBreakerConfig,
 };
 use surgeguard_core::codel::{CodelConfig, CodelMode};
+use surgeguard_core::flow::{
+    Credits, CreditsConfig, LagMeter, LagMeterConfig, Watermarks, WatermarksConfig,
+};
 use surgeguard_core::gate::{Aging, Arrival, Event, Gate, GateConfig, GateState, LifoTrigger};
+use surgeguard_core::keyed::{hash_key, KeyPermit, KeyedConfig, KeyedLimits, ShardRate};
 use surgeguard_core::limit::{
     AimdConfig, AlgorithmConfig, FixedConfig, Gradient2Config, GradientConfig, HysteresisConfig,
     VegasConfig,
 };
-use surgeguard_core::rate::{RateLimiter, RateLimiterConfig};
+use surgeguard_core::rate::{PacedDrain, PacedDrainConfig, RateLimiter, RateLimiterConfig};
 use surgeguard_core::retry::{
     RetryBudget, RetryBudgetConfig, TokenRetryThrottle, TokenThrottleConfig,
 };
 use surgeguard_core::rng::SplitMix64;
 use surgeguard_core::throttle::{AdaptiveThrottle, AdaptiveThrottleConfig, ThrottleForm};
-use surgeguard_core::{Limiter, LimiterConfig, Outcome, Priority, RawPermit, Rejected};
+use surgeguard_core::{Limiter, LimiterConfig, Outcome, Priority, RawPermit, Rejected, UsageError};
 
 pub mod scenarios;
 
@@ -39,6 +43,10 @@ pub const VERSION: u64 = 1;
 
 /// The gate's compile-time queue bound used here; scenarios stay below it.
 pub const GATE_CAP: usize = 256;
+
+/// The snapshot count of the lag meter: the one every binding instantiates
+/// (`SG_LAG_METER_SNAPSHOTS` in C, `LAG_SNAPSHOTS` in the Python and Node bindings).
+pub const LAG_SNAPSHOTS: usize = 61;
 
 type R<T> = Result<T, String>;
 
@@ -76,6 +84,34 @@ fn outcome(m: &Map<String, Value>) -> R<Outcome> {
 /// `{"ok": false, "reason", "retry_after"}`.
 fn rejected(r: Rejected) -> Value {
     json!({"ok": false, "reason": r.reason.as_str(), "retry_after": r.retry_after})
+}
+/// A float as the vectors write it: infinities as `null` (JSON has no infinity). A NaN
+/// is a bug in the scenario or the core: refused.
+fn float(x: f64) -> R<Value> {
+    if x.is_nan() {
+        return Err("a NaN answer".into());
+    }
+    Ok(if x.is_finite() { json!(x) } else { Value::Null })
+}
+/// A duration in ns, or `null` for none (infinite). `Some(u64::MAX)` is refused: the C ABI
+/// could not tell it from none (`SG_NEVER`).
+fn opt_ns(x: Option<u64>) -> R<Value> {
+    match x {
+        Some(u64::MAX) => Err("a duration of u64::MAX (indistinguishable from none in C)".into()),
+        Some(v) => Ok(json!(v)),
+        None => Ok(Value::Null),
+    }
+}
+/// The stable name of a usage error (the Python `UsageError.kind`, Node's `SG_*` code in
+/// lower case without the prefix, the C status).
+pub fn usage_name(e: UsageError) -> &'static str {
+    match e {
+        UsageError::AlreadyReleased => "already_released",
+        UsageError::ForeignHandle => "foreign_handle",
+        UsageError::UnknownTicket => "unknown_ticket",
+        UsageError::BadLevel => "bad_level",
+        _ => "usage",
+    }
 }
 fn verdict(r: Result<(), Rejected>) -> Value {
     match r {
@@ -226,6 +262,34 @@ pub enum Runner {
     Breaker(Box<CircuitBreaker>, BTreeMap<u64, (BreakerPermit, u64)>),
     /// A GCRA `RateLimiter`.
     Rate(RateLimiter),
+    /// A `Credits` channel.
+    Credits(Credits),
+    /// A `LagMeter` with the bindings' snapshot count.
+    Lag(Box<LagMeter<LAG_SNAPSHOTS>>),
+    /// A `Watermarks` pair.
+    Watermarks(Watermarks),
+    /// A `PacedDrain`.
+    Drain(PacedDrain),
+    /// A `KeyedLimits` table, its key-hash seed, and permits by step index.
+    Keyed(KeyedTable, u64, BTreeMap<u64, KeyPermit>),
+}
+
+/// A keyed table of one of the shard counts every binding compiles (16 and 64 here; all
+/// three also have 256 and 1024), with the default 16 top keys.
+pub enum KeyedTable {
+    /// 16 shards.
+    S16(Box<KeyedLimits<16>>),
+    /// 64 shards.
+    S64(Box<KeyedLimits<64>>),
+}
+
+macro_rules! on_table {
+    ($t:expr, $x:ident => $e:expr) => {
+        match $t {
+            KeyedTable::S16($x) => $e,
+            KeyedTable::S64($x) => $e,
+        }
+    };
 }
 
 fn state_name(s: BreakerState) -> &'static str {
@@ -325,6 +389,64 @@ impl Runner {
                 })
                 .map_err(ce)?,
             ),
+            "credits" => Runner::Credits(
+                Credits::new(CreditsConfig {
+                    capacity: u32::try_from(u(c, "capacity")?).map_err(|e| e.to_string())?,
+                    low_water: u32::try_from(u(c, "low_water")?).map_err(|e| e.to_string())?,
+                })
+                .map_err(ce)?,
+            ),
+            "lag_meter" => {
+                // Every binding instantiates the core's `LagMeter<61>`; the vectors say so.
+                if u(c, "snapshots")? != LAG_SNAPSHOTS as u64 {
+                    return Err(format!("snapshots must be {LAG_SNAPSHOTS}"));
+                }
+                Runner::Lag(Box::new(
+                    LagMeter::new(LagMeterConfig { bucket: u(c, "bucket_ns")? }).map_err(ce)?,
+                ))
+            }
+            "watermarks" => Runner::Watermarks(
+                Watermarks::new(WatermarksConfig {
+                    capacity: u(c, "capacity")?,
+                    pause_below: u(c, "pause_below")?,
+                    resume_above: u(c, "resume_above")?,
+                })
+                .map_err(ce)?,
+            ),
+            "paced_drain" => Runner::Drain(
+                PacedDrain::new(PacedDrainConfig {
+                    target_per_sec: f(c, "target_per_sec")?,
+                    headroom: f(c, "headroom")?,
+                    burst: u32::try_from(u(c, "burst")?).map_err(|e| e.to_string())?,
+                })
+                .map_err(ce)?,
+            ),
+            "keyed" => {
+                let seed = u(c, "seed")?;
+                let shard_rate = match get(c, "rate_per_second")? {
+                    Value::Null => None,
+                    r => Some(
+                        ShardRate::per_second(
+                            r.as_f64().ok_or("bad rate_per_second")?,
+                            u32::try_from(u(c, "rate_burst")?).map_err(|e| e.to_string())?,
+                        )
+                        .map_err(ce)?,
+                    ),
+                };
+                let cfg = KeyedConfig {
+                    shards_per_key: u(c, "shards_per_key")? as u32,
+                    shard_limit: u(c, "shard_limit")? as u32,
+                    limit_retry_after: u(c, "limit_retry_after_ns")?,
+                    seed,
+                    shard_rate,
+                };
+                let table = match u(c, "shards")? {
+                    16 => KeyedTable::S16(Box::new(KeyedLimits::new(cfg).map_err(ce)?)),
+                    64 => KeyedTable::S64(Box::new(KeyedLimits::new(cfg).map_err(ce)?)),
+                    x => return Err(format!("shards {x}: the vectors use 16 or 64")),
+                };
+                Runner::Keyed(table, seed, BTreeMap::new())
+            }
             k => return Err(format!("unknown kind {k:?}")),
         })
     }
@@ -588,6 +710,169 @@ impl Runner {
                 }
                 _ => Err(format!("unknown rate_limiter op {op:?}")),
             },
+            Runner::Credits(cr) => {
+                let k = |name: &str| -> R<u32> {
+                    u32::try_from(u(st, name)?).map_err(|e| format!("{name}: {e}"))
+                };
+                match op {
+                    "try_take" => Ok(verdict(cr.try_take(k("k")?))),
+                    "take_up_to" => Ok(json!({"n": cr.take_up_to(k("k")?)})),
+                    "complete" => {
+                        let before = cr.metrics();
+                        match cr.complete(k("k")?) {
+                            Ok(()) => Ok(json!({"ok": true})),
+                            Err(e) => {
+                                // A refused call changes nothing (DESIGN.md): checked here
+                                // in the core; the bindings see it in the next `check`.
+                                if cr.metrics() != before {
+                                    return Err("a refused complete changed the state".into());
+                                }
+                                Ok(json!({"ok": false, "error": usage_name(e)}))
+                            }
+                        }
+                    }
+                    "grant" => Ok(json!({"n": cr.grant(k("n")?)})),
+                    "grant_due" => Ok(json!({"n": cr.grant_due()})),
+                    "replenish" => Ok(json!({"n": cr.replenish()})),
+                    "check" => Ok(json!({
+                        "available": cr.available(), "buffered": cr.buffered(),
+                        "outstanding": cr.outstanding(), "stalled": cr.is_stalled(),
+                    })),
+                    "metrics" => {
+                        let m = cr.metrics();
+                        Ok(json!({"granted": m.granted, "taken": m.taken,
+                                  "completed": m.completed, "refused": m.refused,
+                                  "available": m.available, "buffered": m.buffered,
+                                  "stalled": m.stalled, "capacity": m.capacity}))
+                    }
+                    _ => Err(format!("unknown credits op {op:?}")),
+                }
+            }
+            Runner::Lag(lm) => {
+                let now = u(st, "now")?;
+                match op {
+                    "record_produced" => {
+                        lm.record_produced(now, u(st, "n")?);
+                        Ok(json!({}))
+                    }
+                    "record_consumed" => {
+                        lm.record_consumed(now, u(st, "n")?);
+                        Ok(json!({}))
+                    }
+                    "observe_totals" => {
+                        lm.observe_totals(now, u(st, "produced")?, u(st, "consumed")?);
+                        Ok(json!({}))
+                    }
+                    "report_oldest" => {
+                        let at = match get(st, "enqueued_at")? {
+                            Value::Null => None,
+                            v => Some(v.as_u64().ok_or("bad enqueued_at")?),
+                        };
+                        lm.report_oldest(now, at);
+                        Ok(json!({}))
+                    }
+                    "lag" => Ok(json!({"lag": lm.lag(now)})),
+                    "produce_rate" => {
+                        Ok(json!({"rate": lm.produce_rate(now).map(float).transpose()?}))
+                    }
+                    "consume_rate" => {
+                        Ok(json!({"rate": lm.consume_rate(now).map(float).transpose()?}))
+                    }
+                    "lag_time" => Ok(json!({"lag_time": opt_ns(lm.lag_time(now))?})),
+                    "time_to_drain" => Ok(json!({"time_to_drain": opt_ns(lm.time_to_drain(now))?})),
+                    "time_to_drain_exceeds" => {
+                        Ok(json!({"exceeds": lm.time_to_drain_exceeds(now, u(st, "limit")?)}))
+                    }
+                    "oldest_age" => Ok(json!({"oldest_age": opt_ns(lm.oldest_age(now))?})),
+                    "metrics" => {
+                        let m = lm.metrics(now);
+                        Ok(json!({"produced": m.produced, "consumed": m.consumed, "lag": m.lag,
+                                  "rates_known": m.rates_known,
+                                  "produce_rate": float(m.produce_rate)?,
+                                  "consume_rate": float(m.consume_rate)?,
+                                  "lag_seconds": float(m.lag_seconds)?,
+                                  "time_to_drain_seconds": float(m.time_to_drain_seconds)?,
+                                  "oldest_age": opt_ns(m.oldest_age)?}))
+                    }
+                    _ => Err(format!("unknown lag_meter op {op:?}")),
+                }
+            }
+            Runner::Watermarks(w) => match op {
+                "observe" => {
+                    let t = w.observe(u(st, "now")?, u(st, "level")?);
+                    Ok(json!({"transition": t.map(|t| t.as_str())}))
+                }
+                "is_paused" => Ok(json!({"paused": w.is_paused()})),
+                "metrics" => {
+                    let m = w.metrics(u(st, "now")?);
+                    Ok(json!({"paused": m.paused, "pauses": m.pauses, "resumes": m.resumes,
+                              "time_paused": m.time_paused, "last_level": m.last_level}))
+                }
+                _ => Err(format!("unknown watermarks op {op:?}")),
+            },
+            Runner::Drain(d) => match op {
+                "permits" => Ok(json!({"n": d.permits(u(st, "now")?, u(st, "backlog")?)})),
+                "next_permit_in" => Ok(json!({"wait": d.next_permit_in(u(st, "now")?)})),
+                "time_to_drain" => {
+                    let t = d.time_to_drain(u(st, "backlog")?, f(st, "produce_per_sec")?);
+                    Ok(json!({"time_to_drain": opt_ns(t)?}))
+                }
+                "metrics" => {
+                    let m = d.metrics();
+                    Ok(json!({"started": m.started, "calls": m.calls,
+                              "drain_per_sec": float(m.drain_per_sec)?}))
+                }
+                _ => Err(format!("unknown paced_drain op {op:?}")),
+            },
+            Runner::Keyed(t, seed, permits) => {
+                let key = || -> R<u64> { Ok(hash_key(*seed, s(st, "key")?.as_bytes())) };
+                match op {
+                    "acquire" => {
+                        let cost = u32::try_from(u(st, "cost")?).map_err(|e| e.to_string())?;
+                        let (h, now) = (key()?, u(st, "now")?);
+                        match on_table!(t, k => k.try_acquire(h, now, cost)) {
+                            Ok(p) => {
+                                permits.insert(idx, p);
+                                Ok(json!({"ok": true}))
+                            }
+                            Err(r) => Ok(rejected(r)),
+                        }
+                    }
+                    "release" => {
+                        let p = permits.remove(&u(st, "permit")?).ok_or("release of no permit")?;
+                        on_table!(t, k => k.release(p)).map_err(|e| e.to_string())?;
+                        Ok(json!({}))
+                    }
+                    "hash" => Ok(json!({"hash": key()?})),
+                    "shards_of" => {
+                        let h = key()?;
+                        Ok(json!({"shards": on_table!(t, k => k.shards_of(h).as_slice().to_vec())}))
+                    }
+                    "record_rejection" => {
+                        let h = key()?;
+                        Ok(json!({"recorded": on_table!(t, k => k.record_rejection(h))}))
+                    }
+                    "metrics" => on_table!(t, k => {
+                        let m = k.metrics();
+                        // Top keys as one token: `hash:count:error` (hash in 16 hex digits,
+                        // Node's form), heaviest first, `;`-separated; `-` when none.
+                        let top: Vec<String> = m
+                            .top_keys
+                            .entries()
+                            .iter()
+                            .map(|e| format!("{:016x}:{}:{}", e.key_hash, e.count, e.error))
+                            .collect();
+                        let top = if top.is_empty() { "-".to_string() } else { top.join(";") };
+                        Ok(json!({"admitted": m.admitted,
+                                  "rejected_key_limit": m.rejected_key_limit,
+                                  "rejected_key_rate": m.rejected_key_rate,
+                                  "foreign_releases": m.foreign_releases,
+                                  "in_flight": m.in_flight, "full_shards": m.full_shards,
+                                  "key_limit": k.key_limit(), "top_keys": top}))
+                    }),
+                    _ => Err(format!("unknown keyed op {op:?}")),
+                }
+            }
         }
     }
 }

@@ -10,6 +10,7 @@ use crate::Runner;
 
 const MS: u64 = 1_000_000;
 const SEC: u64 = 1_000_000_000;
+const US: u64 = 1_000;
 /// Scenario clocks start here (an arbitrary non-zero origin).
 const T0: u64 = 1_000 * SEC;
 
@@ -36,7 +37,7 @@ impl Sc {
         let exp = self
             .runner
             .step(idx, &m)
-            .unwrap_or_else(|e| panic!("scenario {} step {idx}: {e}", self.name));
+            .unwrap_or_else(|e| panic!("scenario {} step {idx} {args}: {e}", self.name));
         m.insert("expect".into(), exp.clone());
         self.steps.push(Value::Object(m));
         (idx, exp)
@@ -710,5 +711,771 @@ pub fn all() -> Vec<Value> {
     v.push(rate("rate_100_10", 100.0, 10, 71, 600));
     v.push(rate("rate_fractional", 0.5, 1, 72, 200));
     v.push(rate("rate_fast_burst", 1e6, 1000, 73, 400));
+    v.extend(flow());
+    v
+}
+
+// ---- pipeline backpressure (seed 004): credits, lag meter, watermarks, paced drain ----
+
+/// Asserts that a duration given *to* the bindings crosses them exactly: Python takes
+/// seconds (`round(s · 1e9)`), Node milliseconds (`round(ms · 1e6)`), both from the ns
+/// divided as a float. Scenario durations are chosen so that these give `ns` back.
+fn crosses(ns: u64) -> u64 {
+    let via_s = (ns as f64 / 1e9 * 1e9).round() as u64;
+    let via_ms = (ns as f64 / 1e6 * 1e6).round() as u64;
+    assert!(via_s == ns && via_ms == ns, "{ns} ns does not cross the bindings exactly");
+    assert!(ns as f64 / 1e9 <= 1e9, "{ns} ns is beyond Python's 1e9 s bound on limits");
+    ns
+}
+
+/// Largest integer every binding takes as a count (Node: `Number.MAX_SAFE_INTEGER`).
+const MAX_SAFE: u64 = (1 << 53) - 1;
+
+/// A producer and a consumer over a credit channel: the consumer replenishes at the
+/// low-water mark, sometimes grants explicitly, completes buffered items (slowly in the
+/// middle third, so the producer stalls), and now and then completes more than is
+/// buffered (a usage error that must change nothing, shown by the `check` after it).
+fn credits_walk(name: &str, capacity: u32, low_water: u32, seed: u64, n: usize) -> Value {
+    let cfg = json!({"capacity": capacity, "low_water": low_water});
+    let mut sc = Sc::new(name, "credits", cfg);
+    let mut rng = SplitMix64::new(seed);
+    let kmax = u64::from(capacity.min(8));
+    // The model: the core's gauges, followed from the answers and checked at each `check`.
+    let (mut avail, mut buffered, mut granted, mut taken) = (0u64, 0u64, 0u64, 0u64);
+    let g = sc.op(json!({"op": "replenish"})).1["n"].as_u64().expect("n");
+    avail += g;
+    granted += g;
+    while sc.steps.len() < n {
+        let slow = sc.steps.len() * 3 / n == 1;
+        match rng.below(20) {
+            0..=6 => {
+                let k = 1 + rng.below(kmax);
+                if sc.op(json!({"op": "try_take", "k": k})).1["ok"] == true {
+                    avail -= k;
+                    buffered += k;
+                    taken += k;
+                }
+            }
+            7..=8 => {
+                let k = rng.below(2 * kmax + 1);
+                let got = sc.op(json!({"op": "take_up_to", "k": k})).1["n"].as_u64().expect("n");
+                assert_eq!(got, k.min(avail));
+                avail -= got;
+                buffered += got;
+                taken += got;
+            }
+            9..=12 if !slow || rng.below(4) == 0 => {
+                let k = if buffered == 0 { 0 } else { 1 + rng.below(buffered) };
+                assert_eq!(sc.op(json!({"op": "complete", "k": k})).1["ok"], true);
+                buffered -= k;
+            }
+            13 => {
+                let k = buffered + 1 + rng.below(3);
+                let e = sc.op(json!({"op": "complete", "k": k})).1;
+                assert_eq!(e["error"], "already_released");
+                sc.op(json!({"op": "check"}));
+            }
+            14..=15 => {
+                let g = sc.op(json!({"op": "replenish"})).1["n"].as_u64().expect("n");
+                avail += g;
+                granted += g;
+            }
+            16 => {
+                let ask = rng.below(2 * u64::from(capacity));
+                let g = sc.op(json!({"op": "grant", "n": ask})).1["n"].as_u64().expect("n");
+                assert!(g <= ask);
+                avail += g;
+                granted += g;
+            }
+            17 => {
+                sc.op(json!({"op": "grant_due"}));
+            }
+            18 => {
+                let e = sc.op(json!({"op": "check"})).1;
+                assert_eq!(
+                    (e["available"].as_u64(), e["buffered"].as_u64()),
+                    (Some(avail), Some(buffered))
+                );
+            }
+            _ => {
+                let e = sc.op(json!({"op": "metrics"})).1;
+                assert_eq!(
+                    (e["granted"].as_u64(), e["taken"].as_u64()),
+                    (Some(granted), Some(taken))
+                );
+            }
+        }
+        // Credits never exceed the grant: nothing taken beyond what was granted, and
+        // outstanding credit never above capacity.
+        assert!(taken <= granted && avail + buffered <= u64::from(capacity), "{name}");
+    }
+    sc.op(json!({"op": "metrics"}));
+    sc.done()
+}
+
+/// Edge values of credits: a capacity of 1, zero-sized takes and completes, the largest
+/// capacity with `u32::MAX` requests, refusals while stalled.
+fn credits_edges() -> Vec<Value> {
+    let mut sc = Sc::new("credits_edges_one", "credits", json!({"capacity": 1, "low_water": 0}));
+    for op in [
+        json!({"op": "check"}),
+        json!({"op": "try_take", "k": 1}),
+        json!({"op": "take_up_to", "k": 1}),
+        json!({"op": "try_take", "k": 0}),
+        json!({"op": "take_up_to", "k": 0}),
+        json!({"op": "complete", "k": 0}),
+        json!({"op": "complete", "k": 1}),
+        json!({"op": "grant_due"}),
+        json!({"op": "replenish"}),
+        json!({"op": "replenish"}),
+        json!({"op": "grant", "n": 5}),
+        json!({"op": "check"}),
+        json!({"op": "try_take", "k": 2}),
+        json!({"op": "try_take", "k": 1}),
+        json!({"op": "try_take", "k": 1}),
+        json!({"op": "grant_due"}),
+        json!({"op": "check"}),
+        json!({"op": "complete", "k": 2}),
+        json!({"op": "check"}),
+        json!({"op": "complete", "k": 1}),
+        json!({"op": "complete", "k": 1}),
+        json!({"op": "grant_due"}),
+        json!({"op": "replenish"}),
+        json!({"op": "metrics"}),
+    ] {
+        sc.op(op);
+    }
+    let one = sc.done();
+    let max = u32::MAX;
+    let cfg = json!({"capacity": max, "low_water": max - 1});
+    let mut sc = Sc::new("credits_edges_max", "credits", cfg);
+    for op in [
+        json!({"op": "grant_due"}),
+        json!({"op": "grant", "n": max}),
+        json!({"op": "grant", "n": max}),
+        json!({"op": "take_up_to", "k": max}),
+        json!({"op": "check"}),
+        json!({"op": "try_take", "k": 1}),
+        json!({"op": "complete", "k": max}),
+        json!({"op": "check"}),
+        json!({"op": "complete", "k": 1}),
+        json!({"op": "grant_due"}),
+        json!({"op": "replenish"}),
+        json!({"op": "try_take", "k": max}),
+        json!({"op": "complete", "k": max - 1}),
+        json!({"op": "grant", "n": 1}),
+        json!({"op": "grant", "n": 2}),
+        json!({"op": "check"}),
+        json!({"op": "metrics"}),
+    ] {
+        sc.op(op);
+    }
+    vec![one, sc.done()]
+}
+
+/// How a lag-meter walk feeds the meter.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Feed {
+    /// `record_produced` / `record_consumed`.
+    Increments,
+    /// `observe_totals` (offsets), now and then a stale smaller pair (ignored).
+    Totals,
+}
+
+/// The queries of a lag meter, one picked at random.
+fn lag_query(sc: &mut Sc, rng: &mut SplitMix64, now: u64, limits: &[u64]) {
+    match rng.below(9) {
+        0 => sc.op(json!({"op": "lag", "now": now})),
+        1 => sc.op(json!({"op": "produce_rate", "now": now})),
+        2 => sc.op(json!({"op": "consume_rate", "now": now})),
+        3 => sc.op(json!({"op": "lag_time", "now": now})),
+        4 => sc.op(json!({"op": "time_to_drain", "now": now})),
+        5 | 6 => {
+            let limit = limits[rng.below(limits.len() as u64) as usize];
+            sc.op(json!({"op": "time_to_drain_exceeds", "now": now, "limit": limit}))
+        }
+        7 => sc.op(json!({"op": "oldest_age", "now": now})),
+        _ => sc.op(json!({"op": "metrics", "now": now})),
+    };
+}
+
+/// A producer and a consumer measured by a lag meter: steady, an outage (nothing
+/// consumed), a recovery with headroom, steady again; time mostly forward in sub-bucket
+/// steps, sometimes standing, going back (clamped) or jumping past the whole window; the
+/// oldest item's enqueue time reported from a FIFO of batches.
+fn lag_walk(name: &str, bucket: u64, feed: Feed, per_bucket: u64, seed: u64, n: usize) -> Value {
+    let cfg = json!({"bucket_ns": crosses(bucket), "snapshots": crate::LAG_SNAPSHOTS});
+    let mut sc = Sc::new(name, "lag_meter", cfg);
+    let mut rng = SplitMix64::new(seed);
+    let limits: Vec<u64> =
+        [0, bucket, 10 * bucket, 100 * bucket, 10_000 * bucket].into_iter().map(crosses).collect();
+    let mut now = T0;
+    let (mut produced, mut consumed) = (0u64, 0u64);
+    let mut fifo: std::collections::VecDeque<(u64, u64)> = Default::default();
+    while sc.steps.len() < n {
+        let phase = sc.steps.len() * 4 / n;
+        now = match rng.below(100) {
+            0 => now.saturating_sub(bucket),
+            1 => now + 70 * bucket,
+            2..=9 => now,
+            _ => now + rng.below(bucket),
+        };
+        let p = rng.below(per_bucket + 1);
+        let capacity = match phase {
+            1 => 0,
+            2 => rng.below(per_bucket * 6 / 5 + 1) + per_bucket / 5,
+            _ => rng.below(per_bucket + 1) + per_bucket / 20,
+        };
+        let c = capacity.min(produced + p - consumed);
+        produced += p;
+        consumed += c;
+        if p > 0 {
+            fifo.push_back((now, p));
+        }
+        let mut left = c;
+        while left > 0 {
+            let front = fifo.front_mut().expect("consumed no more than produced");
+            let k = left.min(front.1);
+            front.1 -= k;
+            left -= k;
+            if front.1 == 0 {
+                fifo.pop_front();
+            }
+        }
+        match feed {
+            Feed::Increments => {
+                sc.op(json!({"op": "record_produced", "now": now, "n": p}));
+                if c > 0 || rng.below(4) == 0 {
+                    sc.op(json!({"op": "record_consumed", "now": now, "n": c}));
+                }
+            }
+            Feed::Totals => {
+                if rng.below(30) == 0 {
+                    let (sp, sc_) = (produced.saturating_sub(5), consumed.saturating_sub(3));
+                    sc.op(json!({"op": "observe_totals", "now": now, "produced": sp,
+                                 "consumed": sc_}));
+                }
+                sc.op(json!({"op": "observe_totals", "now": now, "produced": produced,
+                             "consumed": consumed}));
+            }
+        }
+        if rng.below(5) == 0 {
+            let at = fifo.front().map(|f| f.0);
+            sc.op(json!({"op": "report_oldest", "now": now, "enqueued_at": at}));
+        }
+        if rng.below(2) == 0 {
+            lag_query(&mut sc, &mut rng, now, &limits);
+        }
+    }
+    sc.op(json!({"op": "metrics", "now": now}));
+    sc.done()
+}
+
+/// Seed 004's recovery arithmetic through a lag meter fed with offsets once a minute:
+/// 10 min steady at 1000/s, a 1 h outage (nothing consumed: 3.6 M items), then a consumer
+/// with 20 % headroom (1200/s). Once the 1 h window holds only recovery minutes, the time
+/// to drain is exactly `lag / 200/s`, and the backlog is gone exactly 5 h after recovery.
+fn lag_outage_seed004() -> Value {
+    let cfg = json!({"bucket_ns": crosses(SEC), "snapshots": crate::LAG_SNAPSHOTS});
+    let mut sc = Sc::new("lag_meter_seed004_outage", "lag_meter", cfg);
+    let four_hours = crosses(4 * 3600 * SEC);
+    let (mut produced, mut consumed) = (0u64, 0u64);
+    let recovery = 70; // minute the consumer comes back
+    let mut drained_at = None;
+    for minute in 1..=(recovery + 5 * 60 + 10) {
+        let now = T0 + minute * 60 * SEC;
+        produced += 60_000;
+        consumed = match minute {
+            m if m <= 10 => produced,
+            m if m <= recovery => consumed,
+            _ => (consumed + 72_000).min(produced),
+        };
+        sc.op(json!({"op": "observe_totals", "now": now, "produced": produced,
+                     "consumed": consumed}));
+        let lag = sc.op(json!({"op": "lag", "now": now})).1["lag"].as_u64().expect("lag");
+        let ttd = sc.op(json!({"op": "time_to_drain", "now": now})).1["time_to_drain"].clone();
+        // Each call's snapshot holds the totals of the call before it: the window is pure
+        // recovery from 61 minutes after the consumer came back.
+        if minute >= recovery + 61 && lag > 0 {
+            assert_eq!(ttd, json!(lag / 200 * SEC), "minute {minute}");
+        }
+        if lag == 0 && minute > recovery && drained_at.is_none() {
+            drained_at = Some(minute - recovery);
+        }
+        if minute % 5 == 0 {
+            sc.op(json!({"op": "lag_time", "now": now}));
+            sc.op(json!({"op": "time_to_drain_exceeds", "now": now, "limit": four_hours}));
+        }
+        if minute % 20 == 0 {
+            sc.op(json!({"op": "metrics", "now": now}));
+        }
+    }
+    assert_eq!(drained_at, Some(5 * 60), "seed 004: the backlog drains in 5 h");
+    sc.done()
+}
+
+/// Edge values of a lag meter: time 0, the shortest bucket, rates not known yet, zero
+/// counts, time going backwards, more consumed than produced, stale totals, an oldest item
+/// enqueued in the future or at `u64::MAX`, counts at 2^53 − 1, and a huge `now`.
+fn lag_edges() -> Vec<Value> {
+    let cfg = json!({"bucket_ns": crosses(US), "snapshots": crate::LAG_SNAPSHOTS});
+    let mut sc = Sc::new("lag_meter_edges", "lag_meter", cfg);
+    // After a jump to a huge `now`, the rates are tiny and `lag_time` / `time_to_drain`
+    // saturate at u64::MAX ns, which C cannot tell from "none" (SG_NEVER): those two are
+    // asked only at ordinary times (the metrics' float seconds still cover the huge ones).
+    let queries = |sc: &mut Sc, now: u64| {
+        for op in ["lag", "produce_rate", "consume_rate", "lag_time", "time_to_drain", "oldest_age"]
+        {
+            if now > u64::MAX / 4 && (op == "lag_time" || op == "time_to_drain") {
+                continue;
+            }
+            sc.op(json!({"op": op, "now": now}));
+        }
+        sc.op(json!({"op": "time_to_drain_exceeds", "now": now, "limit": 0}));
+        sc.op(json!({"op": "time_to_drain_exceeds", "now": now, "limit": crosses(SEC)}));
+        sc.op(json!({"op": "metrics", "now": now}));
+    };
+    queries(&mut sc, 0);
+    sc.op(json!({"op": "record_produced", "now": 0, "n": 5}));
+    queries(&mut sc, 0);
+    sc.op(json!({"op": "record_consumed", "now": 500, "n": 0}));
+    sc.op(json!({"op": "record_consumed", "now": 1000, "n": 2}));
+    queries(&mut sc, 1000);
+    sc.op(json!({"op": "record_consumed", "now": 10, "n": 1}));
+    sc.op(json!({"op": "report_oldest", "now": 10, "enqueued_at": 400}));
+    queries(&mut sc, 2000);
+    sc.op(json!({"op": "report_oldest", "now": 2500, "enqueued_at": u64::MAX}));
+    sc.op(json!({"op": "oldest_age", "now": 2600}));
+    sc.op(json!({"op": "report_oldest", "now": 2700, "enqueued_at": 2700}));
+    sc.op(json!({"op": "oldest_age", "now": 2700}));
+    sc.op(json!({"op": "report_oldest", "now": 2800, "enqueued_at": null}));
+    sc.op(json!({"op": "oldest_age", "now": 2900}));
+    sc.op(json!({"op": "record_consumed", "now": 3000, "n": 10}));
+    queries(&mut sc, 3000);
+    sc.op(json!({"op": "observe_totals", "now": 4000, "produced": 1, "consumed": 1}));
+    queries(&mut sc, 5000);
+    sc.op(json!({"op": "observe_totals", "now": 6000, "produced": MAX_SAFE,
+                 "consumed": MAX_SAFE - 12_345}));
+    queries(&mut sc, 7000);
+    sc.op(json!({"op": "record_consumed", "now": 8000, "n": u64::from(u32::MAX)}));
+    queries(&mut sc, 9000);
+    for now in [u64::MAX / 2, u64::MAX / 2 + 1000, 0, u64::MAX / 2 + 2000] {
+        sc.op(json!({"op": "record_consumed", "now": now, "n": 1000}));
+        queries(&mut sc, now);
+    }
+    sc.op(json!({"op": "report_oldest", "now": u64::MAX / 2, "enqueued_at": 1000}));
+    queries(&mut sc, u64::MAX / 2 + 3000);
+    // Counts beyond u32 (every binding takes u64 counts up to 2^53).
+    sc.op(json!({"op": "record_produced", "now": u64::MAX / 2 + 4000, "n": 1u64 << 40}));
+    sc.op(json!({"op": "record_consumed", "now": u64::MAX / 2 + 4000, "n": 1u64 << 40}));
+    queries(&mut sc, u64::MAX / 2 + 4000);
+    // The largest `now`, more times than there are snapshots: the window must keep
+    // spanning time (the bucket boundary saturates there; no second snapshot is taken
+    // at one instant), so the rates stay finite.
+    let snaps = crate::LAG_SNAPSHOTS as u64;
+    for i in 0..snaps + 9 {
+        sc.op(json!({"op": "record_produced", "now": u64::MAX, "n": 1}));
+        if i % 10 == 0 || i + 2 >= snaps {
+            queries(&mut sc, u64::MAX);
+        }
+    }
+    let first = sc.done();
+
+    // The longest bucket (1 day): rates over 60 days, folds only at day boundaries.
+    let day = 86_400 * SEC;
+    let cfg = json!({"bucket_ns": crosses(day), "snapshots": crate::LAG_SNAPSHOTS});
+    let mut sc = Sc::new("lag_meter_day_buckets", "lag_meter", cfg);
+    let mut now = T0;
+    for i in 0..40u64 {
+        sc.op(json!({"op": "record_produced", "now": now, "n": 1000 + i}));
+        sc.op(json!({"op": "record_consumed", "now": now, "n": 900 + 2 * i}));
+        if i % 3 == 0 {
+            queries(&mut sc, now);
+        }
+        now += day / 2 + i * 3600 * SEC;
+    }
+    vec![first, sc.done()]
+}
+
+/// A level under watermarks: it fills, saws, drains (phases), with time mostly forward
+/// and sometimes back (clamped).
+fn watermarks_walk(
+    name: &str,
+    capacity: u64,
+    pause: u64,
+    resume: u64,
+    seed: u64,
+    n: usize,
+) -> Value {
+    let cfg = json!({"capacity": capacity, "pause_below": pause, "resume_above": resume});
+    let mut sc = Sc::new(name, "watermarks", cfg);
+    let mut rng = SplitMix64::new(seed);
+    let mut now = T0;
+    let mut level: u64 = 0;
+    let step = (capacity / 20).max(1);
+    while sc.steps.len() < n {
+        let phase = (sc.steps.len() * 15 / n) % 3;
+        now = match rng.below(50) {
+            0 => now.saturating_sub(SEC),
+            1 => now,
+            _ => now + rng.below(50 * MS),
+        };
+        let up = rng.below(2 * step + 1);
+        let down = rng.below(2 * step + 1);
+        level = match phase {
+            0 => (level + up + step / 2).saturating_sub(down),
+            1 => (level + up).saturating_sub(down),
+            _ => (level + up).saturating_sub(down + step / 2),
+        }
+        .min(capacity + capacity / 10);
+        match rng.below(10) {
+            0 => {
+                sc.op(json!({"op": "is_paused"}));
+            }
+            1 => {
+                sc.op(json!({"op": "metrics", "now": now}));
+            }
+            _ => {
+                sc.op(json!({"op": "observe", "now": now, "level": level}));
+            }
+        }
+    }
+    sc.op(json!({"op": "metrics", "now": now}));
+    sc.done()
+}
+
+/// The hysteresis band: a level sawing inside it never flaps, paused or running; the
+/// marks themselves do not trigger; a level above capacity; time going back during a
+/// pause; huge `now` values up to `u64::MAX`.
+fn watermarks_edges() -> Vec<Value> {
+    // seed 004 §3's consumer: 400 in flight, pause below 100 free, resume above 200 free.
+    let cfg = json!({"capacity": 400, "pause_below": 100, "resume_above": 200});
+    let mut sc = Sc::new("watermarks_sawtooth", "watermarks", cfg);
+    let mut now = T0;
+    let observe = |sc: &mut Sc, now: u64, level: u64| -> Value {
+        sc.op(json!({"op": "observe", "now": now, "level": level})).1["transition"].clone()
+    };
+    for level in (0..=300).step_by(10) {
+        now += 10 * MS;
+        assert_eq!(observe(&mut sc, now, level), Value::Null); // free ≥ 100: running
+    }
+    now += 10 * MS;
+    assert_eq!(observe(&mut sc, now, 301), json!("pause"));
+    sc.op(json!({"op": "metrics", "now": now}));
+    // Paused, the level saws between 200 and 300 (free 100..=200): never resumes.
+    for i in 0..150u64 {
+        now += 7 * MS;
+        let level = 200 + (i * 37) % 101;
+        assert_eq!(observe(&mut sc, now, level), Value::Null, "paused sawtooth {level}");
+        if i % 25 == 0 {
+            sc.op(json!({"op": "is_paused"}));
+            sc.op(json!({"op": "metrics", "now": now}));
+        }
+    }
+    now += 7 * MS;
+    assert_eq!(observe(&mut sc, now, 199), json!("resume"));
+    // Running, the same sawtooth: never pauses.
+    for i in 0..150u64 {
+        now += 7 * MS;
+        let level = 200 + (i * 53) % 101;
+        assert_eq!(observe(&mut sc, now, level), Value::Null, "running sawtooth {level}");
+        if i % 25 == 0 {
+            sc.op(json!({"op": "metrics", "now": now}));
+        }
+    }
+    // Above capacity (free saturates at 0), time going back while paused, the metrics at
+    // an earlier `now` (clamped).
+    now += MS;
+    assert_eq!(observe(&mut sc, now, 1_000), json!("pause"));
+    observe(&mut sc, now - SEC, 5_000);
+    sc.op(json!({"op": "metrics", "now": now - 2 * SEC}));
+    sc.op(json!({"op": "metrics", "now": now + SEC}));
+    observe(&mut sc, 0, 0);
+    sc.op(json!({"op": "metrics", "now": now + 2 * SEC}));
+    // Huge times: a pause at u64::MAX / 2, metrics and a resume at u64::MAX.
+    observe(&mut sc, u64::MAX / 2, 400);
+    sc.op(json!({"op": "metrics", "now": u64::MAX / 2 + SEC}));
+    sc.op(json!({"op": "metrics", "now": u64::MAX}));
+    observe(&mut sc, u64::MAX, 0);
+    sc.op(json!({"op": "is_paused"}));
+    sc.op(json!({"op": "metrics", "now": u64::MAX}));
+    observe(&mut sc, u64::MAX, 400);
+    sc.op(json!({"op": "metrics", "now": u64::MAX}));
+    let saw = sc.done();
+
+    // The largest capacity every binding takes (2^53 − 1), levels around the marks.
+    let (cap, pause, resume) = (MAX_SAFE, 1u64 << 50, 1u64 << 52);
+    let cfg = json!({"capacity": cap, "pause_below": pause, "resume_above": resume});
+    let mut sc = Sc::new("watermarks_edges_big", "watermarks", cfg);
+    let mut now = T0;
+    for level in [0, cap - pause, cap - pause + 1, cap, cap - resume, cap - resume - 1, MAX_SAFE, 0]
+    {
+        now += SEC;
+        sc.op(json!({"op": "observe", "now": now, "level": level}));
+        sc.op(json!({"op": "metrics", "now": now}));
+    }
+    vec![saw, sc.done()]
+}
+
+/// A worker draining a backlog after an outage: it polls when its timer (`next_permit_in`)
+/// fires or at random, new work keeps arriving at half the drain rate, and now and then a
+/// new outage piles up more; time sometimes stands or goes back.
+fn drain_walk(name: &str, target: f64, headroom: f64, burst: u64, seed: u64, n: usize) -> Value {
+    let cfg = json!({"target_per_sec": target, "headroom": headroom, "burst": burst});
+    let mut sc = Sc::new(name, "paced_drain", cfg);
+    let mut rng = SplitMix64::new(seed);
+    let drain = sc.op(json!({"op": "metrics"})).1["drain_per_sec"].as_f64().expect("rate");
+    let emission = (1e9 / drain).round() as u64;
+    let arrivals = drain / 2.0;
+    let mut now = T0;
+    let mut backlog: u64 = 50 * burst + 17;
+    while sc.steps.len() < n {
+        let before = now;
+        now = match rng.below(20) {
+            0 => now.saturating_sub(emission * 3),
+            1..=3 => now,
+            4..=11 => {
+                let w = sc.op(json!({"op": "next_permit_in", "now": now})).1["wait"]
+                    .as_u64()
+                    .expect("wait");
+                now + w.max(1)
+            }
+            _ => now + rng.below(emission * burst + 1),
+        };
+        let dt = now.saturating_sub(before) as f64 / 1e9;
+        backlog += (dt * arrivals * (rng.below(200) as f64 / 100.0)) as u64;
+        if rng.below(300) == 0 {
+            backlog += 20 * burst; // another outage
+        }
+        let got = sc.op(json!({"op": "permits", "now": now, "backlog": backlog})).1["n"]
+            .as_u64()
+            .expect("n");
+        assert!(got <= backlog.min(burst));
+        backlog -= got;
+        match rng.below(12) {
+            0 => {
+                let produce = [0.0, arrivals, drain, drain * 1.5][rng.below(4) as usize];
+                sc.op(json!({"op": "time_to_drain", "backlog": backlog,
+                             "produce_per_sec": produce}));
+            }
+            1 => {
+                sc.op(json!({"op": "metrics"}));
+            }
+            _ => {}
+        }
+    }
+    sc.op(json!({"op": "metrics"}));
+    sc.done()
+}
+
+/// A paced drain keeps its rate: polled every 10 ms for 5 s with a backlog it never
+/// empties, it starts exactly its burst plus 800/s (1000/s less 20 % headroom).
+fn drain_at_rate() -> Value {
+    let cfg = json!({"target_per_sec": 1000.0, "headroom": 0.2, "burst": 80});
+    let mut sc = Sc::new("paced_drain_at_rate", "paced_drain", cfg);
+    let mut started = 0;
+    for i in 0..=500u64 {
+        let now = T0 + i * 10 * MS;
+        let n = sc.op(json!({"op": "permits", "now": now, "backlog": 1_000_000}));
+        started += n.1["n"].as_u64().expect("n");
+        // GCRA: the burst at once, then one per 1.25 ms.
+        assert_eq!(started, 80 + i * 10 * MS / 1_250_000, "after {i} polls");
+        if i % 50 == 0 {
+            sc.op(json!({"op": "next_permit_in", "now": now}));
+            sc.op(json!({"op": "metrics"}));
+        }
+    }
+    sc.done()
+}
+
+/// Edge values of a paced drain: a zero backlog, the largest backlog (2^53 − 1), time
+/// going back, huge `now`, the smallest and largest rates, drain times that never end.
+fn drain_edges() -> Vec<Value> {
+    let mut out = Vec::new();
+    for (name, target, headroom, burst) in [
+        ("paced_drain_edges", 1000.0, 0.2, 80u64),
+        ("paced_drain_edges_slowest", 1e-6, 0.0, 1),
+        ("paced_drain_edges_fastest", 1e9, 0.5, 1_000_000_000),
+    ] {
+        let cfg = json!({"target_per_sec": target, "headroom": headroom, "burst": burst});
+        let mut sc = Sc::new(name, "paced_drain", cfg);
+        let drain = sc.op(json!({"op": "metrics"})).1["drain_per_sec"].as_f64().expect("rate");
+        for (now, backlog) in [
+            (0, 0),
+            (0, 1),
+            (0, MAX_SAFE),
+            (T0, 0),
+            (T0, 3),
+            (T0, MAX_SAFE),
+            (T0 - SEC, MAX_SAFE),
+            (T0 + SEC, MAX_SAFE),
+            (T0 + 2 * SEC, 1),
+            (u64::MAX / 2, MAX_SAFE),
+            (u64::MAX / 2, MAX_SAFE),
+            (u64::MAX / 2 - 1, 5),
+            (u64::MAX, MAX_SAFE),
+            (u64::MAX, 0),
+        ] {
+            sc.op(json!({"op": "permits", "now": now, "backlog": backlog}));
+            sc.op(json!({"op": "next_permit_in", "now": now}));
+        }
+        for backlog in [0, 1, 3_600_000, MAX_SAFE] {
+            for produce in [0.0, drain / 4.0, drain * 0.999, drain, drain * 2.0] {
+                sc.op(json!({"op": "time_to_drain", "backlog": backlog,
+                             "produce_per_sec": produce}));
+            }
+        }
+        sc.op(json!({"op": "metrics"}));
+        out.push(sc.done());
+    }
+    out
+}
+
+/// Keys of the keyed scenarios: plain tenants, one noisy key, a non-ASCII key (its UTF-8
+/// bytes are hashed), keys of 0, 8 and more than 16 bytes.
+const TENANTS: [&str; 6] =
+    ["tenant-0", "tenant-1", "tenant-2", "tenant-3", "agent-é", "api-key-0123456789abcdef"];
+
+fn keyed_cfg(
+    shards: u64,
+    per_key: u64,
+    limit: u64,
+    retry: u64,
+    seed: u64,
+    rate: Value,
+    burst: u64,
+) -> Value {
+    json!({"shards": shards, "shards_per_key": per_key, "shard_limit": limit,
+           "limit_retry_after_ns": crosses(retry), "seed": seed, "rate_per_second": rate,
+           "rate_burst": burst})
+}
+
+/// Tenants sharing a shuffle-sharded table with a noisy key: arrivals with random cost
+/// (sometimes above the rate's burst), completions at their due time (the noisy key's
+/// are slow), hashes, shard sets, refusals recorded from elsewhere, snapshots.
+fn keyed_walk(name: &str, cfg: Value, seed: u64, n: usize) -> Value {
+    let burst = cfg["rate_burst"].as_u64().expect("burst");
+    let mut sc = Sc::new(name, "keyed", cfg);
+    let mut rng = SplitMix64::new(seed);
+    let mut now = T0;
+    let mut held: Vec<(u64, u64)> = Vec::new();
+    for key in TENANTS.iter().chain(&["noisy", ""]) {
+        sc.op(json!({"op": "hash", "key": key}));
+        sc.op(json!({"op": "shards_of", "key": key}));
+    }
+    while sc.steps.len() < n {
+        now = match rng.below(50) {
+            0 => now.saturating_sub(100 * MS),
+            1..=5 => now,
+            _ => now + rng.below(5 * MS),
+        };
+        if let Some(i) = held.iter().position(|h| h.1 <= now) {
+            let (p, _) = held.swap_remove(i);
+            sc.op(json!({"op": "release", "permit": p}));
+        }
+        let noisy = rng.below(10) < 4;
+        let key = if noisy { "noisy" } else { TENANTS[rng.below(TENANTS.len() as u64) as usize] };
+        let cost = match rng.below(20) {
+            0 => burst + 1,
+            1 => 0,
+            _ => 1 + rng.below(burst.min(2)),
+        };
+        let (i, e) = sc.op(json!({"op": "acquire", "now": now, "key": key, "cost": cost}));
+        if e["ok"] == true {
+            let service = if noisy { 200 * MS } else { 5 * MS + rng.below(20 * MS) };
+            held.push((i, now + service));
+        }
+        match rng.below(30) {
+            0 => {
+                sc.op(json!({"op": "record_rejection", "key": key}));
+            }
+            1 | 2 => {
+                sc.op(json!({"op": "metrics"}));
+            }
+            3 => {
+                sc.op(json!({"op": "shards_of", "key": key}));
+            }
+            _ => {}
+        }
+    }
+    for (p, _) in held {
+        sc.op(json!({"op": "release", "permit": p}));
+    }
+    sc.op(json!({"op": "metrics"}));
+    sc.done()
+}
+
+/// Edge values of a keyed table: the largest seed every binding takes (2^53 − 1), a key
+/// filling all its shards, time 0, going back and huge, cost 0 and above the burst.
+fn keyed_edges() -> Value {
+    let cfg = keyed_cfg(16, 8, 1, 3600 * SEC, MAX_SAFE, json!(1e-6), 1);
+    let mut sc = Sc::new("keyed_edges", "keyed", cfg);
+    let mut held = Vec::new();
+    for key in ["", "x", "12345678", "123456789", "agent-é", "noisy"] {
+        sc.op(json!({"op": "hash", "key": key}));
+        sc.op(json!({"op": "shards_of", "key": key}));
+    }
+    for (now, key, cost) in [
+        (0, "noisy", 1),
+        (0, "noisy", 0),
+        (0, "noisy", 2),
+        (T0, "noisy", 1),
+        (T0 - SEC, "noisy", 1),
+        (u64::MAX / 2, "noisy", 1),
+        (u64::MAX / 2, "noisy", 1),
+        (u64::MAX, "noisy", 1),
+        (u64::MAX, "x", 1),
+        (1, "x", 0),
+    ] {
+        let (i, e) = sc.op(json!({"op": "acquire", "now": now, "key": key, "cost": cost}));
+        if e["ok"] == true {
+            held.push(i);
+        }
+    }
+    sc.op(json!({"op": "metrics"}));
+    sc.op(json!({"op": "record_rejection", "key": "x"}));
+    for p in held {
+        sc.op(json!({"op": "release", "permit": p}));
+    }
+    sc.op(json!({"op": "acquire", "now": u64::MAX, "key": "noisy", "cost": 0}));
+    sc.op(json!({"op": "metrics"}));
+    sc.done()
+}
+
+/// The pipeline-backpressure and keyed scenarios, in a fixed order.
+pub fn flow() -> Vec<Value> {
+    let mut v = Vec::new();
+    v.push(credits_walk("credits_default", 256, 64, 81, 700));
+    v.push(credits_walk("credits_small", 8, 2, 82, 500));
+    v.push(credits_walk("credits_low_water_high", 100, 99, 83, 400));
+    v.extend(credits_edges());
+    v.push(lag_walk("lag_meter_increments", 100 * MS, Feed::Increments, 50, 91, 900));
+    v.push(lag_walk("lag_meter_offsets", SEC, Feed::Totals, 5_000, 92, 900));
+    v.push(lag_walk("lag_meter_fast_buckets", MS, Feed::Increments, 3, 93, 600));
+    v.push(lag_outage_seed004());
+    v.extend(lag_edges());
+    v.push(watermarks_walk("watermarks_default", 400, 100, 200, 101, 700));
+    v.push(watermarks_walk("watermarks_narrow_band", 10, 2, 3, 102, 500));
+    v.push(watermarks_walk("watermarks_large", 1_000_000, 1, 999_999, 103, 400));
+    v.extend(watermarks_edges());
+    v.push(drain_walk("paced_drain_default", 1000.0, 0.2, 80, 111, 700));
+    v.push(drain_walk("paced_drain_slow_no_headroom", 3.0, 0.0, 1, 112, 400));
+    v.push(drain_walk("paced_drain_fast_half", 250_000.0, 0.5, 5_000, 113, 500));
+    v.push(drain_at_rate());
+    v.extend(drain_edges());
+    v.push(keyed_walk("keyed_16_pairs", keyed_cfg(16, 2, 3, SEC, 7, Value::Null, 10), 121, 800));
+    v.push(keyed_walk(
+        "keyed_64_triples_rate",
+        keyed_cfg(64, 3, 4, 250 * MS, (1 << 40) + 3, json!(200.0), 5),
+        122,
+        800,
+    ));
+    v.push(keyed_walk(
+        "keyed_16_single_slow_rate",
+        keyed_cfg(16, 1, 2, 30 * SEC, 0, json!(50.0), 1),
+        123,
+        500,
+    ));
+    v.push(keyed_edges());
     v
 }

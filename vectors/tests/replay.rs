@@ -59,3 +59,40 @@ fn replayer_catches_a_changed_expectation() {
     let err = surgeguard_vectors::replay(&doc).unwrap_err();
     assert!(err.contains("step 3"), "{err}");
 }
+
+/// One changed expectation in the first scenario of every kind fails the replay at its
+/// step: a number changes, a bool flips, a string or `null` becomes "tampered".
+#[test]
+fn replayer_catches_a_changed_expectation_in_every_kind() {
+    let all = surgeguard_vectors::scenarios::all();
+    let mut kinds: Vec<&str> = all.iter().filter_map(|s| s["kind"].as_str()).collect();
+    kinds.sort_unstable();
+    kinds.dedup();
+    assert!(kinds.len() >= 12, "{kinds:?}");
+    for kind in kinds {
+        let sc = all.iter().find(|s| s["kind"] == kind).expect("a scenario").clone();
+        let steps = sc["steps"].as_array().expect("steps");
+        let i = steps
+            .iter()
+            .position(|st| st["expect"].as_object().is_some_and(|e| !e.is_empty()))
+            .expect("a step with an expectation");
+        let mut doc = serde_json::json!({
+            "format": surgeguard_vectors::FORMAT, "version": surgeguard_vectors::VERSION,
+            "scenarios": [sc],
+        });
+        assert!(surgeguard_vectors::replay(&doc).is_ok(), "{kind}");
+        let exp = doc["scenarios"][0]["steps"][i]["expect"].as_object_mut().expect("expect");
+        let key = exp.keys().next().expect("a field").clone();
+        let v = &mut exp[&key];
+        *v = match v.take() {
+            serde_json::Value::Bool(b) => serde_json::json!(!b),
+            serde_json::Value::Number(n) if n.is_u64() => {
+                serde_json::json!(n.as_u64().unwrap() ^ 1)
+            }
+            serde_json::Value::Number(n) => serde_json::json!(n.as_f64().unwrap() + 1.0),
+            _ => serde_json::json!("tampered"),
+        };
+        let err = surgeguard_vectors::replay(&doc).unwrap_err();
+        assert!(err.contains(&format!("step {i} ")), "{kind}: {err}");
+    }
+}

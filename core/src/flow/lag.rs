@@ -187,6 +187,11 @@ impl<const SNAPSHOTS: usize> LagMeter<SNAPSHOTS> {
         if now < w.next_fold {
             return; // another thread folded this bucket already
         }
+        if w.len > 0 && now <= w.snaps[w.newest].at {
+            // Only at the end of time: `next_fold` saturated at `u64::MAX`, so `now` can
+            // equal it again. A second snapshot at the same instant would cover no time.
+            return;
+        }
         let (produced, consumed) = self.totals();
         w.push(Snapshot { at: now, produced, consumed });
         w.next_fold = (now / self.bucket).saturating_add(1).saturating_mul(self.bucket);
@@ -194,7 +199,8 @@ impl<const SNAPSHOTS: usize> LagMeter<SNAPSHOTS> {
         self.next_fold.store(w.next_fold, Ordering::Relaxed);
         if w.len >= 2 {
             let (old, new) = (w.oldest(), w.snaps[w.newest]);
-            // `at` strictly increases (each fold is past the previous `next_fold`): secs > 0.
+            // `at` strictly increases (each fold is past the previous `next_fold` and the
+            // newest snapshot): secs > 0.
             let secs = (new.at - old.at) as f64 / SEC as f64;
             let p = new.produced.wrapping_sub(old.produced) as f64 / secs;
             let c = new.consumed.wrapping_sub(old.consumed) as f64 / secs;
@@ -404,6 +410,25 @@ mod tests {
         let s = m.metrics(0);
         assert!(!s.rates_known);
         assert_eq!(s.time_to_drain_seconds, f64::INFINITY);
+    }
+
+    #[test]
+    fn calls_at_the_end_of_time_keep_finite_rates() {
+        // `next_fold` saturates at u64::MAX, so `now == u64::MAX` passes the fold test on
+        // every call; a snapshot per call would shrink the window to zero time.
+        let m = meter::<4>();
+        let end = u64::MAX;
+        m.observe_totals(end - 2 * SEC, 0, 0);
+        m.observe_totals(end - SEC, 1000, 500);
+        for i in 0..10 {
+            m.observe_totals(end, 2000 + i, 1000 + i);
+        }
+        let (p, c) = (m.produce_rate(end).unwrap(), m.consume_rate(end).unwrap());
+        assert!(p.is_finite() && c.is_finite(), "rates {p} {c}");
+        // Snapshots at end − 2 s (0, 0), end − 1 s (0, 0: taken before that call counts)
+        // and end (1000, 500): the window still spans two seconds.
+        assert_eq!((p, c), (500.0, 250.0));
+        assert!(m.metrics(end).time_to_drain_seconds.is_infinite()); // not draining
     }
 
     /// Feeds `p` produced and `c` consumed items per second for `secs` seconds from `from`.
