@@ -574,9 +574,12 @@ mod tests {
             window.check(&h, &mut cursor);
             true
         }
-        // A few cases under Miri (each collection is a pass over every bucket).
-        let tests = if cfg!(miri) { 3 } else { 100 };
-        quickcheck::QuickCheck::new().tests(tests).quickcheck(prop as fn(_) -> bool);
+        // A few short cases under Miri (each collection is a pass over every bucket).
+        let (tests, size) = if cfg!(miri) { (2, 12) } else { (100, 100) };
+        quickcheck::QuickCheck::new()
+            .tests(tests)
+            .rng(quickcheck::Gen::new(size))
+            .quickcheck(prop as fn(_) -> bool);
     }
 
     #[test]
