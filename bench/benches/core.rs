@@ -21,7 +21,7 @@ use surgeguard_core::{Limiter, LimiterConfig, Outcome, Priority};
 
 fn limiter(algorithm: AlgorithmConfig, levels: u8) -> Limiter {
     let cfg = LimiterConfig { levels, ..LimiterConfig::with_algorithm(algorithm) };
-    Limiter::new(&cfg).unwrap()
+    Limiter::new(cfg).unwrap()
 }
 
 fn algorithms() -> [(&'static str, AlgorithmConfig); 3] {

@@ -43,7 +43,7 @@ fn gate_limiter(limit: f64) -> LimiterConfig {
 
 /// Default gate settings (three levels, folly CoDel) with a fixed limit.
 fn gate(limit: f64) -> Gate<CAP> {
-    Gate::new(&GateConfig { limiter: gate_limiter(limit), ..GateConfig::default() }).unwrap()
+    Gate::new(GateConfig { limiter: gate_limiter(limit), ..GateConfig::default() }).unwrap()
 }
 
 /// Runs `body(thread, iters)` on `threads` threads at once; returns the slowest's time.
@@ -93,7 +93,7 @@ fn bench_gate(c: &mut Criterion) {
     });
 
     // The limiter alone, same limit and sample: what `admit_release` adds is the gate.
-    let l = surgeguard_core::Limiter::new(&gate_limiter(1_000_000.0)).unwrap();
+    let l = surgeguard_core::Limiter::new(gate_limiter(1_000_000.0)).unwrap();
     group.bench_function(BenchmarkId::new("limiter_acquire_release", "1t"), |b| {
         let mut now = 0u64;
         b.iter(|| {

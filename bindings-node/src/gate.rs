@@ -286,7 +286,7 @@ impl NativeGate {
     #[napi(constructor)]
     pub fn new(options: Option<GateOptions>) -> Result<Self> {
         let cfg = gate_config(&options.unwrap_or_default())?;
-        let core = Gate::<CAP>::new(&cfg).map_err(|e| config_err("Gate", e))?;
+        let core = Gate::<CAP>::new(cfg).map_err(|e| config_err("Gate", e))?;
         Ok(Self {
             inner: Rc::new(GateInner {
                 core: Box::new(core),

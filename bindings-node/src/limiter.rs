@@ -386,7 +386,7 @@ impl NativeLimiter {
     #[napi(constructor)]
     pub fn new(options: Option<LimiterOptions>) -> Result<Self> {
         let cfg = limiter_config(&options.unwrap_or_default())?;
-        let core = Limiter::new(&cfg).map_err(|e| config_err("Limiter", e))?;
+        let core = Limiter::new(cfg).map_err(|e| config_err("Limiter", e))?;
         Ok(Self {
             inner: Rc::new(LimiterInner { core, permits: Slab::default(), levels: cfg.levels }),
         })

@@ -41,7 +41,7 @@ macro_rules! any_gate {
         impl AnyGate {
             fn new(cfg: &GateConfig, capacity: usize) -> Result<Box<Self>, ConfigError> {
                 $(if capacity <= $cap {
-                    return Ok(Box::new(AnyGate::$variant(CoreGate::<$cap>::new(cfg)?)));
+                    return Ok(Box::new(AnyGate::$variant(CoreGate::<$cap>::new(*cfg)?)));
                 })*
                 Err(ConfigError::OutOfRange("queue_capacity"))
             }

@@ -91,7 +91,7 @@ macro_rules! algorithm_class {
                         }
                     }
                 }
-                $algo::new(&cfg).map_err(|e| config_err(py, stringify!($py_name), e))?;
+                $algo::new(cfg).map_err(|e| config_err(py, stringify!($py_name), e))?;
                 Ok(Self { cfg })
             }
 
@@ -321,7 +321,7 @@ impl Limiter {
             min_samples,
             active,
         )?;
-        let core = CoreLimiter::new(&cfg).map_err(|e| config_err(py, "Limiter", e))?;
+        let core = CoreLimiter::new(cfg).map_err(|e| config_err(py, "Limiter", e))?;
         Ok(Self { core, overload: overload_arg(py, overload_exceptions)? })
     }
 

@@ -106,7 +106,7 @@ pub struct CodelMetrics {
 /// use surgeguard_core::codel::{Codel, CodelConfig};
 /// use surgeguard_core::time::MS;
 ///
-/// let codel = Codel::new(&CodelConfig::default()).unwrap();
+/// let codel = Codel::new(CodelConfig::default()).unwrap();
 /// // The first waiter of an interval is never dropped, whatever its delay.
 /// assert!(!codel.on_dequeue(0, 50 * MS, 0));
 /// // A whole interval in which no waiter got through in under 5 ms...
@@ -164,7 +164,7 @@ pub struct Codel {
 
 impl Codel {
     /// A CoDel with the given settings, or `ConfigError` if they are invalid.
-    pub fn new(cfg: &CodelConfig) -> Result<Self, ConfigError> {
+    pub fn new(cfg: CodelConfig) -> Result<Self, ConfigError> {
         cfg.validate()?;
         Ok(Self {
             target_ns: cfg.target_ns,
@@ -412,21 +412,18 @@ mod tests {
     use super::*;
 
     fn folly() -> Codel {
-        Codel::new(&CodelConfig::default()).unwrap()
+        Codel::new(CodelConfig::default()).unwrap()
     }
 
     #[test]
     fn config_is_validated_like_folly_set_options() {
         let bad = |t, i| CodelConfig { target_ns: t, interval_ns: i, mode: CodelMode::Folly };
-        assert_eq!(
-            Codel::new(&bad(0, 100)).err(),
-            Some(ConfigError::OutOfRange("codel.target_ns"))
-        );
-        assert!(matches!(Codel::new(&bad(5, 0)), Err(ConfigError::OutOfRange(_))));
-        assert!(matches!(Codel::new(&bad(100, 100)), Err(ConfigError::Inconsistent(_))));
-        assert!(matches!(Codel::new(&bad(200, 100)), Err(ConfigError::Inconsistent(_))));
-        assert!(matches!(Codel::new(&bad(5, u64::MAX)), Err(ConfigError::OutOfRange(_))));
-        assert!(Codel::new(&bad(5, 100)).is_ok());
+        assert_eq!(Codel::new(bad(0, 100)).err(), Some(ConfigError::OutOfRange("codel.target_ns")));
+        assert!(matches!(Codel::new(bad(5, 0)), Err(ConfigError::OutOfRange(_))));
+        assert!(matches!(Codel::new(bad(100, 100)), Err(ConfigError::Inconsistent(_))));
+        assert!(matches!(Codel::new(bad(200, 100)), Err(ConfigError::Inconsistent(_))));
+        assert!(matches!(Codel::new(bad(5, u64::MAX)), Err(ConfigError::OutOfRange(_))));
+        assert!(Codel::new(bad(5, 100)).is_ok());
         assert_eq!(folly().slough_timeout_ns(), 10 * MS);
     }
 
@@ -508,7 +505,7 @@ mod tests {
     }
 
     fn rfc() -> Codel {
-        Codel::new(&CodelConfig { mode: CodelMode::Rfc8289, ..CodelConfig::default() }).unwrap()
+        Codel::new(CodelConfig { mode: CodelMode::Rfc8289, ..CodelConfig::default() }).unwrap()
     }
 
     #[test]
@@ -569,7 +566,7 @@ mod tests {
         for mode in [CodelMode::Folly, CodelMode::Rfc8289] {
             for seed in 0..20 {
                 let cfg = CodelConfig { mode, ..CodelConfig::default() };
-                let (shared, exclusive) = (Codel::new(&cfg).unwrap(), Codel::new(&cfg).unwrap());
+                let (shared, exclusive) = (Codel::new(cfg).unwrap(), Codel::new(cfg).unwrap());
                 let mut rng = crate::rng::SplitMix64::new(seed);
                 let mut now = 0u64;
                 for step in 0..2_000 {

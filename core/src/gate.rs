@@ -266,7 +266,7 @@ pub struct GateMetrics {
 ///     })),
 ///     ..GateConfig::default()
 /// };
-/// let gate: Gate<64> = Gate::new(&cfg).unwrap();
+/// let gate: Gate<64> = Gate::new(cfg).unwrap();
 /// let Arrival::Admitted(first) = gate.arrive(0, Priority::NORMAL, None) else { panic!() };
 /// let Arrival::Queued(ticket) = gate.arrive(1, Priority::NORMAL, None) else { panic!() };
 /// gate.release(first, 2_000_000, Outcome::Success).unwrap();
@@ -410,14 +410,14 @@ fn prio(l: usize) -> Priority {
 
 impl<const CAP: usize> Gate<CAP> {
     /// Builds a gate; every number in `cfg` is checked first.
-    pub fn new(cfg: &GateConfig) -> Result<Self, ConfigError> {
+    pub fn new(cfg: GateConfig) -> Result<Self, ConfigError> {
         cfg.validate(CAP)?;
-        let limiter = Limiter::new(&cfg.limiter)?;
+        let limiter = Limiter::new(cfg.limiter)?;
         let queue = WaitQueue::new(cfg.limiter.levels, cfg.queue_capacity.unwrap_or(CAP))?;
         let codel_cfg = cfg.codel.unwrap_or_default();
         let mut codels = [const { None }; LEVELS];
         for c in codels.iter_mut() {
-            *c = Some(Codel::new(&codel_cfg)?);
+            *c = Some(Codel::new(codel_cfg)?);
         }
         Ok(Self {
             limiter,
@@ -1097,7 +1097,7 @@ mod tests {
 
     /// A gate with a fixed limit, no partitions, no CoDel, FIFO.
     fn plain<const C: usize>(limit: f64, levels: u8) -> Gate<C> {
-        Gate::new(&GateConfig {
+        Gate::new(GateConfig {
             limiter: fixed(limit, levels),
             codel: None,
             lifo: LifoTrigger::Never,
@@ -1234,7 +1234,7 @@ mod tests {
             codel: None,
             ..GateConfig::default()
         };
-        let g: Gate<16> = Gate::new(&cfg).unwrap();
+        let g: Gate<16> = Gate::new(cfg).unwrap();
         // Critical is active and holds 1 (demand 1): it reserves min(7, 1 + 0 + 1) - 1 = 1.
         let mut permits = std::vec![admitted(g.arrive(MS, P0, None))];
         let mut bg = Vec::new();
@@ -1259,7 +1259,7 @@ mod tests {
             codel: None,
             ..GateConfig::default()
         };
-        let g: Gate<16> = Gate::new(&cfg).unwrap();
+        let g: Gate<16> = Gate::new(cfg).unwrap();
         // Critical active with demand 1: it reserves min(7, 1 + 0 + 1) = 2.
         let c = admitted(g.arrive(MS, P0, None));
         g.release(c, MS, Outcome::Ignored).unwrap();
@@ -1316,7 +1316,7 @@ mod tests {
         // The same CoDel-sloughing sequence polled 16 events at a time and 1 at a time.
         let run = |batch: usize| {
             let cfg = GateConfig { limiter: fixed(1.0, 1), ..GateConfig::default() };
-            let g: Gate<32> = Gate::new(&cfg).unwrap();
+            let g: Gate<32> = Gate::new(cfg).unwrap();
             let mut permit = admitted(g.arrive(0, P0, None));
             // Tickets carry the gate's id: compare by arrival order instead.
             let order: Vec<Ticket> = (1..=20).map(|k| queued(g.arrive(k * MS, P0, None))).collect();
@@ -1359,7 +1359,7 @@ mod tests {
     #[test]
     fn codel_sloughs_stale_waiters_and_lifo_serves_the_newest() {
         let cfg = GateConfig { limiter: fixed(1.0, 1), ..GateConfig::default() };
-        let g: Gate<16> = Gate::new(&cfg).unwrap();
+        let g: Gate<16> = Gate::new(cfg).unwrap();
         let mut permit = admitted(g.arrive(0, P0, None));
         let old: Vec<_> = (1..=4).map(|k| queued(g.arrive(k * MS, P0, None))).collect();
         // t = 50 ms: first dequeue of CoDel's first interval, FIFO.
@@ -1397,7 +1397,7 @@ mod tests {
             max_wait_ns: Some(50 * MS),
             ..GateConfig::default()
         };
-        let g: Gate<4> = Gate::new(&cfg).unwrap();
+        let g: Gate<4> = Gate::new(cfg).unwrap();
         let a = admitted(g.arrive(0, P0, None));
         let w1 = queued(g.arrive(MS, P0, None));
         let w: Vec<_> = (100..103).map(|k| queued(g.arrive(k * MS, P0, None))).collect();
@@ -1422,7 +1422,7 @@ mod tests {
             initial_service_ns: 10 * MS,
             ..GateConfig::default()
         };
-        let g: Gate<8> = Gate::new(&cfg).unwrap();
+        let g: Gate<8> = Gate::new(cfg).unwrap();
         // Already past: refused even with a free slot.
         let r = rejected(g.arrive(MS, P0, Some(MS)));
         assert_eq!(r.reason, Reason::DeadlineUnmeetable);
@@ -1494,7 +1494,7 @@ mod tests {
             aging: Some(Aging::SEED_000),
             ..GateConfig::default()
         };
-        let g: Gate<8> = Gate::new(&cfg).unwrap();
+        let g: Gate<8> = Gate::new(cfg).unwrap();
         let a = admitted(g.arrive(0, P0, None));
         let old_bg = queued(g.arrive(0, P2, None));
         let n = queued(g.arrive(10 * MS, P1, None));
@@ -1606,7 +1606,7 @@ mod tests {
     #[test]
     fn configs_are_validated() {
         let ok = GateConfig::default();
-        assert!(Gate::<4>::new(&ok).is_ok());
+        assert!(Gate::<4>::new(ok).is_ok());
         let bad = [
             GateConfig { queue_capacity: Some(5), ..ok },
             GateConfig { lifo: LifoTrigger::Occupancy(f64::NAN), ..ok },
@@ -1630,9 +1630,9 @@ mod tests {
             GateConfig { limiter: LimiterConfig { levels: 0, ..ok.limiter }, ..ok },
         ];
         for cfg in bad {
-            assert!(Gate::<4>::new(&cfg).is_err(), "{cfg:?} accepted");
+            assert!(Gate::<4>::new(cfg).is_err(), "{cfg:?} accepted");
         }
-        assert!(Gate::<{ capacity_for(2_000, 100 * MS) }>::new(&ok).is_ok());
+        assert!(Gate::<{ capacity_for(2_000, 100 * MS) }>::new(ok).is_ok());
     }
 
     #[test]

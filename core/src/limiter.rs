@@ -115,7 +115,7 @@ struct FoldState {
 /// use surgeguard_core::{Limiter, LimiterConfig, Outcome, Priority};
 /// use surgeguard_core::limit::{AlgorithmConfig, AimdConfig};
 ///
-/// let limiter = Limiter::new(&LimiterConfig::with_algorithm(
+/// let limiter = Limiter::new(LimiterConfig::with_algorithm(
 ///     AlgorithmConfig::Aimd(AimdConfig::default()),
 /// )).unwrap();
 /// let now = 1_000_000; // ns, from your monotonic clock
@@ -345,9 +345,9 @@ fn slots_of(limit: f64) -> u64 {
 
 impl Limiter {
     /// Builds a limiter; every number in `config` is checked first.
-    pub fn new(config: &LimiterConfig) -> Result<Self, ConfigError> {
+    pub fn new(config: LimiterConfig) -> Result<Self, ConfigError> {
         config.validate()?;
-        let algorithm = AnyAlgorithm::new(&config.algorithm)?;
+        let algorithm = AnyAlgorithm::new(config.algorithm)?;
         let limit = algorithm.limit();
         let limiter = Self {
             id: next_instance_id(),
@@ -781,7 +781,7 @@ mod tests {
                 max_limit: limit.max(1.0),
             }))
         };
-        Limiter::new(&cfg).unwrap()
+        Limiter::new(cfg).unwrap()
     }
 
     #[test]
@@ -958,8 +958,8 @@ mod tests {
             LimiterConfig { active_ns: 0, ..LimiterConfig::default() },
         ];
         for cfg in bad {
-            assert!(Limiter::new(&cfg).is_err(), "{cfg:?}");
+            assert!(Limiter::new(cfg).is_err(), "{cfg:?}");
         }
-        assert!(Limiter::new(&LimiterConfig::default()).is_ok());
+        assert!(Limiter::new(LimiterConfig::default()).is_ok());
     }
 }

@@ -150,7 +150,7 @@ fn harness_windows_and_limiter_windows_agree() {
     // The algorithm alone, fed windows the harness aggregates (exact quantiles, in-flight <
     // limit): the same band as through the Limiter (histogram quantiles, floor(limit) slots).
     let s = scenarios::overload(4);
-    let mut w = Windowed::new(Gradient::new(&GradientConfig::default()).unwrap(), "gradient");
+    let mut w = Windowed::new(Gradient::new(GradientConfig::default()).unwrap(), "gradient");
     let r = run(&s, &mut w);
     let mean = r.mean_limit(2 * SEC, s.duration);
     assert!((16.0..=24.0).contains(&mean), "{mean}");

@@ -241,7 +241,7 @@ fn run(params: Params, ops: Vec<Op>) -> bool {
         initial_service_ns: u64::from(params.initial_service_ms) * MS,
         ..GateConfig::default()
     };
-    let gate: Gate<CAP> = Gate::new(&cfg).unwrap();
+    let gate: Gate<CAP> = Gate::new(cfg).unwrap();
     let mut m = Model {
         now: 1,
         limit: u32::from(params.limit),

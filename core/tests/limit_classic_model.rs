@@ -207,7 +207,7 @@ quickcheck! {
     fn fixed_never_moves(b: Bounds, ops: Vec<Op>) -> TestResult {
         let c = FixedConfig { initial_limit: b.initial, min_limit: b.min, max_limit: b.max };
         let p = Promise { min: b.initial, max: b.initial, drops_never_raise: true, app_limited_fraction: 0.0 };
-        twice(|| Fixed::new(&c).unwrap(), &p, &ops, |_| None)
+        twice(|| Fixed::new(c).unwrap(), &p, &ops, |_| None)
     }
 
     fn aimd_stays_in_bounds(b: Bounds, parity: bool, slow_start: bool, knobs: (u8, u8, u8), ops: Vec<Op>) -> TestResult {
@@ -225,7 +225,7 @@ quickcheck! {
             netflix_parity: parity,
         };
         let p = Promise { min: b.min, max: b.max, drops_never_raise: true, app_limited_fraction: c.app_limited_fraction };
-        twice(|| Aimd::new(&c).unwrap(), &p, &ops, |_| None)
+        twice(|| Aimd::new(c).unwrap(), &p, &ops, |_| None)
     }
 
     fn hysteresis_stays_in_bounds(b: Bounds, slow_start: bool, knobs: (u8, u8), ops: Vec<Op>) -> TestResult {
@@ -242,7 +242,7 @@ quickcheck! {
             ..HysteresisConfig::default()
         };
         let p = Promise { min: b.min, max: b.max, drops_never_raise: true, app_limited_fraction: c.app_limited_fraction };
-        twice(|| HysteresisAimd::new(&c).unwrap(), &p, &ops, |_| None)
+        twice(|| HysteresisAimd::new(c).unwrap(), &p, &ops, |_| None)
     }
 
     fn vegas_stays_in_bounds(b: Bounds, slow_start: bool, seed: u64, knobs: (u8, u8, u8), ops: Vec<Op>) -> TestResult {
@@ -261,7 +261,7 @@ quickcheck! {
             ..VegasConfig::netflix()
         };
         let p = Promise { min: b.min, max: b.max, drops_never_raise: true, app_limited_fraction: c.app_limited_fraction };
-        twice(|| Vegas::new(&c).unwrap(), &p, &ops, |v| Some(v.estimate()))
+        twice(|| Vegas::new(c).unwrap(), &p, &ops, |v| Some(v.estimate()))
     }
 
     fn gradient2_stays_in_bounds(b: Bounds, fixed: bool, slow_start: bool, knobs: (u8, u8), ops: Vec<Op>) -> TestResult {
@@ -279,14 +279,14 @@ quickcheck! {
             ..Gradient2Config::netflix()
         };
         let p = Promise { min: b.min, max: b.max, drops_never_raise: fixed, app_limited_fraction: c.app_limited_fraction };
-        twice(|| Gradient2::new(&c).unwrap(), &p, &ops, |g| Some(g.estimate()))
+        twice(|| Gradient2::new(c).unwrap(), &p, &ops, |g| Some(g.estimate()))
     }
 
     fn any_algorithm_matches_the_concrete_one(b: Bounds, ops: Vec<Op>) -> TestResult {
         let c = AimdConfig { initial_limit: b.initial, min_limit: b.min, max_limit: b.max, ..AimdConfig::default() };
         let p = Promise { min: b.min, max: b.max, drops_never_raise: true, app_limited_fraction: 0.5 };
-        let any = AnyAlgorithm::new(&AlgorithmConfig::Aimd(c)).unwrap();
-        match (run(any, &p, &ops, |_| None), run(Aimd::new(&c).unwrap(), &p, &ops, |_| None)) {
+        let any = AnyAlgorithm::new(AlgorithmConfig::Aimd(c)).unwrap();
+        match (run(any, &p, &ops, |_| None), run(Aimd::new(c).unwrap(), &p, &ops, |_| None)) {
             (Ok(t1), Ok(t2)) => TestResult::from_bool(t1 == t2),
             (Err(e), _) | (_, Err(e)) => TestResult::error(e),
         }
@@ -295,15 +295,15 @@ quickcheck! {
 
 #[test]
 fn default_and_netflix_configs_build() {
-    assert!(Aimd::new(&AimdConfig::default()).is_ok());
-    assert!(Aimd::new(&AimdConfig::netflix()).is_ok());
-    assert!(HysteresisAimd::new(&HysteresisConfig::default()).is_ok());
-    assert!(Vegas::new(&VegasConfig::default()).is_ok());
-    assert!(Gradient2::new(&Gradient2Config::default()).is_ok());
-    assert!(Gradient2::new(&Gradient2Config::netflix()).is_ok());
-    assert!(Fixed::new(&FixedConfig::default()).is_ok());
+    assert!(Aimd::new(AimdConfig::default()).is_ok());
+    assert!(Aimd::new(AimdConfig::netflix()).is_ok());
+    assert!(HysteresisAimd::new(HysteresisConfig::default()).is_ok());
+    assert!(Vegas::new(VegasConfig::default()).is_ok());
+    assert!(Gradient2::new(Gradient2Config::default()).is_ok());
+    assert!(Gradient2::new(Gradient2Config::netflix()).is_ok());
+    assert!(Fixed::new(FixedConfig::default()).is_ok());
     // The metrics snapshot is reachable from outside the crate.
-    let m = Gradient2::new(&Gradient2Config::default()).unwrap().metrics();
+    let m = Gradient2::new(Gradient2Config::default()).unwrap().metrics();
     assert_eq!(m.limit, 20.0);
     assert_eq!(m.windows, 0);
 }

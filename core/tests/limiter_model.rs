@@ -105,7 +105,7 @@ fn run(base_limit: u8, ops: Vec<Op>) -> TestResult {
             max_limit: base_limit,
         }))
     };
-    let limiter = Limiter::new(&cfg).unwrap();
+    let limiter = Limiter::new(cfg).unwrap();
     let mut m = Model {
         base_limit,
         pin: None,
@@ -283,7 +283,7 @@ fn run_adaptive(which: u8, ops: Vec<AdaptiveOp>) -> TestResult {
         min_window_ns: 10 * MS,
         ..LimiterConfig::with_algorithm(algorithm)
     };
-    let limiter = Limiter::new(&cfg).unwrap();
+    let limiter = Limiter::new(cfg).unwrap();
     let mut held: Vec<RawPermit> = Vec::new();
     let mut now = 0u64;
     let mut admitted = 0u64;

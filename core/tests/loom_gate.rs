@@ -21,7 +21,7 @@ const P0: Priority = Priority::CRITICAL;
 const P1: Priority = Priority::NORMAL;
 
 fn gate<const C: usize>(limit: f64, levels: u8) -> Gate<C> {
-    Gate::new(&GateConfig {
+    Gate::new(GateConfig {
         limiter: LimiterConfig {
             levels,
             weights: [0.0; 8],

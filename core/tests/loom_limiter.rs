@@ -25,7 +25,7 @@ fn limiter(limit: f64, levels: u8, min_samples: u32) -> Limiter {
             max_limit: limit,
         }))
     };
-    Limiter::new(&cfg).unwrap()
+    Limiter::new(cfg).unwrap()
 }
 
 #[test]
@@ -184,7 +184,7 @@ fn kill_switch_wins_against_a_concurrent_fold() {
             max_window_ns: MS,
             ..LimiterConfig::with_algorithm(AlgorithmConfig::Aimd(AimdConfig::default()))
         };
-        let l = Arc::new(Limiter::new(&cfg).unwrap());
+        let l = Arc::new(Limiter::new(cfg).unwrap());
         let folder = {
             let l = l.clone();
             thread::spawn(move || {

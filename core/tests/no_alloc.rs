@@ -61,7 +61,7 @@ fn allocations_in(f: impl FnOnce()) -> u64 {
 const MS: u64 = 1_000_000;
 
 fn drive_limiter(algorithm: AlgorithmConfig) {
-    let limiter = Limiter::new(&LimiterConfig::with_algorithm(algorithm)).unwrap();
+    let limiter = Limiter::new(LimiterConfig::with_algorithm(algorithm)).unwrap();
     let mut now = 0;
     for i in 0..5_000u64 {
         let level = Priority::new((i % 3) as u8).unwrap();
@@ -89,7 +89,7 @@ fn drive_limiter(algorithm: AlgorithmConfig) {
 }
 
 fn drive_gate() {
-    let gate: Gate<64> = Gate::new(&GateConfig::default()).unwrap();
+    let gate: Gate<64> = Gate::new(GateConfig::default()).unwrap();
     let mut held = [const { None }; 16];
     let mut events = [const { None }; 8];
     for i in 0..20_000u64 {

@@ -205,9 +205,9 @@ mod gate_make {
         let c = unsafe { input(cfg)? };
         let core = c.to_core()?;
         Ok(if c.queue_capacity <= 256 {
-            Gates::Small(Gate::new(&core)?)
+            Gates::Small(Gate::new(core)?)
         } else {
-            Gates::Large(Gate::new(&core)?)
+            Gates::Large(Gate::new(core)?)
         })
     }
 }

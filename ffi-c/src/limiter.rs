@@ -500,7 +500,7 @@ unsafe fn make(cfg: *const sg_limiter_config) -> Res<Limiter> {
     // SAFETY: this fn's contract: `cfg` is NULL (`input` refuses it) or readable for
     // one `sg_limiter_config` during the call; the borrow does not outlive it.
     let cfg = unsafe { input(cfg)? }.to_core()?;
-    Ok(Limiter::new(&cfg)?)
+    Ok(Limiter::new(cfg)?)
 }
 
 /// Frees a limiter made by `sg_limiter_new`. NULL is fine; a handle made by

@@ -165,7 +165,7 @@ pub struct LimiterOnly {
 impl LimiterOnly {
     /// A limiter built from `config`.
     pub fn new(config: &LimiterConfig) -> Self {
-        Self { limiter: Limiter::new(config).expect("the simulator's limiter configs are valid") }
+        Self { limiter: Limiter::new(*config).expect("the simulator's limiter configs are valid") }
     }
 }
 
@@ -210,7 +210,7 @@ impl GateAdmission {
     /// A gate built from `config`.
     pub fn new(config: &GateConfig) -> Self {
         Self {
-            gate: Box::new(Gate::new(config).expect("the simulator's gate configs are valid")),
+            gate: Box::new(Gate::new(*config).expect("the simulator's gate configs are valid")),
             tickets: HashMap::new(),
             buf: (0..64).map(|_| None).collect(),
         }

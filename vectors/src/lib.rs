@@ -307,11 +307,11 @@ impl Runner {
         let ce = |e: surgeguard_core::ConfigError| format!("config refused: {e}");
         Ok(match kind {
             "limiter" => Runner::Limiter(
-                Box::new(Limiter::new(&limiter_config(c)?).map_err(ce)?),
+                Box::new(Limiter::new(limiter_config(c)?).map_err(ce)?),
                 BTreeMap::new(),
             ),
             "gate" => Runner::Gate(
-                Box::new(Gate::new(&gate_config(c)?).map_err(ce)?),
+                Box::new(Gate::new(gate_config(c)?).map_err(ce)?),
                 BTreeMap::new(),
                 BTreeMap::new(),
             ),

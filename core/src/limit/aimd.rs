@@ -100,7 +100,7 @@ impl AimdConfig {
 /// use surgeguard_core::limit::{Aimd, AimdConfig, Algorithm, Window};
 /// use surgeguard_core::time::MS;
 ///
-/// let mut aimd = Aimd::new(&AimdConfig::netflix())?;
+/// let mut aimd = Aimd::new(AimdConfig::netflix())?;
 /// assert_eq!(aimd.update(&Window::single(0, MS, 10, false)), 21.0); // NCL golden
 /// assert_eq!(aimd.update(&Window::single(MS, MS, 0, true)), 20.0); // (int)(21 × 0.9) = 18 → min 20
 /// # Ok::<(), surgeguard_core::ConfigError>(())
@@ -125,7 +125,7 @@ pub struct Aimd {
 
 impl Aimd {
     /// Builds it, validating every number of the config.
-    pub fn new(config: &AimdConfig) -> Result<Self, ConfigError> {
+    pub fn new(config: AimdConfig) -> Result<Self, ConfigError> {
         check_bounds(config.min_limit, config.initial_limit, config.max_limit)?;
         check_duration(config.target_latency_ns, "target_latency_ns")?;
         let stat = LatencyStat::from_percentile(config.latency_percentile, "latency_percentile")?;
@@ -229,7 +229,7 @@ mod tests {
     use super::*;
 
     fn aimd(c: AimdConfig) -> Aimd {
-        Aimd::new(&c).unwrap()
+        Aimd::new(c).unwrap()
     }
 
     /// A window of `n` samples, all with latency `lat`, `inflight` at peak.
@@ -284,7 +284,7 @@ mod tests {
     #[test]
     fn netflix_needs_whole_limits() {
         let c = AimdConfig { initial_limit: 20.5, ..AimdConfig::netflix() };
-        assert!(matches!(Aimd::new(&c), Err(ConfigError::Inconsistent(_))));
+        assert!(matches!(Aimd::new(c), Err(ConfigError::Inconsistent(_))));
     }
 
     // ---- seed 002 mode ----
@@ -409,9 +409,9 @@ mod tests {
             AimdConfig { initial_limit: 500.0, ..base },
         ];
         for c in bad {
-            assert!(Aimd::new(&c).is_err(), "{c:?}");
+            assert!(Aimd::new(c).is_err(), "{c:?}");
         }
-        assert!(Aimd::new(&base).is_ok());
-        assert_eq!(Aimd::new(&base).unwrap().name(), "aimd");
+        assert!(Aimd::new(base).is_ok());
+        assert_eq!(Aimd::new(base).unwrap().name(), "aimd");
     }
 }

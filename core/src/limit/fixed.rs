@@ -32,7 +32,7 @@ impl Default for FixedConfig {
 /// use surgeguard_core::limit::{Algorithm, Fixed, FixedConfig, Window};
 ///
 /// let cfg = FixedConfig { initial_limit: 0.5, min_limit: 0.1, max_limit: 100.0 };
-/// let mut fixed = Fixed::new(&cfg)?;
+/// let mut fixed = Fixed::new(cfg)?;
 /// // A drop does not move it: half a request in flight on average, whatever happens.
 /// assert_eq!(fixed.update(&Window::single(0, 1_000_000, 1, true)), 0.5);
 /// # Ok::<(), surgeguard_core::ConfigError>(())
@@ -49,7 +49,7 @@ pub struct Fixed {
 
 impl Fixed {
     /// Builds it, validating the config (finite, `0 < min ≤ initial ≤ max ≤ 1e9`).
-    pub fn new(config: &FixedConfig) -> Result<Self, ConfigError> {
+    pub fn new(config: FixedConfig) -> Result<Self, ConfigError> {
         check_bounds(config.min_limit, config.initial_limit, config.max_limit)?;
         Ok(Self {
             limit: config.initial_limit,
@@ -101,8 +101,8 @@ mod tests {
 
     #[test]
     fn constant_under_any_window_and_settable_within_bounds() {
-        let mut f = Fixed::new(&FixedConfig { initial_limit: 7.0, min_limit: 2.0, max_limit: 9.0 })
-            .unwrap();
+        let mut f =
+            Fixed::new(FixedConfig { initial_limit: 7.0, min_limit: 2.0, max_limit: 9.0 }).unwrap();
         for (i, dropped) in [false, true, false].into_iter().enumerate() {
             assert_eq!(f.update(&Window::single(i as u64 * MS, 900 * MS, 100, dropped)), 7.0);
         }
@@ -122,17 +122,18 @@ mod tests {
         for (i, mi, ma) in
             [(f64::NAN, 1.0, 2.0), (1.0, -1.0, 2.0), (3.0, 1.0, 2.0), (1.0, 1.0, f64::INFINITY)]
         {
-            assert!(Fixed::new(&FixedConfig { initial_limit: i, min_limit: mi, max_limit: ma })
-                .is_err());
+            assert!(
+                Fixed::new(FixedConfig { initial_limit: i, min_limit: mi, max_limit: ma }).is_err()
+            );
         }
         assert!(
-            Fixed::new(&FixedConfig { initial_limit: 0.1, min_limit: 0.1, max_limit: 1.0 }).is_ok()
+            Fixed::new(FixedConfig { initial_limit: 0.1, min_limit: 0.1, max_limit: 1.0 }).is_ok()
         );
     }
 
     #[test]
     fn empty_window_is_ignored() {
-        let mut f = Fixed::new(&FixedConfig::default()).unwrap();
+        let mut f = Fixed::new(FixedConfig::default()).unwrap();
         f.update(&Window::default());
         assert_eq!(f.metrics().windows, 0);
     }

@@ -426,7 +426,7 @@ struct Probe {
 /// ```
 /// use surgeguard_core::limit::{Algorithm, Gradient, GradientConfig, Window};
 ///
-/// let mut g = Gradient::new(&GradientConfig::default()).unwrap();
+/// let mut g = Gradient::new(GradientConfig::default()).unwrap();
 /// let ms = 1_000_000;
 /// let window = |now, p50: u64, inflight| Window {
 ///     now, samples: 100, drops: 0, avg_ns: p50, min_ns: p50 / 2, p50_ns: p50,
@@ -490,10 +490,10 @@ pub struct Gradient {
 
 impl Gradient {
     /// Builds it, validating the config (a bad one returns [`ConfigError`]).
-    pub fn new(config: &GradientConfig) -> Result<Self, ConfigError> {
+    pub fn new(config: GradientConfig) -> Result<Self, ConfigError> {
         config.validate()?;
         let mut g = Self {
-            cfg: *config,
+            cfg: config,
             limit: config.initial_limit,
             baseline: config.pinned_baseline_ns as f64,
             baseline_weight: 0.0,
@@ -1150,7 +1150,7 @@ mod tests {
     #[test]
     fn settles_just_above_the_knee() {
         for slots in [4.0, 16.0, 100.0, 500.0] {
-            let mut g = Gradient::new(&GradientConfig::default()).unwrap();
+            let mut g = Gradient::new(GradientConfig::default()).unwrap();
             let l = overloaded(slots, 10.0).run(&mut g, 300);
             // Equilibrium: a standing queue of about buffer·C + headroom·sqrt(C).
             let high = equilibrium_high(slots);
@@ -1162,7 +1162,7 @@ mod tests {
 
     #[test]
     fn a_slower_dependency_is_relearned_without_a_probe() {
-        let mut g = Gradient::new(&GradientConfig::default()).unwrap();
+        let mut g = Gradient::new(GradientConfig::default()).unwrap();
         let mut p = overloaded(16.0, 10.0);
         let before = p.run(&mut g, 200);
         p.service_ms = 20.0;
@@ -1183,7 +1183,7 @@ mod tests {
 
     #[test]
     fn the_baseline_survives_a_long_quiet_period() {
-        let mut g = Gradient::new(&GradientConfig::default()).unwrap();
+        let mut g = Gradient::new(GradientConfig::default()).unwrap();
         let mut p = overloaded(16.0, 10.0);
         p.run(&mut g, 100);
         // Ten quiet minutes: no windows at all. The dependency is now 3x slower.
@@ -1198,7 +1198,7 @@ mod tests {
 
     #[test]
     fn a_faster_dependency_lowers_the_baseline_at_once() {
-        let mut g = Gradient::new(&GradientConfig::default()).unwrap();
+        let mut g = Gradient::new(GradientConfig::default()).unwrap();
         let mut p = overloaded(16.0, 20.0);
         p.run(&mut g, 100);
         p.service_ms = 10.0;
@@ -1211,7 +1211,7 @@ mod tests {
 
     #[test]
     fn fast_rejections_do_not_poison_the_baseline() {
-        let mut g = Gradient::new(&GradientConfig::default()).unwrap();
+        let mut g = Gradient::new(GradientConfig::default()).unwrap();
         let mut p = overloaded(16.0, 10.0);
         p.run(&mut g, 100);
         let before = g.baseline_ns();
@@ -1221,7 +1221,7 @@ mod tests {
         w.p90_ns = 2 * MS;
         w.drops = w.samples;
         let cfg = GradientConfig { drop_tolerance: 0.6, ..GradientConfig::default() };
-        let mut tolerant = Gradient::new(&cfg).unwrap();
+        let mut tolerant = Gradient::new(cfg).unwrap();
         p.now = 0;
         p.run(&mut tolerant, 100);
         let tolerant_before = tolerant.baseline_ns();
@@ -1238,7 +1238,7 @@ mod tests {
     #[test]
     fn drops_back_off_and_end_slow_start() {
         let cfg = GradientConfig { initial_limit: 10.0, ..GradientConfig::default() };
-        let mut g = Gradient::new(&cfg).unwrap();
+        let mut g = Gradient::new(cfg).unwrap();
         assert!(g.metrics().slow_start);
         // One stray drop in a tiny window backs off but keeps slow start.
         let l = g.update(&Window::single(MS, 10 * MS, 5, true));
@@ -1259,7 +1259,7 @@ mod tests {
         }
         assert_eq!(g.limit(), cfg.min_limit);
         // Envoy parity ignores drops.
-        let mut e = Gradient::new(&GradientConfig::envoy(SEC)).unwrap();
+        let mut e = Gradient::new(GradientConfig::envoy(SEC)).unwrap();
         let l = e.limit();
         assert_eq!(e.update(&Window::single(MS, 10 * MS, 5, true)), l);
     }
@@ -1311,7 +1311,7 @@ mod tests {
 
     #[test]
     fn drops_that_do_not_respond_to_back_off_are_held() {
-        let mut g = Gradient::new(&GradientConfig::default()).unwrap();
+        let mut g = Gradient::new(GradientConfig::default()).unwrap();
         let mut p =
             TimeoutPlant { slots: 32.0, service_ms: 10.0, intrinsic: 0.0, offered: 100.0, now: 0 };
         p.run(&mut g, 200);
@@ -1349,7 +1349,7 @@ mod tests {
 
     #[test]
     fn drops_from_our_own_queue_keep_backing_off() {
-        let mut g = Gradient::new(&GradientConfig::default()).unwrap();
+        let mut g = Gradient::new(GradientConfig::default()).unwrap();
         let mut p =
             TimeoutPlant { slots: 32.0, service_ms: 10.0, intrinsic: 0.0, offered: 100.0, now: 0 };
         p.run(&mut g, 200);
@@ -1363,7 +1363,7 @@ mod tests {
         assert_eq!(m.intrinsic_drop_share, 0.0);
         assert!((0.6 * 24.0..=equilibrium_high(24.0)).contains(&m.limit), "{m:?}");
         // And a dependency that fails most calls whatever the load is not held either.
-        let mut g = Gradient::new(&GradientConfig::default()).unwrap();
+        let mut g = Gradient::new(GradientConfig::default()).unwrap();
         let mut p =
             TimeoutPlant { slots: 32.0, service_ms: 10.0, intrinsic: 0.0, offered: 100.0, now: 0 };
         p.run(&mut g, 200);
@@ -1375,7 +1375,7 @@ mod tests {
 
     #[test]
     fn app_limited_windows_do_not_grow_the_limit() {
-        let mut g = Gradient::new(&GradientConfig::default()).unwrap();
+        let mut g = Gradient::new(GradientConfig::default()).unwrap();
         let mut p = Plant { slots: 100.0, service_ms: 10.0, offered: 5.0, now: 0 };
         let l = p.run(&mut g, 200);
         // Demand is 5 in flight: the limit stays within 1/0.8 of what was used (and the
@@ -1387,7 +1387,7 @@ mod tests {
     #[test]
     fn fractional_limits_shrink_below_one_and_recover() {
         let cfg = GradientConfig { min_limit: 0.01, ..GradientConfig::default() };
-        let mut g = Gradient::new(&cfg).unwrap();
+        let mut g = Gradient::new(cfg).unwrap();
         let mut now = 0;
         for _ in 0..60 {
             now += 100 * MS;
@@ -1403,7 +1403,7 @@ mod tests {
     #[test]
     fn envoy_probe_pins_measures_and_restores() {
         let cfg = GradientConfig { initial_limit: 40.0, ..GradientConfig::envoy(SEC) };
-        let mut g = Gradient::new(&cfg).unwrap();
+        let mut g = Gradient::new(cfg).unwrap();
         // Starts inside a probe, pinned at min_concurrency.
         assert!(g.metrics().probing);
         assert_eq!(g.limit(), 3.0);
@@ -1438,7 +1438,7 @@ mod tests {
     fn envoy_stale_baseline_settles_near_its_fixed_point() {
         // The Envoy failure mode the probe-free mode fixes: after a slowdown the stale
         // minRTT holds the limit near g = 0.625's fixed point (~4-5) until the next probe.
-        let mut g = Gradient::new(&GradientConfig::envoy(3600 * SEC)).unwrap();
+        let mut g = Gradient::new(GradientConfig::envoy(3600 * SEC)).unwrap();
         let mut p = overloaded(16.0, 10.0);
         p.run(&mut g, 100);
         p.service_ms = 20.0;
@@ -1455,7 +1455,7 @@ mod tests {
             initial_limit: 6.0,
             ..GradientConfig::envoy(3600 * SEC)
         };
-        let mut g = Gradient::new(&cfg).unwrap();
+        let mut g = Gradient::new(cfg).unwrap();
         let mut p = overloaded(16.0, 10.0);
         p.run(&mut g, 20);
         assert_eq!(g.metrics().probes, 1);
@@ -1468,7 +1468,7 @@ mod tests {
     #[test]
     fn pinned_baseline_never_moves() {
         let cfg = GradientConfig { pinned_baseline_ns: 10 * MS, ..GradientConfig::default() };
-        let mut g = Gradient::new(&cfg).unwrap();
+        let mut g = Gradient::new(cfg).unwrap();
         let mut p = overloaded(16.0, 20.0);
         let l = p.run(&mut g, 100);
         assert_eq!(g.baseline_ns(), 10 * MS);
@@ -1480,7 +1480,7 @@ mod tests {
         let w = Window { p50_ns: 100, p90_ns: 200, p99_ns: 1100, samples: 1, ..Window::default() };
         let stat = |p| {
             let cfg = GradientConfig { sample_percentile: p, ..GradientConfig::default() };
-            Gradient::new(&cfg).unwrap().stat(&w)
+            Gradient::new(cfg).unwrap().stat(&w)
         };
         assert_eq!(stat(50.0), 100.0);
         assert_eq!(stat(70.0), 150.0);
@@ -1510,15 +1510,15 @@ mod tests {
             GradientConfig { pinned_baseline_ns: u64::MAX, ..d },
         ];
         for c in bad {
-            assert!(Gradient::new(&c).is_err(), "{c:?}");
+            assert!(Gradient::new(c).is_err(), "{c:?}");
         }
-        assert!(Gradient::new(&d).is_ok());
-        assert!(Gradient::new(&GradientConfig::envoy(60 * SEC)).is_ok());
+        assert!(Gradient::new(d).is_ok());
+        assert!(Gradient::new(GradientConfig::envoy(60 * SEC)).is_ok());
     }
 
     #[test]
     fn time_running_backwards_is_clamped() {
-        let mut g = Gradient::new(&GradientConfig::default()).unwrap();
+        let mut g = Gradient::new(GradientConfig::default()).unwrap();
         let mut p = overloaded(16.0, 10.0);
         p.run(&mut g, 50);
         let mut w = p.window(g.limit());
@@ -1566,7 +1566,7 @@ mod tests {
                 max_limit: 500.0,
                 ..base
             };
-            let mut g = Gradient::new(&cfg).unwrap();
+            let mut g = Gradient::new(cfg).unwrap();
             windows.iter().all(|w| {
                 let l = g.update(&w.0);
                 l.is_finite() && l >= min_limit && l <= 500.0 && l == g.limit()

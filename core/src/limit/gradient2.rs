@@ -135,7 +135,7 @@ impl ExpAvg {
 /// use surgeguard_core::limit::{Algorithm, Gradient2, Gradient2Config, Window};
 /// use surgeguard_core::time::MS;
 ///
-/// let mut g2 = Gradient2::new(&Gradient2Config::netflix())?;
+/// let mut g2 = Gradient2::new(Gradient2Config::netflix())?;
 /// // No queueing: L = 20 × 0.8 + (20 + 4) × 0.2 = 20.8, reported as NCL's (int) 20.
 /// assert_eq!(g2.update(&Window::single(0, 10 * MS, 20, false)), 20.0);
 /// assert_eq!(g2.update(&Window::single(1, 10 * MS, 20, false)), 21.0); // 21.6
@@ -162,7 +162,7 @@ pub struct Gradient2 {
 
 impl Gradient2 {
     /// Builds it, validating every number of the config.
-    pub fn new(config: &Gradient2Config) -> Result<Self, ConfigError> {
+    pub fn new(config: Gradient2Config) -> Result<Self, ConfigError> {
         check_bounds(config.min_limit, config.initial_limit, config.max_limit)?;
         check_positive(config.smoothing, 1.0, "smoothing")?;
         check_f64(config.queue_size, 0.0, 1e6, "queue_size")?;
@@ -287,7 +287,7 @@ mod tests {
     use crate::time::MS;
 
     fn ncl() -> Gradient2 {
-        Gradient2::new(&Gradient2Config::netflix()).unwrap()
+        Gradient2::new(Gradient2Config::netflix()).unwrap()
     }
 
     fn s(rtt: u64, inflight: u32) -> Window {
@@ -379,7 +379,7 @@ mod tests {
 
     #[test]
     fn fixed_mode_backs_off_on_drops() {
-        let mut g = Gradient2::new(&Gradient2Config::default()).unwrap();
+        let mut g = Gradient2::new(Gradient2Config::default()).unwrap();
         assert_eq!(g.update(&Window::single(0, 0, 0, true)), 18.0);
         let w = Window { drops: 1, ..s(10 * MS, 18) };
         assert!(close(g.update(&w), 16.2));
@@ -388,7 +388,7 @@ mod tests {
 
     #[test]
     fn fixed_mode_adds_queue_only_near_gradient_one() {
-        let mut g = Gradient2::new(&Gradient2Config::default()).unwrap();
+        let mut g = Gradient2::new(Gradient2Config::default()).unwrap();
         for _ in 0..3 {
             g.update(&s(10 * MS, 20));
         }
@@ -397,7 +397,7 @@ mod tests {
         // new = 22.4 × 0.65625 = 14.7; L = 17.92 + 2.94 = 20.86 (parity: 21.66).
         assert!(close(g.update(&s(40 * MS, 22)), 20.86));
         // A gradient in [0.9, 1) keeps the queue term (fresh limiter, warm-up means):
-        let mut g = Gradient2::new(&Gradient2Config::default()).unwrap();
+        let mut g = Gradient2::new(Gradient2Config::default()).unwrap();
         g.update(&s(10 * MS, 20)); // long 10, g 1: L = 20.8
         g.update(&s(16 * MS, 20)); // long 13, g = 1.5 × 13/16 > 1 → 1: L = 21.6
         g.update(&s(24 * MS, 21)); // long 16.67, g = 1.5 × 16.67/24 > 1 → 1: L = 22.4
@@ -417,7 +417,7 @@ mod tests {
         // and every window also carries timeouts. Parity ignores them and adds s·q = 0.8
         // per window; fixed backs off ×0.9 per window to the floor.
         let cfg = Gradient2Config { min_limit: 20.0, max_limit: 200.0, ..Default::default() };
-        let mut fixed = Gradient2::new(&cfg).unwrap();
+        let mut fixed = Gradient2::new(cfg).unwrap();
         let mut parity = ncl();
         let overloaded = Window { drops: 2, ..s(50 * MS, 200) };
         for _ in 0..100 {
@@ -432,7 +432,7 @@ mod tests {
     #[test]
     fn slow_start_until_gradient_drops() {
         let mut g =
-            Gradient2::new(&Gradient2Config { slow_start: true, ..Default::default() }).unwrap();
+            Gradient2::new(Gradient2Config { slow_start: true, ..Default::default() }).unwrap();
         let w = |rtt: u64, n: u32| Window { samples: n, ..s(rtt * MS, n) };
         assert_eq!(g.update(&w(10, 20)), 40.0);
         assert_eq!(g.update(&w(10, 40)), 80.0);
@@ -469,8 +469,8 @@ mod tests {
             Gradient2Config { min_limit: 300.0, ..base },
         ];
         for c in bad {
-            assert!(Gradient2::new(&c).is_err(), "{c:?}");
+            assert!(Gradient2::new(c).is_err(), "{c:?}");
         }
-        assert_eq!(Gradient2::new(&base).unwrap().name(), "gradient2");
+        assert_eq!(Gradient2::new(base).unwrap().name(), "gradient2");
     }
 }

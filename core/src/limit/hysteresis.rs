@@ -189,7 +189,7 @@ impl<const N: usize> Rolling<N> {
 /// use surgeguard_core::time::{MS, SEC};
 ///
 /// let cfg = HysteresisConfig { target_latency_ns: 100 * MS, ..HysteresisConfig::default() };
-/// let mut h = HysteresisAimd::new(&cfg)?;
+/// let mut h = HysteresisAimd::new(cfg)?;
 /// assert_eq!(h.update(&Window::single(0, 50 * MS, 20, false)), 21.0); // HEALTHY: +1
 /// assert_eq!(h.update(&Window::single(SEC, 200 * MS, 20, false)), 10.0); // CRITICAL: ⌊21 × 0.5⌋
 /// assert_eq!(h.update(&Window::single(2 * SEC, 50 * MS, 20, false)), 10.0); // cooling off
@@ -225,7 +225,7 @@ pub struct HysteresisAimd {
 
 impl HysteresisAimd {
     /// Builds it, validating every number of the config.
-    pub fn new(config: &HysteresisConfig) -> Result<Self, ConfigError> {
+    pub fn new(config: HysteresisConfig) -> Result<Self, ConfigError> {
         check_bounds(config.min_limit, config.initial_limit, config.max_limit)?;
         check_duration(config.target_latency_ns, "target_latency_ns")?;
         check_positive(config.healthy_below, 1000.0, "healthy_below")?;
@@ -408,7 +408,7 @@ mod tests {
 
     /// Target 100 ms: HEALTHY < 80 ms, WARNING 80..=150 ms, CRITICAL > 150 ms.
     fn h() -> HysteresisAimd {
-        HysteresisAimd::new(&HysteresisConfig {
+        HysteresisAimd::new(HysteresisConfig {
             target_latency_ns: 100 * MS,
             ..HysteresisConfig::default()
         })
@@ -550,7 +550,7 @@ mod tests {
 
     #[test]
     fn hard_cap_and_floor() {
-        let mut h = HysteresisAimd::new(&HysteresisConfig {
+        let mut h = HysteresisAimd::new(HysteresisConfig {
             initial_limit: 998.0,
             target_latency_ns: 100 * MS,
             ..HysteresisConfig::default()
@@ -579,7 +579,7 @@ mod tests {
 
     #[test]
     fn fractional_floor_keeps_fractions_below_one() {
-        let mut h = HysteresisAimd::new(&HysteresisConfig {
+        let mut h = HysteresisAimd::new(HysteresisConfig {
             initial_limit: 3.0,
             min_limit: 0.1,
             ..HysteresisConfig::default()
@@ -611,7 +611,7 @@ mod tests {
 
     #[test]
     fn slow_start_until_not_healthy() {
-        let mut h = HysteresisAimd::new(&HysteresisConfig {
+        let mut h = HysteresisAimd::new(HysteresisConfig {
             target_latency_ns: 100 * MS,
             slow_start: true,
             ..HysteresisConfig::default()
@@ -690,8 +690,8 @@ mod tests {
             HysteresisConfig { max_limit: 1e12, ..base },
         ];
         for c in bad {
-            assert!(HysteresisAimd::new(&c).is_err(), "{c:?}");
+            assert!(HysteresisAimd::new(c).is_err(), "{c:?}");
         }
-        assert_eq!(HysteresisAimd::new(&base).unwrap().name(), "hysteresis_aimd");
+        assert_eq!(HysteresisAimd::new(base).unwrap().name(), "hysteresis_aimd");
     }
 }

@@ -134,7 +134,7 @@ pub enum AnyAlgorithm {
 
 impl AnyAlgorithm {
     /// Builds the algorithm `config` describes, validating every number.
-    pub fn new(config: &AlgorithmConfig) -> Result<Self, ConfigError> {
+    pub fn new(config: AlgorithmConfig) -> Result<Self, ConfigError> {
         Ok(match config {
             AlgorithmConfig::Fixed(c) => Self::Fixed(Fixed::new(c)?),
             AlgorithmConfig::Aimd(c) => Self::Aimd(Aimd::new(c)?),

@@ -102,7 +102,7 @@ impl VegasConfig {
 /// use surgeguard_core::limit::{Algorithm, Vegas, VegasConfig, Window};
 /// use surgeguard_core::time::MS;
 ///
-/// let mut vegas = Vegas::new(&VegasConfig { initial_limit: 10.0, max_limit: 20.0, ..VegasConfig::netflix() })?;
+/// let mut vegas = Vegas::new(VegasConfig { initial_limit: 10.0, max_limit: 20.0, ..VegasConfig::netflix() })?;
 /// vegas.update(&Window::single(0, 10 * MS, 10, false)); // learns the no-load RTT
 /// assert_eq!(vegas.update(&Window::single(1, 10 * MS, 11, false)), 16.0); // no queue: + beta
 /// # Ok::<(), surgeguard_core::ConfigError>(())
@@ -147,7 +147,7 @@ fn log10_int(limit: f64) -> u32 {
 
 impl Vegas {
     /// Builds it, validating every number of the config.
-    pub fn new(config: &VegasConfig) -> Result<Self, ConfigError> {
+    pub fn new(config: VegasConfig) -> Result<Self, ConfigError> {
         check_bounds(config.min_limit, config.initial_limit, config.max_limit)?;
         check_positive(config.smoothing, 1.0, "smoothing")?;
         for (v, what) in
@@ -324,7 +324,7 @@ mod tests {
 
     /// NCL `VegasLimitTest.create()`: alpha 3, beta 6, smoothing 1, initial 10, max 20.
     fn create() -> Vegas {
-        Vegas::new(&VegasConfig {
+        Vegas::new(VegasConfig {
             alpha: Some(3),
             beta: Some(6),
             smoothing: 1.0,
@@ -369,7 +369,7 @@ mod tests {
 
     #[test]
     fn golden_large_limit_increase() {
-        let mut v = Vegas::new(&VegasConfig {
+        let mut v = Vegas::new(VegasConfig {
             initial_limit: 10000.0,
             max_limit: 20000.0,
             ..VegasConfig::netflix()
@@ -388,12 +388,12 @@ mod tests {
             max_limit: 200.0,
             ..VegasConfig::netflix()
         };
-        let mut v = Vegas::new(&VegasConfig { smoothing: 0.5, ..half }).unwrap();
+        let mut v = Vegas::new(VegasConfig { smoothing: 0.5, ..half }).unwrap();
         assert_eq!(v.update(&s(10 * MS, 100)), 100.0);
         assert_eq!(v.update(&s(20 * MS, 100)), 75.0);
         assert_eq!(v.update(&s(20 * MS, 100)), 56.0);
         assert_eq!(v.estimate(), 56.25, "the estimate keeps its fraction, as NCL's double");
-        let mut v = Vegas::new(&half).unwrap();
+        let mut v = Vegas::new(half).unwrap();
         assert_eq!(v.update(&s(10 * MS, 100)), 100.0);
         assert_eq!(v.update(&s(20 * MS, 100)), 50.0);
         assert_eq!(v.update(&s(20 * MS, 100)), 25.0);
@@ -441,7 +441,7 @@ mod tests {
     #[test]
     fn probe_resets_baseline_within_jittered_bounds_and_replays() {
         let probe_at = |seed: u64, multiplier: u32| -> Option<usize> {
-            let mut v = Vegas::new(&VegasConfig {
+            let mut v = Vegas::new(VegasConfig {
                 initial_limit: 10.0,
                 max_limit: 10.0,
                 probe_multiplier: multiplier,
@@ -470,7 +470,7 @@ mod tests {
 
     #[test]
     fn slow_start_doubles_until_queue_builds() {
-        let mut v = Vegas::new(&VegasConfig {
+        let mut v = Vegas::new(VegasConfig {
             initial_limit: 10.0,
             slow_start: true,
             probe_multiplier: 0,
@@ -488,7 +488,7 @@ mod tests {
 
     #[test]
     fn fractional_floor_and_ceiling() {
-        let mut v = Vegas::new(&VegasConfig {
+        let mut v = Vegas::new(VegasConfig {
             initial_limit: 2.0,
             min_limit: 0.1,
             max_limit: 5.0,
@@ -513,7 +513,7 @@ mod tests {
     #[test]
     fn smoothing_never_rounds_below_the_floor() {
         // 0.99 × 1.5 + 0.01 × 1.5 = 1.4999999999999998 in f64: clamped back to 1.5.
-        let mut v = Vegas::new(&VegasConfig {
+        let mut v = Vegas::new(VegasConfig {
             initial_limit: 1.5,
             min_limit: 1.5,
             smoothing: 0.01,
@@ -552,8 +552,8 @@ mod tests {
             VegasConfig { initial_limit: 0.0, ..base },
         ];
         for c in bad {
-            assert!(Vegas::new(&c).is_err(), "{c:?}");
+            assert!(Vegas::new(c).is_err(), "{c:?}");
         }
-        assert_eq!(Vegas::new(&VegasConfig::default()).unwrap().name(), "vegas");
+        assert_eq!(Vegas::new(VegasConfig::default()).unwrap().name(), "vegas");
     }
 }

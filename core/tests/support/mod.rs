@@ -707,7 +707,7 @@ impl Real {
             ..surgeguard_core::LimiterConfig::with_algorithm(algorithm)
         };
         Self {
-            limiter: surgeguard_core::Limiter::new(&cfg).expect("valid limiter config"),
+            limiter: surgeguard_core::Limiter::new(cfg).expect("valid limiter config"),
             label: label.to_string(),
             permits: Default::default(),
             next: 0,
