@@ -53,6 +53,12 @@ const NO_SHED: u8 = u8::MAX;
 const MIN_RETRY_AFTER_NS: u64 = MS;
 /// The largest `retry_after` (and similar) setting accepted: one hour.
 const MAX_SETTING_NS: u64 = 3600 * SEC;
+/// Fraction bits of the service-time estimate (Q16: 1/65536 ns).
+const SERVICE_FRAC: u32 = 16;
+/// Longest service time the estimate holds (2^47 ns ≈ 39 h), so it fits in Q16.
+const MAX_SERVICE_NS: u64 = (1 << (64 - SERVICE_FRAC - 1)) - 1;
+/// 2^32: the unit of `service_alpha_q32`.
+const Q32: u64 = 1 << 32;
 
 /// When a level switches from FIFO to LIFO dispatch (adaptive LIFO, "Fail at Scale").
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -244,7 +250,7 @@ pub struct GateMetrics {
     pub lifo_levels: u8,
     /// The shed level in force.
     pub shed_level: Option<Priority>,
-    /// Expected service time, ns (0 = unknown).
+    /// Expected service time, ns, rounded to the nearest (0 = unknown).
     pub service_ns: u64,
     /// CoDel of each level.
     pub codel: [CodelMetrics; LEVELS],
@@ -325,12 +331,16 @@ pub struct Gate<const CAP: usize> {
     lifo: LifoTrigger,
     max_wait_ns: Option<u64>,
     aging: Option<Aging>,
-    service_alpha: f64,
+    /// `service_alpha` in 1/2^32 (at least 1): the estimate is kept in integers.
+    service_alpha_q32: u64,
     fallback_retry_after_ns: u64,
     /// The latest `now` seen (the monotonic clamp; see `observe`).
     clock: AtomicU64,
     shed: AtomicU8,
-    /// f64 bits of the expected service time (ns); 0.0 = unknown.
+    /// Expected service time in 1/65536 ns (Q16); 0 = unknown. Integer, not f64: a
+    /// floating-point value carried from one release to the next cost ~50 ns per
+    /// release on the benchmark machine (a loop-carried FP chain through memory), the
+    /// integer form ~1 ns.
     service: AtomicU64,
     /// Lower bound of the earliest waiter deadline: arrivals lower it (after their push),
     /// a dispatch round that scanned every waiter raises it to the exact value unless it
@@ -429,11 +439,12 @@ impl<const CAP: usize> Gate<CAP> {
             lifo: cfg.lifo,
             max_wait_ns: cfg.max_wait_ns,
             aging: cfg.aging,
-            service_alpha: cfg.service_alpha,
+            // In (0, 1] (validated): the nearest multiple of 1/2^32, never 0.
+            service_alpha_q32: ((cfg.service_alpha * Q32 as f64 + 0.5) as u64).clamp(1, Q32),
             fallback_retry_after_ns: cfg.fallback_retry_after_ns,
             clock: AtomicU64::new(0),
             shed: AtomicU8::new(NO_SHED),
-            service: AtomicU64::new((cfg.initial_service_ns as f64).to_bits()),
+            service: AtomicU64::new(cfg.initial_service_ns.min(MAX_SERVICE_NS) << SERVICE_FRAC),
             deadline_hint: AtomicU64::new(NO_DEADLINE),
             deadlines_used: AtomicBool::new(false),
             oldest_hint: AtomicU64::new(u64::MAX),
@@ -465,9 +476,10 @@ impl<const CAP: usize> Gate<CAP> {
         level.index().min(self.levels as usize - 1)
     }
 
-    /// Expected service time, ns (0 = unknown).
+    /// Expected service time, ns, rounded to the nearest (0 = unknown).
     pub fn service_ns(&self) -> u64 {
-        f64::from_bits(self.service.load(Ordering::Relaxed)) as u64
+        // Relaxed: the estimate orders nothing else.
+        (self.service.load(Ordering::Relaxed) + (1 << (SERVICE_FRAC - 1))) >> SERVICE_FRAC
     }
 
     /// How long `ahead` waiters (plus the one asking) take to drain at the current rate:
@@ -635,11 +647,19 @@ impl<const CAP: usize> Gate<CAP> {
     /// contention a concurrent sample may be overwritten (wait-free, no read-modify-write;
     /// the estimate is a mean, not a count).
     fn record_service(&self, latency: u64) {
+        let x = latency.min(MAX_SERVICE_NS) << SERVICE_FRAC;
         // Relaxed: the estimate orders nothing else.
-        let old = f64::from_bits(self.service.load(Ordering::Relaxed));
-        let x = latency as f64;
-        let new = if old == 0.0 { x } else { old + self.service_alpha * (x - old) };
-        self.service.store(new.to_bits(), Ordering::Relaxed);
+        let old = self.service.load(Ordering::Relaxed);
+        let new = if old == 0 {
+            x
+        } else {
+            // old + alpha·(x − old), in 1/65536 ns, rounded down. |x − old| < 2^63 and
+            // alpha < 2^33 in Q32, so the product fits in an i128 and the result in
+            // [min(old, x) − 1, max(old, x)].
+            let step = ((x as i128 - old as i128) * self.service_alpha_q32 as i128) >> 32;
+            (old as i128 + step) as u64
+        };
+        self.service.store(new, Ordering::Relaxed);
     }
 
     /// Withdraws a queued ticket. `UnknownTicket` if it already left (granted, expired,
@@ -1179,7 +1199,7 @@ mod tests {
         for x in [2e6, 1e6] {
             ewma += 0.1 * (x - ewma);
         }
-        assert_eq!(m.service_ns, ewma as u64);
+        assert_eq!(m.service_ns, libm::round(ewma) as u64);
     }
 
     #[test]

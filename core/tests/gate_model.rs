@@ -99,7 +99,8 @@ struct Model {
     now: u64,
     limit: u32,
     inflight: u32,
-    service: f64,
+    /// Expected service time in 1/65536 ns (the gate keeps it in integers).
+    service: u64,
     shed: Option<usize>,
     levels: [Vec<MWaiter>; LEVELS],
     /// Cancelled waiters whose slots the next poll reclaims (only those whose slot still
@@ -126,7 +127,7 @@ impl Model {
     }
 
     fn service_ns(&self) -> u64 {
-        self.service as u64
+        (self.service + (1 << 15)) >> 16
     }
 
     fn drain_time(&self, ahead: usize) -> u64 {
@@ -167,9 +168,11 @@ impl Model {
     }
 
     fn record_success(&mut self, latency: u64) {
-        let x = latency as f64;
-        self.service =
-            if self.service == 0.0 { x } else { self.service + 0.1 * (x - self.service) };
+        // EWMA, alpha = 0.1 as the nearest multiple of 2^-32, in 1/65536 ns, rounded down.
+        let x = i128::from(latency.min((1 << 47) - 1)) << 16;
+        let alpha = ((0.1 * 2f64.powi(32)) + 0.5) as i128;
+        let old = i128::from(self.service);
+        self.service = if old == 0 { x } else { old + (((x - old) * alpha) >> 32) } as u64;
     }
 
     /// A poll: the events it must report, as (ticket, Some(reason)) or (ticket, None) for
@@ -246,7 +249,7 @@ fn run(params: Params, ops: Vec<Op>) -> bool {
         now: 1,
         limit: u32::from(params.limit),
         inflight: 0,
-        service: (u64::from(params.initial_service_ms) * MS) as f64,
+        service: (u64::from(params.initial_service_ms) * MS) << 16,
         shed: None,
         levels: Default::default(),
         unreclaimed: 0,
