@@ -932,12 +932,14 @@ impl<const CAP: usize> Dispatcher<'_, CAP> {
     }
 
     /// The oldest waiter at `level` (FIFO end), skipping arrivals still being written.
+    #[inline]
     pub fn oldest(&mut self, level: Priority) -> Option<Waiter> {
         let head = self.q.head[self.q.clamp(level)].load(Ordering::Relaxed);
         self.first_from(head, true)
     }
 
     /// The newest waiter at `level` (LIFO end).
+    #[inline]
     pub fn newest(&mut self, level: Priority) -> Option<Waiter> {
         let tail = self.q.tail[self.q.clamp(level)].load(Ordering::Relaxed);
         self.first_from(tail, false)
@@ -945,6 +947,7 @@ impl<const CAP: usize> Dispatcher<'_, CAP> {
 
     /// The next waiter after `w` at its level (towards the newest), for scans. `w` must
     /// still be queued (call this before removing `w`).
+    #[inline]
     pub fn newer(&mut self, w: &Waiter) -> Option<Waiter> {
         let slot = &self.q.slots[w.ticket.slot()];
         if slot.linked.load(Ordering::Relaxed) == 0 {
