@@ -19,16 +19,6 @@ const ROUNDS = Number(process.env.ROUNDS || 7)
 const SYNC_N = Number(process.env.SYNC_N || 2_000_000)
 const ASYNC_N = Number(process.env.ASYNC_N || 200_000)
 
-async function loopBench (body, n = ASYNC_N) {
-  const out = []
-  for (let r = 0; r < ROUNDS; r++) {
-    const t = process.hrtime.bigint()
-    await body(n)
-    out.push(Number(process.hrtime.bigint() - t) / n)
-  }
-  return median(out)
-}
-
 function median (xs) {
   const s = [...xs].sort((a, b) => a - b)
   return s[s.length >> 1]
@@ -86,41 +76,55 @@ async function main () {
   add('budget.deposit() + budget.tryWithdraw()', syncBench(() => { budget.deposit(); budget.tryWithdraw() }))
   add('fast.gateTryAcquire + fast.gateRelease (no facade)', syncBench(() => F.gateRelease(h, F.gateTryAcquire(h, 0), 0)))
 
-  const bare = await loopBench(async (n) => {
-    for (let i = 0; i < n; i++) await noop()
-  })
-  add('await fn() (baseline)', bare)
-  // The permit is awaited in the loop body itself (as in a handler), not in an extra
-  // async wrapper, so only acquire's own Promise is counted.
-  const acquire = await loopBench(async (n) => {
-    for (let i = 0; i < n; i++) {
-      const p = await gate.acquire()
-      p.success()
+  // The async workloads run interleaved: each round runs every workload once, in the
+  // same order, so garbage collection and JIT state fall alike on all of them (run one
+  // after another, their ratios moved by up to 2x between runs). Median of the rounds.
+  const each = (fn) => async (n) => { for (let i = 0; i < n; i++) await fn() }
+  const workloads = {
+    bare: async (n) => { for (let i = 0; i < n; i++) await noop() },
+    // The permit is awaited in the loop body itself (as in a handler), not in an extra
+    // async wrapper, so only acquire's own Promise is counted.
+    acquire: async (n) => {
+      for (let i = 0; i < n; i++) {
+        const p = await gate.acquire()
+        p.success()
+      }
+    },
+    hybrid: async (n) => {
+      for (let i = 0; i < n; i++) {
+        const p = gate.tryAcquire() ?? await gate.acquire()
+        p.success()
+        await noop()
+      }
+    },
+    gateRun: each(() => gate.run(noop)),
+    pl: each(() => plimit(noop)),
+    bh: each(() => bulkhead.execute(noop)),
+    br: each(() => breaker.run(noop)),
+    op: each(() => opossum.fire()),
+    cb: each(() => cbreaker.execute(noop))
+  }
+  const samples = Object.fromEntries(Object.keys(workloads).map((k) => [k, []]))
+  for (let r = 0; r < ROUNDS; r++) {
+    for (const [k, body] of Object.entries(workloads)) {
+      const t = process.hrtime.bigint()
+      await body(ASYNC_N)
+      samples[k].push(Number(process.hrtime.bigint() - t) / ASYNC_N)
     }
-  })
-  add('const p = await gate.acquire(); p.success() (no wait)', acquire)
-  const hybrid = await loopBench(async (n) => {
-    for (let i = 0; i < n; i++) {
-      const p = gate.tryAcquire() ?? await gate.acquire()
-      p.success()
-      await noop()
-    }
-  })
-  add('gate.tryAcquire() ?? await gate.acquire(), then the work (no wait)', hybrid)
-  const gateRun = await asyncBench(() => gate.run(noop))
-  add('await gate.run(fn)', gateRun)
-  const pl = await asyncBench(() => plimit(noop))
-  add('await pLimit(n)(fn)   [p-limit 7]', pl)
-  // Bottleneck hands each job to a timer (about 1 ms or more per sequential job): few rounds.
+  }
+  const m = Object.fromEntries(Object.entries(samples).map(([k, xs]) => [k, median(xs)]))
+  const { bare, acquire, hybrid, gateRun, pl, bh, br, op, cb } = m
+  // Bottleneck hands each job to a timer (about 1 ms or more per sequential job): few jobs.
   const bn = await asyncBench(() => bottleneck.schedule(noop), Math.max(50, ASYNC_N / 1000))
+  add('await fn() (baseline)', bare)
+  add('const p = await gate.acquire(); p.success() (no wait)', acquire)
+  add('gate.tryAcquire() ?? await gate.acquire(), then the work (no wait)', hybrid)
+  add('await gate.run(fn)', gateRun)
+  add('await pLimit(n)(fn)   [p-limit 7]', pl)
   add('await bottleneck.schedule(fn)   [bottleneck 2]', bn)
-  const bh = await asyncBench(() => bulkhead.execute(noop))
   add('await bulkhead.execute(fn)   [cockatiel 3]', bh)
-  const br = await asyncBench(() => breaker.run(noop))
   add('await breaker.run(fn)', br)
-  const op = await asyncBench(() => opossum.fire())
   add('await opossum.fire()   [opossum 8]', op)
-  const cb = await asyncBench(() => cbreaker.execute(noop))
   add('await circuitBreaker.execute(fn)   [cockatiel 3]', cb)
 
   const over = (x) => Math.max(x - bare, 0.1)
