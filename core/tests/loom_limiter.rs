@@ -87,24 +87,23 @@ fn priority_levels_keep_the_exact_total() {
     });
 }
 
-#[test]
-fn no_sample_is_lost_or_doubled_across_a_fold() {
-    loom::model(|| {
-        // min_samples 1 and a 1 ms window: both releases may fold, concurrently.
+/// Two threads each take a permit at 0 and release it at `release_at(i)`, then a last
+/// completion far later folds whatever is left: every sample is folded exactly once.
+fn two_samples_then_a_fold(release_at: fn(u64) -> u64) {
+    loom::model(move || {
         let l = Arc::new(limiter(4.0, 1, 1));
         let handles: Vec<_> = (0..2u64)
             .map(|i| {
                 let l = l.clone();
                 thread::spawn(move || {
                     let p = l.try_acquire(0, Priority::NORMAL).unwrap();
-                    p.release(5 * MS + i, Outcome::Success);
+                    p.release(release_at(i), Outcome::Success);
                 })
             })
             .collect();
         for h in handles {
             h.join().unwrap();
         }
-        // A last completion far later folds whatever is left.
         let p = l.try_acquire(10 * MS, Priority::NORMAL).unwrap();
         p.release(20 * MS, Outcome::Success);
         let m = l.metrics();
@@ -114,30 +113,17 @@ fn no_sample_is_lost_or_doubled_across_a_fold() {
 }
 
 #[test]
+fn no_sample_is_lost_or_doubled_across_a_fold() {
+    // min_samples 1 and a 1 ms window: both releases may fold, concurrently.
+    two_samples_then_a_fold(|i| 5 * MS + i);
+}
+
+#[test]
 fn packed_samples_are_not_lost_or_doubled_across_a_fold() {
-    loom::model(|| {
-        // Latencies 4 and 5 ns share one packed bucket; under loom its count field is
-        // 2 bits, so the second sample moves the word out (the spill hand-off) while the
-        // other thread may be folding.
-        let l = Arc::new(limiter(4.0, 1, 1));
-        let handles: Vec<_> = (0..2u64)
-            .map(|i| {
-                let l = l.clone();
-                thread::spawn(move || {
-                    let p = l.try_acquire(0, Priority::NORMAL).unwrap();
-                    p.release(4 + i, Outcome::Success);
-                })
-            })
-            .collect();
-        for h in handles {
-            h.join().unwrap();
-        }
-        let p = l.try_acquire(10 * MS, Priority::NORMAL).unwrap();
-        p.release(20 * MS, Outcome::Success);
-        let m = l.metrics();
-        assert_eq!(m.successes, 3);
-        assert_eq!(m.folded_samples, 3, "every sample folded exactly once");
-    });
+    // Latencies 4 and 5 ns share one packed bucket; under loom its count field is 2 bits,
+    // so the second sample moves the word out (the spill hand-off) while the other thread
+    // may be folding.
+    two_samples_then_a_fold(|i| 4 + i);
 }
 
 #[test]
