@@ -478,6 +478,7 @@ mod tests {
 
     /// Seed 004: "With 20% headroom, a 1-hour outage takes ~5 hours to drain."
     #[test]
+    #[cfg_attr(miri, ignore = "arithmetic over many iterations; too slow under Miri")]
     fn one_hour_outage_with_20_percent_headroom_drains_in_5_hours() {
         const P: u64 = 1000; // produced per second, always
         const C: u64 = 1200; // consumer capacity: 20% headroom over P
@@ -529,6 +530,7 @@ mod tests {
 
     /// Seed 004's headroom table: 5% → ~20 h, 20% → ~5 h, 30% → ~3.3 h for a 1 h stall.
     #[test]
+    #[cfg_attr(miri, ignore = "arithmetic over many iterations; too slow under Miri")]
     fn drain_time_scales_as_outage_over_headroom() {
         for (headroom_pct, hours) in [(5u64, 20.0), (20, 5.0), (30, 10.0 / 3.0)] {
             let p = 10_000u64;
@@ -547,6 +549,7 @@ mod tests {
 
     /// Seed 004 failure scenario 2: 24 h of backlog at 80K/s, consumers at 100K/s → ~96 h.
     #[test]
+    #[cfg_attr(miri, ignore = "arithmetic over many iterations; too slow under Miri")]
     fn clickstream_backlog_takes_96_hours() {
         let m = meter::<2>();
         let backlog = 24 * HOUR * 80_000; // ~6.9 B
