@@ -133,6 +133,24 @@ fn algos() -> Vec<(&'static str, &'static str, Value)> {
 }
 
 /// Service time of one request in a load phase: calm, congested, calm again.
+/// The held permit due first: `(index, due time)`, or `(0, u64::MAX)` when none is held.
+fn next_due(held: &[(u64, u64)]) -> (usize, u64) {
+    held.iter().enumerate().min_by_key(|(_, h)| h.1).map(|(i, h)| (i, h.1)).unwrap_or((0, u64::MAX))
+}
+
+/// One draw of `rng.below(100)`: below `ignored` → "ignored", below `dropped` → "dropped",
+/// else "success".
+fn random_outcome(rng: &mut SplitMix64, ignored: u64, dropped: u64) -> &'static str {
+    let r = rng.below(100);
+    if r < ignored {
+        "ignored"
+    } else if r < dropped {
+        "dropped"
+    } else {
+        "success"
+    }
+}
+
 fn service(rng: &mut SplitMix64, phase: usize) -> u64 {
     let base = [10 * MS, 60 * MS, 15 * MS][phase % 3];
     base / 2 + rng.below(base)
@@ -157,23 +175,11 @@ fn limiter_walk(
     while count < n {
         let phase = count / per_phase;
         let next_arrival = now + rng.below(4 * MS);
-        let (i, due) = held
-            .iter()
-            .enumerate()
-            .min_by_key(|(_, h)| h.1)
-            .map(|(i, h)| (i, h.1))
-            .unwrap_or((0, u64::MAX));
+        let (i, due) = next_due(&held);
         if due <= next_arrival {
             let (step, _) = held.swap_remove(i);
             now = now.max(due);
-            let r = rng.below(100);
-            let outcome = if r < 4 {
-                "ignored"
-            } else if r < 10 {
-                "dropped"
-            } else {
-                "success"
-            };
+            let outcome = random_outcome(&mut rng, 4, 10);
             sc.op(json!({"op": "release", "now": now, "permit": step, "outcome": outcome}));
         } else {
             now = next_arrival;
@@ -288,23 +294,11 @@ fn gate_walk(name: &str, cfg: Value, seed: u64, n: usize, levels: u64) -> Value 
         let phase = count / per_phase;
         let gap = if phase == 1 { rng.below(MS) } else { rng.below(6 * MS) };
         let next_arrival = now + gap;
-        let (i, due) = held
-            .iter()
-            .enumerate()
-            .min_by_key(|(_, h)| h.1)
-            .map(|(i, h)| (i, h.1))
-            .unwrap_or((0, u64::MAX));
+        let (i, due) = next_due(&held);
         if due <= next_arrival {
             let (step, _) = held.swap_remove(i);
             now = now.max(due);
-            let r = rng.below(100);
-            let outcome = if r < 5 {
-                "ignored"
-            } else if r < 12 {
-                "dropped"
-            } else {
-                "success"
-            };
+            let outcome = random_outcome(&mut rng, 5, 12);
             let (_, exp) =
                 sc.op(json!({"op": "release", "now": now, "permit": step, "outcome": outcome}));
             settle(&exp, now, &mut rng, &mut held, &mut waiting, phase);
@@ -536,14 +530,7 @@ fn breaker(name: &str, cfg: Value, seed: u64, n: usize) -> Value {
             let k = rng.below(held.len() as u64) as usize;
             let (p, at) = held.swap_remove(k);
             let latency = now.saturating_sub(at);
-            let r = rng.below(100);
-            let outcome = if r < 3 {
-                "ignored"
-            } else if r < fail_pct {
-                "dropped"
-            } else {
-                "success"
-            };
+            let outcome = random_outcome(&mut rng, 3, fail_pct);
             sc.op(json!({"op": "record", "now": now, "permit": p, "outcome": outcome,
                          "latency": latency}));
         } else {
