@@ -338,9 +338,9 @@ pub struct Gate<const CAP: usize> {
     clock: AtomicU64,
     shed: AtomicU8,
     /// Expected service time in 1/65536 ns (Q16); 0 = unknown. Integer, not f64: a
-    /// floating-point value carried from one release to the next cost ~50 ns per
-    /// release on the benchmark machine (a loop-carried FP chain through memory), the
-    /// integer form ~1 ns.
+    /// floating-point update that depended on the previous value cost ~50 ns per release
+    /// in the `gate/admit_release` bench on the project's VM (cause not pinned down); the
+    /// integer update measured no slower than no update at all.
     service: AtomicU64,
     /// Lower bound of the earliest waiter deadline: arrivals lower it (after their push),
     /// a dispatch round that scanned every waiter raises it to the exact value unless it
