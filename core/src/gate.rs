@@ -39,7 +39,7 @@
 use crate::codel::{Codel, CodelConfig, CodelMetrics, CodelMode};
 use crate::queue::{Dispatcher, Ticket, WaitQueue, Waiter, NO_DEADLINE};
 use crate::sync::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use crate::time::{MS, SEC};
+use crate::time::{AtomicMonotonic, MS, SEC};
 use crate::types::check_range;
 use crate::{
     ConfigError, Limiter, LimiterConfig, LimiterMetrics, Outcome, Priority, RawPermit, Reason,
@@ -334,8 +334,8 @@ pub struct Gate<const CAP: usize> {
     /// `service_alpha` in 1/2^32 (at least 1): the estimate is kept in integers.
     service_alpha_q32: u64,
     fallback_retry_after_ns: u64,
-    /// The latest `now` seen (the monotonic clamp; see `observe`).
-    clock: AtomicU64,
+    /// The latest `now` seen (the monotonic clamp).
+    clock: AtomicMonotonic,
     shed: AtomicU8,
     /// Expected service time in 1/65536 ns (Q16); 0 = unknown. Integer, not f64: a
     /// floating-point update that depended on the previous value cost ~50 ns per release
@@ -400,20 +400,6 @@ fn bump(counter: &AtomicU64, n: u64) {
     counter.store(counter.load(Ordering::Relaxed) + n, Ordering::Relaxed);
 }
 
-/// `max(now, latest seen)`, remembered in `latest`: one load, plus one read-modify-write
-/// when time advances (the gate's own cell rather than `time::AtomicMonotonic`, so that
-/// it inlines into the gate's callers).
-#[inline]
-fn observe(latest: &AtomicU64, now: u64) -> u64 {
-    // Relaxed: the clamp orders nothing else; each structure orders its own state.
-    let seen = latest.load(Ordering::Relaxed);
-    if now <= seen {
-        seen
-    } else {
-        latest.fetch_max(now, Ordering::Relaxed).max(now)
-    }
-}
-
 fn prio(l: usize) -> Priority {
     Priority::new(l as u8).unwrap_or_default()
 }
@@ -442,7 +428,7 @@ impl<const CAP: usize> Gate<CAP> {
             // In (0, 1] (validated): the nearest multiple of 1/2^32, never 0.
             service_alpha_q32: ((cfg.service_alpha * Q32 as f64 + 0.5) as u64).clamp(1, Q32),
             fallback_retry_after_ns: cfg.fallback_retry_after_ns,
-            clock: AtomicU64::new(0),
+            clock: AtomicMonotonic::new(),
             shed: AtomicU8::new(NO_SHED),
             service: AtomicU64::new(cfg.initial_service_ns.min(MAX_SERVICE_NS) << SERVICE_FRAC),
             deadline_hint: AtomicU64::new(NO_DEADLINE),
@@ -552,7 +538,7 @@ impl<const CAP: usize> Gate<CAP> {
         level: Priority,
         deadline: Option<u64>,
     ) -> Result<RawPermit, Rejected> {
-        let now = observe(&self.clock, now);
+        let now = self.clock.observe(now);
         let lvl = self.clamp(level);
         if let Some(r) = self.refuse_early(now, lvl, deadline.unwrap_or(NO_DEADLINE)) {
             return Err(r);
@@ -576,7 +562,7 @@ impl<const CAP: usize> Gate<CAP> {
     /// — is refused (`DeadlineUnmeetable`); then a place in the queue, evicting a less
     /// important waiter if full (`Queued`), or `QueueFull`.
     pub fn arrive(&self, now: u64, level: Priority, deadline: Option<u64>) -> Arrival {
-        let now = observe(&self.clock, now);
+        let now = self.clock.observe(now);
         let lvl = self.clamp(level);
         let deadline = deadline.unwrap_or(NO_DEADLINE);
         if let Some(r) = self.refuse_early(now, lvl, deadline) {
@@ -634,7 +620,7 @@ impl<const CAP: usize> Gate<CAP> {
     /// sample for the limit algorithm. Then call [`poll`](Self::poll) if anyone waits.
     /// A permit of another gate or limiter is refused with `ForeignHandle`.
     pub fn release(&self, permit: RawPermit, now: u64, outcome: Outcome) -> Result<(), UsageError> {
-        let now = observe(&self.clock, now);
+        let now = self.clock.observe(now);
         let latency = now.saturating_sub(permit.started_at());
         self.limiter.release_raw(permit, now, outcome)?;
         if outcome == Outcome::Success {
@@ -693,7 +679,7 @@ impl<const CAP: usize> Gate<CAP> {
         if out.is_empty() {
             return 0;
         }
-        let now = observe(&self.clock, now);
+        let now = self.clock.observe(now);
         let mut sink = Sink { out, n: 0, limiter: &self.limiter, now };
         // The deadline bound, read before the dispatcher takes the arrivals. Acquire:
         // pairs with the Release fetch_min in `arrive` (after its push), so every deadline
@@ -996,7 +982,7 @@ impl<const CAP: usize> Gate<CAP> {
     /// the earliest moment a waiter's deadline or maximum wait runs out, or a refusal
     /// with free slots may lapse. `None` when nothing waits. Never earlier than `now`.
     pub fn next_wakeup(&self, now: u64) -> Option<u64> {
-        let now = observe(&self.clock, now);
+        let now = self.clock.observe(now);
         if self.queue.is_empty() {
             return None;
         }
@@ -1052,7 +1038,7 @@ impl<const CAP: usize> Gate<CAP> {
     /// A snapshot of counters and gauges (scans the queue's slots: O(capacity)).
     pub fn metrics(&self) -> GateMetrics {
         let q = self.queue.metrics();
-        let now = self.clock.load(Ordering::Relaxed);
+        let now = self.clock.latest();
         let oldest_age_ns = q.oldest_enqueued_at.map_or(0, |t| now.saturating_sub(t));
         let granted = self.granted.load(Ordering::Relaxed);
         let expired = self.expired.load(Ordering::Relaxed);

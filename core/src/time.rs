@@ -56,12 +56,15 @@ impl Default for AtomicMonotonic {
 
 impl AtomicMonotonic {
     /// A clamp that has seen nothing yet (time 0).
+    #[inline]
     pub fn new() -> Self {
         Self { latest: AtomicU64::new(0) }
     }
 
     /// Returns `max(now, latest seen)` and remembers it. A `now` that does not advance
-    /// time costs one load (no read-modify-write).
+    /// time costs one load (no read-modify-write). Inlined: structures that are generic
+    /// (the Gate) are compiled in their callers' crates.
+    #[inline]
     pub fn observe(&self, now: u64) -> u64 {
         // Relaxed: the clamp orders nothing else; each structure orders its own state.
         let latest = self.latest.load(Ordering::Relaxed);
@@ -77,6 +80,7 @@ impl AtomicMonotonic {
     }
 
     /// The latest time seen.
+    #[inline]
     pub fn latest(&self) -> u64 {
         self.latest.load(Ordering::Relaxed)
     }
