@@ -4,6 +4,7 @@
 //! latest seen, so time never runs backwards inside a structure (DESIGN.md §2).
 
 use crate::sync::{AtomicU64, Ordering};
+use crate::types::UsageError;
 
 /// Nanoseconds per millisecond.
 pub const MS: u64 = 1_000_000;
@@ -11,6 +12,25 @@ pub const MS: u64 = 1_000_000;
 pub const SEC: u64 = 1_000_000_000;
 /// Nanoseconds per microsecond.
 pub const US: u64 = 1_000;
+
+/// The largest `now` any structure accepts: 2^62 ns, about 146 years of a monotonic
+/// clock (`CLOCK_MONOTONIC` counts from boot). A `now` above it is bad input, never a
+/// time: it must not move any structure's clock (one `u64::MAX` would otherwise freeze
+/// every window and deadline for good). Below it, sums such as `now + interval` cannot
+/// overflow for any accepted interval.
+pub const MAX_NOW: u64 = 1 << 62;
+
+/// `Ok(now)` if `now` is an accepted time (at most [`MAX_NOW`]), else
+/// [`UsageError::TimeOutOfRange`]. Bindings call it before handing an injected `now` to a
+/// structure, so the caller gets a clear error and nothing changes.
+#[inline]
+pub const fn check_now(now: u64) -> Result<u64, UsageError> {
+    if now <= MAX_NOW {
+        Ok(now)
+    } else {
+        Err(UsageError::TimeOutOfRange)
+    }
+}
 
 /// A monotonic clamp for structures updated through `&mut self`.
 ///
@@ -113,6 +133,14 @@ mod tests {
         assert_eq!(a.observe(10), 10);
         assert_eq!(a.observe(3), 10);
         assert_eq!(a.latest(), 10);
+    }
+
+    #[test]
+    fn now_is_checked_against_max_now() {
+        assert_eq!(check_now(0), Ok(0));
+        assert_eq!(check_now(MAX_NOW), Ok(MAX_NOW));
+        assert_eq!(check_now(MAX_NOW + 1), Err(UsageError::TimeOutOfRange));
+        assert_eq!(check_now(u64::MAX), Err(UsageError::TimeOutOfRange));
     }
 
     #[test]

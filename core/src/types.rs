@@ -220,6 +220,8 @@ pub enum UsageError {
     UnknownTicket,
     /// A priority level outside the configured levels.
     BadLevel,
+    /// A `now` above [`crate::time::MAX_NOW`]: bad input, not a time.
+    TimeOutOfRange,
 }
 
 impl fmt::Display for UsageError {
@@ -229,6 +231,7 @@ impl fmt::Display for UsageError {
             Self::ForeignHandle => "handle belongs to another object",
             Self::UnknownTicket => "unknown ticket",
             Self::BadLevel => "priority level out of range",
+            Self::TimeOutOfRange => "now is out of range (above time::MAX_NOW = 2^62 ns)",
         })
     }
 }
