@@ -12,7 +12,7 @@
 
 use crate::rng::mix;
 use crate::sync::{AtomicU32, AtomicU64, Exclusive, Ordering};
-use crate::time::{MS, SEC};
+use crate::time::{AtomicMonotonic, MS, SEC};
 use crate::types::check_range;
 use crate::{ConfigError, Outcome, Reason, Rejected};
 
@@ -331,7 +331,8 @@ const HALF: u64 = (1 << 32) - 1;
 /// **Time.** `now` in ns; the state stores ms, so deadlines are rounded up to the ms.
 /// A `now` older than the last transition never moves the breaker back: the ramp counts it
 /// as the transition's time, and an open breaker refuses it with a correspondingly longer
-/// hint.
+/// hint. A `now` above [`MAX_NOW`](crate::time::MAX_NOW) is bad input: the call acts at
+/// the latest time seen (it never sets an open deadline or a lease from the bad value).
 ///
 /// **Randomness.** The open-duration jitter comes from a SplitMix64 sequence seeded from
 /// `seed` and advanced by `fetch_add` (wait-free, shared by `&self`).
@@ -342,6 +343,7 @@ pub struct CircuitBreaker {
     slow_ppm: u64,
     count_size: u64,
     ramp_ms: u64,
+    clock: AtomicMonotonic,
     state: AtomicU64,
     probes: [AtomicU64; MAX_PROBES as usize],
     window: Window,
@@ -436,6 +438,7 @@ impl CircuitBreaker {
             slow_ppm: ppm(config.slow_call_rate_threshold),
             count_size,
             ramp_ms: config.ramp_duration / MS,
+            clock: AtomicMonotonic::new(),
             state: AtomicU64::new(pack_state(CLOSED, 0, 0)),
             probes: core::array::from_fn(|_| AtomicU64::new(pack_slot(FREE, GEN_MASK as u32, 0))),
             window,
@@ -461,6 +464,7 @@ impl CircuitBreaker {
     /// rest of the open period, the earliest probe lease end (half-open, no slot free), or
     /// the start of the next ramp step (shed by the ramp).
     pub fn try_acquire(&self, now: u64) -> Result<BreakerPermit, Rejected> {
+        let now = self.clock.in_range_or_latest(now);
         let now_ms = now / MS;
         // Acquire: pairs with the AcqRel transition CASes, so a caller that sees a new
         // phase also sees the slot and counter resets made before it was published.
@@ -513,6 +517,7 @@ impl CircuitBreaker {
     /// `slow_call_duration` makes it a slow call. [`Outcome::Ignored`] records nothing (a
     /// probe's slot is freed for another caller).
     pub fn record(&self, permit: BreakerPermit, now: u64, outcome: Outcome, latency: u64) {
+        let now = self.clock.in_range_or_latest(now);
         let slow = latency >= self.config.slow_call_duration;
         if permit.is_probe() {
             self.record_probe(permit, now, outcome, slow);
@@ -550,6 +555,7 @@ impl CircuitBreaker {
     /// The state the next call would see at `now` (an open period that has ended reads as
     /// half-open).
     pub fn state(&self, now: u64) -> BreakerState {
+        let now = self.clock.in_range_or_latest(now);
         let word = self.state.load(Ordering::Acquire);
         match state_of(word) {
             CLOSED => BreakerState::Closed,
@@ -568,6 +574,7 @@ impl CircuitBreaker {
 
     /// A snapshot at `now`.
     pub fn metrics(&self, now: u64) -> BreakerMetrics {
+        let now = self.clock.in_range_or_latest(now);
         let word = self.state.load(Ordering::Acquire);
         let state = self.state(now);
         let (admit_permille, open_remaining) = match state {

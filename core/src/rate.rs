@@ -8,7 +8,7 @@
 //! schedule its own timer.
 
 use crate::sync::{AtomicU64, Ordering};
-use crate::time::{secs_to_nanos, SEC};
+use crate::time::{secs_to_nanos, AtomicMonotonic, SEC};
 use crate::types::check_range;
 use crate::{ConfigError, Reason, Rejected};
 
@@ -87,17 +87,21 @@ pub struct RateLimiterConfig {
 /// ```
 ///
 /// **Progress.** Lock-free: a compare-and-swap loop that retries only when another caller
-/// changed the word. **Cost.** One load and one CAS per admitted call, plus one counter
-/// `fetch_add`; a refusal is a load and a counter. Anchor: governor's direct limiter.
+/// changed the word. **Cost.** The clock clamp (a load, and a `fetch_max` when time
+/// advances), then one load and one CAS per admitted call, plus one counter `fetch_add`;
+/// a refusal is a load and a counter. Anchor: governor's direct limiter.
 ///
 /// **Time.** A `now` older than one already seen is never admitted more than the newer one
 /// would be (the stored `tat` already accounts for it); its hint is longer by the
-/// difference.
+/// difference. A `now` above [`MAX_NOW`](crate::time::MAX_NOW) is bad input: the call
+/// acts at the latest time seen, so it never pushes the theoretical arrival time out of
+/// range. A forward jump refills the bucket, capped at the burst.
 #[derive(Debug)]
 pub struct RateLimiter {
     emission: u64,
     tolerance: u64,
     burst: u32,
+    clock: AtomicMonotonic,
     tat: AtomicU64,
     allowed: AtomicU64,
     denied: AtomicU64,
@@ -139,6 +143,7 @@ impl RateLimiter {
             emission: emission_ns,
             tolerance,
             burst,
+            clock: AtomicMonotonic::new(),
             tat: AtomicU64::new(0),
             allowed: AtomicU64::new(0),
             denied: AtomicU64::new(0),
@@ -163,6 +168,7 @@ impl RateLimiter {
     /// Admits `cost` units now, or refuses with [`Reason::RateLimited`] and the wait until
     /// they would conform (`u64::MAX` if `cost` exceeds the burst: never).
     pub fn check(&self, now: u64, cost: u32) -> Result<(), Rejected> {
+        let now = self.clock.in_range_or_latest(now);
         // Relaxed: the word orders nothing but itself; the CAS makes each update atomic.
         let mut tat = self.tat.load(Ordering::Relaxed);
         loop {
@@ -192,6 +198,7 @@ impl RateLimiter {
     /// Admits as many units as conform now, up to `max`, and returns how many (0 if none).
     /// governor's "any-n" rule: `min(max, ⌊(now + τ − tat)/t⌋ + 1, burst)`.
     pub fn take_up_to(&self, now: u64, max: u32) -> u32 {
+        let now = self.clock.in_range_or_latest(now);
         let mut tat = self.tat.load(Ordering::Relaxed);
         loop {
             let n = self.conforming(tat, now).min(max);
@@ -213,12 +220,14 @@ impl RateLimiter {
 
     /// Units that would conform now, without taking them.
     pub fn available(&self, now: u64) -> u32 {
+        let now = self.clock.in_range_or_latest(now);
         self.conforming(self.tat.load(Ordering::Relaxed), now)
     }
 
     /// How long until `cost` units would conform (0 = now, `u64::MAX` = never), without
     /// taking them.
     pub fn wait_time(&self, now: u64, cost: u32) -> u64 {
+        let now = self.clock.in_range_or_latest(now);
         match gcra_decide(
             self.tat.load(Ordering::Relaxed),
             now,

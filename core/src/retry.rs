@@ -8,7 +8,7 @@
 //! traffic"). Constants: `research/queues_retries.md` §2.4, §2.5.
 
 use crate::sync::{AtomicI64, AtomicU32, AtomicU64, Exclusive, Ordering};
-use crate::time::SEC;
+use crate::time::{AtomicMonotonic, SEC};
 use crate::types::check_range;
 use crate::{ConfigError, Reason, Rejected};
 
@@ -146,6 +146,8 @@ struct BudgetRing {
 /// At most 16.7 M requests per slot are counted.
 ///
 /// Time: `now` in ns; a `now` older than the current slot counts as in the current slot.
+/// A `now` above [`MAX_NOW`](crate::time::MAX_NOW) is bad input: the call acts at the
+/// latest time seen (no slot is folded for it).
 #[derive(Debug)]
 pub struct RetryBudget {
     config: RetryBudgetConfig,
@@ -153,6 +155,7 @@ pub struct RetryBudget {
     withdraw_units: i64,
     reserve: i64,
     slot_width: u64,
+    clock: AtomicMonotonic,
     /// The current slot: deposits | withdrawals | tag.
     current: AtomicU64,
     /// Net credit of the completed slots in the window (published by the folder).
@@ -198,6 +201,7 @@ impl RetryBudget {
             withdraw_units,
             reserve,
             slot_width: config.ttl / BUDGET_SLOTS as u64,
+            clock: AtomicMonotonic::new(),
             current: AtomicU64::new(0),
             base: AtomicI64::new(0),
             next_fold: AtomicU64::new(0),
@@ -233,6 +237,7 @@ impl RetryBudget {
     /// Records one request (first attempts, not retries): it funds `percent` of a retry
     /// for `ttl`.
     pub fn deposit(&self, now: u64) {
+        let now = self.clock.in_range_or_latest(now);
         // Safe without the fold: if it is busy, the deposit may land in the slot being
         // closed and expire early, which only errs towards fewer retries.
         let _ = self.current_epoch(now);
@@ -243,6 +248,7 @@ impl RetryBudget {
     /// Takes one retry from the budget, or refuses with
     /// [`Reason::BudgetExhausted`] and a hint of when expiring retries free enough room.
     pub fn try_withdraw(&self, now: u64) -> Result<(), Rejected> {
+        let now = self.clock.in_range_or_latest(now);
         let w = self.withdraw_units;
         // Two views at most: a tag mismatch means a fold swapped the slot under us.
         for _ in 0..2 {
@@ -279,6 +285,7 @@ impl RetryBudget {
 
     /// Retries that would be allowed now (reserve included), without taking any.
     pub fn available(&self, now: u64) -> u64 {
+        let now = self.clock.in_range_or_latest(now);
         let _ = self.current_epoch(now);
         self.available_now()
     }

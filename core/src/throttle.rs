@@ -4,7 +4,7 @@
 //! nothing. Constants: `research/queues_retries.md` §2.1, §2.2.
 
 use crate::sync::{AtomicU64, Exclusive, Ordering};
-use crate::time::SEC;
+use crate::time::{AtomicMonotonic, SEC};
 use crate::types::check_range;
 use crate::{ConfigError, Reason, Rejected};
 
@@ -116,10 +116,15 @@ struct FoldState {
 /// **Precision.** Counts are folded per bucket, so a sample counts for `window` give or take
 /// one bucket; under contention at a bucket boundary a sample can land in the neighbouring
 /// bucket.
+///
+/// **Time.** A `now` older than the current bucket counts in the current bucket. A `now`
+/// above [`MAX_NOW`](crate::time::MAX_NOW) is bad input: the call acts at the latest time
+/// seen (no bucket is folded for it).
 #[derive(Debug)]
 pub struct AdaptiveThrottle {
     config: AdaptiveThrottleConfig,
     width: u64,
+    clock: AtomicMonotonic,
     pending: AtomicU64,
     next_fold: AtomicU64,
     /// Published window totals: integers (ring) or f64 bits (EMA).
@@ -153,6 +158,7 @@ impl AdaptiveThrottle {
         Ok(Self {
             config,
             width: config.window / THROTTLE_BUCKETS as u64,
+            clock: AtomicMonotonic::new(),
             pending: AtomicU64::new(0),
             next_fold: AtomicU64::new(0),
             requests: AtomicU64::new(zero),
@@ -178,6 +184,7 @@ impl AdaptiveThrottle {
 
     /// Records a request that was sent: `accepted` is whether the backend took it.
     pub fn record(&self, now: u64, accepted: bool) {
+        let now = self.clock.in_range_or_latest(now);
         self.fold_if_due(now);
         let add = PENDING_REQUEST + if accepted { PENDING_ACCEPT } else { 0 };
         self.pending.fetch_add(add, Ordering::Relaxed);
@@ -188,6 +195,7 @@ impl AdaptiveThrottle {
     /// as a request (not accepted) and says [`Reason::Throttled`], with a `retry_after` of
     /// the time to the next bucket (when the estimate next changes).
     pub fn should_throttle(&self, now: u64, rand: u64) -> Result<(), Rejected> {
+        let now = self.clock.in_range_or_latest(now);
         self.fold_if_due(now);
         let p = self.probability();
         let u = (rand >> 11) as f64 * (1.0 / (1u64 << 53) as f64);
@@ -202,6 +210,7 @@ impl AdaptiveThrottle {
 
     /// The current local drop probability (after folding up to `now`).
     pub fn drop_probability(&self, now: u64) -> f64 {
+        let now = self.clock.in_range_or_latest(now);
         self.fold_if_due(now);
         self.probability()
     }

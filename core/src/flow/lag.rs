@@ -2,7 +2,7 @@
 //! messages"; `lag_sec = lag / consume_rate`, `drain_sec = lag / (consume − produce)`).
 
 use crate::sync::{AtomicU64, Exclusive, Ordering};
-use crate::time::{AtomicMonotonic, SEC, US};
+use crate::time::{AtomicMonotonic, MAX_NOW, SEC, US};
 use crate::ConfigError;
 
 /// Settings of a [`LagMeter`].
@@ -246,11 +246,15 @@ impl<const SNAPSHOTS: usize> LagMeter<SNAPSHOTS> {
     }
 
     /// The enqueue time of the oldest unprocessed item (same clock as `now`), or `None`
-    /// when the backlog is empty.
+    /// when the backlog is empty. An enqueue time above [`MAX_NOW`] is bad input and is
+    /// ignored (the previous report stands).
     pub fn report_oldest(&self, now: u64, enqueued_at: Option<u64>) {
         self.tick(now);
-        // `NONE` is `u64::MAX`; an enqueue time of `u64::MAX` is read as one tick earlier.
-        let v = enqueued_at.map_or(NONE, |t| t.min(NONE - 1));
+        let v = match enqueued_at {
+            None => NONE,
+            Some(t) if t <= MAX_NOW => t, // below `NONE` (u64::MAX)
+            Some(_) => return,
+        };
         // Relaxed: a self-contained gauge.
         self.oldest_enqueued_at.store(v, Ordering::Relaxed);
     }
@@ -414,21 +418,36 @@ mod tests {
 
     #[test]
     fn calls_at_the_end_of_time_keep_finite_rates() {
-        // `next_fold` saturates at u64::MAX, so `now == u64::MAX` passes the fold test on
-        // every call; a snapshot per call would shrink the window to zero time.
+        // The largest accepted time, and bad times past it: calls past `MAX_NOW` act at
+        // the latest time seen, so they take no snapshot that would shrink the window.
         let m = meter::<4>();
-        let end = u64::MAX;
+        let end = MAX_NOW;
         m.observe_totals(end - 2 * SEC, 0, 0);
         m.observe_totals(end - SEC, 1000, 500);
+        m.observe_totals(end, 2000, 1000);
         for i in 0..10 {
-            m.observe_totals(end, 2000 + i, 1000 + i);
+            m.observe_totals(u64::MAX - i, 2001 + i, 1001 + i);
         }
-        let (p, c) = (m.produce_rate(end).unwrap(), m.consume_rate(end).unwrap());
+        let (p, c) = (m.produce_rate(u64::MAX).unwrap(), m.consume_rate(MAX_NOW + 1).unwrap());
         assert!(p.is_finite() && c.is_finite(), "rates {p} {c}");
         // Snapshots at end − 2 s (0, 0), end − 1 s (0, 0: taken before that call counts)
         // and end (1000, 500): the window still spans two seconds.
         assert_eq!((p, c), (500.0, 250.0));
-        assert!(m.metrics(end).time_to_drain_seconds.is_infinite()); // not draining
+        assert!(m.metrics(u64::MAX).time_to_drain_seconds.is_infinite()); // not draining
+        assert_eq!(m.lag(u64::MAX), 1000);
+    }
+
+    #[test]
+    fn an_enqueue_time_past_max_now_is_ignored() {
+        let m = meter::<4>();
+        m.report_oldest(10 * SEC, Some(4 * SEC));
+        m.report_oldest(11 * SEC, Some(u64::MAX));
+        m.report_oldest(11 * SEC, Some(MAX_NOW + 1));
+        assert_eq!(m.oldest_age(12 * SEC), Some(8 * SEC));
+        m.report_oldest(12 * SEC, Some(MAX_NOW));
+        assert_eq!(m.oldest_age(12 * SEC), Some(0));
+        m.report_oldest(12 * SEC, None);
+        assert_eq!(m.oldest_age(12 * SEC), None);
     }
 
     /// Feeds `p` produced and `c` consumed items per second for `secs` seconds from `from`.

@@ -201,6 +201,7 @@ impl Watermarks {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::time::MAX_NOW;
 
     fn wm(capacity: u64, pause_below: u64, resume_above: u64) -> Watermarks {
         Watermarks::new(WatermarksConfig { capacity, pause_below, resume_above }).unwrap()
@@ -278,14 +279,26 @@ mod tests {
     }
 
     #[test]
-    fn huge_times_do_not_overflow_the_state_word() {
+    fn the_largest_time_fits_the_state_word() {
         let w = wm(10, 3, 6);
-        assert_eq!(w.observe(u64::MAX, 9), Some(Transition::Pause));
+        assert_eq!(w.observe(MAX_NOW - 5, 9), Some(Transition::Pause));
         assert!(w.is_paused());
-        let m = w.metrics(u64::MAX);
-        assert_eq!(m.time_paused, u64::MAX - MAX_SINCE);
-        assert_eq!(w.observe(u64::MAX, 0), Some(Transition::Resume));
+        assert_eq!(w.metrics(MAX_NOW).time_paused, 5);
+        assert_eq!(w.observe(MAX_NOW, 0), Some(Transition::Resume));
+        assert_eq!(w.metrics(MAX_NOW).time_paused, 5);
         assert_eq!(Transition::Pause.as_str(), "pause");
         assert_eq!(Transition::Resume.as_str(), "resume");
+    }
+
+    #[test]
+    fn an_out_of_range_now_acts_at_the_latest_time() {
+        for bad in [MAX_NOW + 1, u64::MAX] {
+            let w = wm(10, 3, 6);
+            assert_eq!(w.observe(1000, 9), Some(Transition::Pause));
+            assert_eq!(w.metrics(bad).time_paused, 0);
+            assert_eq!(w.observe(bad, 0), Some(Transition::Resume));
+            // The pause ended at 1000, not at the bad time.
+            assert_eq!(w.metrics(2000).time_paused, 0);
+        }
     }
 }
