@@ -404,13 +404,16 @@ impl<const N: usize, const K: usize> KeyedMetrics<N, K> {
 ///
 /// Cost: `N` shards of 48 bytes plus `24·K + 32` bytes of summary; `try_acquire` about
 /// `k` mixes, `O(k²)` compares and `k + 2` atomic operations when admitted at the first
-/// shard (`k + 4` with a rate).
+/// shard (`k + 5` with a rate: the table's clock clamp too).
 #[derive(Debug)]
 pub struct KeyedLimits<const N: usize, const K: usize = DEFAULT_TOP_KEYS> {
     config: KeyedConfig,
     /// The rate and its GCRA tolerance, if rate-limited.
     rate: Option<(ShardRate, u64)>,
     id: u32,
+    /// The latest `now` the table has seen (read only with a rate): an out-of-range `now`
+    /// acts at it.
+    clock: AtomicMonotonic,
     shards: [Shard; N],
     top: TopKeys<K>,
     foreign_releases: AtomicU64,
@@ -424,6 +427,7 @@ impl<const N: usize, const K: usize> KeyedLimits<N, K> {
             config,
             rate: config.shard_rate.map(|r| (r, tolerance)),
             id: crate::sync::next_instance_id(),
+            clock: AtomicMonotonic::new(),
             shards: core::array::from_fn(|_| Shard::new()),
             top: TopKeys::new(),
             foreign_releases: AtomicU64::new(0),
@@ -463,8 +467,10 @@ impl<const N: usize, const K: usize> KeyedLimits<N, K> {
     /// older than one it has seen as the latest it has seen. `cost` weighs the rate only
     /// (a permit is one concurrency slot whatever the cost); `cost == 0` takes no rate, and
     /// a cost above the burst never conforms (`retry_after == u64::MAX`). Without a rate
-    /// limit, `now` and `cost` are ignored.
+    /// limit, `now` and `cost` are ignored. A `now` above [`MAX_NOW`](crate::time::MAX_NOW)
+    /// is bad input: it acts at the latest time the table has seen.
     pub fn try_acquire(&self, key_hash: u64, now: u64, cost: u32) -> Result<KeyPermit, Rejected> {
+        let now = if self.rate.is_some() { self.clock.in_range_or_latest(now) } else { now };
         let set = self.shards_of(key_hash);
         let mut rate_wait: Option<u64> = None;
         for &shard in self.least_occupied_first(&set).as_slice() {
