@@ -505,6 +505,7 @@ impl Limiter {
     /// arrivals it holds, so their share is reserved while they wait.
     pub fn note_arrival(&self, now: u64, level: Priority) {
         if self.levels > 1 {
+            let now = self.clock.in_range_or_latest(now);
             self.note_arrival_at(now, level.index().min(self.levels as usize - 1));
         }
     }
