@@ -354,11 +354,8 @@ impl PacedDrain {
     /// How many of `backlog` waiting items may start now; they are counted as started.
     pub fn permits(&self, now: u64, backlog: u64) -> u32 {
         self.calls.fetch_add(1, Ordering::Relaxed);
-        let max = backlog.min(u32::MAX as u64) as u32;
-        if max == 0 {
-            return 0;
-        }
-        self.limiter.take_up_to(now, max)
+        // With no backlog this takes nothing, but still sees `now`.
+        self.limiter.take_up_to(now, backlog.min(u32::MAX as u64) as u32)
     }
 
     /// How long until the next item may start (0 = now): when to set the timer.
