@@ -137,9 +137,17 @@ struct BudgetRing {
 ///
 /// **Progress.** Lock-free: [`deposit`](Self::deposit) is one `fetch_add` (wait-free),
 /// [`try_withdraw`](Self::try_withdraw) one compare-and-swap loop that only retries when
-/// another caller changed the slot. Nobody waits for a fold: at a slot boundary, a
-/// withdrawal that finds another thread mid-fold is refused (it cannot yet know what has
-/// expired), never delayed.
+/// another caller changed the slot. Nobody waits for a fold.
+///
+/// **Caveat: a refusal during a fold.** Once per slot (`ttl / 10`) one caller folds the
+/// ring. A withdrawal that reaches the new slot while another thread is still folding it
+/// (it looks twice) cannot yet know what has expired, so it is refused — even with credit
+/// to spare — rather than delayed or allowed to over-spend. Such a refusal says
+/// [`Reason::BudgetExhausted`] with `retry_after` **0**, the one case with a zero hint: the
+/// fold ends a bounded number of the folder's steps later, and a retry at once may pass.
+/// It is counted in `retries_denied`. Callers that must tell it apart check
+/// `retry_after == 0`. A stress test (`retry_budget_fold_refusals` in
+/// `tests/client_model.rs`) and a loom model (`loom_client.rs`) pin this behaviour.
 ///
 /// **Cost.** Deposit: one load, one `fetch_add`. Withdraw: three loads, one CAS. Once per
 /// slot, one caller folds: a swap and ≤ 10 slots of plain arithmetic. Size: about 200 bytes.
@@ -250,9 +258,10 @@ impl RetryBudget {
     pub fn try_withdraw(&self, now: u64) -> Result<(), Rejected> {
         let now = self.clock.in_range_or_latest(now);
         let w = self.withdraw_units;
-        // Two views at most: a tag mismatch means a fold swapped the slot under us.
+        // Two views at most: a tag mismatch means a fold swapped the slot under us, and a
+        // fold in progress may have finished by the second look.
         for _ in 0..2 {
-            let Some(epoch) = self.current_epoch(now) else { break };
+            let Some(epoch) = self.current_epoch(now) else { continue };
             // Acquire: pairs with the Release store of `base` in `fold`; a base from a
             // later fold than our slot tag orders that fold's swap before our CAS, which
             // then fails.
@@ -277,8 +286,10 @@ impl RetryBudget {
                 }
             }
         }
-        // Another thread is folding the new slot right now; until it finishes we cannot
-        // know what has expired, so refuse rather than risk over-spending.
+        // Another thread is folding the new slot right now (seen twice); until it finishes
+        // we cannot know what has expired, so refuse rather than risk over-spending. The
+        // hint 0 is the truth: the refusal ends when that fold does, a bounded number of
+        // the folder's own steps later; a retry at once may pass.
         self.denied.fetch_add(1, Ordering::Relaxed);
         Err(Rejected::new(Reason::BudgetExhausted, 0))
     }
