@@ -13,10 +13,12 @@
 //! - it never moves a structure's clock: the call acts at the latest time seen, as if
 //!   `now` were that time, and nothing derived from the bad value is stored (no latency
 //!   sample, no window boundary, no deadline, no open timer);
-//! - a method that already returns a [`UsageError`] refuses it with
-//!   [`UsageError::TimeOutOfRange`] and changes nothing;
-//! - the bindings and the C ABI refuse an injected out-of-range `now` up front
-//!   ([`check_now`]).
+//! - this holds for releases too (`Limiter::release_raw`, `Gate::release`): they take the
+//!   permit by value, so refusing would lose its slot; they release at the latest time
+//!   seen instead;
+//! - a method that returns a [`UsageError`] for other reasons and has nothing to lose
+//!   refuses it with [`UsageError::TimeOutOfRange`] and changes nothing; the bindings and
+//!   the C ABI refuse an injected out-of-range `now` up front ([`check_now`]).
 //!
 //! Other absolute times a caller passes follow the same range: a deadline above
 //! [`MAX_NOW`] means "no deadline", and an enqueue time above it (the lag meter's oldest

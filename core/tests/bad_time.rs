@@ -727,3 +727,47 @@ fn releases_of_a_bad_time_keep_the_permit_contract() {
     assert_eq!(l.metrics().inflight, 0);
     assert_eq!(l.metrics().successes, 1);
 }
+
+/// A forward jump within range is time passing with nothing happening, as `time`'s docs
+/// say per family: windows expire, buckets refill, open breakers half-open, waiters expire.
+#[test]
+fn a_forward_jump_is_time_passing() {
+    let jump = MAX_NOW - 1;
+    // Rate limits: the bucket refills, capped at the burst.
+    let r = Rate::make().0;
+    while r.check(T0, 1).is_ok() {}
+    assert_eq!(r.available(jump), 5);
+    // The retry budget: deposits expire, the reserve remains.
+    let b = Budget::make().0;
+    for _ in 0..100 {
+        b.deposit(T0);
+    }
+    assert_eq!(b.available(T0), 22); // 20 % of 100, plus the reserve of 2
+    assert_eq!(b.available(jump), 2);
+    // A breaker: the open period ends, the next call is a probe.
+    let mut br = Breaker::<false>::make();
+    while br.b.state(T0) != surgeguard_core::breaker::BreakerState::Open {
+        let p = br.b.try_acquire(T0).unwrap();
+        br.b.record(p, T0, Outcome::Dropped, MS);
+    }
+    assert!(br.b.try_acquire(jump).unwrap().is_probe());
+    // The Gate: a queued waiter's maximum wait passes; the next poll expires it.
+    let g = G::make().g;
+    let held: Vec<_> = (0..3)
+        .map(|_| match g.arrive(T0, Priority::NORMAL, None) {
+            Arrival::Admitted(p) => p,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    let Arrival::Queued(t) = g.arrive(T0, Priority::NORMAL, None) else { panic!() };
+    let mut out = [const { None }; 4];
+    assert_eq!(g.poll(jump, &mut out), 1);
+    assert!(matches!(out[0], Some(Event::Expired(x, _)) if x == t));
+    for p in held {
+        g.release(p, jump, Outcome::Ignored).unwrap();
+    }
+    // Watermarks: a pause in progress counts the jump as time paused.
+    let w = Marks::make().0;
+    w.observe(T0, 9);
+    assert_eq!(w.metrics(jump).time_paused, jump - T0);
+}
