@@ -745,7 +745,7 @@ fn a_forward_jump_is_time_passing() {
     assert_eq!(b.available(T0), 22); // 20 % of 100, plus the reserve of 2
     assert_eq!(b.available(jump), 2);
     // A breaker: the open period ends, the next call is a probe.
-    let mut br = Breaker::<false>::make();
+    let br = Breaker::<false>::make();
     while br.b.state(T0) != surgeguard_core::breaker::BreakerState::Open {
         let p = br.b.try_acquire(T0).unwrap();
         br.b.record(p, T0, Outcome::Dropped, MS);
