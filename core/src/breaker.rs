@@ -3,12 +3,12 @@
 //! compare-and-swap slots with a lease, and a traffic ramp after closing.
 //!
 //! Semantics follow resilience4j (thresholds, minimum calls, slow calls, N permitted
-//! half-open calls; research §3.1) and Polly (10 buckets per time window; §3.2). What the
-//! anchors lack, from the seeds and §3.6: the open duration is jittered so a fleet does not
-//! half-open in unison (seed 003), a probe that never reports loses its slot when its lease
-//! ends so the breaker cannot stick half-open (resilience4j #903, #1389), and after closing,
-//! traffic comes back 10 % → 25 % → 50 % → 100 % (seed 002: "reintroduce traffic gradually.
-//! 10%, 25%, 50%").
+//! half-open calls) and Polly (10 buckets per time window). What they lack: the open
+//! duration is jittered so a fleet of clients does not half-open in unison (synchronized
+//! recovery re-creates the spike that tripped them), a probe that never reports loses its
+//! slot when its lease ends so the breaker cannot stick half-open (resilience4j #903,
+//! #1389), and after closing, traffic comes back gradually, 10 % → 25 % → 50 % → 100 %, so
+//! a dependency that just recovered is not hit with full load at once.
 
 use crate::rng::mix;
 use crate::sync::{AtomicU32, AtomicU64, Exclusive, Ordering};
@@ -22,7 +22,7 @@ pub const MAX_COUNT_WINDOW: u32 = 512;
 pub const TIME_BUCKETS: usize = 10;
 /// The most half-open probes.
 pub const MAX_PROBES: u32 = 32;
-/// Traffic admitted in each third of the ramp, per mille (seed 002: 10 %, 25 %, 50 %).
+/// Traffic admitted in each third of the ramp, per mille: 10 %, 25 %, 50 % (then all).
 pub const RAMP_PERMILLE: [u32; 3] = [100, 250, 500];
 
 const WINDOW_WORDS: usize = (MAX_COUNT_WINDOW as usize).div_ceil(64);
@@ -58,8 +58,7 @@ pub struct CircuitBreakerConfig {
     /// In `[1 ms, 1 day]`.
     pub open_duration: u64,
     /// Up to this fraction of `open_duration` is added at random to each open period, in
-    /// `[0, 1]`, so a fleet of breakers that opened together does not probe together
-    /// (seed 003).
+    /// `[0, 1]`, so a fleet of breakers that opened together does not probe together.
     pub open_jitter: f64,
     /// Probes admitted in half-open, `1 ..= MAX_PROBES`. resilience4j: 10.
     pub half_open_probes: u32,

@@ -1,7 +1,7 @@
 //! Rate limits: GCRA on one atomic word ([`RateLimiter`], [`gcra_decide`]) and a paced
 //! drain of a backlog after an outage ([`PacedDrain`]).
 //!
-//! GCRA formulas as in governor (research §5.1): emission interval `t`, tolerance
+//! GCRA formulas as in the governor crate: emission interval `t`, tolerance
 //! `τ = t·(burst − 1)`, a request of weight `n` needs `w = t·(n − 1) ≤ τ` and is allowed at
 //! `now ≥ tat + w − τ`, after which `tat = max(tat, now) + t + w`. Unlike a sleeping
 //! limiter, a refusal returns the wait, so the caller can reject with `Retry-After` or
@@ -273,7 +273,7 @@ pub struct PacedDrainConfig {
 }
 
 impl PacedDrainConfig {
-    /// Drain against `target_per_sec` with 20 % headroom (seed 004's example) and a burst
+    /// Drain against `target_per_sec` with 20 % headroom and a burst
     /// of 100 ms of the drain rate (at least 1), so a caller polling every 100 ms or
     /// faster reaches the full drain rate.
     pub fn new(target_per_sec: f64) -> Self {
@@ -286,10 +286,9 @@ impl PacedDrainConfig {
 /// Paces the drain of a backlog after an outage: given the backlog, says how many items
 /// may start now, never more than `target × (1 − headroom)` per second (plus the burst).
 ///
-/// Processing the backlog at full speed the moment a dependency returns re-saturates it
-/// (seed 003: "backlog processed at full speed on recovery, immediately re-saturating the
-/// dependency that just came back"). With headroom `h`, a backlog of `B` items drains in
-/// `B / (drain_rate − produce_rate)` ([`time_to_drain`]; seed 004: a 1-hour outage with
+/// Processing the backlog at full speed the moment a dependency returns re-saturates the
+/// dependency that just came back. With headroom `h`, a backlog of `B` items drains in
+/// `B / (drain_rate − produce_rate)` ([`time_to_drain`]: a 1-hour outage drained with
 /// 20 % headroom takes about 5 hours).
 ///
 /// ```
@@ -379,7 +378,7 @@ impl PacedDrain {
     }
 }
 
-/// Seed 004's drain time: `backlog / (consume_rate − produce_rate)`, in ns. `None` when
+/// The drain time of a backlog: `backlog / (consume_rate − produce_rate)`, in ns. `None` when
 /// the backlog never drains (consume ≤ produce) or an input is not a finite non-negative
 /// number.
 ///
@@ -460,11 +459,11 @@ mod tests {
     }
 
     #[test]
-    fn seed_004_drain_times() {
+    fn outage_drain_times() {
         let hour = 3600 * SEC;
         let produce = 80_000.0;
         let backlog = (produce * 3600.0) as u64;
-        // 20 % headroom: ~5 h; 5 %: ~20 h; 30 %: ~3.3 h (seed 004).
+        // A 1 h outage: 20 % headroom drains it in ~5 h; 5 %: ~20 h; 30 %: ~3.3 h.
         let twenty = time_to_drain(backlog, produce * 1.2, produce).unwrap();
         assert!(twenty.abs_diff(5 * hour) < SEC);
         let five = time_to_drain(backlog, produce * 1.05, produce).unwrap();

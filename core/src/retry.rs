@@ -2,10 +2,10 @@
 //! throttle ([`TokenRetryThrottle`]).
 //!
 //! A per-call retry limit ("up to 3 retries") is not a control: when everything fails it
-//! multiplies load by four at every layer, and three layers make 64× (seed 004, citing the
-//! SRE book). A budget bounds retries as a share of traffic, so amplification has a ceiling
-//! however bad things get (seed 003: "a budget bounds retries as a share of total
-//! traffic"). Constants: `research/queues_retries.md` §2.4, §2.5.
+//! multiplies load by four at every layer, and three layers make 64× (Google SRE book
+//! ch. 22, "Addressing Cascading Failures"). A budget bounds retries as a share of
+//! traffic, so amplification has a ceiling however bad things get. Constants: Finagle's
+//! `RetryBudget` and gRPC A6 (`grpc/proposal` A6-client-retries.md).
 
 use crate::sync::{AtomicI64, AtomicU32, AtomicU64, Exclusive, Ordering};
 use crate::time::{AtomicMonotonic, SEC};
@@ -13,11 +13,11 @@ use crate::types::check_range;
 use crate::{ConfigError, Reason, Rejected};
 
 /// Fixed-point scale of the budget: one request deposits this many units
-/// (Finagle `RetryBudget` `ScaleFactor`, research §2.5).
+/// (Finagle `RetryBudget` `ScaleFactor`).
 pub const SCALE: i64 = 1000;
 
 /// Slots in the budget's window; each covers `ttl / BUDGET_SLOTS`
-/// (Finagle `WindowedAdder` and tower `TpsBudget`: 10 slices, research §2.5, §2.6).
+/// (Finagle `WindowedAdder` and tower `TpsBudget`: 10 slices).
 pub const BUDGET_SLOTS: usize = 10;
 
 /// Settings of a [`RetryBudget`].
@@ -34,16 +34,15 @@ pub struct RetryBudgetConfig {
 }
 
 impl Default for RetryBudgetConfig {
-    /// ttl 10 s and 10 retries/s (Finagle defaults), 10 % of traffic (SRE book ch. 21;
-    /// seed 004: "retries are budgeted (≤ 10 % of traffic per client)").
+    /// ttl 10 s and 10 retries/s (Finagle defaults), 10 % of traffic (the per-client
+    /// retry budget of the Google SRE book, ch. 22).
     fn default() -> Self {
         Self { ttl: 10 * SEC, min_retries_per_sec: 10, percent_can_retry: 0.1 }
     }
 }
 
 impl RetryBudgetConfig {
-    /// Finagle's `RetryBudget()` defaults exactly: ttl 10 s, 10 retries/s, 20 %
-    /// (research §2.5).
+    /// Finagle's `RetryBudget()` defaults exactly: ttl 10 s, 10 retries/s, 20 %.
     pub const fn finagle() -> Self {
         Self { ttl: 10 * SEC, min_retries_per_sec: 10, percent_can_retry: 0.2 }
     }
@@ -106,8 +105,8 @@ struct BudgetRing {
 /// Every retry it allows keeps the retries of the last `ttl` within
 /// `percent_can_retry × requests of the last ttl + min_retries_per_sec × ttl` (checked by
 /// the quickcheck model in `tests/client_model.rs`), so when a dependency is down a client
-/// sends about `1 + percent` times its traffic, not `max_attempts` times (seed 003, seed
-/// 004; `tests/retry_amplification.rs`).
+/// sends about `1 + percent` times its traffic, not `max_attempts` times
+/// (`tests/retry_amplification.rs`).
 ///
 /// ```
 /// use surgeguard_core::retry::{RetryBudget, RetryBudgetConfig};
@@ -449,7 +448,7 @@ impl Default for TokenThrottleConfig {
 ///
 /// **Cost.** One atomic word of milli-tokens; one or two atomic steps per call.
 ///
-/// Anchor: `grpc/proposal` A6-client-retries.md (research §2.4). Tokens refill only as
+/// Anchor: `grpc/proposal` A6-client-retries.md. Tokens refill only as
 /// RPCs succeed, not with time, so a refusal's `retry_after` is 0: only traffic changes
 /// the answer.
 #[derive(Debug)]

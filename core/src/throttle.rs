@@ -1,7 +1,8 @@
 //! Client-side adaptive throttling (Google SRE book ch. 21): a client that sees its
 //! backend refuse work starts refusing locally, with probability
 //! `max(0, (requests − K·accepts) / (requests + 1))`, so rejected work costs the backend
-//! nothing. Constants: `research/queues_retries.md` §2.1, §2.2.
+//! nothing. Constants: the SRE book (K = 2, a 2-minute window) and Finagle's
+//! `NackAdmissionFilter`.
 
 use crate::sync::{AtomicU64, Exclusive, Ordering};
 use crate::time::{AtomicMonotonic, SEC};
@@ -9,7 +10,7 @@ use crate::types::check_range;
 use crate::{ConfigError, Reason, Rejected};
 
 /// Buckets in the exact ring: the 2-minute SRE window in 1-second buckets
-/// (research §9.5: "120 × 1 s buckets of (requests, accepts)").
+/// (120 × 1 s buckets of (requests, accepts)).
 pub const THROTTLE_BUCKETS: usize = 120;
 
 /// How the throttle remembers the window.
@@ -21,7 +22,7 @@ pub enum ThrottleForm {
     Ring,
     /// O(1) form: counts decayed exponentially with time constant `window`, the SRE
     /// formula over them. With many requests it is Finagle's `NackAdmissionFilter`
-    /// (`1 − K·ema(accept rate)`, research §2.2); unlike that, it keeps the `+1`, so a
+    /// (`1 − K·ema(accept rate)`); unlike that, it keeps the `+1`, so a
     /// sporadic client is not throttled on one failure.
     Ema,
 }

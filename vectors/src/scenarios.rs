@@ -707,7 +707,7 @@ pub fn all() -> Vec<Value> {
     v
 }
 
-// ---- pipeline backpressure (seed 004): credits, lag meter, watermarks, paced drain ----
+// ---- pipeline backpressure: credits, lag meter, watermarks, paced drain ----
 
 /// Asserts that a duration given *to* the bindings crosses them exactly: Python takes
 /// seconds (`round(s · 1e9)`), Node milliseconds (`round(ms · 1e6)`), both from the ns
@@ -963,13 +963,13 @@ fn lag_walk(name: &str, bucket: u64, feed: Feed, per_bucket: u64, seed: u64, n: 
     sc.done()
 }
 
-/// Seed 004's recovery arithmetic through a lag meter fed with offsets once a minute:
+/// The recovery arithmetic of an outage through a lag meter fed with offsets once a minute:
 /// 10 min steady at 1000/s, a 1 h outage (nothing consumed: 3.6 M items), then a consumer
 /// with 20 % headroom (1200/s). Once the 1 h window holds only recovery minutes, the time
 /// to drain is exactly `lag / 200/s`, and the backlog is gone exactly 5 h after recovery.
-fn lag_outage_seed004() -> Value {
+fn lag_outage_recovery() -> Value {
     let cfg = json!({"bucket_ns": crosses(SEC), "snapshots": crate::LAG_SNAPSHOTS});
-    let mut sc = Sc::new("lag_meter_seed004_outage", "lag_meter", cfg);
+    let mut sc = Sc::new("lag_meter_outage_recovery", "lag_meter", cfg);
     let four_hours = crosses(4 * 3600 * SEC);
     let (mut produced, mut consumed) = (0u64, 0u64);
     let recovery = 70; // minute the consumer comes back
@@ -1002,7 +1002,7 @@ fn lag_outage_seed004() -> Value {
             sc.op(json!({"op": "metrics", "now": now}));
         }
     }
-    assert_eq!(drained_at, Some(5 * 60), "seed 004: the backlog drains in 5 h");
+    assert_eq!(drained_at, Some(5 * 60), "20 % headroom: a 1 h backlog drains in 5 h");
     sc.done()
 }
 
@@ -1141,7 +1141,7 @@ fn watermarks_walk(
 /// marks themselves do not trigger; a level above capacity; time going back during a
 /// pause; huge `now` values up to `MAX_NOW`.
 fn watermarks_edges() -> Vec<Value> {
-    // seed 004 §3's consumer: 400 in flight, pause below 100 free, resume above 200 free.
+    // A Kafka consumer: 400 in flight, pause below 100 free, resume above 200 free.
     let cfg = json!({"capacity": 400, "pause_below": 100, "resume_above": 200});
     let mut sc = Sc::new("watermarks_sawtooth", "watermarks", cfg);
     let mut now = T0;
@@ -1445,7 +1445,7 @@ pub fn flow() -> Vec<Value> {
     v.push(lag_walk("lag_meter_increments", 100 * MS, Feed::Increments, 50, 91, 900));
     v.push(lag_walk("lag_meter_offsets", SEC, Feed::Totals, 5_000, 92, 900));
     v.push(lag_walk("lag_meter_fast_buckets", MS, Feed::Increments, 3, 93, 600));
-    v.push(lag_outage_seed004());
+    v.push(lag_outage_recovery());
     v.extend(lag_edges());
     v.push(watermarks_walk("watermarks_default", 400, 100, 200, 101, 700));
     v.push(watermarks_walk("watermarks_narrow_band", 10, 2, 3, 102, 500));

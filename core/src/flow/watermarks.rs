@@ -1,5 +1,5 @@
-//! Pause/resume with hysteresis: seed 004 §3 (Kafka `pause()`/`resume()` on a bounded
-//! in-flight semaphore), with a resume mark above the pause mark so it never flaps.
+//! Pause/resume with hysteresis: Kafka consumer `pause()`/`resume()` on a bounded
+//! in-flight semaphore, with a resume mark above the pause mark so it never flaps.
 
 use crate::sync::{AtomicU64, Ordering};
 use crate::time::AtomicMonotonic;
@@ -21,7 +21,7 @@ pub struct WatermarksConfig {
 impl Default for WatermarksConfig {
     fn default() -> Self {
         Self {
-            // seed 004 §3 Kafka consumer: `inflight = Semaphore(400)`,
+            // A Kafka consumer with `inflight = Semaphore(400)`:
             capacity: 400,
             // pause when `inflight.available() < 100`;
             pause_below: 100,
@@ -92,7 +92,8 @@ const MAX_SINCE: u64 = u64::MAX >> SINCE_SHIFT;
 
 /// Pause/resume with hysteresis on a level (in-flight or buffered count), Kafka
 /// `pause()`/`resume()` style: the consumer keeps polling (and its group membership)
-/// but stops fetching while paused, instead of blocking (seed 004 §3).
+/// but stops fetching while paused, instead of blocking (which would miss `poll()`
+/// deadlines and trigger a rebalance).
 ///
 /// [`observe`](Self::observe) pauses when free capacity (`capacity − level`) falls below
 /// `pause_below`, and resumes only when it rises above `resume_above`. Between the two

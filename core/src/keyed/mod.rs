@@ -1,11 +1,11 @@
 //! Per-key isolation: per-tenant / per-agent concurrency caps in a fixed table addressed
-//! by a key hash, shuffle sharding, heavy-hitter reporting and actionable rejections
-//! (issue 11; seeds 002 and 004).
+//! by a key hash, shuffle sharding (as AWS Route 53 and App Mesh use it), heavy-hitter
+//! reporting and actionable rejections (429 per key vs 503 global, with `Retry-After`).
 //!
-//! Seed 002: "Rate-limit and concurrency-limit agents at the gateway, per agent identity …
-//! Return rejections the model can act on. 429, retry after 30s, do not retry sooner."
-//! Seed 004, failure scenario 3: one tenant's backlog stalls a shared queue; the fix is
-//! "per-tenant queues (or shuffle-sharded queues), per-tenant concurrency caps".
+//! Limits per agent or tenant identity at the gateway keep one caller from taking the
+//! whole service: without them, one tenant's backlog stalls a shared queue for everyone.
+//! The fix is per-tenant (or shuffle-sharded) capacity and per-tenant concurrency caps,
+//! with rejections the caller can act on.
 //!
 //! - [`KeyedLimits`]: the table. A key maps to `k` of its `N` shards ([`ShardSet`]); it
 //!   is admitted if any of them has room (a concurrency slot and, optionally, GCRA rate),
@@ -92,8 +92,8 @@ pub struct KeyedConfig {
     /// `shards_per_key × shard_limit` permits ([`KeyedLimits::key_limit`]).
     pub shard_limit: u32,
     /// `retry_after` (ns) of a [`Reason::KeyLimit`] refusal: a concurrency slot frees when
-    /// some permit returns, which the table cannot foresee. Default 1 s (seed 002's
-    /// `Retry-After: 1` example); at most one hour.
+    /// some permit returns, which the table cannot foresee. Default 1 s (`Retry-After: 1`,
+    /// the smallest whole-second HTTP hint); at most one hour.
     pub limit_retry_after: u64,
     /// Seed of the key-to-shards mapping (and of nothing else). Default 0.
     pub seed: u64,
@@ -103,8 +103,8 @@ pub struct KeyedConfig {
 }
 
 /// The GCRA rate limit of one shard: one unit of cost per `emission_ns`, bursts of up to
-/// `burst` units (the tolerance is `emission_ns × (burst − 1)`, governor's formulas,
-/// research `queues_retries.md` §5.1; the decision is [`crate::rate::gcra_decide`]).
+/// `burst` units (the tolerance is `emission_ns × (burst − 1)`, the governor crate's
+/// formulas; the decision is [`crate::rate::gcra_decide`]).
 ///
 /// ```
 /// use surgeguard_core::keyed::ShardRate;
