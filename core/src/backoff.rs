@@ -1,9 +1,10 @@
 //! Exponential backoff with jitter that never retries sooner than the server said.
 //!
 //! Without jitter, everything that failed at the same moment retries at the same moment,
-//! and the retry burst is sharper than the traffic that caused the problem (seed 003,
-//! "Backoff and Jitter"). Formulas: gRPC A6 (`random(0, min(initial·multiplier^(n−1),
-//! max))`, research §2.4) and the full / equal / decorrelated jitter family.
+//! and the retry burst is sharper than the traffic that caused the problem (AWS
+//! Architecture Blog, "Exponential Backoff And Jitter"). Formulas: gRPC A6
+//! (`random(0, min(initial·multiplier^(n−1), max))`, `grpc/proposal`
+//! A6-client-retries.md) and that post's full / equal / decorrelated jitter family.
 
 use crate::rng::SplitMix64;
 use crate::time::{MS, SEC};

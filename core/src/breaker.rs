@@ -3,16 +3,16 @@
 //! compare-and-swap slots with a lease, and a traffic ramp after closing.
 //!
 //! Semantics follow resilience4j (thresholds, minimum calls, slow calls, N permitted
-//! half-open calls; research §3.1) and Polly (10 buckets per time window; §3.2). What the
-//! anchors lack, from the seeds and §3.6: the open duration is jittered so a fleet does not
-//! half-open in unison (seed 003), a probe that never reports loses its slot when its lease
-//! ends so the breaker cannot stick half-open (resilience4j #903, #1389), and after closing,
-//! traffic comes back 10 % → 25 % → 50 % → 100 % (seed 002: "reintroduce traffic gradually.
-//! 10%, 25%, 50%").
+//! half-open calls) and Polly (10 buckets per time window). What they lack: the open
+//! duration is jittered so a fleet of clients does not half-open in unison (synchronized
+//! recovery re-creates the spike that tripped them), a probe that never reports loses its
+//! slot when its lease ends so the breaker cannot stick half-open (resilience4j #903,
+//! #1389), and after closing, traffic comes back gradually, 10 % → 25 % → 50 % → 100 %, so
+//! a dependency that just recovered is not hit with full load at once.
 
 use crate::rng::mix;
 use crate::sync::{AtomicU32, AtomicU64, Exclusive, Ordering};
-use crate::time::{MS, SEC};
+use crate::time::{AtomicMonotonic, MS, SEC};
 use crate::types::check_range;
 use crate::{ConfigError, Outcome, Reason, Rejected};
 
@@ -22,7 +22,7 @@ pub const MAX_COUNT_WINDOW: u32 = 512;
 pub const TIME_BUCKETS: usize = 10;
 /// The most half-open probes.
 pub const MAX_PROBES: u32 = 32;
-/// Traffic admitted in each third of the ramp, per mille (seed 002: 10 %, 25 %, 50 %).
+/// Traffic admitted in each third of the ramp, per mille: 10 %, 25 %, 50 % (then all).
 pub const RAMP_PERMILLE: [u32; 3] = [100, 250, 500];
 
 const WINDOW_WORDS: usize = (MAX_COUNT_WINDOW as usize).div_ceil(64);
@@ -58,8 +58,7 @@ pub struct CircuitBreakerConfig {
     /// In `[1 ms, 1 day]`.
     pub open_duration: u64,
     /// Up to this fraction of `open_duration` is added at random to each open period, in
-    /// `[0, 1]`, so a fleet of breakers that opened together does not probe together
-    /// (seed 003).
+    /// `[0, 1]`, so a fleet of breakers that opened together does not probe together.
     pub open_jitter: f64,
     /// Probes admitted in half-open, `1 ..= MAX_PROBES`. resilience4j: 10.
     pub half_open_probes: u32,
@@ -331,7 +330,8 @@ const HALF: u64 = (1 << 32) - 1;
 /// **Time.** `now` in ns; the state stores ms, so deadlines are rounded up to the ms.
 /// A `now` older than the last transition never moves the breaker back: the ramp counts it
 /// as the transition's time, and an open breaker refuses it with a correspondingly longer
-/// hint.
+/// hint. A `now` above [`MAX_NOW`](crate::time::MAX_NOW) is bad input: the call acts at
+/// the latest time seen (it never sets an open deadline or a lease from the bad value).
 ///
 /// **Randomness.** The open-duration jitter comes from a SplitMix64 sequence seeded from
 /// `seed` and advanced by `fetch_add` (wait-free, shared by `&self`).
@@ -342,6 +342,7 @@ pub struct CircuitBreaker {
     slow_ppm: u64,
     count_size: u64,
     ramp_ms: u64,
+    clock: AtomicMonotonic,
     state: AtomicU64,
     probes: [AtomicU64; MAX_PROBES as usize],
     window: Window,
@@ -436,6 +437,7 @@ impl CircuitBreaker {
             slow_ppm: ppm(config.slow_call_rate_threshold),
             count_size,
             ramp_ms: config.ramp_duration / MS,
+            clock: AtomicMonotonic::new(),
             state: AtomicU64::new(pack_state(CLOSED, 0, 0)),
             probes: core::array::from_fn(|_| AtomicU64::new(pack_slot(FREE, GEN_MASK as u32, 0))),
             window,
@@ -461,6 +463,7 @@ impl CircuitBreaker {
     /// rest of the open period, the earliest probe lease end (half-open, no slot free), or
     /// the start of the next ramp step (shed by the ramp).
     pub fn try_acquire(&self, now: u64) -> Result<BreakerPermit, Rejected> {
+        let now = self.clock.in_range_or_latest(now);
         let now_ms = now / MS;
         // Acquire: pairs with the AcqRel transition CASes, so a caller that sees a new
         // phase also sees the slot and counter resets made before it was published.
@@ -513,6 +516,7 @@ impl CircuitBreaker {
     /// `slow_call_duration` makes it a slow call. [`Outcome::Ignored`] records nothing (a
     /// probe's slot is freed for another caller).
     pub fn record(&self, permit: BreakerPermit, now: u64, outcome: Outcome, latency: u64) {
+        let now = self.clock.in_range_or_latest(now);
         let slow = latency >= self.config.slow_call_duration;
         if permit.is_probe() {
             self.record_probe(permit, now, outcome, slow);
@@ -550,6 +554,7 @@ impl CircuitBreaker {
     /// The state the next call would see at `now` (an open period that has ended reads as
     /// half-open).
     pub fn state(&self, now: u64) -> BreakerState {
+        let now = self.clock.in_range_or_latest(now);
         let word = self.state.load(Ordering::Acquire);
         match state_of(word) {
             CLOSED => BreakerState::Closed,
@@ -568,6 +573,7 @@ impl CircuitBreaker {
 
     /// A snapshot at `now`.
     pub fn metrics(&self, now: u64) -> BreakerMetrics {
+        let now = self.clock.in_range_or_latest(now);
         let word = self.state.load(Ordering::Acquire);
         let state = self.state(now);
         let (admit_permille, open_remaining) = match state {

@@ -222,7 +222,8 @@ impl Codel {
         // Relaxed everywhere in this type: each cell is an independent heuristic and no
         // other data is published through them (see the type's progress note).
         let latest = self.latest.load(Ordering::Relaxed);
-        let now = if now <= latest {
+        // A `now` above `time::MAX_NOW` is bad input: it acts at the latest time seen.
+        let now = if now <= latest || now > crate::time::MAX_NOW {
             latest
         } else if X {
             self.latest.store(now, Ordering::Relaxed);

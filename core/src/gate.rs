@@ -39,7 +39,7 @@
 use crate::codel::{Codel, CodelConfig, CodelMetrics, CodelMode};
 use crate::queue::{Dispatcher, Ticket, WaitQueue, Waiter, NO_DEADLINE};
 use crate::sync::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use crate::time::{AtomicMonotonic, MS, SEC};
+use crate::time::{AtomicMonotonic, MAX_NOW, MS, SEC};
 use crate::types::check_range;
 use crate::{
     ConfigError, Limiter, LimiterConfig, LimiterMetrics, Outcome, Priority, RawPermit, Reason,
@@ -540,7 +540,9 @@ impl<const CAP: usize> Gate<CAP> {
     ) -> Result<RawPermit, Rejected> {
         let now = self.clock.observe(now);
         let lvl = self.clamp(level);
-        if let Some(r) = self.refuse_early(now, lvl, deadline.unwrap_or(NO_DEADLINE)) {
+        if let Some(r) =
+            self.refuse_early(now, lvl, deadline.filter(|&d| d <= MAX_NOW).unwrap_or(NO_DEADLINE))
+        {
             return Err(r);
         }
         match self.admit_now(now, lvl) {
@@ -552,7 +554,8 @@ impl<const CAP: usize> Gate<CAP> {
         }
     }
 
-    /// One arrival at `level` with an optional absolute `deadline` (ns, same clock).
+    /// One arrival at `level` with an optional absolute `deadline` (ns, same clock; one
+    /// above [`MAX_NOW`] means no deadline).
     /// Levels beyond the configured ones count as the least important level.
     ///
     /// In order: the shed switch (`Shed`); a deadline already passed
@@ -564,7 +567,7 @@ impl<const CAP: usize> Gate<CAP> {
     pub fn arrive(&self, now: u64, level: Priority, deadline: Option<u64>) -> Arrival {
         let now = self.clock.observe(now);
         let lvl = self.clamp(level);
-        let deadline = deadline.unwrap_or(NO_DEADLINE);
+        let deadline = deadline.filter(|&d| d <= MAX_NOW).unwrap_or(NO_DEADLINE);
         if let Some(r) = self.refuse_early(now, lvl, deadline) {
             return Arrival::Rejected(r);
         }

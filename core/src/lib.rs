@@ -9,6 +9,14 @@
 //! seeded generators owned by each structure. Same inputs, same outputs — which is what
 //! makes cross-language conformance vectors and the simulator exact.
 //!
+//! **Time.** `now` must be at most [`time::MAX_NOW`] (2^62 ns, about 146 years of
+//! `CLOCK_MONOTONIC`). A larger value is bad input, never a time: it moves no structure's
+//! clock, and the call acts at the latest time the structure has seen (bindings refuse it
+//! up front with [`UsageError::TimeOutOfRange`], see [`time::check_now`]). A deadline
+//! above it means "no deadline". A `now` older than one already seen acts at the latest
+//! time seen (or, where a structure says so, is taken as given without moving anything
+//! back). What a forward jump does, per structure family, is in [`time`].
+//!
 //! Progress guarantees are stated on every public type. Hot paths (admit, release,
 //! record a sample) are a bounded number of atomic steps; where a window must be folded,
 //! whichever thread wins one compare-and-swap does it and everyone else moves on.

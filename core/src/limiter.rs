@@ -404,6 +404,8 @@ impl Limiter {
     // fractional idling) stay out of line.
     #[inline(always)]
     pub fn try_acquire_raw(&self, now: u64, level: Priority) -> Result<RawPermit, Rejected> {
+        // A `now` above `time::MAX_NOW` is bad input: act at the latest time seen.
+        let now = self.clock.in_range_or_latest(now);
         let lvl = level.index().min(self.levels as usize - 1);
         let multi = self.levels > 1;
         if multi {
@@ -503,6 +505,7 @@ impl Limiter {
     /// arrivals it holds, so their share is reserved while they wait.
     pub fn note_arrival(&self, now: u64, level: Priority) {
         if self.levels > 1 {
+            let now = self.clock.in_range_or_latest(now);
             self.note_arrival_at(now, level.index().min(self.levels as usize - 1));
         }
     }
@@ -528,6 +531,9 @@ impl Limiter {
         if permit.owner != self.id {
             return Err(UsageError::ForeignHandle);
         }
+        // A `now` above `time::MAX_NOW` acts at the latest time seen (refusing it would
+        // lose the permit's slot): no sample, idle period or window comes from it.
+        let now = self.clock.in_range_or_latest(now);
         if self.levels > 1 {
             self.level_inflight[permit.level as usize].fetch_sub(1, Ordering::Relaxed);
         }

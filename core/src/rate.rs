@@ -1,14 +1,14 @@
 //! Rate limits: GCRA on one atomic word ([`RateLimiter`], [`gcra_decide`]) and a paced
 //! drain of a backlog after an outage ([`PacedDrain`]).
 //!
-//! GCRA formulas as in governor (research §5.1): emission interval `t`, tolerance
+//! GCRA formulas as in the governor crate: emission interval `t`, tolerance
 //! `τ = t·(burst − 1)`, a request of weight `n` needs `w = t·(n − 1) ≤ τ` and is allowed at
 //! `now ≥ tat + w − τ`, after which `tat = max(tat, now) + t + w`. Unlike a sleeping
 //! limiter, a refusal returns the wait, so the caller can reject with `Retry-After` or
 //! schedule its own timer.
 
 use crate::sync::{AtomicU64, Ordering};
-use crate::time::{secs_to_nanos, SEC};
+use crate::time::{secs_to_nanos, AtomicMonotonic, SEC};
 use crate::types::check_range;
 use crate::{ConfigError, Reason, Rejected};
 
@@ -87,17 +87,21 @@ pub struct RateLimiterConfig {
 /// ```
 ///
 /// **Progress.** Lock-free: a compare-and-swap loop that retries only when another caller
-/// changed the word. **Cost.** One load and one CAS per admitted call, plus one counter
-/// `fetch_add`; a refusal is a load and a counter. Anchor: governor's direct limiter.
+/// changed the word. **Cost.** The clock clamp (a load, and a `fetch_max` when time
+/// advances), then one load and one CAS per admitted call, plus one counter `fetch_add`;
+/// a refusal is a load and a counter. Anchor: governor's direct limiter.
 ///
 /// **Time.** A `now` older than one already seen is never admitted more than the newer one
 /// would be (the stored `tat` already accounts for it); its hint is longer by the
-/// difference.
+/// difference. A `now` above [`MAX_NOW`](crate::time::MAX_NOW) is bad input: the call
+/// acts at the latest time seen, so it never pushes the theoretical arrival time out of
+/// range. A forward jump refills the bucket, capped at the burst.
 #[derive(Debug)]
 pub struct RateLimiter {
     emission: u64,
     tolerance: u64,
     burst: u32,
+    clock: AtomicMonotonic,
     tat: AtomicU64,
     allowed: AtomicU64,
     denied: AtomicU64,
@@ -139,6 +143,7 @@ impl RateLimiter {
             emission: emission_ns,
             tolerance,
             burst,
+            clock: AtomicMonotonic::new(),
             tat: AtomicU64::new(0),
             allowed: AtomicU64::new(0),
             denied: AtomicU64::new(0),
@@ -163,6 +168,7 @@ impl RateLimiter {
     /// Admits `cost` units now, or refuses with [`Reason::RateLimited`] and the wait until
     /// they would conform (`u64::MAX` if `cost` exceeds the burst: never).
     pub fn check(&self, now: u64, cost: u32) -> Result<(), Rejected> {
+        let now = self.clock.in_range_or_latest(now);
         // Relaxed: the word orders nothing but itself; the CAS makes each update atomic.
         let mut tat = self.tat.load(Ordering::Relaxed);
         loop {
@@ -192,6 +198,7 @@ impl RateLimiter {
     /// Admits as many units as conform now, up to `max`, and returns how many (0 if none).
     /// governor's "any-n" rule: `min(max, ⌊(now + τ − tat)/t⌋ + 1, burst)`.
     pub fn take_up_to(&self, now: u64, max: u32) -> u32 {
+        let now = self.clock.in_range_or_latest(now);
         let mut tat = self.tat.load(Ordering::Relaxed);
         loop {
             let n = self.conforming(tat, now).min(max);
@@ -213,12 +220,14 @@ impl RateLimiter {
 
     /// Units that would conform now, without taking them.
     pub fn available(&self, now: u64) -> u32 {
+        let now = self.clock.in_range_or_latest(now);
         self.conforming(self.tat.load(Ordering::Relaxed), now)
     }
 
     /// How long until `cost` units would conform (0 = now, `u64::MAX` = never), without
     /// taking them.
     pub fn wait_time(&self, now: u64, cost: u32) -> u64 {
+        let now = self.clock.in_range_or_latest(now);
         match gcra_decide(
             self.tat.load(Ordering::Relaxed),
             now,
@@ -264,7 +273,7 @@ pub struct PacedDrainConfig {
 }
 
 impl PacedDrainConfig {
-    /// Drain against `target_per_sec` with 20 % headroom (seed 004's example) and a burst
+    /// Drain against `target_per_sec` with 20 % headroom and a burst
     /// of 100 ms of the drain rate (at least 1), so a caller polling every 100 ms or
     /// faster reaches the full drain rate.
     pub fn new(target_per_sec: f64) -> Self {
@@ -277,10 +286,9 @@ impl PacedDrainConfig {
 /// Paces the drain of a backlog after an outage: given the backlog, says how many items
 /// may start now, never more than `target × (1 − headroom)` per second (plus the burst).
 ///
-/// Processing the backlog at full speed the moment a dependency returns re-saturates it
-/// (seed 003: "backlog processed at full speed on recovery, immediately re-saturating the
-/// dependency that just came back"). With headroom `h`, a backlog of `B` items drains in
-/// `B / (drain_rate − produce_rate)` ([`time_to_drain`]; seed 004: a 1-hour outage with
+/// Processing the backlog at full speed the moment a dependency returns re-saturates the
+/// dependency that just came back. With headroom `h`, a backlog of `B` items drains in
+/// `B / (drain_rate − produce_rate)` ([`time_to_drain`]: a 1-hour outage drained with
 /// 20 % headroom takes about 5 hours).
 ///
 /// ```
@@ -345,11 +353,8 @@ impl PacedDrain {
     /// How many of `backlog` waiting items may start now; they are counted as started.
     pub fn permits(&self, now: u64, backlog: u64) -> u32 {
         self.calls.fetch_add(1, Ordering::Relaxed);
-        let max = backlog.min(u32::MAX as u64) as u32;
-        if max == 0 {
-            return 0;
-        }
-        self.limiter.take_up_to(now, max)
+        // With no backlog this takes nothing, but still sees `now`.
+        self.limiter.take_up_to(now, backlog.min(u32::MAX as u64) as u32)
     }
 
     /// How long until the next item may start (0 = now): when to set the timer.
@@ -373,7 +378,7 @@ impl PacedDrain {
     }
 }
 
-/// Seed 004's drain time: `backlog / (consume_rate − produce_rate)`, in ns. `None` when
+/// The drain time of a backlog: `backlog / (consume_rate − produce_rate)`, in ns. `None` when
 /// the backlog never drains (consume ≤ produce) or an input is not a finite non-negative
 /// number.
 ///
@@ -454,11 +459,11 @@ mod tests {
     }
 
     #[test]
-    fn seed_004_drain_times() {
+    fn outage_drain_times() {
         let hour = 3600 * SEC;
         let produce = 80_000.0;
         let backlog = (produce * 3600.0) as u64;
-        // 20 % headroom: ~5 h; 5 %: ~20 h; 30 %: ~3.3 h (seed 004).
+        // A 1 h outage: 20 % headroom drains it in ~5 h; 5 %: ~20 h; 30 %: ~3.3 h.
         let twenty = time_to_drain(backlog, produce * 1.2, produce).unwrap();
         assert!(twenty.abs_diff(5 * hour) < SEC);
         let five = time_to_drain(backlog, produce * 1.05, produce).unwrap();

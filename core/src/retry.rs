@@ -2,22 +2,22 @@
 //! throttle ([`TokenRetryThrottle`]).
 //!
 //! A per-call retry limit ("up to 3 retries") is not a control: when everything fails it
-//! multiplies load by four at every layer, and three layers make 64× (seed 004, citing the
-//! SRE book). A budget bounds retries as a share of traffic, so amplification has a ceiling
-//! however bad things get (seed 003: "a budget bounds retries as a share of total
-//! traffic"). Constants: `research/queues_retries.md` §2.4, §2.5.
+//! multiplies load by four at every layer, and three layers make 64× (Google SRE book
+//! ch. 22, "Addressing Cascading Failures"). A budget bounds retries as a share of
+//! traffic, so amplification has a ceiling however bad things get. Constants: Finagle's
+//! `RetryBudget` and gRPC A6 (`grpc/proposal` A6-client-retries.md).
 
 use crate::sync::{AtomicI64, AtomicU32, AtomicU64, Exclusive, Ordering};
-use crate::time::SEC;
+use crate::time::{AtomicMonotonic, SEC};
 use crate::types::check_range;
 use crate::{ConfigError, Reason, Rejected};
 
 /// Fixed-point scale of the budget: one request deposits this many units
-/// (Finagle `RetryBudget` `ScaleFactor`, research §2.5).
+/// (Finagle `RetryBudget` `ScaleFactor`).
 pub const SCALE: i64 = 1000;
 
 /// Slots in the budget's window; each covers `ttl / BUDGET_SLOTS`
-/// (Finagle `WindowedAdder` and tower `TpsBudget`: 10 slices, research §2.5, §2.6).
+/// (Finagle `WindowedAdder` and tower `TpsBudget`: 10 slices).
 pub const BUDGET_SLOTS: usize = 10;
 
 /// Settings of a [`RetryBudget`].
@@ -34,16 +34,15 @@ pub struct RetryBudgetConfig {
 }
 
 impl Default for RetryBudgetConfig {
-    /// ttl 10 s and 10 retries/s (Finagle defaults), 10 % of traffic (SRE book ch. 21;
-    /// seed 004: "retries are budgeted (≤ 10 % of traffic per client)").
+    /// ttl 10 s and 10 retries/s (Finagle defaults), 10 % of traffic (the per-client
+    /// retry budget of the Google SRE book, ch. 22).
     fn default() -> Self {
         Self { ttl: 10 * SEC, min_retries_per_sec: 10, percent_can_retry: 0.1 }
     }
 }
 
 impl RetryBudgetConfig {
-    /// Finagle's `RetryBudget()` defaults exactly: ttl 10 s, 10 retries/s, 20 %
-    /// (research §2.5).
+    /// Finagle's `RetryBudget()` defaults exactly: ttl 10 s, 10 retries/s, 20 %.
     pub const fn finagle() -> Self {
         Self { ttl: 10 * SEC, min_retries_per_sec: 10, percent_can_retry: 0.2 }
     }
@@ -106,8 +105,8 @@ struct BudgetRing {
 /// Every retry it allows keeps the retries of the last `ttl` within
 /// `percent_can_retry × requests of the last ttl + min_retries_per_sec × ttl` (checked by
 /// the quickcheck model in `tests/client_model.rs`), so when a dependency is down a client
-/// sends about `1 + percent` times its traffic, not `max_attempts` times (seed 003, seed
-/// 004; `tests/retry_amplification.rs`).
+/// sends about `1 + percent` times its traffic, not `max_attempts` times
+/// (`tests/retry_amplification.rs`).
 ///
 /// ```
 /// use surgeguard_core::retry::{RetryBudget, RetryBudgetConfig};
@@ -137,15 +136,25 @@ struct BudgetRing {
 ///
 /// **Progress.** Lock-free: [`deposit`](Self::deposit) is one `fetch_add` (wait-free),
 /// [`try_withdraw`](Self::try_withdraw) one compare-and-swap loop that only retries when
-/// another caller changed the slot. Nobody waits for a fold: at a slot boundary, a
-/// withdrawal that finds another thread mid-fold is refused (it cannot yet know what has
-/// expired), never delayed.
+/// another caller changed the slot. Nobody waits for a fold.
+///
+/// **Caveat: a refusal during a fold.** Once per slot (`ttl / 10`) one caller folds the
+/// ring. A withdrawal that reaches the new slot while another thread is still folding it
+/// (it looks twice) cannot yet know what has expired, so it is refused — even with credit
+/// to spare — rather than delayed or allowed to over-spend. Such a refusal says
+/// [`Reason::BudgetExhausted`] with `retry_after` **0**, the one case with a zero hint: the
+/// fold ends a bounded number of the folder's steps later, and a retry at once may pass.
+/// It is counted in `retries_denied`. Callers that must tell it apart check
+/// `retry_after == 0`. A stress test (`retry_budget_fold_refusals` in
+/// `tests/client_model.rs`) and a loom model (`loom_client.rs`) pin this behaviour.
 ///
 /// **Cost.** Deposit: one load, one `fetch_add`. Withdraw: three loads, one CAS. Once per
 /// slot, one caller folds: a swap and ≤ 10 slots of plain arithmetic. Size: about 200 bytes.
 /// At most 16.7 M requests per slot are counted.
 ///
 /// Time: `now` in ns; a `now` older than the current slot counts as in the current slot.
+/// A `now` above [`MAX_NOW`](crate::time::MAX_NOW) is bad input: the call acts at the
+/// latest time seen (no slot is folded for it).
 #[derive(Debug)]
 pub struct RetryBudget {
     config: RetryBudgetConfig,
@@ -153,6 +162,7 @@ pub struct RetryBudget {
     withdraw_units: i64,
     reserve: i64,
     slot_width: u64,
+    clock: AtomicMonotonic,
     /// The current slot: deposits | withdrawals | tag.
     current: AtomicU64,
     /// Net credit of the completed slots in the window (published by the folder).
@@ -198,6 +208,7 @@ impl RetryBudget {
             withdraw_units,
             reserve,
             slot_width: config.ttl / BUDGET_SLOTS as u64,
+            clock: AtomicMonotonic::new(),
             current: AtomicU64::new(0),
             base: AtomicI64::new(0),
             next_fold: AtomicU64::new(0),
@@ -233,6 +244,7 @@ impl RetryBudget {
     /// Records one request (first attempts, not retries): it funds `percent` of a retry
     /// for `ttl`.
     pub fn deposit(&self, now: u64) {
+        let now = self.clock.in_range_or_latest(now);
         // Safe without the fold: if it is busy, the deposit may land in the slot being
         // closed and expire early, which only errs towards fewer retries.
         let _ = self.current_epoch(now);
@@ -243,10 +255,12 @@ impl RetryBudget {
     /// Takes one retry from the budget, or refuses with
     /// [`Reason::BudgetExhausted`] and a hint of when expiring retries free enough room.
     pub fn try_withdraw(&self, now: u64) -> Result<(), Rejected> {
+        let now = self.clock.in_range_or_latest(now);
         let w = self.withdraw_units;
-        // Two views at most: a tag mismatch means a fold swapped the slot under us.
+        // Two views at most: a tag mismatch means a fold swapped the slot under us, and a
+        // fold in progress may have finished by the second look.
         for _ in 0..2 {
-            let Some(epoch) = self.current_epoch(now) else { break };
+            let Some(epoch) = self.current_epoch(now) else { continue };
             // Acquire: pairs with the Release store of `base` in `fold`; a base from a
             // later fold than our slot tag orders that fold's swap before our CAS, which
             // then fails.
@@ -271,14 +285,17 @@ impl RetryBudget {
                 }
             }
         }
-        // Another thread is folding the new slot right now; until it finishes we cannot
-        // know what has expired, so refuse rather than risk over-spending.
+        // Another thread is folding the new slot right now (seen twice); until it finishes
+        // we cannot know what has expired, so refuse rather than risk over-spending. The
+        // hint 0 is the truth: the refusal ends when that fold does, a bounded number of
+        // the folder's own steps later; a retry at once may pass.
         self.denied.fetch_add(1, Ordering::Relaxed);
         Err(Rejected::new(Reason::BudgetExhausted, 0))
     }
 
     /// Retries that would be allowed now (reserve included), without taking any.
     pub fn available(&self, now: u64) -> u64 {
+        let now = self.clock.in_range_or_latest(now);
         let _ = self.current_epoch(now);
         self.available_now()
     }
@@ -431,7 +448,7 @@ impl Default for TokenThrottleConfig {
 ///
 /// **Cost.** One atomic word of milli-tokens; one or two atomic steps per call.
 ///
-/// Anchor: `grpc/proposal` A6-client-retries.md (research §2.4). Tokens refill only as
+/// Anchor: `grpc/proposal` A6-client-retries.md. Tokens refill only as
 /// RPCs succeed, not with time, so a refusal's `retry_after` is 0: only traffic changes
 /// the answer.
 #[derive(Debug)]

@@ -1,15 +1,16 @@
 //! Client-side adaptive throttling (Google SRE book ch. 21): a client that sees its
 //! backend refuse work starts refusing locally, with probability
 //! `max(0, (requests − K·accepts) / (requests + 1))`, so rejected work costs the backend
-//! nothing. Constants: `research/queues_retries.md` §2.1, §2.2.
+//! nothing. Constants: the SRE book (K = 2, a 2-minute window) and Finagle's
+//! `NackAdmissionFilter`.
 
 use crate::sync::{AtomicU64, Exclusive, Ordering};
-use crate::time::SEC;
+use crate::time::{AtomicMonotonic, SEC};
 use crate::types::check_range;
 use crate::{ConfigError, Reason, Rejected};
 
 /// Buckets in the exact ring: the 2-minute SRE window in 1-second buckets
-/// (research §9.5: "120 × 1 s buckets of (requests, accepts)").
+/// (120 × 1 s buckets of (requests, accepts)).
 pub const THROTTLE_BUCKETS: usize = 120;
 
 /// How the throttle remembers the window.
@@ -21,7 +22,7 @@ pub enum ThrottleForm {
     Ring,
     /// O(1) form: counts decayed exponentially with time constant `window`, the SRE
     /// formula over them. With many requests it is Finagle's `NackAdmissionFilter`
-    /// (`1 − K·ema(accept rate)`, research §2.2); unlike that, it keeps the `+1`, so a
+    /// (`1 − K·ema(accept rate)`); unlike that, it keeps the `+1`, so a
     /// sporadic client is not throttled on one failure.
     Ema,
 }
@@ -116,10 +117,15 @@ struct FoldState {
 /// **Precision.** Counts are folded per bucket, so a sample counts for `window` give or take
 /// one bucket; under contention at a bucket boundary a sample can land in the neighbouring
 /// bucket.
+///
+/// **Time.** A `now` older than the current bucket counts in the current bucket. A `now`
+/// above [`MAX_NOW`](crate::time::MAX_NOW) is bad input: the call acts at the latest time
+/// seen (no bucket is folded for it).
 #[derive(Debug)]
 pub struct AdaptiveThrottle {
     config: AdaptiveThrottleConfig,
     width: u64,
+    clock: AtomicMonotonic,
     pending: AtomicU64,
     next_fold: AtomicU64,
     /// Published window totals: integers (ring) or f64 bits (EMA).
@@ -153,6 +159,7 @@ impl AdaptiveThrottle {
         Ok(Self {
             config,
             width: config.window / THROTTLE_BUCKETS as u64,
+            clock: AtomicMonotonic::new(),
             pending: AtomicU64::new(0),
             next_fold: AtomicU64::new(0),
             requests: AtomicU64::new(zero),
@@ -178,6 +185,7 @@ impl AdaptiveThrottle {
 
     /// Records a request that was sent: `accepted` is whether the backend took it.
     pub fn record(&self, now: u64, accepted: bool) {
+        let now = self.clock.in_range_or_latest(now);
         self.fold_if_due(now);
         let add = PENDING_REQUEST + if accepted { PENDING_ACCEPT } else { 0 };
         self.pending.fetch_add(add, Ordering::Relaxed);
@@ -188,6 +196,7 @@ impl AdaptiveThrottle {
     /// as a request (not accepted) and says [`Reason::Throttled`], with a `retry_after` of
     /// the time to the next bucket (when the estimate next changes).
     pub fn should_throttle(&self, now: u64, rand: u64) -> Result<(), Rejected> {
+        let now = self.clock.in_range_or_latest(now);
         self.fold_if_due(now);
         let p = self.probability();
         let u = (rand >> 11) as f64 * (1.0 / (1u64 << 53) as f64);
@@ -202,6 +211,7 @@ impl AdaptiveThrottle {
 
     /// The current local drop probability (after folding up to `now`).
     pub fn drop_probability(&self, now: u64) -> f64 {
+        let now = self.clock.in_range_or_latest(now);
         self.fold_if_due(now);
         self.probability()
     }

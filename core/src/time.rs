@@ -1,7 +1,51 @@
 //! Time is an argument: nanoseconds on a monotonic clock the caller chooses.
 //!
-//! The core never reads a clock. A `now` smaller than one already seen is treated as the
-//! latest seen, so time never runs backwards inside a structure (DESIGN.md §2).
+//! The core never reads a clock. Every structure keeps the latest `now` it has seen, and
+//! a call acts at `max(now, latest seen)`: time never runs backwards inside a structure,
+//! so a clock read a little late on another thread is harmless.
+//!
+//! # The accepted range of `now`
+//!
+//! `now` must be in `0..=MAX_NOW` ([`MAX_NOW`] = 2^62 ns, about 146 years of
+//! `CLOCK_MONOTONIC`). A larger value (`u64::MAX` is the C ABI's "never") is bad input,
+//! never a time:
+//!
+//! - it never moves a structure's clock: the call acts at the latest time seen, as if
+//!   `now` were that time, and nothing derived from the bad value is stored (no latency
+//!   sample, no window boundary, no deadline, no open timer);
+//! - this holds for releases too (`Limiter::release_raw`, `Gate::release`): they take the
+//!   permit by value, so refusing would lose its slot; they release at the latest time
+//!   seen instead;
+//! - a method that returns a [`UsageError`] for other reasons and has nothing to lose
+//!   refuses it with [`UsageError::TimeOutOfRange`] and changes nothing; the bindings and
+//!   the C ABI refuse an injected out-of-range `now` up front ([`check_now`]).
+//!
+//! Other absolute times a caller passes follow the same range: a deadline above
+//! [`MAX_NOW`] means "no deadline", and an enqueue time above it (the lag meter's oldest
+//! item) is ignored.
+//!
+//! # What a forward jump does
+//!
+//! A `now` far ahead of the last one (a suspended VM, a test that skips an hour) is a
+//! valid time, and every structure reads it as that much time having passed with nothing
+//! happening:
+//!
+//! - **Windows and rings** (the limiter's and the Gate's sample windows, the retry
+//!   budget, the adaptive throttle, the breaker's time window, the lag meter's
+//!   snapshots): the current window closes, and every slot older than the window expires.
+//!   Limit algorithms see one long window; their own timers (cool-offs, probes, min-RTT
+//!   expiry) count the jump as elapsed.
+//! - **Rate limits** (`RateLimiter`, `PacedDrain`, per-key rates): the bucket refills,
+//!   capped at the burst.
+//! - **Breakers**: an open breaker's timer expires (the next call half-opens it), and a
+//!   ramp moves on to the step the elapsed time reaches.
+//! - **Queues** (the Gate, `WaitQueue`, CoDel): waiters' deadlines and `max_wait` pass, so
+//!   the next poll expires them; CoDel's interval closes.
+//! - **Watermarks and meters**: a pause in progress counts the jump as time paused; ages
+//!   grow by the jump.
+//!
+//! A backward jump is never seen as such: calls act at the latest time until the clock
+//! catches up.
 
 use crate::sync::{AtomicU64, Ordering};
 use crate::types::UsageError;
@@ -46,9 +90,11 @@ impl Monotonic {
         Self { latest: 0 }
     }
 
-    /// Returns `max(now, latest seen)` and remembers it.
+    /// Returns `max(now, latest seen)` and remembers it. A `now` above [`MAX_NOW`] is
+    /// ignored: the latest time seen is returned and nothing changes.
+    #[inline]
     pub fn observe(&mut self, now: u64) -> u64 {
-        if now > self.latest {
+        if now > self.latest && now <= MAX_NOW {
             self.latest = now;
         }
         self.latest
@@ -81,19 +127,34 @@ impl AtomicMonotonic {
         Self { latest: AtomicU64::new(0) }
     }
 
-    /// Returns `max(now, latest seen)` and remembers it. A `now` that does not advance
-    /// time costs one load (no read-modify-write). Inlined: structures that are generic
-    /// (the Gate) are compiled in their callers' crates.
+    /// Returns `max(now, latest seen)` and remembers it. A `now` above [`MAX_NOW`] is
+    /// ignored: the latest time seen is returned and nothing changes. A `now` that does
+    /// not advance time costs one load (no read-modify-write). Inlined: structures that
+    /// are generic (the Gate) are compiled in their callers' crates.
     #[inline]
     pub fn observe(&self, now: u64) -> u64 {
         // Relaxed: the clamp orders nothing else; each structure orders its own state.
         let latest = self.latest.load(Ordering::Relaxed);
-        if now <= latest {
+        if now <= latest || now > MAX_NOW {
             return latest;
         }
         let prev = self.latest.fetch_max(now, Ordering::Relaxed);
         if prev > now {
             prev
+        } else {
+            now
+        }
+    }
+
+    /// For structures that take an older `now` as given (their state already orders
+    /// time, as a GCRA arrival time or a slot ring does): remembers an accepted `now` and
+    /// returns it unchanged, and returns the latest time seen in place of one above
+    /// [`MAX_NOW`]. Same cost as [`observe`](Self::observe).
+    #[inline]
+    pub fn in_range_or_latest(&self, now: u64) -> u64 {
+        let latest = self.observe(now);
+        if now > MAX_NOW {
+            latest
         } else {
             now
         }
@@ -132,6 +193,32 @@ mod tests {
         let a = AtomicMonotonic::new();
         assert_eq!(a.observe(10), 10);
         assert_eq!(a.observe(3), 10);
+        assert_eq!(a.latest(), 10);
+    }
+
+    #[test]
+    fn out_of_range_time_moves_no_clock() {
+        for bad in [MAX_NOW + 1, u64::MAX] {
+            let mut m = Monotonic::new();
+            assert_eq!(m.observe(10), 10);
+            assert_eq!(m.observe(bad), 10);
+            assert_eq!(m.latest(), 10);
+            assert_eq!(m.observe(11), 11);
+            let a = AtomicMonotonic::new();
+            assert_eq!(a.observe(10), 10);
+            assert_eq!(a.observe(bad), 10);
+            assert_eq!(a.latest(), 10);
+            assert_eq!(a.observe(11), 11);
+        }
+        let mut m = Monotonic::new();
+        assert_eq!(m.observe(MAX_NOW), MAX_NOW);
+        let a = AtomicMonotonic::new();
+        assert_eq!(a.observe(MAX_NOW), MAX_NOW);
+        let a = AtomicMonotonic::new();
+        assert_eq!(a.in_range_or_latest(10), 10);
+        assert_eq!(a.in_range_or_latest(4), 4);
+        assert_eq!(a.in_range_or_latest(u64::MAX), 10);
+        assert_eq!(a.in_range_or_latest(MAX_NOW + 1), 10);
         assert_eq!(a.latest(), 10);
     }
 

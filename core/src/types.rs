@@ -30,18 +30,18 @@ impl Outcome {
 
 /// A priority level: 0 is the most important. At most [`Priority::MAX_LEVELS`] levels.
 ///
-/// The default three are seed 000's `X-Request-Priority` values: `critical` (0),
+/// The default three are the `X-Request-Priority` header's values: `critical` (0),
 /// `normal` (1, the default) and `background` (2). A more important level is never
 /// dropped to serve a less important one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Priority(u8);
 
 impl Priority {
-    /// Most important of the default levels (seed 000 P0).
+    /// Most important of the default levels (P0).
     pub const CRITICAL: Self = Self(0);
-    /// The default level (seed 000 P1).
+    /// The default level (P1).
     pub const NORMAL: Self = Self(1);
-    /// Sheddable work (seed 000 P2).
+    /// Sheddable work (P2).
     pub const BACKGROUND: Self = Self(2);
     /// The most levels any structure supports.
     pub const MAX_LEVELS: usize = 8;

@@ -563,3 +563,45 @@ fn quickcheck_paced_drain() {
 fn quickcheck_throttle() {
     quickcheck(throttle_matches_the_sre_formula as fn(ThrottleCase) -> TestResult);
 }
+
+/// The retry budget's one progress caveat, pinned: with credit to spare (a reserve far
+/// above what is withdrawn), concurrent withdrawals crossing many slot boundaries are
+/// refused only while another thread folds, and such a refusal says `BudgetExhausted`
+/// with `retry_after` 0; every other withdrawal is allowed, and the books balance. The
+/// same calls on one thread are never refused.
+#[test]
+#[cfg_attr(miri, ignore)] // threads and many slots: too slow under Miri
+fn retry_budget_fold_refusals() {
+    use std::sync::Arc;
+    const THREADS: u64 = 2;
+    const CALLS: u64 = 20_000;
+    // 1 s ttl: a slot is 100 ms, and every call starts a new one, so the two threads fold
+    // against each other all the time. The reserve (10^6 retries per second) never runs out.
+    let cfg =
+        RetryBudgetConfig { ttl: SEC, min_retries_per_sec: 1_000_000, percent_can_retry: 0.1 };
+    let single = RetryBudget::new(cfg).unwrap();
+    for i in 0..THREADS * CALLS {
+        assert!(single.try_withdraw(1_000 * SEC + (i / THREADS) * 100 * MS).is_ok(), "call {i}");
+    }
+    let b = Arc::new(RetryBudget::new(cfg).unwrap());
+    let workers: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let b = b.clone();
+            std::thread::spawn(move || {
+                let mut refused = 0u64;
+                for i in 0..CALLS {
+                    if let Err(r) = b.try_withdraw(1_000 * SEC + i * 100 * MS) {
+                        assert_eq!((r.reason, r.retry_after), (Reason::BudgetExhausted, 0));
+                        refused += 1;
+                    }
+                }
+                refused
+            })
+        })
+        .collect();
+    let refused: u64 = workers.into_iter().map(|w| w.join().unwrap()).sum();
+    let m = b.metrics();
+    assert_eq!(m.retries_denied, refused);
+    assert_eq!(m.retries_allowed + m.retries_denied, THREADS * CALLS);
+    eprintln!("refused during folds: {refused} of {}", THREADS * CALLS);
+}

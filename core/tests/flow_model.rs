@@ -1,7 +1,7 @@
 #![cfg(not(loom))]
 //! quickcheck model tests for `surgeguard_core::flow`: each structure is driven by random
 //! operations next to a small sequential reference model, checking every result and the
-//! invariants of seed 004 (items delivered never exceed credit granted; watermarks never
+//! invariants of pipeline backpressure (items delivered never exceed credit granted; watermarks never
 //! flap; lag and time to drain follow `lag / consume_rate` and `lag / (consume − produce)`).
 
 use quickcheck::{quickcheck, Arbitrary, Gen};
@@ -367,7 +367,7 @@ fn check_lag_meter<const S: usize>(s: &LagScenario) -> bool {
         let rates = model.rates();
         assert_eq!(m.produce_rate(now), rates.map(|r| r.0));
         assert_eq!(m.consume_rate(now), rates.map(|r| r.1));
-        // seed 004: lag_seconds = lag / consume_rate; drain = lag / (consume − produce).
+        // lag_seconds = lag / consume_rate; drain = lag / (consume − produce).
         let lag_time = match rates {
             _ if lag == 0 => Some(0),
             Some((_, c)) if c > 0.0 => Some((lag as f64 / c * 1e9).round() as u64),

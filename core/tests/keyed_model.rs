@@ -1,6 +1,7 @@
 #![cfg(not(loom))]
 //! Model tests for `surgeguard_core::keyed`: random operation sequences against a simple
-//! sequential reference model, plus the isolation and heavy-hitter properties of issue 11.
+//! sequential reference model, plus the isolation (shuffle sharding) and heavy-hitter
+//! properties.
 
 use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
 use surgeguard_core::keyed::{

@@ -1,6 +1,7 @@
 #![cfg(loom)]
 //! loom models of the client-side controls, tiny on purpose (two threads, a few steps):
-//! breaker half-open probe slots, the GCRA compare-and-swap, budget deposit/withdraw.
+//! breaker half-open probe slots, the GCRA compare-and-swap, budget deposit/withdraw, and
+//! a withdrawal racing a fold.
 //!
 //! RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom \
 //!     cargo test -p surgeguard-core --release --test loom_client
@@ -174,5 +175,31 @@ fn budget_fold_racing_a_withdrawal_never_double_spends() {
         assert!(!next_slot.join().unwrap());
         assert!(!old_slot.join().unwrap());
         assert_eq!(b.metrics().retries_allowed, 1);
+    });
+}
+
+/// Two withdrawals reach a new slot at once with credit to spare: the one that folds is
+/// allowed; the other is allowed too, or — if it looked twice while the fold was still
+/// running — refused with `retry_after` 0 (the documented caveat), never with a hint that
+/// pretends the budget is spent.
+#[test]
+fn budget_withdrawal_during_a_fold_is_allowed_or_refused_with_zero_hint() {
+    loom::model(|| {
+        let cfg = RetryBudgetConfig { ttl: SEC, min_retries_per_sec: 100, percent_can_retry: 1.0 };
+        let b = Arc::new(RetryBudget::new(cfg).unwrap());
+        assert!(b.try_withdraw(T).is_ok());
+        let workers: Vec<_> = (0..2)
+            .map(|_| {
+                let b = b.clone();
+                thread::spawn(move || b.try_withdraw(T + 100 * MS))
+            })
+            .collect();
+        let results: Vec<_> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+        assert!(results.iter().any(Result::is_ok), "the folder is never refused");
+        for r in results.iter().filter_map(|r| r.err()) {
+            assert_eq!(r.retry_after, 0);
+        }
+        let m = b.metrics();
+        assert_eq!(m.retries_allowed + m.retries_denied, 3);
     });
 }

@@ -1,5 +1,5 @@
 #![cfg(not(loom))]
-//! Seed 004's retry storm: three layers of clients (client → gateway → service), each
+//! A retry storm: three layers of clients (client → gateway → service), each
 //! retrying up to 3 times (4 attempts), in front of a failing dependency. Without budgets
 //! one user request becomes up to 4³ = 64 dependency calls ("3 layers each retrying 4
 //! times can turn one user action into 64 database attempts"); with a retry budget at each
@@ -122,7 +122,7 @@ fn hard_down_dependency_64x_without_budgets_under_1_5x_with() {
 #[test]
 fn brownout_order_of_magnitude_without_budgets_under_1_5x_with() {
     // 90 % of dependency calls fail: retries still multiply load about tenfold
-    // (seed 003: "an order-of-magnitude load increase that nobody designed").
+    // (an order-of-magnitude load increase that nobody designed for).
     let unbounded = World::new(0.9, Layer::default).amplification();
     assert!((8.0..=12.0).contains(&unbounded), "without budgets: {unbounded}");
     let bounded = World::new(0.9, budgeted).amplification();

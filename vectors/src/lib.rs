@@ -722,7 +722,7 @@ impl Runner {
                         match cr.complete(k("k")?) {
                             Ok(()) => Ok(json!({"ok": true})),
                             Err(e) => {
-                                // A refused call changes nothing (DESIGN.md): checked here
+                                // A refused call changes nothing: checked here
                                 // in the core; the bindings see it in the next `check`.
                                 if cr.metrics() != before {
                                     return Err("a refused complete changed the state".into());

@@ -13,6 +13,11 @@ const SEC: u64 = 1_000_000_000;
 const US: u64 = 1_000;
 /// Scenario clocks start here (an arbitrary non-zero origin).
 const T0: u64 = 1_000 * SEC;
+/// The largest `now` any structure accepts (2^62 ns); larger values are bad input, which
+/// every binding refuses before the core sees them, so no scenario uses one.
+const MAX_NOW: u64 = surgeguard_core::time::MAX_NOW;
+/// Huge but accepted times: ten seconds before [`MAX_NOW`].
+const NEAR_END: u64 = MAX_NOW - 10 * SEC;
 
 /// A scenario being built: every step runs at once and its answer is kept.
 struct Sc {
@@ -212,7 +217,7 @@ fn limiter_edges() -> Value {
     let algo = json!({"initial_limit": 3.0, "min_limit": 1.0, "max_limit": 10.0});
     let mut sc = Sc::new("limiter_edges", "limiter", limiter_cfg("fixed", algo, 3));
     let mut held = Vec::new();
-    for (now, lv) in [(0, 0), (0, 1), (0, 2), (0, 0), (5, 1), (3, 1), (u64::MAX / 2, 0)] {
+    for (now, lv) in [(0, 0), (0, 1), (0, 2), (0, 0), (5, 1), (3, 1), (NEAR_END, 0)] {
         let (i, e) = sc.op(json!({"op": "acquire", "now": now, "level": lv}));
         if e["ok"] == true {
             held.push(i);
@@ -220,17 +225,17 @@ fn limiter_edges() -> Value {
         sc.op(json!({"op": "check"}));
     }
     for (k, p) in held.drain(..).enumerate() {
-        let now = if k % 2 == 0 { 1 } else { u64::MAX / 2 };
+        let now = if k % 2 == 0 { 1 } else { NEAR_END };
         sc.op(json!({"op": "release", "now": now, "permit": p, "outcome": "success"}));
         sc.op(json!({"op": "check"}));
     }
     sc.op(json!({"op": "static", "limit": 0.000001}));
     for lv in 0..3 {
-        sc.op(json!({"op": "acquire", "now": u64::MAX / 2, "level": lv}));
+        sc.op(json!({"op": "acquire", "now": NEAR_END, "level": lv}));
     }
     sc.op(json!({"op": "static", "limit": 2147483647.0}));
     for lv in 0..3 {
-        let (i, e) = sc.op(json!({"op": "acquire", "now": u64::MAX / 2, "level": lv}));
+        let (i, e) = sc.op(json!({"op": "acquire", "now": NEAR_END, "level": lv}));
         if e["ok"] == true {
             held.push(i);
         }
@@ -369,7 +374,7 @@ fn gate_edges() -> Value {
     sc.op(json!({"op": "check"}));
     // Time going backwards on a release, then forwards past max_wait.
     let mut k = 0;
-    for now in [T0 - SEC, T0 + 100 * MS, 0, T0 + 200 * MS, u64::MAX / 2] {
+    for now in [T0 - SEC, T0 + 100 * MS, 0, T0 + 200 * MS, NEAR_END] {
         if let Some(p) = held.pop() {
             let outcome = if k % 2 == 0 { "success" } else { "dropped" };
             let (i, e) =
@@ -382,14 +387,14 @@ fn gate_edges() -> Value {
         sc.op(json!({"op": "check"}));
     }
     while let Some(p) = held.pop() {
-        let (i, e) = sc.op(json!({"op": "release", "now": u64::MAX / 2, "permit": p,
+        let (i, e) = sc.op(json!({"op": "release", "now": NEAR_END, "permit": p,
                                   "outcome": "ignored"}));
         note(&mut held, i, &e);
     }
     let e = sc.op(json!({"op": "check"})).1;
     if e["waiting"] == 0 {
         sc.op(json!({"op": "shed", "level": 0}));
-        sc.op(json!({"op": "arrive", "now": u64::MAX / 2, "level": 0, "timeout": null}));
+        sc.op(json!({"op": "arrive", "now": NEAR_END, "level": 0, "timeout": null}));
         sc.op(json!({"op": "check"}));
         sc.op(json!({"op": "shed", "level": null}));
         sc.op(json!({"op": "static", "limit": 2.0}));
@@ -702,7 +707,7 @@ pub fn all() -> Vec<Value> {
     v
 }
 
-// ---- pipeline backpressure (seed 004): credits, lag meter, watermarks, paced drain ----
+// ---- pipeline backpressure: credits, lag meter, watermarks, paced drain ----
 
 /// Asserts that a duration given *to* the bindings crosses them exactly: Python takes
 /// seconds (`round(s · 1e9)`), Node milliseconds (`round(ms · 1e6)`), both from the ns
@@ -958,13 +963,13 @@ fn lag_walk(name: &str, bucket: u64, feed: Feed, per_bucket: u64, seed: u64, n: 
     sc.done()
 }
 
-/// Seed 004's recovery arithmetic through a lag meter fed with offsets once a minute:
+/// The recovery arithmetic of an outage through a lag meter fed with offsets once a minute:
 /// 10 min steady at 1000/s, a 1 h outage (nothing consumed: 3.6 M items), then a consumer
 /// with 20 % headroom (1200/s). Once the 1 h window holds only recovery minutes, the time
 /// to drain is exactly `lag / 200/s`, and the backlog is gone exactly 5 h after recovery.
-fn lag_outage_seed004() -> Value {
+fn lag_outage_recovery() -> Value {
     let cfg = json!({"bucket_ns": crosses(SEC), "snapshots": crate::LAG_SNAPSHOTS});
-    let mut sc = Sc::new("lag_meter_seed004_outage", "lag_meter", cfg);
+    let mut sc = Sc::new("lag_meter_outage_recovery", "lag_meter", cfg);
     let four_hours = crosses(4 * 3600 * SEC);
     let (mut produced, mut consumed) = (0u64, 0u64);
     let recovery = 70; // minute the consumer comes back
@@ -997,13 +1002,14 @@ fn lag_outage_seed004() -> Value {
             sc.op(json!({"op": "metrics", "now": now}));
         }
     }
-    assert_eq!(drained_at, Some(5 * 60), "seed 004: the backlog drains in 5 h");
+    assert_eq!(drained_at, Some(5 * 60), "20 % headroom: a 1 h backlog drains in 5 h");
     sc.done()
 }
 
 /// Edge values of a lag meter: time 0, the shortest bucket, rates not known yet, zero
 /// counts, time going backwards, more consumed than produced, stale totals, an oldest item
-/// enqueued in the future or at `u64::MAX`, counts at 2^53 − 1, and a huge `now`.
+/// enqueued in the future or at `MAX_NOW`, counts at 2^53 − 1, and huge `now` values up to
+/// `MAX_NOW`.
 fn lag_edges() -> Vec<Value> {
     let cfg = json!({"bucket_ns": crosses(US), "snapshots": crate::LAG_SNAPSHOTS});
     let mut sc = Sc::new("lag_meter_edges", "lag_meter", cfg);
@@ -1013,7 +1019,7 @@ fn lag_edges() -> Vec<Value> {
     let queries = |sc: &mut Sc, now: u64| {
         for op in ["lag", "produce_rate", "consume_rate", "lag_time", "time_to_drain", "oldest_age"]
         {
-            if now > u64::MAX / 4 && (op == "lag_time" || op == "time_to_drain") {
+            if now > MAX_NOW / 2 && (op == "lag_time" || op == "time_to_drain") {
                 continue;
             }
             sc.op(json!({"op": op, "now": now}));
@@ -1031,7 +1037,7 @@ fn lag_edges() -> Vec<Value> {
     sc.op(json!({"op": "record_consumed", "now": 10, "n": 1}));
     sc.op(json!({"op": "report_oldest", "now": 10, "enqueued_at": 400}));
     queries(&mut sc, 2000);
-    sc.op(json!({"op": "report_oldest", "now": 2500, "enqueued_at": u64::MAX}));
+    sc.op(json!({"op": "report_oldest", "now": 2500, "enqueued_at": MAX_NOW}));
     sc.op(json!({"op": "oldest_age", "now": 2600}));
     sc.op(json!({"op": "report_oldest", "now": 2700, "enqueued_at": 2700}));
     sc.op(json!({"op": "oldest_age", "now": 2700}));
@@ -1046,24 +1052,24 @@ fn lag_edges() -> Vec<Value> {
     queries(&mut sc, 7000);
     sc.op(json!({"op": "record_consumed", "now": 8000, "n": u64::from(u32::MAX)}));
     queries(&mut sc, 9000);
-    for now in [u64::MAX / 2, u64::MAX / 2 + 1000, 0, u64::MAX / 2 + 2000] {
+    for now in [NEAR_END, NEAR_END + 1000, 0, NEAR_END + 2000] {
         sc.op(json!({"op": "record_consumed", "now": now, "n": 1000}));
         queries(&mut sc, now);
     }
-    sc.op(json!({"op": "report_oldest", "now": u64::MAX / 2, "enqueued_at": 1000}));
-    queries(&mut sc, u64::MAX / 2 + 3000);
+    sc.op(json!({"op": "report_oldest", "now": NEAR_END, "enqueued_at": 1000}));
+    queries(&mut sc, NEAR_END + 3000);
     // Counts beyond u32 (every binding takes u64 counts up to 2^53).
-    sc.op(json!({"op": "record_produced", "now": u64::MAX / 2 + 4000, "n": 1u64 << 40}));
-    sc.op(json!({"op": "record_consumed", "now": u64::MAX / 2 + 4000, "n": 1u64 << 40}));
-    queries(&mut sc, u64::MAX / 2 + 4000);
+    sc.op(json!({"op": "record_produced", "now": NEAR_END + 4000, "n": 1u64 << 40}));
+    sc.op(json!({"op": "record_consumed", "now": NEAR_END + 4000, "n": 1u64 << 40}));
+    queries(&mut sc, NEAR_END + 4000);
     // The largest `now`, more times than there are snapshots: the window must keep
-    // spanning time (the bucket boundary saturates there; no second snapshot is taken
-    // at one instant), so the rates stay finite.
+    // spanning time (no second snapshot is taken at one instant), so the rates stay
+    // finite.
     let snaps = crate::LAG_SNAPSHOTS as u64;
     for i in 0..snaps + 9 {
-        sc.op(json!({"op": "record_produced", "now": u64::MAX, "n": 1}));
+        sc.op(json!({"op": "record_produced", "now": MAX_NOW, "n": 1}));
         if i % 10 == 0 || i + 2 >= snaps {
-            queries(&mut sc, u64::MAX);
+            queries(&mut sc, MAX_NOW);
         }
     }
     let first = sc.done();
@@ -1133,9 +1139,9 @@ fn watermarks_walk(
 
 /// The hysteresis band: a level sawing inside it never flaps, paused or running; the
 /// marks themselves do not trigger; a level above capacity; time going back during a
-/// pause; huge `now` values up to `u64::MAX`.
+/// pause; huge `now` values up to `MAX_NOW`.
 fn watermarks_edges() -> Vec<Value> {
-    // seed 004 §3's consumer: 400 in flight, pause below 100 free, resume above 200 free.
+    // A Kafka consumer: 400 in flight, pause below 100 free, resume above 200 free.
     let cfg = json!({"capacity": 400, "pause_below": 100, "resume_above": 200});
     let mut sc = Sc::new("watermarks_sawtooth", "watermarks", cfg);
     let mut now = T0;
@@ -1179,15 +1185,15 @@ fn watermarks_edges() -> Vec<Value> {
     sc.op(json!({"op": "metrics", "now": now + SEC}));
     observe(&mut sc, 0, 0);
     sc.op(json!({"op": "metrics", "now": now + 2 * SEC}));
-    // Huge times: a pause at u64::MAX / 2, metrics and a resume at u64::MAX.
-    observe(&mut sc, u64::MAX / 2, 400);
-    sc.op(json!({"op": "metrics", "now": u64::MAX / 2 + SEC}));
-    sc.op(json!({"op": "metrics", "now": u64::MAX}));
-    observe(&mut sc, u64::MAX, 0);
+    // Huge times: a pause at NEAR_END, metrics and a resume at MAX_NOW.
+    observe(&mut sc, NEAR_END, 400);
+    sc.op(json!({"op": "metrics", "now": NEAR_END + SEC}));
+    sc.op(json!({"op": "metrics", "now": MAX_NOW}));
+    observe(&mut sc, MAX_NOW, 0);
     sc.op(json!({"op": "is_paused"}));
-    sc.op(json!({"op": "metrics", "now": u64::MAX}));
-    observe(&mut sc, u64::MAX, 400);
-    sc.op(json!({"op": "metrics", "now": u64::MAX}));
+    sc.op(json!({"op": "metrics", "now": MAX_NOW}));
+    observe(&mut sc, MAX_NOW, 400);
+    sc.op(json!({"op": "metrics", "now": MAX_NOW}));
     let saw = sc.done();
 
     // The largest capacity every binding takes (2^53 − 1), levels around the marks.
@@ -1297,11 +1303,11 @@ fn drain_edges() -> Vec<Value> {
             (T0 - SEC, MAX_SAFE),
             (T0 + SEC, MAX_SAFE),
             (T0 + 2 * SEC, 1),
-            (u64::MAX / 2, MAX_SAFE),
-            (u64::MAX / 2, MAX_SAFE),
-            (u64::MAX / 2 - 1, 5),
-            (u64::MAX, MAX_SAFE),
-            (u64::MAX, 0),
+            (NEAR_END, MAX_SAFE),
+            (NEAR_END, MAX_SAFE),
+            (NEAR_END - 1, 5),
+            (MAX_NOW, MAX_SAFE),
+            (MAX_NOW, 0),
         ] {
             sc.op(json!({"op": "permits", "now": now, "backlog": backlog}));
             sc.op(json!({"op": "next_permit_in", "now": now}));
@@ -1408,10 +1414,10 @@ fn keyed_edges() -> Value {
         (0, "noisy", 2),
         (T0, "noisy", 1),
         (T0 - SEC, "noisy", 1),
-        (u64::MAX / 2, "noisy", 1),
-        (u64::MAX / 2, "noisy", 1),
-        (u64::MAX, "noisy", 1),
-        (u64::MAX, "x", 1),
+        (NEAR_END, "noisy", 1),
+        (NEAR_END, "noisy", 1),
+        (MAX_NOW, "noisy", 1),
+        (MAX_NOW, "x", 1),
         (1, "x", 0),
     ] {
         let (i, e) = sc.op(json!({"op": "acquire", "now": now, "key": key, "cost": cost}));
@@ -1424,7 +1430,7 @@ fn keyed_edges() -> Value {
     for p in held {
         sc.op(json!({"op": "release", "permit": p}));
     }
-    sc.op(json!({"op": "acquire", "now": u64::MAX, "key": "noisy", "cost": 0}));
+    sc.op(json!({"op": "acquire", "now": MAX_NOW, "key": "noisy", "cost": 0}));
     sc.op(json!({"op": "metrics"}));
     sc.done()
 }
@@ -1439,7 +1445,7 @@ pub fn flow() -> Vec<Value> {
     v.push(lag_walk("lag_meter_increments", 100 * MS, Feed::Increments, 50, 91, 900));
     v.push(lag_walk("lag_meter_offsets", SEC, Feed::Totals, 5_000, 92, 900));
     v.push(lag_walk("lag_meter_fast_buckets", MS, Feed::Increments, 3, 93, 600));
-    v.push(lag_outage_seed004());
+    v.push(lag_outage_recovery());
     v.extend(lag_edges());
     v.push(watermarks_walk("watermarks_default", 400, 100, 200, 101, 700));
     v.push(watermarks_walk("watermarks_narrow_band", 10, 2, 3, 102, 500));

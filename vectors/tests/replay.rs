@@ -24,6 +24,32 @@ fn replay_committed_vectors() {
     }
 }
 
+/// Every time a step gives (`now`, and the lag meter's `enqueued_at`) is in the accepted
+/// range: the bindings refuse a larger `now` up front, so a vector with one could not be
+/// replayed by them.
+#[test]
+fn every_time_is_in_the_accepted_range() {
+    let text = std::fs::read_to_string(dir().join("vectors.json")).expect("read vectors.json");
+    let doc: serde_json::Value = serde_json::from_str(&text).expect("parse vectors.json");
+    let mut largest = 0;
+    for sc in doc["scenarios"].as_array().expect("scenarios") {
+        for step in sc["steps"].as_array().expect("steps") {
+            for field in ["now", "enqueued_at"] {
+                if let Some(t) = step[field].as_u64() {
+                    assert!(
+                        t <= surgeguard_core::time::MAX_NOW,
+                        "{}: {field} {t} above MAX_NOW in {step}",
+                        sc["name"]
+                    );
+                    largest = largest.max(t);
+                }
+            }
+        }
+    }
+    // The edge scenarios still reach the end of the range.
+    assert_eq!(largest, surgeguard_core::time::MAX_NOW);
+}
+
 #[test]
 fn committed_vectors_are_fresh() {
     let scenarios = surgeguard_vectors::scenarios::all();

@@ -1,5 +1,5 @@
-//! Credit-based (demand-driven) flow control: seed 004 §2, Reactive Streams rule 1.1,
-//! Flink network credits.
+//! Credit-based (demand-driven) flow control: Reactive Streams rule 1.1 (a publisher
+//! never signals more `onNext` than requested) and Flink network credits.
 
 use crate::sync::{AtomicU64, Ordering};
 use crate::{ConfigError, Reason, Rejected, UsageError};
@@ -19,7 +19,7 @@ pub struct CreditsConfig {
 
 impl Default for CreditsConfig {
     fn default() -> Self {
-        // seed 004 §2 BoundedSubscriber: BUFFER = 256, LOW_WATER = 64.
+        // A bounded subscriber's buffer of 256, topped up when 64 remain (a quarter).
         Self { capacity: 256, low_water: 64 }
     }
 }
@@ -86,7 +86,8 @@ const fn pack(available: u32, buffered: u32) -> u64 {
 /// [`complete`](Self::complete)). *Outstanding* credit is `available + buffered`; it never
 /// exceeds `capacity`, so the consumer's buffer can never overflow. Replenishment is in
 /// batches: [`replenish`](Self::replenish) grants nothing until outstanding credit falls to
-/// `low_water`, then tops it up to `capacity` in one grant (seed 004 §2).
+/// `low_water`, then tops it up to `capacity` in one grant (batched `request(n)`, as
+/// Reactive Streams subscribers do).
 ///
 /// A refusal is `Rejected { reason: Reason::NoCredit, retry_after: 0 }`: credit arrives
 /// with the consumer's next grant, not with time, so there is no time hint — wait for the
@@ -320,9 +321,8 @@ impl Credits {
 }
 
 /// `N` independent credit channels with the same settings, so one slow channel stops
-/// alone while the others keep flowing (seed 004 §2: "flow control must be at the
-/// granularity of the thing that can be slow"; Flink per-channel credits, HTTP/2
-/// per-stream windows).
+/// alone while the others keep flowing: flow control works at the granularity of the
+/// thing that can be slow (Flink per-channel credits, HTTP/2 per-stream windows).
 ///
 /// ```
 /// use surgeguard_core::flow::{CreditTable, CreditsConfig};
@@ -465,7 +465,7 @@ mod tests {
 
     #[test]
     fn replenishment_waits_for_low_water_then_tops_up_in_one_batch() {
-        // seed 004 §2: BUFFER 256, LOW_WATER 64 → first batch 256, later batches ≥ 192.
+        // Buffer 256, low water 64 → first batch 256, later batches ≥ 192.
         let c = Credits::new(CreditsConfig::default()).unwrap();
         assert_eq!(c.replenish(), 256);
         c.try_take(256).unwrap();

@@ -1,8 +1,8 @@
-//! Consumer lag in seconds and time to drain: seed 004 §3 ("measure lag in seconds, not
-//! messages"; `lag_sec = lag / consume_rate`, `drain_sec = lag / (consume − produce)`).
+//! Consumer lag in seconds and time to drain: lag measured in seconds, not messages
+//! (`lag_sec = lag / consume_rate`, `drain_sec = lag / (consume − produce)`).
 
 use crate::sync::{AtomicU64, Exclusive, Ordering};
-use crate::time::{AtomicMonotonic, SEC, US};
+use crate::time::{AtomicMonotonic, MAX_NOW, SEC, US};
 use crate::ConfigError;
 
 /// Settings of a [`LagMeter`].
@@ -16,7 +16,7 @@ pub struct LagMeterConfig {
 
 impl Default for LagMeterConfig {
     fn default() -> Self {
-        // 1 s buckets: `LagMeter<61>` then measures seed 004 §3's `consume_rate_1m`.
+        // 1 s buckets: `LagMeter<61>` then measures a 1-minute consume rate.
         Self { bucket: SEC }
     }
 }
@@ -29,8 +29,8 @@ const MIN_BUCKET: u64 = US;
 /// the division in `fold`, whose divisor is positive) and "no oldest item reported".
 const NONE: u64 = u64::MAX;
 
-/// A snapshot of a [`LagMeter`]: counters, windowed rates and derived gauges (seed 004's
-/// `consumer.lag_seconds` and `consumer.time_to_drain_seconds`).
+/// A snapshot of a [`LagMeter`]: counters, windowed rates and derived gauges (lag in
+/// seconds and time to drain in seconds, the gauges to alert on).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct LagMetrics {
     /// Items produced, in total.
@@ -87,7 +87,7 @@ impl<const S: usize> Window<S> {
 /// (`lag / consume_rate`), time to drain (`lag / (consume_rate − produce_rate)`, none when
 /// the backlog is not shrinking), the age of the oldest unprocessed item if the caller
 /// reports it, and the alert predicate [`time_to_drain_exceeds`](Self::time_to_drain_exceeds)
-/// (seed 004 §3: page when time to drain exceeds the retention left).
+/// (page when the time to drain exceeds the retention left: data would be lost).
 ///
 /// Feed it either with increments ([`record_produced`](Self::record_produced),
 /// [`record_consumed`](Self::record_consumed)) or with cumulative totals
@@ -98,7 +98,7 @@ impl<const S: usize> Window<S> {
 /// boundary, and a rate is the exact average over the time between the oldest and the
 /// newest snapshot.
 ///
-/// Seed 004's recovery arithmetic, checked in the tests: a 1 h outage at produce rate `P`
+/// The recovery arithmetic, checked in the tests: a 1 h outage at produce rate `P`
 /// leaves `3600·P` items; with 20% headroom (`C = 1.2·P`) they drain in
 /// `3600·P / 0.2·P` s = 5 h.
 ///
@@ -246,11 +246,15 @@ impl<const SNAPSHOTS: usize> LagMeter<SNAPSHOTS> {
     }
 
     /// The enqueue time of the oldest unprocessed item (same clock as `now`), or `None`
-    /// when the backlog is empty.
+    /// when the backlog is empty. An enqueue time above [`MAX_NOW`] is bad input and is
+    /// ignored (the previous report stands).
     pub fn report_oldest(&self, now: u64, enqueued_at: Option<u64>) {
         self.tick(now);
-        // `NONE` is `u64::MAX`; an enqueue time of `u64::MAX` is read as one tick earlier.
-        let v = enqueued_at.map_or(NONE, |t| t.min(NONE - 1));
+        let v = match enqueued_at {
+            None => NONE,
+            Some(t) if t <= MAX_NOW => t, // below `NONE` (u64::MAX)
+            Some(_) => return,
+        };
         // Relaxed: a self-contained gauge.
         self.oldest_enqueued_at.store(v, Ordering::Relaxed);
     }
@@ -340,7 +344,7 @@ impl<const SNAPSHOTS: usize> LagMeter<SNAPSHOTS> {
     }
 }
 
-/// Seed 004: `lag_seconds = lag / consume_rate`; `INFINITY` when not consuming.
+/// `lag_seconds = lag / consume_rate`; `INFINITY` when not consuming.
 fn lag_seconds(lag: u64, rates: Option<(f64, f64)>) -> f64 {
     match rates {
         _ if lag == 0 => 0.0,
@@ -349,7 +353,7 @@ fn lag_seconds(lag: u64, rates: Option<(f64, f64)>) -> f64 {
     }
 }
 
-/// Seed 004: `drain_time = backlog / (consume_rate − produce_rate)`; `INFINITY` when the
+/// `drain_time = backlog / (consume_rate − produce_rate)`; `INFINITY` when the
 /// backlog is not shrinking.
 fn drain_seconds(lag: u64, rates: Option<(f64, f64)>) -> f64 {
     match rates {
@@ -414,21 +418,36 @@ mod tests {
 
     #[test]
     fn calls_at_the_end_of_time_keep_finite_rates() {
-        // `next_fold` saturates at u64::MAX, so `now == u64::MAX` passes the fold test on
-        // every call; a snapshot per call would shrink the window to zero time.
+        // The largest accepted time, and bad times past it: calls past `MAX_NOW` act at
+        // the latest time seen, so they take no snapshot that would shrink the window.
         let m = meter::<4>();
-        let end = u64::MAX;
+        let end = MAX_NOW;
         m.observe_totals(end - 2 * SEC, 0, 0);
         m.observe_totals(end - SEC, 1000, 500);
+        m.observe_totals(end, 2000, 1000);
         for i in 0..10 {
-            m.observe_totals(end, 2000 + i, 1000 + i);
+            m.observe_totals(u64::MAX - i, 2001 + i, 1001 + i);
         }
-        let (p, c) = (m.produce_rate(end).unwrap(), m.consume_rate(end).unwrap());
+        let (p, c) = (m.produce_rate(u64::MAX).unwrap(), m.consume_rate(MAX_NOW + 1).unwrap());
         assert!(p.is_finite() && c.is_finite(), "rates {p} {c}");
         // Snapshots at end − 2 s (0, 0), end − 1 s (0, 0: taken before that call counts)
         // and end (1000, 500): the window still spans two seconds.
         assert_eq!((p, c), (500.0, 250.0));
-        assert!(m.metrics(end).time_to_drain_seconds.is_infinite()); // not draining
+        assert!(m.metrics(u64::MAX).time_to_drain_seconds.is_infinite()); // not draining
+        assert_eq!(m.lag(u64::MAX), 1000);
+    }
+
+    #[test]
+    fn an_enqueue_time_past_max_now_is_ignored() {
+        let m = meter::<4>();
+        m.report_oldest(10 * SEC, Some(4 * SEC));
+        m.report_oldest(11 * SEC, Some(u64::MAX));
+        m.report_oldest(11 * SEC, Some(MAX_NOW + 1));
+        assert_eq!(m.oldest_age(12 * SEC), Some(8 * SEC));
+        m.report_oldest(12 * SEC, Some(MAX_NOW));
+        assert_eq!(m.oldest_age(12 * SEC), Some(0));
+        m.report_oldest(12 * SEC, None);
+        assert_eq!(m.oldest_age(12 * SEC), None);
     }
 
     /// Feeds `p` produced and `c` consumed items per second for `secs` seconds from `from`.
@@ -476,13 +495,13 @@ mod tests {
         assert_eq!(m.produce_rate(2500 * MS), Some(120.0));
     }
 
-    /// Seed 004: "With 20% headroom, a 1-hour outage takes ~5 hours to drain."
+    /// With 20% headroom, a 1-hour outage takes ~5 hours to drain (1 h × P / 0.2 P).
     #[test]
     #[cfg_attr(miri, ignore = "arithmetic over many iterations; too slow under Miri")]
     fn one_hour_outage_with_20_percent_headroom_drains_in_5_hours() {
         const P: u64 = 1000; // produced per second, always
         const C: u64 = 1200; // consumer capacity: 20% headroom over P
-        let m = meter::<61>(); // 1-minute rates, as seed 004's consume_rate_1m
+        let m = meter::<61>(); // 1-minute rates
         let mut backlog = 0u64;
         let mut t = 0;
         let step = |t: u64, consume_cap: u64, backlog: &mut u64| {
@@ -528,7 +547,7 @@ mod tests {
         assert_eq!(m.time_to_drain(t * SEC), Some(0));
     }
 
-    /// Seed 004's headroom table: 5% → ~20 h, 20% → ~5 h, 30% → ~3.3 h for a 1 h stall.
+    /// Headroom against drain time for a 1 h stall: 5% → ~20 h, 20% → ~5 h, 30% → ~3.3 h.
     #[test]
     #[cfg_attr(miri, ignore = "arithmetic over many iterations; too slow under Miri")]
     fn drain_time_scales_as_outage_over_headroom() {
@@ -547,7 +566,7 @@ mod tests {
         }
     }
 
-    /// Seed 004 failure scenario 2: 24 h of backlog at 80K/s, consumers at 100K/s → ~96 h.
+    /// 24 h of backlog at 80K/s, consumers at 100K/s → ~96 h (24 h × 80K / 20K).
     #[test]
     #[cfg_attr(miri, ignore = "arithmetic over many iterations; too slow under Miri")]
     fn clickstream_backlog_takes_96_hours() {

@@ -1,5 +1,5 @@
-//! Pause/resume with hysteresis: seed 004 §3 (Kafka `pause()`/`resume()` on a bounded
-//! in-flight semaphore), with a resume mark above the pause mark so it never flaps.
+//! Pause/resume with hysteresis: Kafka consumer `pause()`/`resume()` on a bounded
+//! in-flight semaphore, with a resume mark above the pause mark so it never flaps.
 
 use crate::sync::{AtomicU64, Ordering};
 use crate::time::AtomicMonotonic;
@@ -21,7 +21,7 @@ pub struct WatermarksConfig {
 impl Default for WatermarksConfig {
     fn default() -> Self {
         Self {
-            // seed 004 §3 Kafka consumer: `inflight = Semaphore(400)`,
+            // A Kafka consumer with `inflight = Semaphore(400)`:
             capacity: 400,
             // pause when `inflight.available() < 100`;
             pause_below: 100,
@@ -92,7 +92,8 @@ const MAX_SINCE: u64 = u64::MAX >> SINCE_SHIFT;
 
 /// Pause/resume with hysteresis on a level (in-flight or buffered count), Kafka
 /// `pause()`/`resume()` style: the consumer keeps polling (and its group membership)
-/// but stops fetching while paused, instead of blocking (seed 004 §3).
+/// but stops fetching while paused, instead of blocking (which would miss `poll()`
+/// deadlines and trigger a rebalance).
 ///
 /// [`observe`](Self::observe) pauses when free capacity (`capacity − level`) falls below
 /// `pause_below`, and resumes only when it rises above `resume_above`. Between the two
@@ -201,6 +202,7 @@ impl Watermarks {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::time::MAX_NOW;
 
     fn wm(capacity: u64, pause_below: u64, resume_above: u64) -> Watermarks {
         Watermarks::new(WatermarksConfig { capacity, pause_below, resume_above }).unwrap()
@@ -278,14 +280,26 @@ mod tests {
     }
 
     #[test]
-    fn huge_times_do_not_overflow_the_state_word() {
+    fn the_largest_time_fits_the_state_word() {
         let w = wm(10, 3, 6);
-        assert_eq!(w.observe(u64::MAX, 9), Some(Transition::Pause));
+        assert_eq!(w.observe(MAX_NOW - 5, 9), Some(Transition::Pause));
         assert!(w.is_paused());
-        let m = w.metrics(u64::MAX);
-        assert_eq!(m.time_paused, u64::MAX - MAX_SINCE);
-        assert_eq!(w.observe(u64::MAX, 0), Some(Transition::Resume));
+        assert_eq!(w.metrics(MAX_NOW).time_paused, 5);
+        assert_eq!(w.observe(MAX_NOW, 0), Some(Transition::Resume));
+        assert_eq!(w.metrics(MAX_NOW).time_paused, 5);
         assert_eq!(Transition::Pause.as_str(), "pause");
         assert_eq!(Transition::Resume.as_str(), "resume");
+    }
+
+    #[test]
+    fn an_out_of_range_now_acts_at_the_latest_time() {
+        for bad in [MAX_NOW + 1, u64::MAX] {
+            let w = wm(10, 3, 6);
+            assert_eq!(w.observe(1000, 9), Some(Transition::Pause));
+            assert_eq!(w.metrics(bad).time_paused, 0);
+            assert_eq!(w.observe(bad, 0), Some(Transition::Resume));
+            // The pause ended at 1000, not at the bad time.
+            assert_eq!(w.metrics(2000).time_paused, 0);
+        }
     }
 }

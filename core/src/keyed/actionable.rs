@@ -1,8 +1,9 @@
 //! Actionable rejections: the HTTP status, `Retry-After` and JSON body every binding's
 //! middleware sends, built here once so they are byte-identical everywhere.
 //!
-//! Seed 002: "Return rejections the model can act on. 429, retry after 30s, do not retry
-//! sooner". Seed 004: a user-facing edge turns backpressure into a fast 429/503.
+//! A rejection a client — or an AI agent — can act on says who refused (429 for this key,
+//! 503 for the whole service), when to come back (`Retry-After`), and not to retry sooner;
+//! a user-facing edge turns backpressure into a fast 429/503 instead of a slow timeout.
 
 use core::fmt::{self, Write};
 

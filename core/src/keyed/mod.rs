@@ -1,11 +1,11 @@
 //! Per-key isolation: per-tenant / per-agent concurrency caps in a fixed table addressed
-//! by a key hash, shuffle sharding, heavy-hitter reporting and actionable rejections
-//! (issue 11; seeds 002 and 004).
+//! by a key hash, shuffle sharding (as AWS Route 53 and App Mesh use it), heavy-hitter
+//! reporting and actionable rejections (429 per key vs 503 global, with `Retry-After`).
 //!
-//! Seed 002: "Rate-limit and concurrency-limit agents at the gateway, per agent identity …
-//! Return rejections the model can act on. 429, retry after 30s, do not retry sooner."
-//! Seed 004, failure scenario 3: one tenant's backlog stalls a shared queue; the fix is
-//! "per-tenant queues (or shuffle-sharded queues), per-tenant concurrency caps".
+//! Limits per agent or tenant identity at the gateway keep one caller from taking the
+//! whole service: without them, one tenant's backlog stalls a shared queue for everyone.
+//! The fix is per-tenant (or shuffle-sharded) capacity and per-tenant concurrency caps,
+//! with rejections the caller can act on.
 //!
 //! - [`KeyedLimits`]: the table. A key maps to `k` of its `N` shards ([`ShardSet`]); it
 //!   is admitted if any of them has room (a concurrency slot and, optionally, GCRA rate),
@@ -92,8 +92,8 @@ pub struct KeyedConfig {
     /// `shards_per_key × shard_limit` permits ([`KeyedLimits::key_limit`]).
     pub shard_limit: u32,
     /// `retry_after` (ns) of a [`Reason::KeyLimit`] refusal: a concurrency slot frees when
-    /// some permit returns, which the table cannot foresee. Default 1 s (seed 002's
-    /// `Retry-After: 1` example); at most one hour.
+    /// some permit returns, which the table cannot foresee. Default 1 s (`Retry-After: 1`,
+    /// the smallest whole-second HTTP hint); at most one hour.
     pub limit_retry_after: u64,
     /// Seed of the key-to-shards mapping (and of nothing else). Default 0.
     pub seed: u64,
@@ -103,8 +103,8 @@ pub struct KeyedConfig {
 }
 
 /// The GCRA rate limit of one shard: one unit of cost per `emission_ns`, bursts of up to
-/// `burst` units (the tolerance is `emission_ns × (burst − 1)`, governor's formulas,
-/// research `queues_retries.md` §5.1; the decision is [`crate::rate::gcra_decide`]).
+/// `burst` units (the tolerance is `emission_ns × (burst − 1)`, the governor crate's
+/// formulas; the decision is [`crate::rate::gcra_decide`]).
 ///
 /// ```
 /// use surgeguard_core::keyed::ShardRate;
@@ -404,13 +404,16 @@ impl<const N: usize, const K: usize> KeyedMetrics<N, K> {
 ///
 /// Cost: `N` shards of 48 bytes plus `24·K + 32` bytes of summary; `try_acquire` about
 /// `k` mixes, `O(k²)` compares and `k + 2` atomic operations when admitted at the first
-/// shard (`k + 4` with a rate).
+/// shard (`k + 5` with a rate: the table's clock clamp too).
 #[derive(Debug)]
 pub struct KeyedLimits<const N: usize, const K: usize = DEFAULT_TOP_KEYS> {
     config: KeyedConfig,
     /// The rate and its GCRA tolerance, if rate-limited.
     rate: Option<(ShardRate, u64)>,
     id: u32,
+    /// The latest `now` the table has seen (read only with a rate): an out-of-range `now`
+    /// acts at it.
+    clock: AtomicMonotonic,
     shards: [Shard; N],
     top: TopKeys<K>,
     foreign_releases: AtomicU64,
@@ -424,6 +427,7 @@ impl<const N: usize, const K: usize> KeyedLimits<N, K> {
             config,
             rate: config.shard_rate.map(|r| (r, tolerance)),
             id: crate::sync::next_instance_id(),
+            clock: AtomicMonotonic::new(),
             shards: core::array::from_fn(|_| Shard::new()),
             top: TopKeys::new(),
             foreign_releases: AtomicU64::new(0),
@@ -463,8 +467,10 @@ impl<const N: usize, const K: usize> KeyedLimits<N, K> {
     /// older than one it has seen as the latest it has seen. `cost` weighs the rate only
     /// (a permit is one concurrency slot whatever the cost); `cost == 0` takes no rate, and
     /// a cost above the burst never conforms (`retry_after == u64::MAX`). Without a rate
-    /// limit, `now` and `cost` are ignored.
+    /// limit, `now` and `cost` are ignored. A `now` above [`MAX_NOW`](crate::time::MAX_NOW)
+    /// is bad input: it acts at the latest time the table has seen.
     pub fn try_acquire(&self, key_hash: u64, now: u64, cost: u32) -> Result<KeyPermit, Rejected> {
+        let now = if self.rate.is_some() { self.clock.in_range_or_latest(now) } else { now };
         let set = self.shards_of(key_hash);
         let mut rate_wait: Option<u64> = None;
         for &shard in self.least_occupied_first(&set).as_slice() {

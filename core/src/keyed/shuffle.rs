@@ -3,7 +3,8 @@
 //! A key is admitted if *any* of its shards has room, so one saturating key fills at most
 //! its own `k` shards. Another key is shut out only if all `k` of its shards are among the
 //! noisy key's `k` — the same set — which happens for a fraction `1 / C(n, k)` of keys
-//! (seed 004: "per-tenant queues (or shuffle-sharded queues)"). See [`isolation`].
+//! (Amazon Builders' Library, "Workload isolation using shuffle-sharding"). See
+//! [`isolation`].
 
 use crate::rng::{mix, SplitMix64};
 

@@ -1,6 +1,6 @@
 use super::histogram::{bucket_low, quantile_of, Histogram, BUCKETS};
 use crate::limit::Window;
-use crate::time::Monotonic;
+use crate::time::{Monotonic, MAX_NOW};
 
 /// Builds a [`Window`] from one window's bucket counts (deltas), latency sum and drops.
 pub(crate) fn summarize(
@@ -130,17 +130,22 @@ impl SampleWindow {
 /// ```
 ///
 /// Progress: not shared. Cost: a few comparisons per sample.
+///
+/// Time: a `now` older than the newest candidate counts as that candidate's time; a `now`
+/// above [`MAX_NOW`] is bad input and counts as the latest time seen (no candidate is
+/// stamped with it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WindowedMin {
     horizon: u64,
     s: [(u64, u64); 3],
     seeded: bool,
+    latest: Monotonic,
 }
 
 impl WindowedMin {
     /// A filter over the last `horizon` ns.
     pub const fn new(horizon: u64) -> Self {
-        Self { horizon, s: [(0, u64::MAX); 3], seeded: false }
+        Self { horizon, s: [(0, u64::MAX); 3], seeded: false, latest: Monotonic::new() }
     }
 
     /// The current minimum (`None` before the first sample).
@@ -156,7 +161,8 @@ impl WindowedMin {
 
     /// Adds `value` seen at `now` and returns the minimum over the horizon.
     pub fn update(&mut self, now: u64, value: u64) -> u64 {
-        let now = now.max(self.s[2].0);
+        let latest = self.latest.observe(now);
+        let now = if now > MAX_NOW { latest } else { now }.max(self.s[2].0);
         let val = (now, value);
         if !self.seeded || value <= self.s[0].1 || now - self.s[2].0 > self.horizon {
             self.s = [val; 3];
