@@ -699,7 +699,7 @@ impl<const CAP: usize> Gate<CAP> {
             let finished = self.round(d, now, &mut sink, bound);
             if self.max_wait_ns.is_some() {
                 let exact = (0..self.levels as usize)
-                    .filter_map(|l| d.oldest(prio(l)).map(|w| w.enqueued_at))
+                    .filter_map(|l| d.oldest(prio(l)).map(|w| w.enqueued_at()))
                     .min()
                     .unwrap_or(u64::MAX);
                 // Relaxed: a bound for `next_wakeup`; fails (keeping a lower bound) if an
@@ -764,7 +764,7 @@ impl<const CAP: usize> Gate<CAP> {
         // 2. Aging, then the shed switch.
         if let Some(a) = self.aging {
             while let Some(w) = d.oldest(a.from) {
-                if now.saturating_sub(w.enqueued_at) < a.after_ns {
+                if now.saturating_sub(w.enqueued_at()) < a.after_ns {
                     break;
                 }
                 if d.demote(&w, a.to) {
@@ -794,7 +794,7 @@ impl<const CAP: usize> Gate<CAP> {
                             return false;
                         }
                     } else {
-                        earliest = earliest.min(w.deadline);
+                        earliest = earliest.min(w.deadline());
                     }
                 }
             }
@@ -842,7 +842,7 @@ impl<const CAP: usize> Gate<CAP> {
                 };
                 // CoDel judges the standing queue by its oldest waiter, in both modes.
                 if self.codel_on {
-                    let sojourn = now.saturating_sub(oldest.enqueued_at);
+                    let sojourn = now.saturating_sub(oldest.enqueued_at());
                     // Only RFC mode reads how many wait behind (folly ignores it).
                     let behind =
                         if self.codel_rfc { d.waiting(p).saturating_sub(1) as usize } else { 0 };
@@ -853,7 +853,7 @@ impl<const CAP: usize> Gate<CAP> {
                         if d.remove(&oldest) {
                             bump(&self.sloughed, 1);
                             let rejected = Rejected::new(Reason::CodelSlough, retry());
-                            sink.push(Event::Expired(oldest.ticket, rejected));
+                            sink.push(Event::Expired(oldest.ticket(), rejected));
                         }
                         continue;
                     }
@@ -866,7 +866,7 @@ impl<const CAP: usize> Gate<CAP> {
                 }
                 if d.remove(&chosen) {
                     bump(&self.granted, 1);
-                    sink.push(Event::Granted(chosen.ticket, permit));
+                    sink.push(Event::Granted(chosen.ticket(), permit));
                 } else {
                     held = Some(permit);
                 }
@@ -945,7 +945,7 @@ impl<const CAP: usize> Gate<CAP> {
                 Reason::Shed => bump(&self.shed_waiters, 1),
                 _ => bump(&self.expired, 1),
             }
-            sink.push(Event::Expired(w.ticket, Rejected::new(reason, retry)));
+            sink.push(Event::Expired(w.ticket(), Rejected::new(reason, retry)));
         }
         true
     }
@@ -953,8 +953,8 @@ impl<const CAP: usize> Gate<CAP> {
     /// Whether `w` should be dropped: its remaining time is shorter than the expected
     /// service time, or it waited longer than the maximum wait.
     fn is_expired(&self, w: &Waiter, now: u64, service: u64) -> bool {
-        (w.deadline != NO_DEADLINE && now.saturating_add(service) > w.deadline)
-            || self.max_wait_ns.is_some_and(|m| now.saturating_sub(w.enqueued_at) > m)
+        (w.deadline() != NO_DEADLINE && now.saturating_add(service) > w.deadline())
+            || self.max_wait_ns.is_some_and(|m| now.saturating_sub(w.enqueued_at()) > m)
     }
 
     /// Decides FIFO or LIFO for level `l` this round, counting switches to LIFO.

@@ -30,7 +30,7 @@
 //! expired by the dispatcher, cancelled by its owner, or taken over by a more important
 //! arrival. Whoever wins the CAS owns the outcome; the others see a changed word.
 
-use crate::sync::{next_instance_id, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use crate::sync::{next_queue_id, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use crate::time::SEC;
 use crate::{ConfigError, Priority, UsageError};
 
@@ -132,18 +132,24 @@ fn priority(level: usize) -> Priority {
 
 /// A queued waiter's handle: which queue, which slot, which occupancy of the slot.
 ///
-/// Copyable and 64 bits wide, so bindings can key their waiters by it (`to_bits`). A
-/// ticket whose waiter already left (granted, expired, cancelled, evicted) or that comes
-/// from another queue is detected and refused with a [`UsageError`]. Generations are 32
-/// bits per slot and queue ids 16 bits, so a ticket held across four billion reuses of
-/// its slot, or presented to a queue created 65,536 queues later, is not told apart.
+/// Copyable and 64 bits wide, so bindings can key their waiters by it (`to_bits`). The
+/// high 32 bits are the queue's id; the low 32 bits hold the slot index (the fewest bits
+/// that index `CAP` slots) above the low bits of the slot's generation. A ticket whose
+/// waiter already left (granted, expired, cancelled, evicted) or that comes from another
+/// queue is refused with a [`UsageError`]; any number at all may be given back through
+/// [`from_bits`](Self::from_bits), and none makes a queue panic.
+///
+/// **Exact guarantee.** Queue ids are never reused within a process: each new queue takes
+/// the next of `2^32 − 1` ids, and a constructor that would need one more fails with a
+/// [`ConfigError`] instead of wrapping. So a ticket of one queue is never taken for a
+/// ticket of another. Within one queue, a stale ticket is refused unless its slot changed
+/// hands a multiple of `2^(32 − slot bits)` times while the ticket was held: `2^26`
+/// (67 million) reuses of that one slot for `CAP = 64`, `2^20` for `CAP = 4096`, `2^16`
+/// for the largest queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Ticket(u64);
 
 impl Ticket {
-    const fn new(owner: u16, slot: usize, gen: u32) -> Self {
-        Self(((owner as u64) << 48) | ((slot as u64) << 32) | gen as u64)
-    }
     /// The ticket as one number (for maps and the C ABI).
     pub const fn to_bits(self) -> u64 {
         self.0
@@ -153,28 +159,43 @@ impl Ticket {
     pub const fn from_bits(bits: u64) -> Self {
         Self(bits)
     }
-    const fn owner(self) -> u16 {
-        (self.0 >> 48) as u16
+    const fn owner(self) -> u32 {
+        (self.0 >> 32) as u32
     }
-    const fn slot(self) -> usize {
-        ((self.0 >> 32) & 0xFFFF) as usize
-    }
-    const fn gen(self) -> u32 {
-        self.0 as u32
+    const fn local(self) -> u64 {
+        self.0 & 0xFFFF_FFFF
     }
 }
 
-/// A waiter as the dispatcher sees it.
+/// A waiter as the dispatcher sees it. Only a [`Dispatcher`] makes one; giving it to the
+/// dispatcher of another queue, or after the waiter left, does nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Waiter {
+    ticket: Ticket,
+    slot: u32,
+    gen: u32,
+    level: Priority,
+    enqueued_at: u64,
+    deadline: u64,
+}
+
+impl Waiter {
     /// Its handle.
-    pub ticket: Ticket,
+    pub const fn ticket(&self) -> Ticket {
+        self.ticket
+    }
     /// Its level (after any aging).
-    pub level: Priority,
+    pub const fn level(&self) -> Priority {
+        self.level
+    }
     /// The `now` it arrived at.
-    pub enqueued_at: u64,
+    pub const fn enqueued_at(&self) -> u64 {
+        self.enqueued_at
+    }
     /// Its deadline, or [`NO_DEADLINE`].
-    pub deadline: u64,
+    pub const fn deadline(&self) -> u64 {
+        self.deadline
+    }
 }
 
 /// A snapshot of a [`WaitQueue`].
@@ -288,7 +309,7 @@ impl Counts {
 ///     d.refresh(|_| true);
 ///     let oldest = d.oldest(Priority::NORMAL).unwrap();
 ///     let newest = d.newest(Priority::NORMAL).unwrap();
-///     order = [Some(oldest.ticket), Some(newest.ticket)];
+///     order = [Some(oldest.ticket()), Some(newest.ticket())];
 ///     assert!(d.remove(&oldest));
 ///     true
 /// });
@@ -340,7 +361,7 @@ pub struct WaitQueue<const CAP: usize> {
     tail: [AtomicU32; LEVELS],
     deferred: AtomicU32,
     levels: u8,
-    owner: u16,
+    owner: u32,
     capacity: u32,
 }
 
@@ -357,6 +378,9 @@ impl<const CAP: usize> WaitQueue<CAP> {
         if capacity > CAP {
             return Err(ConfigError::OutOfRange("queue capacity above CAP"));
         }
+        let owner = next_queue_id().ok_or(ConfigError::OutOfRange(
+            "queue id: 2^32 - 1 queues were built in this process (ids are never reused)",
+        ))?;
         Ok(Self {
             slots: core::array::from_fn(|_| Slot::new()),
             ctl: AtomicU64::new(STACKS_EMPTY),
@@ -366,9 +390,39 @@ impl<const CAP: usize> WaitQueue<CAP> {
             tail: core::array::from_fn(|_| AtomicU32::new(END)),
             deferred: AtomicU32::new(END),
             levels,
-            owner: next_instance_id() as u16,
+            owner,
             capacity: capacity as u32,
         })
+    }
+
+    /// Bits of a ticket's low half that hold the slot index.
+    const SLOT_BITS: u32 = if CAP <= 1 { 0 } else { usize::BITS - (CAP - 1).leading_zeros() };
+    /// Bits of a ticket's low half that hold the slot's generation.
+    const GEN_BITS: u32 = 32 - Self::SLOT_BITS;
+    const GEN_MASK: u64 = (1 << Self::GEN_BITS) - 1;
+
+    /// The ticket of generation `gen` of slot `i`.
+    fn ticket(&self, i: usize, gen: u32) -> Ticket {
+        let local = ((i as u64) << Self::GEN_BITS) | (u64::from(gen) & Self::GEN_MASK);
+        Ticket((u64::from(self.owner) << 32) | local)
+    }
+
+    /// The slot and (truncated) generation a ticket names, if it is one of this queue's
+    /// and its slot exists.
+    fn decode(&self, t: Ticket) -> Result<(usize, u64), UsageError> {
+        if t.owner() != self.owner {
+            return Err(UsageError::ForeignHandle);
+        }
+        let i = (t.local() >> Self::GEN_BITS) as usize;
+        if i >= self.capacity() {
+            return Err(UsageError::UnknownTicket);
+        }
+        Ok((i, t.local() & Self::GEN_MASK))
+    }
+
+    /// Whether `gen` (a slot's full generation) matches a ticket's truncated one.
+    fn same_gen(gen: u32, truncated: u64) -> bool {
+        u64::from(gen) & Self::GEN_MASK == truncated
     }
 
     /// The bound on waiters.
@@ -451,7 +505,7 @@ impl<const CAP: usize> WaitQueue<CAP> {
                     // this slot's incoming push.
                     slot.state.store(pack(gen, WAITING, lvl), Ordering::Release);
                 }
-                return Some(Ticket::new(self.owner, i, gen));
+                return Some(self.ticket(i, gen));
             }
             if !evict {
                 return None;
@@ -566,7 +620,7 @@ impl<const CAP: usize> WaitQueue<CAP> {
         // Release: pairs with the Acquire CAS in `cancel`/`take_over` (as in `push`). An
         // xor, not a store: the dispatcher may be clearing the flags meanwhile.
         slot.state.fetch_xor(CLAIMED ^ WAITING, Ordering::Release);
-        Some(Ticket::new(self.owner, i, gen))
+        Some(self.ticket(i, gen))
     }
 
     /// Withdraws a waiting ticket. Returns its level, or why not: another queue's ticket
@@ -574,17 +628,11 @@ impl<const CAP: usize> WaitQueue<CAP> {
     /// cancelled, evicted — ([`UsageError::UnknownTicket`]). Racing a grant, exactly one
     /// of them wins.
     pub fn cancel(&self, ticket: Ticket) -> Result<Priority, UsageError> {
-        if ticket.owner() != self.owner {
-            return Err(UsageError::ForeignHandle);
-        }
-        let i = ticket.slot();
-        if i >= self.capacity() {
-            return Err(UsageError::UnknownTicket);
-        }
+        let (i, tgen) = self.decode(ticket)?;
         let slot = &self.slots[i];
         let mut s = slot.state.load(Ordering::Relaxed);
         loop {
-            if gen_of(s) != ticket.gen() || status_of(s) != WAITING {
+            if !Self::same_gen(gen_of(s), tgen) || status_of(s) != WAITING {
                 return Err(UsageError::UnknownTicket);
             }
             let new = (s & !STATUS_MASK) | CANCELLED | ATTN;
@@ -830,7 +878,7 @@ impl<const CAP: usize> Dispatcher<'_, CAP> {
         let mut next = gen_of(s).wrapping_sub(evicted_of(s));
         loop {
             while next != gen_of(s) {
-                if !report(Ticket::new(q.owner, i, next)) {
+                if !report(q.ticket(i, next)) {
                     // Out of room: keep the unreported ones (and the flag) for later.
                     loop {
                         let left = u64::from(gen_of(s).wrapping_sub(next)) << EVICTED_SHIFT;
@@ -902,7 +950,9 @@ impl<const CAP: usize> Dispatcher<'_, CAP> {
         // acquired when the stack was taken. If the slot changes hands after the load
         // above, the commit CAS in `remove` fails, so a mixed read is never acted on.
         Found::Waiter(Waiter {
-            ticket: Ticket::new(self.q.owner, i, gen_of(s)),
+            ticket: self.q.ticket(i, gen_of(s)),
+            slot: i as u32,
+            gen: gen_of(s),
             level: priority(level_of(s)),
             enqueued_at: slot.enqueued_at.load(Ordering::Relaxed),
             deadline: slot.deadline.load(Ordering::Relaxed),
@@ -949,7 +999,8 @@ impl<const CAP: usize> Dispatcher<'_, CAP> {
     /// still be queued (call this before removing `w`).
     #[inline]
     pub fn newer(&mut self, w: &Waiter) -> Option<Waiter> {
-        let slot = &self.q.slots[w.ticket.slot()];
+        let i = self.own(w)?;
+        let slot = &self.q.slots[i];
         if slot.linked.load(Ordering::Relaxed) == 0 {
             return None;
         }
@@ -957,16 +1008,23 @@ impl<const CAP: usize> Dispatcher<'_, CAP> {
         self.first_from(next, true)
     }
 
+    /// `w`'s slot, if `w` was made by this queue's dispatcher (a waiter of another queue,
+    /// however it was obtained, is refused here, so no index is ever out of bounds).
+    fn own(&self, w: &Waiter) -> Option<usize> {
+        let i = w.slot as usize;
+        (w.ticket.owner() == self.q.owner && i < self.q.capacity()).then_some(i)
+    }
+
     /// Takes `w` out of the queue (to grant or expire it). `false` if it already left
     /// (cancelled or evicted meanwhile) — then nothing changed.
     pub fn remove(&mut self, w: &Waiter) -> bool {
         let q = self.q;
-        let i = w.ticket.slot();
+        let Some(i) = self.own(w) else { return false };
         let lvl = w.level.index();
-        let expected = pack(w.ticket.gen(), WAITING, lvl);
+        let expected = pack(w.gen, WAITING, lvl);
         // Exactly one of this CAS, `cancel` and `take_over` succeeds on the waiting word.
         // Release: the slot is claimable from here on (pairs with the CAS in `claim`).
-        let freed = pack(w.ticket.gen().wrapping_add(1), FREE, 0);
+        let freed = pack(w.gen.wrapping_add(1), FREE, 0);
         if q.slots[i]
             .state
             .compare_exchange(expected, freed, Ordering::Release, Ordering::Relaxed)
@@ -984,11 +1042,11 @@ impl<const CAP: usize> Dispatcher<'_, CAP> {
     /// Moves `w` to level `to`, keeping arrival order there (aging). `false` if it left.
     pub fn demote(&mut self, w: &Waiter, to: Priority) -> bool {
         let q = self.q;
-        let i = w.ticket.slot();
+        let Some(i) = self.own(w) else { return false };
         let from = w.level.index();
         let to = q.clamp(to);
-        let expected = pack(w.ticket.gen(), WAITING, from);
-        let moved = pack(w.ticket.gen(), WAITING, to);
+        let expected = pack(w.gen, WAITING, from);
+        let moved = pack(w.gen, WAITING, to);
         // Relaxed: as in `remove`; the fields do not change.
         if q.slots[i]
             .state
@@ -1088,7 +1146,7 @@ mod tests {
                 let p = Priority::new(l).unwrap();
                 while let Some(w) = if lifo { d.newest(p) } else { d.oldest(p) } {
                     assert!(d.remove(&w));
-                    out.push(w.ticket);
+                    out.push(w.ticket());
                 }
             }
             true
@@ -1153,7 +1211,7 @@ mod tests {
         let other = WaitQueue::<2>::new(1, 2).unwrap();
         let t = q.push(P0, 0, NO_DEADLINE, false).unwrap();
         assert_eq!(other.cancel(t), Err(UsageError::ForeignHandle));
-        let bogus = Ticket::from_bits(t.to_bits() | (0xFF << 32));
+        let bogus = Ticket::from_bits(t.to_bits() | 0xFF00_0000);
         assert_eq!(q.cancel(bogus), Err(UsageError::UnknownTicket));
         assert_eq!(q.cancel(Ticket::from_bits(t.to_bits() + 1)), Err(UsageError::UnknownTicket));
         assert_eq!(q.cancel(t), Ok(P0));
@@ -1257,7 +1315,7 @@ mod tests {
             for l in 0..3 {
                 while let Some(w) = d.oldest(Priority::new(l).unwrap()) {
                     assert!(d.remove(&w));
-                    order.push(w.ticket);
+                    order.push(w.ticket());
                 }
             }
             true
@@ -1283,7 +1341,7 @@ mod tests {
                 reports.push(t);
                 true
             });
-            assert_eq!(d.oldest(P0).map(|w| w.ticket), Some(c));
+            assert_eq!(d.oldest(P0).map(|w| w.ticket()), Some(c));
             true
         });
         assert_eq!(reports, [b]);
@@ -1365,10 +1423,10 @@ mod tests {
             d.refresh(|_| true);
             let a = d.oldest(P0).unwrap();
             let b = d.newer(&a).unwrap();
-            assert_eq!(b.ticket, t[1]);
+            assert_eq!(b.ticket(), t[1]);
             q.cancel(t[1]).unwrap();
             assert!(!d.remove(&b), "cancelled meanwhile");
-            assert_eq!(d.newer(&a).map(|w| w.ticket), Some(t[2]), "skips the cancelled one");
+            assert_eq!(d.newer(&a).map(|w| w.ticket()), Some(t[2]), "skips the cancelled one");
             true
         });
         assert_eq!(rounds, 2);
