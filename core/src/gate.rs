@@ -290,10 +290,16 @@ pub struct GateMetrics {
 /// arrival that finds no free slot scans the slots for a cancelled one to reuse, then (in
 /// a full queue) for its victim. `poll` is
 /// single-consumer: one thread dispatches at a time; a concurrent `poll` returns 0 at
-/// once, and the thread inside runs another round for it before leaving, so no wake-up is
-/// lost — the events of that round land in the *holder's* buffer, which is why bindings
-/// route events by ticket. Whenever a slot is free and a waiter exists, the next `poll`
-/// grants it; a ticket is granted at most once and never both granted and expired.
+/// once, and the thread inside runs another round for it before leaving (the events of
+/// that round land in the *holder's* buffer, which is why bindings route events by
+/// ticket). The holder runs at most [`MAX_ROUNDS`](crate::queue::MAX_ROUNDS) rounds per
+/// call, each a bounded amount of work (O(capacity) plus one event per waiter it moves),
+/// so a `poll` ends even while other threads keep arriving; work left over makes
+/// [`next_wakeup`](Self::next_wakeup) return `now`, so a binding that re-arms its timer
+/// after each poll loses no wake-up. Whenever a slot is free and a waiter exists, the
+/// next `poll` grants it; a ticket is granted at most once and never both granted and
+/// expired. A panic inside a poll (a limit algorithm's bug, say) releases the dispatch
+/// flag and keeps every waiter queued: the gate is never wedged.
 ///
 /// **Cost.** Counting atomic read-modify-writes (RMWs; the clamp of `now` costs one only
 /// when time advances, a load otherwise). Admitted arrival: the clamp and the limiter's
@@ -980,9 +986,15 @@ impl<const CAP: usize> Gate<CAP> {
 
     /// When the binding's one timer should next call [`poll`](Self::poll), if at all:
     /// the earliest moment a waiter's deadline or maximum wait runs out, or a refusal
-    /// with free slots may lapse. `None` when nothing waits. Never earlier than `now`.
+    /// with free slots may lapse; `now` while work is left for a poll (a poll stopped at
+    /// its bound of rounds). `None` when nothing waits.
+    /// Never earlier than `now`.
     pub fn next_wakeup(&self, now: u64) -> Option<u64> {
         let now = self.clock.observe(now);
+        if self.queue.needs_dispatch() {
+            // A poll stopped at its bound of rounds (or panicked): poll now.
+            return Some(now);
+        }
         if self.queue.is_empty() {
             return None;
         }

@@ -104,6 +104,10 @@ const BUSY: u64 = 1 << 32;
 /// without `BUSY`, since the last holder stopped early).
 const PENDING: u64 = 1 << 33;
 
+/// The most dispatch rounds one `try_dispatch` runs (the first, plus re-runs for work
+/// that came in meanwhile) before it leaves the rest to the next caller.
+pub const MAX_ROUNDS: u32 = 8;
+
 /// How many times an arrival into a full queue looks for a free slot or a victim again
 /// after the one it found changed under it.
 const PUSH_ATTEMPTS: usize = 3;
@@ -328,8 +332,13 @@ impl Counts {
 /// arrival racing departures from a full queue may be refused after them).
 /// The dispatcher is single-consumer: [`try_dispatch`](Self::try_dispatch) runs rounds
 /// while it holds a flag, and a concurrent call returns `false` at once after asking the
-/// holder for one more round, so no request for dispatch is lost; the holder keeps
-/// serving such requests while they arrive (lock-free, not wait-free, for the holder).
+/// holder for one more round, so no request for dispatch is lost. The holder runs at most
+/// [`MAX_ROUNDS`] rounds per call; work that keeps coming after that is left, flagged, for
+/// the next caller ([`needs_dispatch`](Self::needs_dispatch)), so a call is wait-free
+/// given a bound on the work of one round (which is O(capacity) plus the closure's own).
+/// If a round panics, the flag is released and everything taken is kept for the next
+/// round (no waiter, cancel or eviction report is lost; a report whose callback panicked
+/// is made again).
 ///
 /// **Bound.** Never more than `capacity` waiters, structurally: a waiter needs a slot. A
 /// cancelled waiter's slot is reused at once by an arrival that finds no free slot (it
@@ -655,9 +664,12 @@ impl<const CAP: usize> WaitQueue<CAP> {
     ///
     /// `round` returns `true` when it finished its work, `false` when it stopped early
     /// (its output is full). If another thread asked for a round, or arrivals or cancels
-    /// came in meanwhile, `round` runs again (after a `true`). A call that finds the
+    /// came in meanwhile, `round` runs again (after a `true`), up to [`MAX_ROUNDS`] rounds
+    /// in all; then the rest is left for the next caller and
+    /// [`needs_dispatch`](Self::needs_dispatch) is `true`. A call that finds the
     /// dispatcher busy returns `false` at once and leaves a request the holder honours
-    /// before it leaves. Arrivals and cancels taken in a round are always linked and
+    /// (in a round, or by leaving it flagged). A panic in `round` propagates after the
+    /// queue is made whole (see the type's progress note). Arrivals and cancels taken in a round are always linked and
     /// settled, even if `round` does not call [`Dispatcher::refresh`].
     pub fn try_dispatch(&self, mut round: impl FnMut(&mut Dispatcher<'_, CAP>) -> bool) -> bool {
         let mut w = self.ctl.load(Ordering::Relaxed);
@@ -685,16 +697,26 @@ impl<const CAP: usize> WaitQueue<CAP> {
                 Err(actual) => w = actual,
             }
         }
-        let mut d = Dispatcher {
-            q: self,
-            incoming: head_of(w, INCOMING_SHIFT),
-            attention: head_of(w, ATTENTION_SHIFT),
+        let mut hold = Hold {
+            d: Dispatcher {
+                q: self,
+                incoming: head_of(w, INCOMING_SHIFT),
+                attention: head_of(w, ATTENTION_SHIFT),
+                rest: [END; 2],
+                current: END,
+                current_next: 0,
+            },
+            done: false,
         };
+        let d = &mut hold.d;
+        let mut rounds = 0;
         loop {
-            let finished = round(&mut d);
+            let finished = round(d);
+            rounds += 1;
             // Whatever the round did not take in is linked and settled now (reports wait).
             d.refresh(|_| false);
             if !finished {
+                hold.done = true;
                 // Release: pairs with the next holder's Acquire. Stacks and PENDING stay
                 // for that holder.
                 self.ctl.fetch_and(!BUSY, Ordering::Release);
@@ -711,6 +733,16 @@ impl<const CAP: usize> WaitQueue<CAP> {
                 )
                 .is_ok()
             {
+                hold.done = true;
+                return true;
+            }
+            if rounds >= MAX_ROUNDS {
+                // Bounded: leave the new work and a request for the next caller
+                // (`needs_dispatch` says so), instead of serving other threads for ever.
+                hold.done = true;
+                self.ctl.fetch_or(PENDING, Ordering::Relaxed);
+                // Release: as above.
+                self.ctl.fetch_and(!BUSY, Ordering::Release);
                 return true;
             }
             // Acquire: pairs with the Release of each push or request since.
@@ -718,6 +750,14 @@ impl<const CAP: usize> WaitQueue<CAP> {
             d.incoming = head_of(w, INCOMING_SHIFT);
             d.attention = head_of(w, ATTENTION_SHIFT);
         }
+    }
+
+    /// Whether a dispatch round is owed although nobody is dispatching: a holder stopped
+    /// at its bound of rounds, stopped early with a request pending, or panicked. A hint
+    /// (the word can change at once).
+    pub fn needs_dispatch(&self) -> bool {
+        let w = self.ctl.load(Ordering::Relaxed);
+        w & (BUSY | PENDING) == PENDING
     }
 
     /// Arrival time of the oldest waiter (a scan of the slots: O(capacity)).
@@ -776,6 +816,32 @@ pub struct Dispatcher<'a, const CAP: usize> {
     incoming: u32,
     /// Taken, not yet settled: newest first.
     attention: u32,
+    /// The rest of the two lists `refresh` is settling (deferred, then this batch).
+    rest: [u32; 2],
+    /// The slot `settle` is working on, and the generation it is reporting.
+    current: u32,
+    current_next: u32,
+}
+
+/// Owns the dispatcher while a thread holds the dispatch flag. If a round panics, its drop
+/// keeps everything taken for a later round and releases the flag, leaving a request for
+/// the next caller, so a panic never wedges the queue.
+struct Hold<'a, const CAP: usize> {
+    d: Dispatcher<'a, CAP>,
+    done: bool,
+}
+
+impl<const CAP: usize> Drop for Hold<'_, CAP> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        self.d.recover();
+        let ctl = &self.d.q.ctl;
+        ctl.fetch_or(PENDING, Ordering::Relaxed);
+        // Release: publishes the recovered lists to the next holder's Acquire.
+        ctl.fetch_and(!BUSY, Ordering::Release);
+    }
 }
 
 /// What the dispatcher found in a linked slot.
@@ -823,6 +889,31 @@ impl<const CAP: usize> Dispatcher<'_, CAP> {
         let q = self.q;
         // Link first: every slot flagged for attention was pushed to `incoming` before it
         // was flagged, and both stacks were taken together, so it is linked now.
+        self.link_incoming();
+        // Earlier rounds' deferred reports, then this batch, oldest first.
+        // Dispatcher-private: a load and a store, no read-modify-write.
+        let deferred = q.deferred.load(Ordering::Relaxed);
+        if deferred != END {
+            q.deferred.store(END, Ordering::Relaxed);
+        }
+        // The lists being settled live in `self`, so that if `report` panics the unwind
+        // guard of `try_dispatch` can keep what is left for a later round.
+        self.rest = [deferred, reverse(&q.slots, |s| &s.attn_link, self.attention)];
+        self.attention = END;
+        for k in 0..2 {
+            while self.rest[k] != END {
+                let i = self.rest[k] as usize;
+                self.rest[k] = q.slots[i].attn_link.load(Ordering::Relaxed);
+                self.current = i as u32;
+                self.settle(i, &mut report);
+                self.current = END;
+            }
+        }
+    }
+
+    /// Links the arrivals taken from the incoming stack at the tail of their levels.
+    fn link_incoming(&mut self) {
+        let q = self.q;
         let mut cur = reverse(&q.slots, |s| &s.link, self.incoming);
         self.incoming = END;
         while cur != END {
@@ -831,22 +922,41 @@ impl<const CAP: usize> Dispatcher<'_, CAP> {
             let lvl = level_of(q.slots[i].state.load(Ordering::Relaxed));
             self.link_tail(lvl, i);
         }
-        // Earlier rounds' deferred reports, then this batch, oldest first.
-        // Dispatcher-private: a load and a store, no read-modify-write.
-        let deferred = q.deferred.load(Ordering::Relaxed);
-        if deferred != END {
-            q.deferred.store(END, Ordering::Relaxed);
+    }
+
+    /// After a panic in a round (or in `report`): links what was taken and keeps every
+    /// slot not settled yet for a later round, so nothing taken from the stacks is lost.
+    /// A report that was being made when the panic hit counts as not made.
+    fn recover(&mut self) {
+        let q = self.q;
+        self.link_incoming();
+        if self.current != END {
+            let i = self.current as usize;
+            self.current = END;
+            let slot = &q.slots[i];
+            let mut s = slot.state.load(Ordering::Acquire);
+            while evicted_of(s) != 0 {
+                let left = u64::from(gen_of(s).wrapping_sub(self.current_next)) << EVICTED_SHIFT;
+                let new = (s & !EVICTED_MASK) | left;
+                match slot.state.compare_exchange(s, new, Ordering::Relaxed, Ordering::Relaxed) {
+                    Ok(_) => break,
+                    Err(actual) => s = actual,
+                }
+            }
+            self.unlink(i);
+            self.defer(i);
         }
         let batch = reverse(&q.slots, |s| &s.attn_link, self.attention);
         self.attention = END;
-        for first in [deferred, batch] {
+        for first in [self.rest[0], self.rest[1], batch] {
             let mut cur = first;
             while cur != END {
                 let i = cur as usize;
                 cur = q.slots[i].attn_link.load(Ordering::Relaxed);
-                self.settle(i, &mut report);
+                self.defer(i);
             }
         }
+        self.rest = [END; 2];
     }
 
     /// Keeps slot `i` (still flagged) for a later round's reports, in order.
@@ -878,6 +988,7 @@ impl<const CAP: usize> Dispatcher<'_, CAP> {
         let mut next = gen_of(s).wrapping_sub(evicted_of(s));
         loop {
             while next != gen_of(s) {
+                self.current_next = next;
                 if !report(q.ticket(i, next)) {
                     // Out of room: keep the unreported ones (and the flag) for later.
                     loop {
