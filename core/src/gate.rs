@@ -25,7 +25,9 @@
 //!   deadline cannot be met at the current drain rate (`limit / service time`) is refused
 //!   at once with `DeadlineUnmeetable`.
 //! - **CoDel** (folly by default; RFC 8289 as an option), one per level, judged on the
-//!   oldest waiter's sojourn each time a slot is handed out; a sloughed waiter is reported
+//!   sojourn of the waiter being dequeued (the newest in LIFO) each time a slot is handed
+//!   out; an arrival admitted at once counts as a zero-delay dequeue, as it would in folly
+//!   where every request passes through the queue; a sloughed waiter is reported
 //!   `Expired(CodelSlough)`.
 //! - **Full queue.** A cancelled waiter's place is free at once (no poll needed). When
 //!   every place holds a waiter, a more important arrival evicts the oldest waiter of the
@@ -254,7 +256,10 @@ pub struct GateMetrics {
     pub service_ns: u64,
     /// CoDel of each level.
     pub codel: [CodelMetrics; LEVELS],
-    /// The limiter.
+    /// The limiter, as callers saw it: a permit the gate took for a waiter that then left
+    /// before it could be granted (sloughed, expired, evicted or cancelled at that moment)
+    /// and gave back unused counts in neither `admitted` nor `ignored` here
+    /// ([`Gate::limiter`]`().metrics()` counts it in both).
     pub limiter: LimiterMetrics,
 }
 
@@ -368,6 +373,8 @@ pub struct Gate<const CAP: usize> {
     sloughed: AtomicU64,
     shed_waiters: AtomicU64,
     aged: AtomicU64,
+    /// Permits taken by the dispatcher and given back unused (see `GateMetrics::limiter`).
+    unused_permits: AtomicU64,
     // Counters written by arrivals.
     shed_arrivals: AtomicU64,
     queue_full: AtomicU64,
@@ -375,26 +382,21 @@ pub struct Gate<const CAP: usize> {
 }
 
 /// Where a dispatch round writes its events.
-struct Sink<'o, 'l> {
+struct Sink<'o> {
     out: &'o mut [Option<Event>],
     n: usize,
-    limiter: &'l Limiter,
-    now: u64,
 }
 
-impl Sink<'_, '_> {
+impl Sink<'_> {
     fn is_full(&self) -> bool {
         self.n >= self.out.len()
     }
 
-    /// Writes `ev` if there is room. A grant left unconsumed in the slot by the caller is
-    /// returned to the limiter (as `Ignored`) rather than leaked.
+    /// Writes `ev` if there is room (every entry of `out` is `None`: see `poll`).
     #[inline]
     fn push(&mut self, ev: Event) -> bool {
         let Some(slot) = self.out.get_mut(self.n) else { return false };
-        if let Some(Event::Granted(_, stale)) = slot.replace(ev) {
-            let _ = self.limiter.release_raw(stale, self.now, Outcome::Ignored);
-        }
+        *slot = Some(ev);
         self.n += 1;
         true
     }
@@ -448,6 +450,7 @@ impl<const CAP: usize> Gate<CAP> {
             sloughed: AtomicU64::new(0),
             shed_waiters: AtomicU64::new(0),
             aged: AtomicU64::new(0),
+            unused_permits: AtomicU64::new(0),
             shed_arrivals: AtomicU64::new(0),
             queue_full: AtomicU64::new(0),
             unmeetable: AtomicU64::new(0),
@@ -527,7 +530,14 @@ impl<const CAP: usize> Gate<CAP> {
     #[inline]
     fn admit_now(&self, now: u64, lvl: usize) -> Option<RawPermit> {
         if self.queue.waiting_through(prio(lvl)) == 0 && !self.limiter_full() {
-            return self.limiter.try_acquire_raw(now, prio(lvl)).ok();
+            let permit = self.limiter.try_acquire_raw(now, prio(lvl)).ok()?;
+            if self.codel_on {
+                // A request that never waited is a zero-delay dequeue for CoDel: without
+                // it, the verdict of the last queued dequeue would stand for as long as
+                // every request is admitted at once.
+                self.codel[lvl].on_pass(now);
+            }
+            return Some(permit);
         }
         None
     }
@@ -679,14 +689,22 @@ impl<const CAP: usize> Gate<CAP> {
     /// Call it after `arrive` returned `Queued`, after every `release`, and when
     /// [`next_wakeup`](Self::next_wakeup) comes; call it again while it fills `out`.
     /// Returns 0 at once if another thread is polling (that thread does this call's
-    /// work). Entries are overwritten; an unconsumed `Granted` found in a written entry
-    /// is returned to the limiter as `Ignored`.
+    /// work).
+    ///
+    /// **An event is never overwritten.** Only the leading run of `None` entries of `out`
+    /// is used: poll stops at the first entry that still holds an event (a grant not
+    /// taken yet, perhaps from another gate's poll into the same buffer), so a caller
+    /// takes every event it was given (`Option::take`) before polling with the same
+    /// buffer again. A buffer whose first entry is occupied makes `poll` return 0 and do
+    /// nothing.
     pub fn poll(&self, now: u64, out: &mut [Option<Event>]) -> usize {
+        let room = out.iter().position(Option::is_some).unwrap_or(out.len());
+        let out = &mut out[..room];
         if out.is_empty() {
             return 0;
         }
         let now = self.clock.observe(now);
-        let mut sink = Sink { out, n: 0, limiter: &self.limiter, now };
+        let mut sink = Sink { out, n: 0 };
         // The deadline bound, read before the dispatcher takes the arrivals. Acquire:
         // pairs with the Release fetch_min in `arrive` (after its push), so every deadline
         // in this value belongs to a waiter the first round links.
@@ -728,7 +746,7 @@ impl<const CAP: usize> Gate<CAP> {
         &self,
         d: &mut Dispatcher<'_, CAP>,
         now: u64,
-        sink: &mut Sink<'_, '_>,
+        sink: &mut Sink<'_>,
         bound: u64,
     ) -> bool {
         // Relaxed: a lower bound of the waiters' deadlines, possibly including arrivals
@@ -754,7 +772,7 @@ impl<const CAP: usize> Gate<CAP> {
         &self,
         d: &mut Dispatcher<'_, CAP>,
         now: u64,
-        sink: &mut Sink<'_, '_>,
+        sink: &mut Sink<'_>,
         hint: u64,
         earliest_out: &mut Option<u64>,
     ) -> bool {
@@ -846,9 +864,16 @@ impl<const CAP: usize> Gate<CAP> {
                         }
                     },
                 };
-                // CoDel judges the standing queue by its oldest waiter, in both modes.
+                let chosen = if lifo { d.newest(p).unwrap_or(oldest) } else { oldest };
+                if lifo && self.is_expired(&chosen, now, service) {
+                    held = Some(permit);
+                    self.drop_waiter(d, sink, &chosen, Reason::Expired, retry());
+                    continue;
+                }
+                // CoDel judges the waiter being dequeued (the newest in LIFO), as folly
+                // and HBase do.
                 if self.codel_on {
-                    let sojourn = now.saturating_sub(oldest.enqueued_at());
+                    let sojourn = now.saturating_sub(chosen.enqueued_at());
                     // Only RFC mode reads how many wait behind (folly ignores it).
                     let behind =
                         if self.codel_rfc { d.waiting(p).saturating_sub(1) as usize } else { 0 };
@@ -856,19 +881,13 @@ impl<const CAP: usize> Gate<CAP> {
                     // callers one after another.
                     if self.codel[l].on_dequeue_exclusive(now, sojourn, behind) {
                         held = Some(permit);
-                        if d.remove(&oldest) {
+                        if d.remove(&chosen) {
                             bump(&self.sloughed, 1);
                             let rejected = Rejected::new(Reason::CodelSlough, retry());
-                            sink.push(Event::Expired(oldest.ticket(), rejected));
+                            sink.push(Event::Expired(chosen.ticket(), rejected));
                         }
                         continue;
                     }
-                }
-                let chosen = if lifo { d.newest(p).unwrap_or(oldest) } else { oldest };
-                if lifo && self.is_expired(&chosen, now, service) {
-                    held = Some(permit);
-                    self.drop_waiter(d, sink, &chosen, Reason::Expired, retry());
-                    continue;
                 }
                 if d.remove(&chosen) {
                     bump(&self.granted, 1);
@@ -878,11 +897,11 @@ impl<const CAP: usize> Gate<CAP> {
                 }
             }
             if let Some(permit) = held.take() {
-                let _ = self.limiter.release_raw(permit, now, Outcome::Ignored);
+                self.give_back(permit, now);
             }
         }
         if let Some(permit) = held.take() {
-            let _ = self.limiter.release_raw(permit, now, Outcome::Ignored);
+            self.give_back(permit, now);
         }
         let recheck = refused_with_room.map_or(0, |w: u64| now.saturating_add(w.max(MS)));
         if self.recheck_at.load(Ordering::Relaxed) != recheck {
@@ -890,6 +909,13 @@ impl<const CAP: usize> Gate<CAP> {
             self.recheck_at.store(recheck, Ordering::Relaxed);
         }
         finished
+    }
+
+    /// Returns a permit no caller saw, and counts it so that `metrics` leaves it out.
+    fn give_back(&self, permit: RawPermit, now: u64) {
+        if self.limiter.release_raw(permit, now, Outcome::Ignored).is_ok() {
+            bump(&self.unused_permits, 1);
+        }
     }
 
     /// Whether every whole slot of the limit is visibly taken (a fractional limit never
@@ -917,7 +943,7 @@ impl<const CAP: usize> Gate<CAP> {
     fn expire_oldest(
         &self,
         d: &mut Dispatcher<'_, CAP>,
-        sink: &mut Sink<'_, '_>,
+        sink: &mut Sink<'_>,
         p: Priority,
         now: u64,
         service: u64,
@@ -938,7 +964,7 @@ impl<const CAP: usize> Gate<CAP> {
     fn drop_waiter(
         &self,
         d: &mut Dispatcher<'_, CAP>,
-        sink: &mut Sink<'_, '_>,
+        sink: &mut Sink<'_>,
         w: &Waiter,
         reason: Reason,
         retry: u64,
@@ -1056,6 +1082,11 @@ impl<const CAP: usize> Gate<CAP> {
         let expired = self.expired.load(Ordering::Relaxed);
         let sloughed = self.sloughed.load(Ordering::Relaxed);
         let shed_waiters = self.shed_waiters.load(Ordering::Relaxed);
+        // Read before the limiter's counters: each unused permit was counted there first.
+        let unused = self.unused_permits.load(Ordering::Relaxed);
+        let mut limiter = self.limiter.metrics();
+        limiter.admitted = limiter.admitted.saturating_sub(unused);
+        limiter.ignored = limiter.ignored.saturating_sub(unused);
         GateMetrics {
             state: self.state(),
             waiting_by_level: q.waiting_by_level,
@@ -1083,7 +1114,7 @@ impl<const CAP: usize> Gate<CAP> {
             shed_level: self.shed_level(),
             service_ns: self.service_ns(),
             codel: core::array::from_fn(|l| self.codel[l].metrics()),
-            limiter: self.limiter.metrics(),
+            limiter,
         }
     }
 }
@@ -1378,7 +1409,9 @@ mod tests {
     fn codel_sloughs_stale_waiters_and_lifo_serves_the_newest() {
         let cfg = GateConfig { limiter: fixed(1.0, 1), ..GateConfig::default() };
         let g: Gate<16> = Gate::new(cfg).unwrap();
-        let mut permit = admitted(g.arrive(0, P0, None));
+        // Taken from the limiter, not through the gate: an arrival admitted at once would
+        // be a zero-delay dequeue for CoDel, and this test wants a queue that stands.
+        let mut permit = g.limiter().try_acquire_raw(0, P0).unwrap();
         let old: Vec<_> = (1..=4).map(|k| queued(g.arrive(k * MS, P0, None))).collect();
         // t = 50 ms: first dequeue of CoDel's first interval, FIFO.
         g.release(permit, 50 * MS, Outcome::Success).unwrap();
@@ -1392,18 +1425,28 @@ mod tests {
         assert_eq!((tickets(&granted), expired.len()), (std::vec![old[1]], 0));
         assert_eq!(g.state(), GateState::Overloaded, "a standing queue");
         permit = granted.into_iter().next().unwrap().1;
-        // Two fresh arrivals; at the next release the stale ones (> 10 ms) are sloughed
-        // from the oldest end and the newest fresh one is served first (LIFO).
+        // Two fresh arrivals. LIFO serves the newest fresh one first, and CoDel judges the
+        // waiter it dequeues (4 ms: kept), as folly and HBase do.
         let f1 = queued(g.arrive(170 * MS, P0, None));
         let f2 = queued(g.arrive(171 * MS, P0, None));
         g.release(permit, 175 * MS, Outcome::Success).unwrap();
         let (granted, expired) = poll(&g, 175 * MS);
-        assert_eq!(expired, [(old[2], Reason::CodelSlough), (old[3], Reason::CodelSlough)]);
-        assert_eq!(tickets(&granted), [f2]);
+        assert_eq!((tickets(&granted), expired.len()), (std::vec![f2], 0));
+        permit = granted.into_iter().next().unwrap().1;
+        // Then f1 (6 ms: kept)...
+        g.release(permit, 176 * MS, Outcome::Success).unwrap();
+        let (granted, expired) = poll(&g, 176 * MS);
+        assert_eq!((tickets(&granted), expired.len()), (std::vec![f1], 0));
+        permit = granted.into_iter().next().unwrap().1;
+        // ...then the stale ones, newest first, each above 2 × target: sloughed.
+        g.release(permit, 177 * MS, Outcome::Success).unwrap();
+        let (granted, expired) = poll(&g, 177 * MS);
+        assert!(granted.is_empty());
+        assert_eq!(expired, [(old[3], Reason::CodelSlough), (old[2], Reason::CodelSlough)]);
         let m = g.metrics();
         assert_eq!((m.sloughed, m.lifo_switches, m.lifo_levels), (2, 1, 1));
-        assert_eq!(g.waiting(P0), 1);
-        let _ = f1;
+        assert_eq!(g.waiting(P0), 0);
+        assert_eq!((m.limiter.admitted, m.limiter.ignored), (5, 0), "no unseen admission");
     }
 
     #[test]
@@ -1605,19 +1648,24 @@ mod tests {
     }
 
     #[test]
-    fn an_unconsumed_grant_is_returned_not_leaked() {
+    fn an_unconsumed_event_is_never_overwritten() {
         let g: Gate<4> = plain(1.0, 1);
         let a = admitted(g.arrive(0, P0, None));
-        let _t = queued(g.arrive(0, P0, None));
+        let t = queued(g.arrive(0, P0, None));
         g.release(a, 1, Outcome::Ignored).unwrap();
-        let mut out: [Option<Event>; 1] = Default::default();
+        let mut out: [Option<Event>; 2] = Default::default();
         assert_eq!(g.poll(1, &mut out), 1);
         assert_eq!(g.limiter().inflight(), 1);
-        let _u = queued(g.arrive(2, P0, Some(3)));
-        // Polling into the same buffer without taking the grant: the event is replaced
-        // by the new one and the stale grant's slot returns to the limiter.
+        let u = queued(g.arrive(2, P0, Some(3)));
+        // Polling into the same buffer without taking the grant: nothing is written, not
+        // even into the free entry after it.
+        assert_eq!(g.poll(10, &mut out), 0);
+        let Some(Event::Granted(t0, p)) = out[0].take() else { panic!("the grant stays") };
+        assert_eq!(t0, t);
+        assert!(out[1].is_none());
         assert_eq!(g.poll(10, &mut out), 1);
-        assert!(matches!(out[0], Some(Event::Expired(_, _))));
+        assert!(matches!(out[0].take(), Some(Event::Expired(x, _)) if x == u));
+        g.release(p, 11, Outcome::Success).unwrap();
         assert_eq!(g.limiter().inflight(), 0);
     }
 
