@@ -1,6 +1,6 @@
 //! CoDel for request queues: is a queue *standing*, and should this waiter be sloughed?
 //!
-//! Two drop rules share one type (research note `queues_retries.md` §1):
+//! Two drop rules share one type:
 //!
 //! - [`CodelMode::Folly`] (the default) — folly's `Codel` for server request queues. Over each
 //!   interval (100 ms) the smallest queueing delay seen at dequeue is tracked; at the end of
@@ -134,8 +134,7 @@ pub struct CodelMetrics {
 /// its CoDels and one at a time, makes those loads and stores too (no read-modify-write).
 ///
 /// **Source.** folly `folly/executors/Codel.{h,cpp}` and HBase
-/// `AdaptiveLifoCoDelCallQueue` (folly rule), RFC 8289 §5 (control law); facts in
-/// `research/queues_retries.md` §1.
+/// `AdaptiveLifoCoDelCallQueue` (folly rule), RFC 8289 §5 (control law).
 #[derive(Debug)]
 pub struct Codel {
     target_ns: u64,

@@ -10,7 +10,7 @@
 //! release ──► limiter ──► (caller) poll ──► Granted(ticket, permit) / Expired(ticket, why)
 //! ```
 //!
-//! Rules (DESIGN.md §3, `research/queues_retries.md` §1, seeds 000 and 004):
+//! Rules:
 //! - **Order.** The most important level first; within a level FIFO, or LIFO while the
 //!   queue stands ([`LifoTrigger`]: CoDel overloaded, or occupancy above a threshold —
 //!   HBase uses 0.8). Expiry is always checked from the oldest end, even in LIFO mode
@@ -33,9 +33,9 @@
 //!   every place holds a waiter, a more important arrival evicts the oldest waiter of the
 //!   least important level below it (reported `Expired(Evicted)` by the next poll);
 //!   otherwise the arrival is refused with `QueueFull`.
-//! - **Aging** (optional, seed 000): a waiter of one level older than a threshold moves to a
+//! - **Aging** (optional): a waiter of one level older than a threshold moves to a
 //!   less important level.
-//! - **Shed switch** (seed 002): `set_shed_level(Some(p))` refuses every arrival at level
+//! - **Shed switch** (for the on-call engineer): `set_shed_level(Some(p))` refuses every arrival at level
 //!   ≥ p at once and expires such waiters at the next poll.
 
 use crate::codel::{Codel, CodelConfig, CodelMetrics, CodelMode};
@@ -91,10 +91,13 @@ pub struct Aging {
 }
 
 impl Aging {
-    /// Seed 000: "if P1 requests wait longer than 500ms in the queue, they get downgraded
-    /// to P2".
-    pub const SEED_000: Aging =
+    /// A normal waiter that waited more than 500 ms becomes background work: it then
+    /// yields to fresh normal requests instead of holding them up.
+    pub const NORMAL_TO_BACKGROUND_AFTER_500_MS: Aging =
         Aging { from: Priority::NORMAL, to: Priority::BACKGROUND, after_ns: 500 * MS };
+    /// The former name of [`NORMAL_TO_BACKGROUND_AFTER_500_MS`](Self::NORMAL_TO_BACKGROUND_AFTER_500_MS).
+    #[doc(hidden)]
+    pub const SEED_000: Aging = Self::NORMAL_TO_BACKGROUND_AFTER_500_MS;
 }
 
 /// How a [`Gate`] is built. `Default`: the default limiter, queue capacity `CAP`, folly
@@ -104,24 +107,24 @@ impl Aging {
 pub struct GateConfig {
     /// The limiter (its `levels` are the gate's levels).
     pub limiter: LimiterConfig,
-    /// Waiters held at most; `None` = `CAP`. Seed 004: size it with
+    /// Waiters held at most; `None` = `CAP`. Size it by time with
     /// [`capacity_for`](crate::queue::capacity_for)`(drain rate, wait budget)`.
     pub queue_capacity: Option<usize>,
     /// CoDel per level (`None`: no sloughing, and `LifoTrigger::CodelOverloaded` is FIFO).
     pub codel: Option<CodelConfig>,
     /// When to dispatch newest-first.
     pub lifo: LifoTrigger,
-    /// A waiter queued longer than this is expired (HHVM `maxJobQueuingMs`; seed 004's
+    /// A waiter queued longer than this is expired (HHVM `maxJobQueuingMs`; the
     /// wait budget). `None`: only deadlines and CoDel expire waiters.
     pub max_wait_ns: Option<u64>,
-    /// Optional aging (seed 000: [`Aging::SEED_000`]).
+    /// Optional aging (e.g. [`Aging::NORMAL_TO_BACKGROUND_AFTER_500_MS`]).
     pub aging: Option<Aging>,
     /// Expected service time before any sample, ns; 0 = unknown until the first success.
     pub initial_service_ns: u64,
     /// EWMA weight of each success latency in the service-time estimate, `(0, 1]`
-    /// (seed 000: alpha = 0.1).
+    /// (default 0.1).
     pub service_alpha: f64,
-    /// `retry_after` when nothing better is known (seed 004's `Retry-After: 1`): 1 s.
+    /// `retry_after` when nothing better is known (an HTTP `Retry-After: 1`): 1 s.
     pub fallback_retry_after_ns: u64,
 }
 
@@ -135,9 +138,9 @@ impl Default for GateConfig {
             max_wait_ns: None,
             aging: None,
             initial_service_ns: 0,
-            // seed 000: "lat_avg: Rolling average latency (exponential weighted, alpha=0.1)"
+            // A latency EWMA with weight 0.1: about the last ten requests.
             service_alpha: 0.1,
-            // seed 004: `reply(503, retry_after="1")`
+            // A 503 with `Retry-After: 1`.
             fallback_retry_after_ns: SEC,
         }
     }
@@ -203,7 +206,8 @@ pub enum Event {
     Expired(Ticket, Rejected),
 }
 
-/// Readiness: overloaded is not broken (seeds 002, 003).
+/// Readiness: overloaded is not broken (a load balancer should keep sending traffic to an
+/// overloaded instance that sheds, not restart it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum GateState {
     /// Serving without a standing queue.
@@ -327,9 +331,11 @@ pub struct GateMetrics {
 /// large gate in a `static`, a `Box` or an `Arc` from a thread with room to build it
 /// (debug builds of `Gate<4096>` need more than the 2 MB default of a spawned thread).
 ///
-/// **Sources.** DESIGN.md §3; folly `Codel`, HBase `AdaptiveLifoCoDelCallQueue`, HHVM
-/// `JobQueue` (`research/queues_retries.md` §1); seeds 000 (priorities, aging), 002 (shed
-/// switch), 004 (time-sized queue, deadline drop at dequeue).
+/// **Sources.** folly `Codel`, HBase `AdaptiveLifoCoDelCallQueue`, HHVM `JobQueue`
+/// (priority deques, oldest-end expiry, `maxJobQueuingMs`); adaptive LIFO from "Fail at
+/// Scale" (B. Maurer, ACM Queue 2015); criticality levels and shedding the least critical
+/// first from the Google SRE book ("Handling Overload"); a queue sized by drain rate ×
+/// acceptable wait (Little's law), and deadlines dropped at dequeue.
 #[derive(Debug)]
 pub struct Gate<const CAP: usize> {
     limiter: Limiter,
@@ -671,7 +677,7 @@ impl<const CAP: usize> Gate<CAP> {
         self.queue.cancel(ticket).map(|_| ())
     }
 
-    /// The on-call switch (seed 002): `Some(p)` refuses every arrival at level ≥ p at once
+    /// The on-call switch: `Some(p)` refuses every arrival at level ≥ p at once
     /// (`Shed`) and expires such waiters at the next poll; `None` turns it off.
     pub fn set_shed_level(&self, level: Option<Priority>) {
         let v = level.map_or(NO_SHED, |p| p.index() as u8);
@@ -1548,11 +1554,11 @@ mod tests {
     }
 
     #[test]
-    fn seed_000_aging_moves_a_normal_waiter_to_background_after_500_ms() {
+    fn aging_moves_a_normal_waiter_to_background_after_500_ms() {
         let cfg = GateConfig {
             limiter: fixed(1.0, 3),
             codel: None,
-            aging: Some(Aging::SEED_000),
+            aging: Some(Aging::NORMAL_TO_BACKGROUND_AFTER_500_MS),
             ..GateConfig::default()
         };
         let g: Gate<8> = Gate::new(cfg).unwrap();

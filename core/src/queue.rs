@@ -5,9 +5,9 @@
 //! another thread; the dispatcher ([`WaitQueue::try_dispatch`]) is single-consumer — a
 //! second thread that tries to dispatch while one is inside returns at once, and the
 //! thread inside runs one more round on its behalf — the same "whoever wins the CAS does
-//! the work, everyone else moves on" rule the limiter uses to fold windows (DESIGN.md §2).
+//! the work, everyone else moves on" rule the limiter uses to fold windows.
 //!
-//! Layout (DESIGN.md §2 "fixed layout"): a const-generic array of slots, addressed by
+//! Layout (fixed, no allocation): a const-generic array of slots, addressed by
 //! index, never by pointer. Each slot has one atomic state word
 //! (`generation | evictions | level | flags | status`) and the waiter's times. A slot is
 //! claimed by one CAS on its state (starting at the slot freed last), and three intrusive
@@ -41,14 +41,14 @@ pub const NO_DEADLINE: u64 = u64::MAX;
 /// The largest capacity a queue can have (slot indices are 16 bits, `0xFFFF` ends a list).
 pub const MAX_CAPACITY: usize = 0xFFFF;
 
-/// Sizes a queue by time, not count (seed 004: "max_queue_len = drain_rate ×
-/// max_acceptable_wait"): `ceil(drain_per_sec × wait_budget_ns / 1 s)`, at most
+/// Sizes a queue by time, not count (Little's law: the queue a server drains in the
+/// longest acceptable wait is `drain_rate × max_acceptable_wait`): `ceil(drain_per_sec × wait_budget_ns / 1 s)`, at most
 /// [`MAX_CAPACITY`]. Usable in a const generic.
 ///
 /// ```
 /// use surgeguard_core::queue::capacity_for;
 /// use surgeguard_core::time::MS;
-/// // Seed 004: 2,000 req/s and a 100 ms wait budget is 200 slots, not 10,000.
+/// // 2,000 req/s and a 100 ms wait budget is 200 slots, not 10,000.
 /// assert_eq!(capacity_for(2_000, 100 * MS), 200);
 /// const CAP: usize = capacity_for(500, 30 * MS);
 /// assert_eq!(CAP, 15);
@@ -353,9 +353,8 @@ impl Counts {
 /// dispatcher writes (lists, counts of departures, deferred reports) is private to it, so
 /// loads and stores. Memory: about 48 bytes per slot.
 ///
-/// **Source.** Bounded per-level rings of DESIGN.md §3; Treiber stacks taken whole; the
-/// HHVM `JobQueue` idea of priority deques scanned most important first
-/// (`research/queues_retries.md` §1.4).
+/// **Source.** Bounded per-level queues scanned most important first, as in HHVM's
+/// `JobQueue` (priority deques); Treiber stacks (R. K. Treiber, 1986) taken whole.
 #[derive(Debug)]
 pub struct WaitQueue<const CAP: usize> {
     slots: [Slot; CAP],

@@ -3,7 +3,7 @@
 //!
 //! Random sequences of arrive / release / poll / cancel / advance-time / shed-level run on
 //! a real `Gate` (fixed limit, three levels, no partitions, FIFO, no CoDel, capacity 4)
-//! and on a plain-`Vec` model of the rules in DESIGN.md §3. After every step the two must
+//! and on a plain-`Vec` model of the documented rules (`gate` module docs). After every step the two must
 //! agree on each decision (admitted / queued / rejected and why), on the events a poll
 //! reports, on queue depth per level and on in-flight; and the invariants must hold:
 //! in-flight ≤ limit, queue ≤ capacity, no lost wake-up after a poll (a waiter left only
