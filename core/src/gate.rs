@@ -41,7 +41,7 @@
 use crate::codel::{Codel, CodelConfig, CodelMetrics, CodelMode};
 use crate::queue::{Dispatcher, Ticket, WaitQueue, Waiter, NO_DEADLINE};
 use crate::sync::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use crate::time::{AtomicMonotonic, MS, SEC};
+use crate::time::{check_now, AtomicMonotonic, MAX_NOW, MS, SEC};
 use crate::types::check_range;
 use crate::{
     ConfigError, Limiter, LimiterConfig, LimiterMetrics, Outcome, Priority, RawPermit, Reason,
@@ -310,6 +310,15 @@ pub struct GateMetrics {
 /// expired. A panic inside a poll (a limit algorithm's bug, say) releases the dispatch
 /// flag and keeps every waiter queued: the gate is never wedged.
 ///
+/// **Time.** Every `now` is nanoseconds on the caller's monotonic clock, at most
+/// [`MAX_NOW`](crate::time::MAX_NOW) (2^62 ns, about 146 years). A `now` earlier than one
+/// already seen counts as the latest seen. A `now` above `MAX_NOW` is bad input and never
+/// moves the gate's clock: `arrive`, `try_arrive`, `poll` and `next_wakeup` act at the
+/// latest time seen; `release` refuses it with `TimeOutOfRange` (returning the slot
+/// unused, so none leaks). A forward jump within range is taken as real time passing:
+/// waiters past their deadline or maximum wait expire at the next poll, and CoDel closes
+/// its interval.
+///
 /// **Cost.** Counting atomic read-modify-writes (RMWs; the clamp of `now` costs one only
 /// when time advances, a load otherwise). Admitted arrival: the clamp and the limiter's
 /// acquire (three in all with several levels), plus loads: the shed switch, four per
@@ -473,6 +482,16 @@ impl<const CAP: usize> Gate<CAP> {
         self.levels
     }
 
+    /// The clock clamp: the latest `now` seen if `now` is earlier, or if `now` is above
+    /// [`MAX_NOW`](crate::time::MAX_NOW) (bad input never moves the gate's clock).
+    #[inline(always)]
+    fn observe(&self, now: u64) -> u64 {
+        if now > MAX_NOW {
+            return self.clock.latest();
+        }
+        self.clock.observe(now)
+    }
+
     fn clamp(&self, level: Priority) -> usize {
         level.index().min(self.levels as usize - 1)
     }
@@ -560,7 +579,7 @@ impl<const CAP: usize> Gate<CAP> {
         level: Priority,
         deadline: Option<u64>,
     ) -> Result<RawPermit, Rejected> {
-        let now = self.clock.observe(now);
+        let now = self.observe(now);
         let lvl = self.clamp(level);
         if let Some(r) = self.refuse_early(now, lvl, deadline.unwrap_or(NO_DEADLINE)) {
             return Err(r);
@@ -584,7 +603,7 @@ impl<const CAP: usize> Gate<CAP> {
     /// — is refused (`DeadlineUnmeetable`); then a place in the queue, evicting a less
     /// important waiter if full (`Queued`), or `QueueFull`.
     pub fn arrive(&self, now: u64, level: Priority, deadline: Option<u64>) -> Arrival {
-        let now = self.clock.observe(now);
+        let now = self.observe(now);
         let lvl = self.clamp(level);
         let deadline = deadline.unwrap_or(NO_DEADLINE);
         if let Some(r) = self.refuse_early(now, lvl, deadline) {
@@ -641,10 +660,21 @@ impl<const CAP: usize> Gate<CAP> {
     /// Ends admitted work: a `Success` latency updates the expected service time and is a
     /// sample for the limit algorithm. Then call [`poll`](Self::poll) if anyone waits.
     /// A permit of another gate or limiter is refused with `ForeignHandle`.
+    ///
+    /// A `now` above [`MAX_NOW`](crate::time::MAX_NOW) is refused with `TimeOutOfRange`:
+    /// the clock does not move and no sample is taken, but the permit (moved in, so it
+    /// cannot be handed back) still returns its slot — as `Ignored`, at the latest time
+    /// seen — so a bad time never leaks a slot.
     pub fn release(&self, permit: RawPermit, now: u64, outcome: Outcome) -> Result<(), UsageError> {
-        let now = self.clock.observe(now);
+        if let Err(e) = check_now(now) {
+            self.limiter.release_raw(permit, self.clock.latest(), Outcome::Ignored)?;
+            return Err(e);
+        }
+        // The clock moves only once the permit is accepted: a refused call changes nothing.
+        let now = now.max(self.clock.latest());
         let latency = now.saturating_sub(permit.started_at());
         self.limiter.release_raw(permit, now, outcome)?;
+        self.observe(now);
         if outcome == Outcome::Success {
             self.record_service(latency);
         }
@@ -709,7 +739,7 @@ impl<const CAP: usize> Gate<CAP> {
         if out.is_empty() {
             return 0;
         }
-        let now = self.clock.observe(now);
+        let now = self.observe(now);
         let mut sink = Sink { out, n: 0 };
         // The deadline bound, read before the dispatcher takes the arrivals. Acquire:
         // pairs with the Release fetch_min in `arrive` (after its push), so every deadline
@@ -1022,7 +1052,7 @@ impl<const CAP: usize> Gate<CAP> {
     /// its bound of rounds). `None` when nothing waits.
     /// Never earlier than `now`.
     pub fn next_wakeup(&self, now: u64) -> Option<u64> {
-        let now = self.clock.observe(now);
+        let now = self.observe(now);
         if self.queue.needs_dispatch() {
             // A poll stopped at its bound of rounds (or panicked): poll now.
             return Some(now);
