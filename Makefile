@@ -86,3 +86,10 @@ pytest:
 	$(VENV)/bin/python -m pip install -q --disable-pip-version-check ./bindings-python -r bindings-python/tests/requirements.txt
 	@cd bindings-python && rc=0 && ../$(VENV)/bin/python -m pytest -q -p no:cacheprovider || rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest: no tests were collected" >&2; exit 1; fi; exit $$rc
+
+# Differential fuzzing of the Gate (core/tests/gate_fuzz.rs) at length: a bounded slice
+# of it runs in `make test` (unit); this runs SG_FUZZ_CASES cases in release mode.
+.PHONY: fuzz
+SG_FUZZ_CASES ?= 20000
+fuzz:
+	SG_FUZZ_CASES=$(SG_FUZZ_CASES) $(CARGO) test -p surgeguard-core --release --quiet --test gate_fuzz

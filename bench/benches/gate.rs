@@ -138,7 +138,7 @@ fn bench_gate(c: &mut Criterion) {
                 d.refresh(|_| true);
                 let w = d.oldest(Priority::NORMAL).unwrap();
                 assert!(d.remove(&w));
-                black_box(w.ticket == t)
+                black_box(w.ticket() == t)
             });
         })
     });

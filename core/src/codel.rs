@@ -1,6 +1,6 @@
 //! CoDel for request queues: is a queue *standing*, and should this waiter be sloughed?
 //!
-//! Two drop rules share one type (research note `queues_retries.md` §1):
+//! Two drop rules share one type:
 //!
 //! - [`CodelMode::Folly`] (the default) — folly's `Codel` for server request queues. Over each
 //!   interval (100 ms) the smallest queueing delay seen at dequeue is tracked; at the end of
@@ -134,8 +134,7 @@ pub struct CodelMetrics {
 /// its CoDels and one at a time, makes those loads and stores too (no read-modify-write).
 ///
 /// **Source.** folly `folly/executors/Codel.{h,cpp}` and HBase
-/// `AdaptiveLifoCoDelCallQueue` (folly rule), RFC 8289 §5 (control law); facts in
-/// `research/queues_retries.md` §1.
+/// `AdaptiveLifoCoDelCallQueue` (folly rule), RFC 8289 §5 (control law).
 #[derive(Debug)]
 pub struct Codel {
     target_ns: u64,
@@ -157,6 +156,10 @@ pub struct Codel {
     last_count: AtomicU32,
     dropping: AtomicBool,
     advance_pending: AtomicBool,
+    // Requests that went through without queueing since the last dequeue: the first and
+    // the latest of their times, plus one (0 = none). See `on_pass`.
+    pass_first: AtomicU64,
+    pass_last: AtomicU64,
     // counters
     drops: AtomicU64,
     intervals: AtomicU64,
@@ -183,6 +186,8 @@ impl Codel {
             last_count: AtomicU32::new(0),
             dropping: AtomicBool::new(false),
             advance_pending: AtomicBool::new(false),
+            pass_first: AtomicU64::new(0),
+            pass_last: AtomicU64::new(0),
             drops: AtomicU64::new(0),
             intervals: AtomicU64::new(0),
         })
@@ -215,22 +220,91 @@ impl Codel {
         self.decide::<true>(now, delay, remaining)
     }
 
-    /// The dequeue rule; `X` (exclusive) replaces read-modify-writes by loads and stores.
+    /// Notes a request that went through without waiting in the queue (admitted at once):
+    /// for CoDel it is a dequeue with zero delay. In folly every request passes through
+    /// the queue, so such dequeues are what clears a verdict once the queue has drained;
+    /// a caller that admits directly when nothing waits must report them here, or the
+    /// last verdict would stand for as long as no request queues.
+    ///
+    /// Cheap enough for an admission path: two relaxed loads, and a store only when the
+    /// first pass since the last dequeue is noted, or when time moved on by more than
+    /// `interval / 64` since the latest one noted. The passes are folded in at the next
+    /// [`on_dequeue`](Self::on_dequeue) as zero-delay dequeues at the first and the latest
+    /// of their times (the ones in between change no verdict: once the minimum of an
+    /// interval is 0 it stays 0), and [`is_overloaded`](Self::is_overloaded) already
+    /// counts them. Racing callers may lose each other's note (a heuristic, like the rest
+    /// of this type's bookkeeping).
+    #[inline]
+    pub fn on_pass(&self, now: u64) {
+        let t = now.saturating_add(1);
+        if self.pass_first.load(Ordering::Relaxed) == 0 {
+            self.pass_first.store(t, Ordering::Relaxed);
+        }
+        let last = self.pass_last.load(Ordering::Relaxed);
+        if t > last.saturating_add(self.interval_ns / 64) || last == 0 {
+            self.pass_last.store(t, Ordering::Relaxed);
+        }
+    }
+
+    /// The clamp: `now`, or the latest `now` seen if that is later. It skips its
+    /// read-modify-write when time did not advance.
     #[inline(always)]
-    fn decide<const X: bool>(&self, now: u64, delay: u64, remaining: usize) -> bool {
-        // The clamp skips its read-modify-write when time did not advance.
+    fn observe<const X: bool>(&self, now: u64) -> u64 {
         // Relaxed everywhere in this type: each cell is an independent heuristic and no
         // other data is published through them (see the type's progress note).
         let latest = self.latest.load(Ordering::Relaxed);
         // A `now` above `time::MAX_NOW` is bad input: it acts at the latest time seen.
-        let now = if now <= latest || now > crate::time::MAX_NOW {
+        if now <= latest || now > crate::time::MAX_NOW {
             latest
         } else if X {
             self.latest.store(now, Ordering::Relaxed);
             now
         } else {
             self.latest.fetch_max(now, Ordering::Relaxed).max(now)
+        }
+    }
+
+    /// Takes the passes noted since the last dequeue: `(first, latest)` times, if any.
+    #[inline(always)]
+    fn take_passes<const X: bool>(&self) -> Option<(u64, u64)> {
+        if self.pass_first.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let take = |cell: &AtomicU64| {
+            if X {
+                let v = cell.load(Ordering::Relaxed);
+                cell.store(0, Ordering::Relaxed);
+                v
+            } else {
+                cell.swap(0, Ordering::Relaxed)
+            }
         };
+        let first = take(&self.pass_first);
+        let last = take(&self.pass_last);
+        (first != 0).then(|| (first - 1, last.max(first) - 1))
+    }
+
+    /// Folds the noted passes in as zero-delay dequeues.
+    #[cold]
+    fn apply_passes<const X: bool>(&self, first: u64, last: u64) {
+        let a = self.observe::<X>(first);
+        self.folly_overloaded::<X>(a, 0);
+        let b = self.observe::<X>(last);
+        if b > a {
+            self.folly_overloaded::<X>(b, 0);
+        }
+        if self.mode == CodelMode::Rfc8289 {
+            self.rfc_decide::<X>(b, 0, 0);
+        }
+    }
+
+    /// The dequeue rule; `X` (exclusive) replaces read-modify-writes by loads and stores.
+    #[inline(always)]
+    fn decide<const X: bool>(&self, now: u64, delay: u64, remaining: usize) -> bool {
+        if let Some((first, last)) = self.take_passes::<X>() {
+            self.apply_passes::<X>(first, last);
+        }
+        let now = self.observe::<X>(now);
         let folly_drop = self.folly_overloaded::<X>(now, delay);
         let drop = match self.mode {
             CodelMode::Folly => folly_drop,
@@ -359,10 +433,32 @@ impl Codel {
 
     /// Whether the queue is standing: folly mode — the minimum delay of the last closed
     /// interval exceeded the target; RFC mode — CoDel is in its dropping state.
+    ///
+    /// Passes noted by [`on_pass`](Self::on_pass) and not yet folded in count already: the
+    /// answer is the verdict the next dequeue would start from.
     pub fn is_overloaded(&self) -> bool {
+        let first = self.pass_first.load(Ordering::Relaxed);
         match self.mode {
-            CodelMode::Folly => self.overloaded.load(Ordering::Relaxed),
-            CodelMode::Rfc8289 => self.dropping.load(Ordering::Relaxed),
+            CodelMode::Folly if first == 0 => self.overloaded.load(Ordering::Relaxed),
+            CodelMode::Folly => {
+                // Replay folly's bookkeeping for the passes on a copy of the state.
+                let last = self.pass_last.load(Ordering::Relaxed).max(first);
+                let mut st = FollyState {
+                    end: self.interval_end.load(Ordering::Relaxed),
+                    min: self.min_delay.load(Ordering::Relaxed),
+                    reset: self.reset_delay.load(Ordering::Relaxed),
+                    overloaded: self.overloaded.load(Ordering::Relaxed),
+                };
+                let latest = self.latest.load(Ordering::Relaxed);
+                let a = (first - 1).max(latest);
+                st.dequeue(a, 0, self.interval_ns, self.target_ns);
+                if last - 1 > a {
+                    st.dequeue(last - 1, 0, self.interval_ns, self.target_ns);
+                }
+                st.overloaded
+            }
+            // One waiter below the target ends the dropping state.
+            CodelMode::Rfc8289 => first == 0 && self.dropping.load(Ordering::Relaxed),
         }
     }
 
@@ -382,6 +478,33 @@ impl Codel {
             load: self.load(),
             drops: self.drops.load(Ordering::Relaxed),
             intervals: self.intervals.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// folly's interval bookkeeping on plain values (the same rule as
+/// `Codel::folly_overloaded`), to see what pending passes would make of the verdict.
+struct FollyState {
+    end: u64,
+    min: u64,
+    reset: bool,
+    overloaded: bool,
+}
+
+impl FollyState {
+    fn dequeue(&mut self, now: u64, delay: u64, interval: u64, target: u64) {
+        if self.end == 0 {
+            self.end = now.saturating_add(interval);
+        } else if now > self.end && !self.reset {
+            self.end = now.saturating_add(interval);
+            self.overloaded = self.min > target;
+            self.reset = true;
+        }
+        if self.reset {
+            self.reset = false;
+            self.min = delay;
+        } else if delay < self.min {
+            self.min = delay;
         }
     }
 }

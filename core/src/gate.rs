@@ -10,7 +10,7 @@
 //! release ──► limiter ──► (caller) poll ──► Granted(ticket, permit) / Expired(ticket, why)
 //! ```
 //!
-//! Rules (DESIGN.md §3, `research/queues_retries.md` §1, seeds 000 and 004):
+//! Rules:
 //! - **Order.** The most important level first; within a level FIFO, or LIFO while the
 //!   queue stands ([`LifoTrigger`]: CoDel overloaded, or occupancy above a threshold —
 //!   HBase uses 0.8). Expiry is always checked from the oldest end, even in LIFO mode
@@ -25,21 +25,23 @@
 //!   deadline cannot be met at the current drain rate (`limit / service time`) is refused
 //!   at once with `DeadlineUnmeetable`.
 //! - **CoDel** (folly by default; RFC 8289 as an option), one per level, judged on the
-//!   oldest waiter's sojourn each time a slot is handed out; a sloughed waiter is reported
+//!   sojourn of the waiter being dequeued (the newest in LIFO) each time a slot is handed
+//!   out; an arrival admitted at once counts as a zero-delay dequeue, as it would in folly
+//!   where every request passes through the queue; a sloughed waiter is reported
 //!   `Expired(CodelSlough)`.
 //! - **Full queue.** A cancelled waiter's place is free at once (no poll needed). When
 //!   every place holds a waiter, a more important arrival evicts the oldest waiter of the
 //!   least important level below it (reported `Expired(Evicted)` by the next poll);
 //!   otherwise the arrival is refused with `QueueFull`.
-//! - **Aging** (optional, seed 000): a waiter of one level older than a threshold moves to a
+//! - **Aging** (optional): a waiter of one level older than a threshold moves to a
 //!   less important level.
-//! - **Shed switch** (seed 002): `set_shed_level(Some(p))` refuses every arrival at level
+//! - **Shed switch** (for the on-call engineer): `set_shed_level(Some(p))` refuses every arrival at level
 //!   ≥ p at once and expires such waiters at the next poll.
 
 use crate::codel::{Codel, CodelConfig, CodelMetrics, CodelMode};
 use crate::queue::{Dispatcher, Ticket, WaitQueue, Waiter, NO_DEADLINE};
 use crate::sync::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use crate::time::{AtomicMonotonic, MAX_NOW, MS, SEC};
+use crate::time::{check_now, AtomicMonotonic, MAX_NOW, MS, SEC};
 use crate::types::check_range;
 use crate::{
     ConfigError, Limiter, LimiterConfig, LimiterMetrics, Outcome, Priority, RawPermit, Reason,
@@ -89,10 +91,13 @@ pub struct Aging {
 }
 
 impl Aging {
-    /// Seed 000: "if P1 requests wait longer than 500ms in the queue, they get downgraded
-    /// to P2".
-    pub const SEED_000: Aging =
+    /// A normal waiter that waited more than 500 ms becomes background work: it then
+    /// yields to fresh normal requests instead of holding them up.
+    pub const NORMAL_TO_BACKGROUND_AFTER_500_MS: Aging =
         Aging { from: Priority::NORMAL, to: Priority::BACKGROUND, after_ns: 500 * MS };
+    /// The former name of [`NORMAL_TO_BACKGROUND_AFTER_500_MS`](Self::NORMAL_TO_BACKGROUND_AFTER_500_MS).
+    #[doc(hidden)]
+    pub const SEED_000: Aging = Self::NORMAL_TO_BACKGROUND_AFTER_500_MS;
 }
 
 /// How a [`Gate`] is built. `Default`: the default limiter, queue capacity `CAP`, folly
@@ -102,24 +107,24 @@ impl Aging {
 pub struct GateConfig {
     /// The limiter (its `levels` are the gate's levels).
     pub limiter: LimiterConfig,
-    /// Waiters held at most; `None` = `CAP`. Seed 004: size it with
+    /// Waiters held at most; `None` = `CAP`. Size it by time with
     /// [`capacity_for`](crate::queue::capacity_for)`(drain rate, wait budget)`.
     pub queue_capacity: Option<usize>,
     /// CoDel per level (`None`: no sloughing, and `LifoTrigger::CodelOverloaded` is FIFO).
     pub codel: Option<CodelConfig>,
     /// When to dispatch newest-first.
     pub lifo: LifoTrigger,
-    /// A waiter queued longer than this is expired (HHVM `maxJobQueuingMs`; seed 004's
+    /// A waiter queued longer than this is expired (HHVM `maxJobQueuingMs`; the
     /// wait budget). `None`: only deadlines and CoDel expire waiters.
     pub max_wait_ns: Option<u64>,
-    /// Optional aging (seed 000: [`Aging::SEED_000`]).
+    /// Optional aging (e.g. [`Aging::NORMAL_TO_BACKGROUND_AFTER_500_MS`]).
     pub aging: Option<Aging>,
     /// Expected service time before any sample, ns; 0 = unknown until the first success.
     pub initial_service_ns: u64,
     /// EWMA weight of each success latency in the service-time estimate, `(0, 1]`
-    /// (seed 000: alpha = 0.1).
+    /// (default 0.1).
     pub service_alpha: f64,
-    /// `retry_after` when nothing better is known (seed 004's `Retry-After: 1`): 1 s.
+    /// `retry_after` when nothing better is known (an HTTP `Retry-After: 1`): 1 s.
     pub fallback_retry_after_ns: u64,
 }
 
@@ -133,9 +138,9 @@ impl Default for GateConfig {
             max_wait_ns: None,
             aging: None,
             initial_service_ns: 0,
-            // seed 000: "lat_avg: Rolling average latency (exponential weighted, alpha=0.1)"
+            // A latency EWMA with weight 0.1: about the last ten requests.
             service_alpha: 0.1,
-            // seed 004: `reply(503, retry_after="1")`
+            // A 503 with `Retry-After: 1`.
             fallback_retry_after_ns: SEC,
         }
     }
@@ -201,7 +206,8 @@ pub enum Event {
     Expired(Ticket, Rejected),
 }
 
-/// Readiness: overloaded is not broken (seeds 002, 003).
+/// Readiness: overloaded is not broken (a load balancer should keep sending traffic to an
+/// overloaded instance that sheds, not restart it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum GateState {
     /// Serving without a standing queue.
@@ -254,7 +260,10 @@ pub struct GateMetrics {
     pub service_ns: u64,
     /// CoDel of each level.
     pub codel: [CodelMetrics; LEVELS],
-    /// The limiter.
+    /// The limiter, as callers saw it: a permit the gate took for a waiter that then left
+    /// before it could be granted (sloughed, expired, evicted or cancelled at that moment)
+    /// and gave back unused counts in neither `admitted` nor `ignored` here
+    /// ([`Gate::limiter`]`().metrics()` counts it in both).
     pub limiter: LimiterMetrics,
 }
 
@@ -290,10 +299,25 @@ pub struct GateMetrics {
 /// arrival that finds no free slot scans the slots for a cancelled one to reuse, then (in
 /// a full queue) for its victim. `poll` is
 /// single-consumer: one thread dispatches at a time; a concurrent `poll` returns 0 at
-/// once, and the thread inside runs another round for it before leaving, so no wake-up is
-/// lost — the events of that round land in the *holder's* buffer, which is why bindings
-/// route events by ticket. Whenever a slot is free and a waiter exists, the next `poll`
-/// grants it; a ticket is granted at most once and never both granted and expired.
+/// once, and the thread inside runs another round for it before leaving (the events of
+/// that round land in the *holder's* buffer, which is why bindings route events by
+/// ticket). The holder runs at most [`MAX_ROUNDS`](crate::queue::MAX_ROUNDS) rounds per
+/// call, each a bounded amount of work (O(capacity) plus one event per waiter it moves),
+/// so a `poll` ends even while other threads keep arriving; work left over makes
+/// [`next_wakeup`](Self::next_wakeup) return `now`, so a binding that re-arms its timer
+/// after each poll loses no wake-up. Whenever a slot is free and a waiter exists, the
+/// next `poll` grants it; a ticket is granted at most once and never both granted and
+/// expired. A panic inside a poll (a limit algorithm's bug, say) releases the dispatch
+/// flag and keeps every waiter queued: the gate is never wedged.
+///
+/// **Time.** Every `now` is nanoseconds on the caller's monotonic clock, at most
+/// [`MAX_NOW`](crate::time::MAX_NOW) (2^62 ns, about 146 years). A `now` earlier than one
+/// already seen counts as the latest seen. A `now` above `MAX_NOW` is bad input and never
+/// moves the gate's clock: `arrive`, `try_arrive`, `poll` and `next_wakeup` act at the
+/// latest time seen; `release` refuses it with `TimeOutOfRange` (returning the slot
+/// unused, so none leaks). A forward jump within range is taken as real time passing:
+/// waiters past their deadline or maximum wait expire at the next poll, and CoDel closes
+/// its interval.
 ///
 /// **Cost.** Counting atomic read-modify-writes (RMWs; the clamp of `now` costs one only
 /// when time advances, a load otherwise). Admitted arrival: the clamp and the limiter's
@@ -316,9 +340,11 @@ pub struct GateMetrics {
 /// large gate in a `static`, a `Box` or an `Arc` from a thread with room to build it
 /// (debug builds of `Gate<4096>` need more than the 2 MB default of a spawned thread).
 ///
-/// **Sources.** DESIGN.md §3; folly `Codel`, HBase `AdaptiveLifoCoDelCallQueue`, HHVM
-/// `JobQueue` (`research/queues_retries.md` §1); seeds 000 (priorities, aging), 002 (shed
-/// switch), 004 (time-sized queue, deadline drop at dequeue).
+/// **Sources.** folly `Codel`, HBase `AdaptiveLifoCoDelCallQueue`, HHVM `JobQueue`
+/// (priority deques, oldest-end expiry, `maxJobQueuingMs`); adaptive LIFO from "Fail at
+/// Scale" (B. Maurer, ACM Queue 2015); criticality levels and shedding the least critical
+/// first from the Google SRE book ("Handling Overload"); a queue sized by drain rate ×
+/// acceptable wait (Little's law), and deadlines dropped at dequeue.
 #[derive(Debug)]
 pub struct Gate<const CAP: usize> {
     limiter: Limiter,
@@ -362,6 +388,8 @@ pub struct Gate<const CAP: usize> {
     sloughed: AtomicU64,
     shed_waiters: AtomicU64,
     aged: AtomicU64,
+    /// Permits taken by the dispatcher and given back unused (see `GateMetrics::limiter`).
+    unused_permits: AtomicU64,
     // Counters written by arrivals.
     shed_arrivals: AtomicU64,
     queue_full: AtomicU64,
@@ -369,26 +397,21 @@ pub struct Gate<const CAP: usize> {
 }
 
 /// Where a dispatch round writes its events.
-struct Sink<'o, 'l> {
+struct Sink<'o> {
     out: &'o mut [Option<Event>],
     n: usize,
-    limiter: &'l Limiter,
-    now: u64,
 }
 
-impl Sink<'_, '_> {
+impl Sink<'_> {
     fn is_full(&self) -> bool {
         self.n >= self.out.len()
     }
 
-    /// Writes `ev` if there is room. A grant left unconsumed in the slot by the caller is
-    /// returned to the limiter (as `Ignored`) rather than leaked.
+    /// Writes `ev` if there is room (every entry of `out` is `None`: see `poll`).
     #[inline]
     fn push(&mut self, ev: Event) -> bool {
         let Some(slot) = self.out.get_mut(self.n) else { return false };
-        if let Some(Event::Granted(_, stale)) = slot.replace(ev) {
-            let _ = self.limiter.release_raw(stale, self.now, Outcome::Ignored);
-        }
+        *slot = Some(ev);
         self.n += 1;
         true
     }
@@ -442,6 +465,7 @@ impl<const CAP: usize> Gate<CAP> {
             sloughed: AtomicU64::new(0),
             shed_waiters: AtomicU64::new(0),
             aged: AtomicU64::new(0),
+            unused_permits: AtomicU64::new(0),
             shed_arrivals: AtomicU64::new(0),
             queue_full: AtomicU64::new(0),
             unmeetable: AtomicU64::new(0),
@@ -456,6 +480,16 @@ impl<const CAP: usize> Gate<CAP> {
     /// Levels in use.
     pub fn levels(&self) -> u8 {
         self.levels
+    }
+
+    /// The clock clamp: the latest `now` seen if `now` is earlier, or if `now` is above
+    /// [`MAX_NOW`](crate::time::MAX_NOW) (bad input never moves the gate's clock).
+    #[inline(always)]
+    fn observe(&self, now: u64) -> u64 {
+        if now > MAX_NOW {
+            return self.clock.latest();
+        }
+        self.clock.observe(now)
     }
 
     fn clamp(&self, level: Priority) -> usize {
@@ -521,7 +555,14 @@ impl<const CAP: usize> Gate<CAP> {
     #[inline]
     fn admit_now(&self, now: u64, lvl: usize) -> Option<RawPermit> {
         if self.queue.waiting_through(prio(lvl)) == 0 && !self.limiter_full() {
-            return self.limiter.try_acquire_raw(now, prio(lvl)).ok();
+            let permit = self.limiter.try_acquire_raw(now, prio(lvl)).ok()?;
+            if self.codel_on {
+                // A request that never waited is a zero-delay dequeue for CoDel: without
+                // it, the verdict of the last queued dequeue would stand for as long as
+                // every request is admitted at once.
+                self.codel[lvl].on_pass(now);
+            }
+            return Some(permit);
         }
         None
     }
@@ -538,7 +579,7 @@ impl<const CAP: usize> Gate<CAP> {
         level: Priority,
         deadline: Option<u64>,
     ) -> Result<RawPermit, Rejected> {
-        let now = self.clock.observe(now);
+        let now = self.observe(now);
         let lvl = self.clamp(level);
         if let Some(r) =
             self.refuse_early(now, lvl, deadline.filter(|&d| d <= MAX_NOW).unwrap_or(NO_DEADLINE))
@@ -565,7 +606,7 @@ impl<const CAP: usize> Gate<CAP> {
     /// — is refused (`DeadlineUnmeetable`); then a place in the queue, evicting a less
     /// important waiter if full (`Queued`), or `QueueFull`.
     pub fn arrive(&self, now: u64, level: Priority, deadline: Option<u64>) -> Arrival {
-        let now = self.clock.observe(now);
+        let now = self.observe(now);
         let lvl = self.clamp(level);
         let deadline = deadline.filter(|&d| d <= MAX_NOW).unwrap_or(NO_DEADLINE);
         if let Some(r) = self.refuse_early(now, lvl, deadline) {
@@ -622,10 +663,21 @@ impl<const CAP: usize> Gate<CAP> {
     /// Ends admitted work: a `Success` latency updates the expected service time and is a
     /// sample for the limit algorithm. Then call [`poll`](Self::poll) if anyone waits.
     /// A permit of another gate or limiter is refused with `ForeignHandle`.
+    ///
+    /// A `now` above [`MAX_NOW`](crate::time::MAX_NOW) is refused with `TimeOutOfRange`:
+    /// the clock does not move and no sample is taken, but the permit (moved in, so it
+    /// cannot be handed back) still returns its slot — as `Ignored`, at the latest time
+    /// seen — so a bad time never leaks a slot.
     pub fn release(&self, permit: RawPermit, now: u64, outcome: Outcome) -> Result<(), UsageError> {
-        let now = self.clock.observe(now);
+        if let Err(e) = check_now(now) {
+            self.limiter.release_raw(permit, self.clock.latest(), Outcome::Ignored)?;
+            return Err(e);
+        }
+        // The clock moves only once the permit is accepted: a refused call changes nothing.
+        let now = now.max(self.clock.latest());
         let latency = now.saturating_sub(permit.started_at());
         self.limiter.release_raw(permit, now, outcome)?;
+        self.observe(now);
         if outcome == Outcome::Success {
             self.record_service(latency);
         }
@@ -658,7 +710,7 @@ impl<const CAP: usize> Gate<CAP> {
         self.queue.cancel(ticket).map(|_| ())
     }
 
-    /// The on-call switch (seed 002): `Some(p)` refuses every arrival at level ≥ p at once
+    /// The on-call switch: `Some(p)` refuses every arrival at level ≥ p at once
     /// (`Shed`) and expires such waiters at the next poll; `None` turns it off.
     pub fn set_shed_level(&self, level: Option<Priority>) {
         let v = level.map_or(NO_SHED, |p| p.index() as u8);
@@ -676,14 +728,22 @@ impl<const CAP: usize> Gate<CAP> {
     /// Call it after `arrive` returned `Queued`, after every `release`, and when
     /// [`next_wakeup`](Self::next_wakeup) comes; call it again while it fills `out`.
     /// Returns 0 at once if another thread is polling (that thread does this call's
-    /// work). Entries are overwritten; an unconsumed `Granted` found in a written entry
-    /// is returned to the limiter as `Ignored`.
+    /// work).
+    ///
+    /// **An event is never overwritten.** Only the leading run of `None` entries of `out`
+    /// is used: poll stops at the first entry that still holds an event (a grant not
+    /// taken yet, perhaps from another gate's poll into the same buffer), so a caller
+    /// takes every event it was given (`Option::take`) before polling with the same
+    /// buffer again. A buffer whose first entry is occupied makes `poll` return 0 and do
+    /// nothing.
     pub fn poll(&self, now: u64, out: &mut [Option<Event>]) -> usize {
+        let room = out.iter().position(Option::is_some).unwrap_or(out.len());
+        let out = &mut out[..room];
         if out.is_empty() {
             return 0;
         }
-        let now = self.clock.observe(now);
-        let mut sink = Sink { out, n: 0, limiter: &self.limiter, now };
+        let now = self.observe(now);
+        let mut sink = Sink { out, n: 0 };
         // The deadline bound, read before the dispatcher takes the arrivals. Acquire:
         // pairs with the Release fetch_min in `arrive` (after its push), so every deadline
         // in this value belongs to a waiter the first round links.
@@ -702,7 +762,7 @@ impl<const CAP: usize> Gate<CAP> {
             let finished = self.round(d, now, &mut sink, bound);
             if self.max_wait_ns.is_some() {
                 let exact = (0..self.levels as usize)
-                    .filter_map(|l| d.oldest(prio(l)).map(|w| w.enqueued_at))
+                    .filter_map(|l| d.oldest(prio(l)).map(|w| w.enqueued_at()))
                     .min()
                     .unwrap_or(u64::MAX);
                 // Relaxed: a bound for `next_wakeup`; fails (keeping a lower bound) if an
@@ -725,7 +785,7 @@ impl<const CAP: usize> Gate<CAP> {
         &self,
         d: &mut Dispatcher<'_, CAP>,
         now: u64,
-        sink: &mut Sink<'_, '_>,
+        sink: &mut Sink<'_>,
         bound: u64,
     ) -> bool {
         // Relaxed: a lower bound of the waiters' deadlines, possibly including arrivals
@@ -751,7 +811,7 @@ impl<const CAP: usize> Gate<CAP> {
         &self,
         d: &mut Dispatcher<'_, CAP>,
         now: u64,
-        sink: &mut Sink<'_, '_>,
+        sink: &mut Sink<'_>,
         hint: u64,
         earliest_out: &mut Option<u64>,
     ) -> bool {
@@ -767,7 +827,7 @@ impl<const CAP: usize> Gate<CAP> {
         // 2. Aging, then the shed switch.
         if let Some(a) = self.aging {
             while let Some(w) = d.oldest(a.from) {
-                if now.saturating_sub(w.enqueued_at) < a.after_ns {
+                if now.saturating_sub(w.enqueued_at()) < a.after_ns {
                     break;
                 }
                 if d.demote(&w, a.to) {
@@ -797,7 +857,7 @@ impl<const CAP: usize> Gate<CAP> {
                             return false;
                         }
                     } else {
-                        earliest = earliest.min(w.deadline);
+                        earliest = earliest.min(w.deadline());
                     }
                 }
             }
@@ -843,9 +903,16 @@ impl<const CAP: usize> Gate<CAP> {
                         }
                     },
                 };
-                // CoDel judges the standing queue by its oldest waiter, in both modes.
+                let chosen = if lifo { d.newest(p).unwrap_or(oldest) } else { oldest };
+                if lifo && self.is_expired(&chosen, now, service) {
+                    held = Some(permit);
+                    self.drop_waiter(d, sink, &chosen, Reason::Expired, retry());
+                    continue;
+                }
+                // CoDel judges the waiter being dequeued (the newest in LIFO), as folly
+                // and HBase do.
                 if self.codel_on {
-                    let sojourn = now.saturating_sub(oldest.enqueued_at);
+                    let sojourn = now.saturating_sub(chosen.enqueued_at());
                     // Only RFC mode reads how many wait behind (folly ignores it).
                     let behind =
                         if self.codel_rfc { d.waiting(p).saturating_sub(1) as usize } else { 0 };
@@ -853,33 +920,27 @@ impl<const CAP: usize> Gate<CAP> {
                     // callers one after another.
                     if self.codel[l].on_dequeue_exclusive(now, sojourn, behind) {
                         held = Some(permit);
-                        if d.remove(&oldest) {
+                        if d.remove(&chosen) {
                             bump(&self.sloughed, 1);
                             let rejected = Rejected::new(Reason::CodelSlough, retry());
-                            sink.push(Event::Expired(oldest.ticket, rejected));
+                            sink.push(Event::Expired(chosen.ticket(), rejected));
                         }
                         continue;
                     }
                 }
-                let chosen = if lifo { d.newest(p).unwrap_or(oldest) } else { oldest };
-                if lifo && self.is_expired(&chosen, now, service) {
-                    held = Some(permit);
-                    self.drop_waiter(d, sink, &chosen, Reason::Expired, retry());
-                    continue;
-                }
                 if d.remove(&chosen) {
                     bump(&self.granted, 1);
-                    sink.push(Event::Granted(chosen.ticket, permit));
+                    sink.push(Event::Granted(chosen.ticket(), permit));
                 } else {
                     held = Some(permit);
                 }
             }
             if let Some(permit) = held.take() {
-                let _ = self.limiter.release_raw(permit, now, Outcome::Ignored);
+                self.give_back(permit, now);
             }
         }
         if let Some(permit) = held.take() {
-            let _ = self.limiter.release_raw(permit, now, Outcome::Ignored);
+            self.give_back(permit, now);
         }
         let recheck = refused_with_room.map_or(0, |w: u64| now.saturating_add(w.max(MS)));
         if self.recheck_at.load(Ordering::Relaxed) != recheck {
@@ -887,6 +948,13 @@ impl<const CAP: usize> Gate<CAP> {
             self.recheck_at.store(recheck, Ordering::Relaxed);
         }
         finished
+    }
+
+    /// Returns a permit no caller saw, and counts it so that `metrics` leaves it out.
+    fn give_back(&self, permit: RawPermit, now: u64) {
+        if self.limiter.release_raw(permit, now, Outcome::Ignored).is_ok() {
+            bump(&self.unused_permits, 1);
+        }
     }
 
     /// Whether every whole slot of the limit is visibly taken (a fractional limit never
@@ -914,7 +982,7 @@ impl<const CAP: usize> Gate<CAP> {
     fn expire_oldest(
         &self,
         d: &mut Dispatcher<'_, CAP>,
-        sink: &mut Sink<'_, '_>,
+        sink: &mut Sink<'_>,
         p: Priority,
         now: u64,
         service: u64,
@@ -935,7 +1003,7 @@ impl<const CAP: usize> Gate<CAP> {
     fn drop_waiter(
         &self,
         d: &mut Dispatcher<'_, CAP>,
-        sink: &mut Sink<'_, '_>,
+        sink: &mut Sink<'_>,
         w: &Waiter,
         reason: Reason,
         retry: u64,
@@ -948,7 +1016,7 @@ impl<const CAP: usize> Gate<CAP> {
                 Reason::Shed => bump(&self.shed_waiters, 1),
                 _ => bump(&self.expired, 1),
             }
-            sink.push(Event::Expired(w.ticket, Rejected::new(reason, retry)));
+            sink.push(Event::Expired(w.ticket(), Rejected::new(reason, retry)));
         }
         true
     }
@@ -956,8 +1024,8 @@ impl<const CAP: usize> Gate<CAP> {
     /// Whether `w` should be dropped: its remaining time is shorter than the expected
     /// service time, or it waited longer than the maximum wait.
     fn is_expired(&self, w: &Waiter, now: u64, service: u64) -> bool {
-        (w.deadline != NO_DEADLINE && now.saturating_add(service) > w.deadline)
-            || self.max_wait_ns.is_some_and(|m| now.saturating_sub(w.enqueued_at) > m)
+        (w.deadline() != NO_DEADLINE && now.saturating_add(service) > w.deadline())
+            || self.max_wait_ns.is_some_and(|m| now.saturating_sub(w.enqueued_at()) > m)
     }
 
     /// Decides FIFO or LIFO for level `l` this round, counting switches to LIFO.
@@ -983,9 +1051,15 @@ impl<const CAP: usize> Gate<CAP> {
 
     /// When the binding's one timer should next call [`poll`](Self::poll), if at all:
     /// the earliest moment a waiter's deadline or maximum wait runs out, or a refusal
-    /// with free slots may lapse. `None` when nothing waits. Never earlier than `now`.
+    /// with free slots may lapse; `now` while work is left for a poll (a poll stopped at
+    /// its bound of rounds). `None` when nothing waits.
+    /// Never earlier than `now`.
     pub fn next_wakeup(&self, now: u64) -> Option<u64> {
-        let now = self.clock.observe(now);
+        let now = self.observe(now);
+        if self.queue.needs_dispatch() {
+            // A poll stopped at its bound of rounds (or panicked): poll now.
+            return Some(now);
+        }
         if self.queue.is_empty() {
             return None;
         }
@@ -1047,6 +1121,11 @@ impl<const CAP: usize> Gate<CAP> {
         let expired = self.expired.load(Ordering::Relaxed);
         let sloughed = self.sloughed.load(Ordering::Relaxed);
         let shed_waiters = self.shed_waiters.load(Ordering::Relaxed);
+        // Read before the limiter's counters: each unused permit was counted there first.
+        let unused = self.unused_permits.load(Ordering::Relaxed);
+        let mut limiter = self.limiter.metrics();
+        limiter.admitted = limiter.admitted.saturating_sub(unused);
+        limiter.ignored = limiter.ignored.saturating_sub(unused);
         GateMetrics {
             state: self.state(),
             waiting_by_level: q.waiting_by_level,
@@ -1074,7 +1153,7 @@ impl<const CAP: usize> Gate<CAP> {
             shed_level: self.shed_level(),
             service_ns: self.service_ns(),
             codel: core::array::from_fn(|l| self.codel[l].metrics()),
-            limiter: self.limiter.metrics(),
+            limiter,
         }
     }
 }
@@ -1369,7 +1448,9 @@ mod tests {
     fn codel_sloughs_stale_waiters_and_lifo_serves_the_newest() {
         let cfg = GateConfig { limiter: fixed(1.0, 1), ..GateConfig::default() };
         let g: Gate<16> = Gate::new(cfg).unwrap();
-        let mut permit = admitted(g.arrive(0, P0, None));
+        // Taken from the limiter, not through the gate: an arrival admitted at once would
+        // be a zero-delay dequeue for CoDel, and this test wants a queue that stands.
+        let mut permit = g.limiter().try_acquire_raw(0, P0).unwrap();
         let old: Vec<_> = (1..=4).map(|k| queued(g.arrive(k * MS, P0, None))).collect();
         // t = 50 ms: first dequeue of CoDel's first interval, FIFO.
         g.release(permit, 50 * MS, Outcome::Success).unwrap();
@@ -1383,18 +1464,28 @@ mod tests {
         assert_eq!((tickets(&granted), expired.len()), (std::vec![old[1]], 0));
         assert_eq!(g.state(), GateState::Overloaded, "a standing queue");
         permit = granted.into_iter().next().unwrap().1;
-        // Two fresh arrivals; at the next release the stale ones (> 10 ms) are sloughed
-        // from the oldest end and the newest fresh one is served first (LIFO).
+        // Two fresh arrivals. LIFO serves the newest fresh one first, and CoDel judges the
+        // waiter it dequeues (4 ms: kept), as folly and HBase do.
         let f1 = queued(g.arrive(170 * MS, P0, None));
         let f2 = queued(g.arrive(171 * MS, P0, None));
         g.release(permit, 175 * MS, Outcome::Success).unwrap();
         let (granted, expired) = poll(&g, 175 * MS);
-        assert_eq!(expired, [(old[2], Reason::CodelSlough), (old[3], Reason::CodelSlough)]);
-        assert_eq!(tickets(&granted), [f2]);
+        assert_eq!((tickets(&granted), expired.len()), (std::vec![f2], 0));
+        permit = granted.into_iter().next().unwrap().1;
+        // Then f1 (6 ms: kept)...
+        g.release(permit, 176 * MS, Outcome::Success).unwrap();
+        let (granted, expired) = poll(&g, 176 * MS);
+        assert_eq!((tickets(&granted), expired.len()), (std::vec![f1], 0));
+        permit = granted.into_iter().next().unwrap().1;
+        // ...then the stale ones, newest first, each above 2 × target: sloughed.
+        g.release(permit, 177 * MS, Outcome::Success).unwrap();
+        let (granted, expired) = poll(&g, 177 * MS);
+        assert!(granted.is_empty());
+        assert_eq!(expired, [(old[3], Reason::CodelSlough), (old[2], Reason::CodelSlough)]);
         let m = g.metrics();
         assert_eq!((m.sloughed, m.lifo_switches, m.lifo_levels), (2, 1, 1));
-        assert_eq!(g.waiting(P0), 1);
-        let _ = f1;
+        assert_eq!(g.waiting(P0), 0);
+        assert_eq!((m.limiter.admitted, m.limiter.ignored), (5, 0), "no unseen admission");
     }
 
     #[test]
@@ -1496,11 +1587,11 @@ mod tests {
     }
 
     #[test]
-    fn seed_000_aging_moves_a_normal_waiter_to_background_after_500_ms() {
+    fn aging_moves_a_normal_waiter_to_background_after_500_ms() {
         let cfg = GateConfig {
             limiter: fixed(1.0, 3),
             codel: None,
-            aging: Some(Aging::SEED_000),
+            aging: Some(Aging::NORMAL_TO_BACKGROUND_AFTER_500_MS),
             ..GateConfig::default()
         };
         let g: Gate<8> = Gate::new(cfg).unwrap();
@@ -1596,19 +1687,24 @@ mod tests {
     }
 
     #[test]
-    fn an_unconsumed_grant_is_returned_not_leaked() {
+    fn an_unconsumed_event_is_never_overwritten() {
         let g: Gate<4> = plain(1.0, 1);
         let a = admitted(g.arrive(0, P0, None));
-        let _t = queued(g.arrive(0, P0, None));
+        let t = queued(g.arrive(0, P0, None));
         g.release(a, 1, Outcome::Ignored).unwrap();
-        let mut out: [Option<Event>; 1] = Default::default();
+        let mut out: [Option<Event>; 2] = Default::default();
         assert_eq!(g.poll(1, &mut out), 1);
         assert_eq!(g.limiter().inflight(), 1);
-        let _u = queued(g.arrive(2, P0, Some(3)));
-        // Polling into the same buffer without taking the grant: the event is replaced
-        // by the new one and the stale grant's slot returns to the limiter.
+        let u = queued(g.arrive(2, P0, Some(3)));
+        // Polling into the same buffer without taking the grant: nothing is written, not
+        // even into the free entry after it.
+        assert_eq!(g.poll(10, &mut out), 0);
+        let Some(Event::Granted(t0, p)) = out[0].take() else { panic!("the grant stays") };
+        assert_eq!(t0, t);
+        assert!(out[1].is_none());
         assert_eq!(g.poll(10, &mut out), 1);
-        assert!(matches!(out[0], Some(Event::Expired(_, _))));
+        assert!(matches!(out[0].take(), Some(Event::Expired(x, _)) if x == u));
+        g.release(p, 11, Outcome::Success).unwrap();
         assert_eq!(g.limiter().inflight(), 0);
     }
 

@@ -5,9 +5,9 @@
 //! another thread; the dispatcher ([`WaitQueue::try_dispatch`]) is single-consumer — a
 //! second thread that tries to dispatch while one is inside returns at once, and the
 //! thread inside runs one more round on its behalf — the same "whoever wins the CAS does
-//! the work, everyone else moves on" rule the limiter uses to fold windows (DESIGN.md §2).
+//! the work, everyone else moves on" rule the limiter uses to fold windows.
 //!
-//! Layout (DESIGN.md §2 "fixed layout"): a const-generic array of slots, addressed by
+//! Layout (fixed, no allocation): a const-generic array of slots, addressed by
 //! index, never by pointer. Each slot has one atomic state word
 //! (`generation | evictions | level | flags | status`) and the waiter's times. A slot is
 //! claimed by one CAS on its state (starting at the slot freed last), and three intrusive
@@ -30,7 +30,7 @@
 //! expired by the dispatcher, cancelled by its owner, or taken over by a more important
 //! arrival. Whoever wins the CAS owns the outcome; the others see a changed word.
 
-use crate::sync::{next_instance_id, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use crate::sync::{next_queue_id, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use crate::time::SEC;
 use crate::{ConfigError, Priority, UsageError};
 
@@ -41,14 +41,14 @@ pub const NO_DEADLINE: u64 = u64::MAX;
 /// The largest capacity a queue can have (slot indices are 16 bits, `0xFFFF` ends a list).
 pub const MAX_CAPACITY: usize = 0xFFFF;
 
-/// Sizes a queue by time, not count (seed 004: "max_queue_len = drain_rate ×
-/// max_acceptable_wait"): `ceil(drain_per_sec × wait_budget_ns / 1 s)`, at most
+/// Sizes a queue by time, not count (Little's law: the queue a server drains in the
+/// longest acceptable wait is `drain_rate × max_acceptable_wait`): `ceil(drain_per_sec × wait_budget_ns / 1 s)`, at most
 /// [`MAX_CAPACITY`]. Usable in a const generic.
 ///
 /// ```
 /// use surgeguard_core::queue::capacity_for;
 /// use surgeguard_core::time::MS;
-/// // Seed 004: 2,000 req/s and a 100 ms wait budget is 200 slots, not 10,000.
+/// // 2,000 req/s and a 100 ms wait budget is 200 slots, not 10,000.
 /// assert_eq!(capacity_for(2_000, 100 * MS), 200);
 /// const CAP: usize = capacity_for(500, 30 * MS);
 /// assert_eq!(CAP, 15);
@@ -104,6 +104,10 @@ const BUSY: u64 = 1 << 32;
 /// without `BUSY`, since the last holder stopped early).
 const PENDING: u64 = 1 << 33;
 
+/// The most dispatch rounds one `try_dispatch` runs (the first, plus re-runs for work
+/// that came in meanwhile) before it leaves the rest to the next caller.
+pub const MAX_ROUNDS: u32 = 8;
+
 /// How many times an arrival into a full queue looks for a free slot or a victim again
 /// after the one it found changed under it.
 const PUSH_ATTEMPTS: usize = 3;
@@ -132,18 +136,24 @@ fn priority(level: usize) -> Priority {
 
 /// A queued waiter's handle: which queue, which slot, which occupancy of the slot.
 ///
-/// Copyable and 64 bits wide, so bindings can key their waiters by it (`to_bits`). A
-/// ticket whose waiter already left (granted, expired, cancelled, evicted) or that comes
-/// from another queue is detected and refused with a [`UsageError`]. Generations are 32
-/// bits per slot and queue ids 16 bits, so a ticket held across four billion reuses of
-/// its slot, or presented to a queue created 65,536 queues later, is not told apart.
+/// Copyable and 64 bits wide, so bindings can key their waiters by it (`to_bits`). The
+/// high 32 bits are the queue's id; the low 32 bits hold the slot index (the fewest bits
+/// that index `CAP` slots) above the low bits of the slot's generation. A ticket whose
+/// waiter already left (granted, expired, cancelled, evicted) or that comes from another
+/// queue is refused with a [`UsageError`]; any number at all may be given back through
+/// [`from_bits`](Self::from_bits), and none makes a queue panic.
+///
+/// **Exact guarantee.** Queue ids are never reused within a process: each new queue takes
+/// the next of `2^32 − 1` ids, and a constructor that would need one more fails with a
+/// [`ConfigError`] instead of wrapping. So a ticket of one queue is never taken for a
+/// ticket of another. Within one queue, a stale ticket is refused unless its slot changed
+/// hands a multiple of `2^(32 − slot bits)` times while the ticket was held: `2^26`
+/// (67 million) reuses of that one slot for `CAP = 64`, `2^20` for `CAP = 4096`, `2^16`
+/// for the largest queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Ticket(u64);
 
 impl Ticket {
-    const fn new(owner: u16, slot: usize, gen: u32) -> Self {
-        Self(((owner as u64) << 48) | ((slot as u64) << 32) | gen as u64)
-    }
     /// The ticket as one number (for maps and the C ABI).
     pub const fn to_bits(self) -> u64 {
         self.0
@@ -153,28 +163,43 @@ impl Ticket {
     pub const fn from_bits(bits: u64) -> Self {
         Self(bits)
     }
-    const fn owner(self) -> u16 {
-        (self.0 >> 48) as u16
+    const fn owner(self) -> u32 {
+        (self.0 >> 32) as u32
     }
-    const fn slot(self) -> usize {
-        ((self.0 >> 32) & 0xFFFF) as usize
-    }
-    const fn gen(self) -> u32 {
-        self.0 as u32
+    const fn local(self) -> u64 {
+        self.0 & 0xFFFF_FFFF
     }
 }
 
-/// A waiter as the dispatcher sees it.
+/// A waiter as the dispatcher sees it. Only a [`Dispatcher`] makes one; giving it to the
+/// dispatcher of another queue, or after the waiter left, does nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Waiter {
+    ticket: Ticket,
+    slot: u32,
+    gen: u32,
+    level: Priority,
+    enqueued_at: u64,
+    deadline: u64,
+}
+
+impl Waiter {
     /// Its handle.
-    pub ticket: Ticket,
+    pub const fn ticket(&self) -> Ticket {
+        self.ticket
+    }
     /// Its level (after any aging).
-    pub level: Priority,
+    pub const fn level(&self) -> Priority {
+        self.level
+    }
     /// The `now` it arrived at.
-    pub enqueued_at: u64,
+    pub const fn enqueued_at(&self) -> u64 {
+        self.enqueued_at
+    }
     /// Its deadline, or [`NO_DEADLINE`].
-    pub deadline: u64,
+    pub const fn deadline(&self) -> u64 {
+        self.deadline
+    }
 }
 
 /// A snapshot of a [`WaitQueue`].
@@ -288,7 +313,7 @@ impl Counts {
 ///     d.refresh(|_| true);
 ///     let oldest = d.oldest(Priority::NORMAL).unwrap();
 ///     let newest = d.newest(Priority::NORMAL).unwrap();
-///     order = [Some(oldest.ticket), Some(newest.ticket)];
+///     order = [Some(oldest.ticket()), Some(newest.ticket())];
 ///     assert!(d.remove(&oldest));
 ///     true
 /// });
@@ -307,8 +332,13 @@ impl Counts {
 /// arrival racing departures from a full queue may be refused after them).
 /// The dispatcher is single-consumer: [`try_dispatch`](Self::try_dispatch) runs rounds
 /// while it holds a flag, and a concurrent call returns `false` at once after asking the
-/// holder for one more round, so no request for dispatch is lost; the holder keeps
-/// serving such requests while they arrive (lock-free, not wait-free, for the holder).
+/// holder for one more round, so no request for dispatch is lost. The holder runs at most
+/// [`MAX_ROUNDS`] rounds per call; work that keeps coming after that is left, flagged, for
+/// the next caller ([`needs_dispatch`](Self::needs_dispatch)), so a call is wait-free
+/// given a bound on the work of one round (which is O(capacity) plus the closure's own).
+/// If a round panics, the flag is released and everything taken is kept for the next
+/// round (no waiter, cancel or eviction report is lost; a report whose callback panicked
+/// is made again).
 ///
 /// **Bound.** Never more than `capacity` waiters, structurally: a waiter needs a slot. A
 /// cancelled waiter's slot is reused at once by an arrival that finds no free slot (it
@@ -323,9 +353,8 @@ impl Counts {
 /// dispatcher writes (lists, counts of departures, deferred reports) is private to it, so
 /// loads and stores. Memory: about 48 bytes per slot.
 ///
-/// **Source.** Bounded per-level rings of DESIGN.md §3; Treiber stacks taken whole; the
-/// HHVM `JobQueue` idea of priority deques scanned most important first
-/// (`research/queues_retries.md` §1.4).
+/// **Source.** Bounded per-level queues scanned most important first, as in HHVM's
+/// `JobQueue` (priority deques); Treiber stacks (R. K. Treiber, 1986) taken whole.
 #[derive(Debug)]
 pub struct WaitQueue<const CAP: usize> {
     slots: [Slot; CAP],
@@ -340,7 +369,7 @@ pub struct WaitQueue<const CAP: usize> {
     tail: [AtomicU32; LEVELS],
     deferred: AtomicU32,
     levels: u8,
-    owner: u16,
+    owner: u32,
     capacity: u32,
 }
 
@@ -357,6 +386,9 @@ impl<const CAP: usize> WaitQueue<CAP> {
         if capacity > CAP {
             return Err(ConfigError::OutOfRange("queue capacity above CAP"));
         }
+        let owner = next_queue_id().ok_or(ConfigError::OutOfRange(
+            "queue id: 2^32 - 1 queues were built in this process (ids are never reused)",
+        ))?;
         Ok(Self {
             slots: core::array::from_fn(|_| Slot::new()),
             ctl: AtomicU64::new(STACKS_EMPTY),
@@ -366,9 +398,39 @@ impl<const CAP: usize> WaitQueue<CAP> {
             tail: core::array::from_fn(|_| AtomicU32::new(END)),
             deferred: AtomicU32::new(END),
             levels,
-            owner: next_instance_id() as u16,
+            owner,
             capacity: capacity as u32,
         })
+    }
+
+    /// Bits of a ticket's low half that hold the slot index.
+    const SLOT_BITS: u32 = if CAP <= 1 { 0 } else { usize::BITS - (CAP - 1).leading_zeros() };
+    /// Bits of a ticket's low half that hold the slot's generation.
+    const GEN_BITS: u32 = 32 - Self::SLOT_BITS;
+    const GEN_MASK: u64 = (1 << Self::GEN_BITS) - 1;
+
+    /// The ticket of generation `gen` of slot `i`.
+    fn ticket(&self, i: usize, gen: u32) -> Ticket {
+        let local = ((i as u64) << Self::GEN_BITS) | (u64::from(gen) & Self::GEN_MASK);
+        Ticket((u64::from(self.owner) << 32) | local)
+    }
+
+    /// The slot and (truncated) generation a ticket names, if it is one of this queue's
+    /// and its slot exists.
+    fn decode(&self, t: Ticket) -> Result<(usize, u64), UsageError> {
+        if t.owner() != self.owner {
+            return Err(UsageError::ForeignHandle);
+        }
+        let i = (t.local() >> Self::GEN_BITS) as usize;
+        if i >= self.capacity() {
+            return Err(UsageError::UnknownTicket);
+        }
+        Ok((i, t.local() & Self::GEN_MASK))
+    }
+
+    /// Whether `gen` (a slot's full generation) matches a ticket's truncated one.
+    fn same_gen(gen: u32, truncated: u64) -> bool {
+        u64::from(gen) & Self::GEN_MASK == truncated
     }
 
     /// The bound on waiters.
@@ -451,7 +513,7 @@ impl<const CAP: usize> WaitQueue<CAP> {
                     // this slot's incoming push.
                     slot.state.store(pack(gen, WAITING, lvl), Ordering::Release);
                 }
-                return Some(Ticket::new(self.owner, i, gen));
+                return Some(self.ticket(i, gen));
             }
             if !evict {
                 return None;
@@ -566,7 +628,7 @@ impl<const CAP: usize> WaitQueue<CAP> {
         // Release: pairs with the Acquire CAS in `cancel`/`take_over` (as in `push`). An
         // xor, not a store: the dispatcher may be clearing the flags meanwhile.
         slot.state.fetch_xor(CLAIMED ^ WAITING, Ordering::Release);
-        Some(Ticket::new(self.owner, i, gen))
+        Some(self.ticket(i, gen))
     }
 
     /// Withdraws a waiting ticket. Returns its level, or why not: another queue's ticket
@@ -574,17 +636,11 @@ impl<const CAP: usize> WaitQueue<CAP> {
     /// cancelled, evicted — ([`UsageError::UnknownTicket`]). Racing a grant, exactly one
     /// of them wins.
     pub fn cancel(&self, ticket: Ticket) -> Result<Priority, UsageError> {
-        if ticket.owner() != self.owner {
-            return Err(UsageError::ForeignHandle);
-        }
-        let i = ticket.slot();
-        if i >= self.capacity() {
-            return Err(UsageError::UnknownTicket);
-        }
+        let (i, tgen) = self.decode(ticket)?;
         let slot = &self.slots[i];
         let mut s = slot.state.load(Ordering::Relaxed);
         loop {
-            if gen_of(s) != ticket.gen() || status_of(s) != WAITING {
+            if !Self::same_gen(gen_of(s), tgen) || status_of(s) != WAITING {
                 return Err(UsageError::UnknownTicket);
             }
             let new = (s & !STATUS_MASK) | CANCELLED | ATTN;
@@ -607,9 +663,12 @@ impl<const CAP: usize> WaitQueue<CAP> {
     ///
     /// `round` returns `true` when it finished its work, `false` when it stopped early
     /// (its output is full). If another thread asked for a round, or arrivals or cancels
-    /// came in meanwhile, `round` runs again (after a `true`). A call that finds the
+    /// came in meanwhile, `round` runs again (after a `true`), up to [`MAX_ROUNDS`] rounds
+    /// in all; then the rest is left for the next caller and
+    /// [`needs_dispatch`](Self::needs_dispatch) is `true`. A call that finds the
     /// dispatcher busy returns `false` at once and leaves a request the holder honours
-    /// before it leaves. Arrivals and cancels taken in a round are always linked and
+    /// (in a round, or by leaving it flagged). A panic in `round` propagates after the
+    /// queue is made whole (see the type's progress note). Arrivals and cancels taken in a round are always linked and
     /// settled, even if `round` does not call [`Dispatcher::refresh`].
     pub fn try_dispatch(&self, mut round: impl FnMut(&mut Dispatcher<'_, CAP>) -> bool) -> bool {
         let mut w = self.ctl.load(Ordering::Relaxed);
@@ -637,16 +696,26 @@ impl<const CAP: usize> WaitQueue<CAP> {
                 Err(actual) => w = actual,
             }
         }
-        let mut d = Dispatcher {
-            q: self,
-            incoming: head_of(w, INCOMING_SHIFT),
-            attention: head_of(w, ATTENTION_SHIFT),
+        let mut hold = Hold {
+            d: Dispatcher {
+                q: self,
+                incoming: head_of(w, INCOMING_SHIFT),
+                attention: head_of(w, ATTENTION_SHIFT),
+                rest: [END; 2],
+                current: END,
+                current_next: 0,
+            },
+            done: false,
         };
+        let d = &mut hold.d;
+        let mut rounds = 0;
         loop {
-            let finished = round(&mut d);
+            let finished = round(d);
+            rounds += 1;
             // Whatever the round did not take in is linked and settled now (reports wait).
             d.refresh(|_| false);
             if !finished {
+                hold.done = true;
                 // Release: pairs with the next holder's Acquire. Stacks and PENDING stay
                 // for that holder.
                 self.ctl.fetch_and(!BUSY, Ordering::Release);
@@ -663,6 +732,16 @@ impl<const CAP: usize> WaitQueue<CAP> {
                 )
                 .is_ok()
             {
+                hold.done = true;
+                return true;
+            }
+            if rounds >= MAX_ROUNDS {
+                // Bounded: leave the new work and a request for the next caller
+                // (`needs_dispatch` says so), instead of serving other threads for ever.
+                hold.done = true;
+                self.ctl.fetch_or(PENDING, Ordering::Relaxed);
+                // Release: as above.
+                self.ctl.fetch_and(!BUSY, Ordering::Release);
                 return true;
             }
             // Acquire: pairs with the Release of each push or request since.
@@ -670,6 +749,14 @@ impl<const CAP: usize> WaitQueue<CAP> {
             d.incoming = head_of(w, INCOMING_SHIFT);
             d.attention = head_of(w, ATTENTION_SHIFT);
         }
+    }
+
+    /// Whether a dispatch round is owed although nobody is dispatching: a holder stopped
+    /// at its bound of rounds, stopped early with a request pending, or panicked. A hint
+    /// (the word can change at once).
+    pub fn needs_dispatch(&self) -> bool {
+        let w = self.ctl.load(Ordering::Relaxed);
+        w & (BUSY | PENDING) == PENDING
     }
 
     /// Arrival time of the oldest waiter (a scan of the slots: O(capacity)).
@@ -728,6 +815,32 @@ pub struct Dispatcher<'a, const CAP: usize> {
     incoming: u32,
     /// Taken, not yet settled: newest first.
     attention: u32,
+    /// The rest of the two lists `refresh` is settling (deferred, then this batch).
+    rest: [u32; 2],
+    /// The slot `settle` is working on, and the generation it is reporting.
+    current: u32,
+    current_next: u32,
+}
+
+/// Owns the dispatcher while a thread holds the dispatch flag. If a round panics, its drop
+/// keeps everything taken for a later round and releases the flag, leaving a request for
+/// the next caller, so a panic never wedges the queue.
+struct Hold<'a, const CAP: usize> {
+    d: Dispatcher<'a, CAP>,
+    done: bool,
+}
+
+impl<const CAP: usize> Drop for Hold<'_, CAP> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        self.d.recover();
+        let ctl = &self.d.q.ctl;
+        ctl.fetch_or(PENDING, Ordering::Relaxed);
+        // Release: publishes the recovered lists to the next holder's Acquire.
+        ctl.fetch_and(!BUSY, Ordering::Release);
+    }
 }
 
 /// What the dispatcher found in a linked slot.
@@ -775,6 +888,31 @@ impl<const CAP: usize> Dispatcher<'_, CAP> {
         let q = self.q;
         // Link first: every slot flagged for attention was pushed to `incoming` before it
         // was flagged, and both stacks were taken together, so it is linked now.
+        self.link_incoming();
+        // Earlier rounds' deferred reports, then this batch, oldest first.
+        // Dispatcher-private: a load and a store, no read-modify-write.
+        let deferred = q.deferred.load(Ordering::Relaxed);
+        if deferred != END {
+            q.deferred.store(END, Ordering::Relaxed);
+        }
+        // The lists being settled live in `self`, so that if `report` panics the unwind
+        // guard of `try_dispatch` can keep what is left for a later round.
+        self.rest = [deferred, reverse(&q.slots, |s| &s.attn_link, self.attention)];
+        self.attention = END;
+        for k in 0..2 {
+            while self.rest[k] != END {
+                let i = self.rest[k] as usize;
+                self.rest[k] = q.slots[i].attn_link.load(Ordering::Relaxed);
+                self.current = i as u32;
+                self.settle(i, &mut report);
+                self.current = END;
+            }
+        }
+    }
+
+    /// Links the arrivals taken from the incoming stack at the tail of their levels.
+    fn link_incoming(&mut self) {
+        let q = self.q;
         let mut cur = reverse(&q.slots, |s| &s.link, self.incoming);
         self.incoming = END;
         while cur != END {
@@ -783,22 +921,41 @@ impl<const CAP: usize> Dispatcher<'_, CAP> {
             let lvl = level_of(q.slots[i].state.load(Ordering::Relaxed));
             self.link_tail(lvl, i);
         }
-        // Earlier rounds' deferred reports, then this batch, oldest first.
-        // Dispatcher-private: a load and a store, no read-modify-write.
-        let deferred = q.deferred.load(Ordering::Relaxed);
-        if deferred != END {
-            q.deferred.store(END, Ordering::Relaxed);
+    }
+
+    /// After a panic in a round (or in `report`): links what was taken and keeps every
+    /// slot not settled yet for a later round, so nothing taken from the stacks is lost.
+    /// A report that was being made when the panic hit counts as not made.
+    fn recover(&mut self) {
+        let q = self.q;
+        self.link_incoming();
+        if self.current != END {
+            let i = self.current as usize;
+            self.current = END;
+            let slot = &q.slots[i];
+            let mut s = slot.state.load(Ordering::Acquire);
+            while evicted_of(s) != 0 {
+                let left = u64::from(gen_of(s).wrapping_sub(self.current_next)) << EVICTED_SHIFT;
+                let new = (s & !EVICTED_MASK) | left;
+                match slot.state.compare_exchange(s, new, Ordering::Relaxed, Ordering::Relaxed) {
+                    Ok(_) => break,
+                    Err(actual) => s = actual,
+                }
+            }
+            self.unlink(i);
+            self.defer(i);
         }
         let batch = reverse(&q.slots, |s| &s.attn_link, self.attention);
         self.attention = END;
-        for first in [deferred, batch] {
+        for first in [self.rest[0], self.rest[1], batch] {
             let mut cur = first;
             while cur != END {
                 let i = cur as usize;
                 cur = q.slots[i].attn_link.load(Ordering::Relaxed);
-                self.settle(i, &mut report);
+                self.defer(i);
             }
         }
+        self.rest = [END; 2];
     }
 
     /// Keeps slot `i` (still flagged) for a later round's reports, in order.
@@ -830,7 +987,8 @@ impl<const CAP: usize> Dispatcher<'_, CAP> {
         let mut next = gen_of(s).wrapping_sub(evicted_of(s));
         loop {
             while next != gen_of(s) {
-                if !report(Ticket::new(q.owner, i, next)) {
+                self.current_next = next;
+                if !report(q.ticket(i, next)) {
                     // Out of room: keep the unreported ones (and the flag) for later.
                     loop {
                         let left = u64::from(gen_of(s).wrapping_sub(next)) << EVICTED_SHIFT;
@@ -902,7 +1060,9 @@ impl<const CAP: usize> Dispatcher<'_, CAP> {
         // acquired when the stack was taken. If the slot changes hands after the load
         // above, the commit CAS in `remove` fails, so a mixed read is never acted on.
         Found::Waiter(Waiter {
-            ticket: Ticket::new(self.q.owner, i, gen_of(s)),
+            ticket: self.q.ticket(i, gen_of(s)),
+            slot: i as u32,
+            gen: gen_of(s),
             level: priority(level_of(s)),
             enqueued_at: slot.enqueued_at.load(Ordering::Relaxed),
             deadline: slot.deadline.load(Ordering::Relaxed),
@@ -949,7 +1109,8 @@ impl<const CAP: usize> Dispatcher<'_, CAP> {
     /// still be queued (call this before removing `w`).
     #[inline]
     pub fn newer(&mut self, w: &Waiter) -> Option<Waiter> {
-        let slot = &self.q.slots[w.ticket.slot()];
+        let i = self.own(w)?;
+        let slot = &self.q.slots[i];
         if slot.linked.load(Ordering::Relaxed) == 0 {
             return None;
         }
@@ -957,16 +1118,23 @@ impl<const CAP: usize> Dispatcher<'_, CAP> {
         self.first_from(next, true)
     }
 
+    /// `w`'s slot, if `w` was made by this queue's dispatcher (a waiter of another queue,
+    /// however it was obtained, is refused here, so no index is ever out of bounds).
+    fn own(&self, w: &Waiter) -> Option<usize> {
+        let i = w.slot as usize;
+        (w.ticket.owner() == self.q.owner && i < self.q.capacity()).then_some(i)
+    }
+
     /// Takes `w` out of the queue (to grant or expire it). `false` if it already left
     /// (cancelled or evicted meanwhile) — then nothing changed.
     pub fn remove(&mut self, w: &Waiter) -> bool {
         let q = self.q;
-        let i = w.ticket.slot();
+        let Some(i) = self.own(w) else { return false };
         let lvl = w.level.index();
-        let expected = pack(w.ticket.gen(), WAITING, lvl);
+        let expected = pack(w.gen, WAITING, lvl);
         // Exactly one of this CAS, `cancel` and `take_over` succeeds on the waiting word.
         // Release: the slot is claimable from here on (pairs with the CAS in `claim`).
-        let freed = pack(w.ticket.gen().wrapping_add(1), FREE, 0);
+        let freed = pack(w.gen.wrapping_add(1), FREE, 0);
         if q.slots[i]
             .state
             .compare_exchange(expected, freed, Ordering::Release, Ordering::Relaxed)
@@ -984,11 +1152,11 @@ impl<const CAP: usize> Dispatcher<'_, CAP> {
     /// Moves `w` to level `to`, keeping arrival order there (aging). `false` if it left.
     pub fn demote(&mut self, w: &Waiter, to: Priority) -> bool {
         let q = self.q;
-        let i = w.ticket.slot();
+        let Some(i) = self.own(w) else { return false };
         let from = w.level.index();
         let to = q.clamp(to);
-        let expected = pack(w.ticket.gen(), WAITING, from);
-        let moved = pack(w.ticket.gen(), WAITING, to);
+        let expected = pack(w.gen, WAITING, from);
+        let moved = pack(w.gen, WAITING, to);
         // Relaxed: as in `remove`; the fields do not change.
         if q.slots[i]
             .state
@@ -1088,7 +1256,7 @@ mod tests {
                 let p = Priority::new(l).unwrap();
                 while let Some(w) = if lifo { d.newest(p) } else { d.oldest(p) } {
                     assert!(d.remove(&w));
-                    out.push(w.ticket);
+                    out.push(w.ticket());
                 }
             }
             true
@@ -1153,7 +1321,7 @@ mod tests {
         let other = WaitQueue::<2>::new(1, 2).unwrap();
         let t = q.push(P0, 0, NO_DEADLINE, false).unwrap();
         assert_eq!(other.cancel(t), Err(UsageError::ForeignHandle));
-        let bogus = Ticket::from_bits(t.to_bits() | (0xFF << 32));
+        let bogus = Ticket::from_bits(t.to_bits() | 0xFF00_0000);
         assert_eq!(q.cancel(bogus), Err(UsageError::UnknownTicket));
         assert_eq!(q.cancel(Ticket::from_bits(t.to_bits() + 1)), Err(UsageError::UnknownTicket));
         assert_eq!(q.cancel(t), Ok(P0));
@@ -1257,7 +1425,7 @@ mod tests {
             for l in 0..3 {
                 while let Some(w) = d.oldest(Priority::new(l).unwrap()) {
                     assert!(d.remove(&w));
-                    order.push(w.ticket);
+                    order.push(w.ticket());
                 }
             }
             true
@@ -1283,7 +1451,7 @@ mod tests {
                 reports.push(t);
                 true
             });
-            assert_eq!(d.oldest(P0).map(|w| w.ticket), Some(c));
+            assert_eq!(d.oldest(P0).map(|w| w.ticket()), Some(c));
             true
         });
         assert_eq!(reports, [b]);
@@ -1365,10 +1533,10 @@ mod tests {
             d.refresh(|_| true);
             let a = d.oldest(P0).unwrap();
             let b = d.newer(&a).unwrap();
-            assert_eq!(b.ticket, t[1]);
+            assert_eq!(b.ticket(), t[1]);
             q.cancel(t[1]).unwrap();
             assert!(!d.remove(&b), "cancelled meanwhile");
-            assert_eq!(d.newer(&a).map(|w| w.ticket), Some(t[2]), "skips the cancelled one");
+            assert_eq!(d.newer(&a).map(|w| w.ticket()), Some(t[2]), "skips the cancelled one");
             true
         });
         assert_eq!(rounds, 2);

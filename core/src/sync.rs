@@ -62,6 +62,29 @@ pub(crate) fn next_instance_id() -> u32 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
+/// The ids of wait queues, kept apart from [`next_instance_id`] so that no other
+/// structure uses them up. Not shared state of any structure: a plain `core` atomic even
+/// under loom.
+static NEXT_QUEUE_ID: IdCounter = IdCounter::new(1);
+
+#[cfg(loom)]
+type IdCounter = core::sync::atomic::AtomicU32;
+#[cfg(not(loom))]
+type IdCounter = AtomicU32;
+
+/// A wait queue id never handed out before in this process, or `None` once all
+/// `2^32 − 1` are taken (ids never wrap, so two queues never share one).
+///
+/// Progress: lock-free (a CAS loop that fails only when another constructor took an id).
+pub(crate) fn next_queue_id() -> Option<u32> {
+    take_id(&NEXT_QUEUE_ID)
+}
+
+fn take_id(counter: &IdCounter) -> Option<u32> {
+    // Relaxed: only uniqueness matters, which the read-modify-write gives.
+    counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_add(1)).ok()
+}
+
 #[cfg(loom)]
 use loom::cell::UnsafeCell;
 
@@ -140,5 +163,15 @@ mod tests {
         });
         assert_eq!(inner, Some(true));
         assert_eq!(cell.try_with(|v| *v), Some(2));
+    }
+
+    #[test]
+    fn queue_ids_never_wrap() {
+        let counter = IdCounter::new(u32::MAX - 2);
+        assert_eq!(take_id(&counter), Some(u32::MAX - 2));
+        assert_eq!(take_id(&counter), Some(u32::MAX - 1));
+        assert_eq!(take_id(&counter), None, "u32::MAX would wrap next: refused");
+        assert_eq!(take_id(&counter), None, "and stays refused");
+        assert!(next_queue_id().is_some_and(|a| next_queue_id().is_some_and(|b| b > a)));
     }
 }

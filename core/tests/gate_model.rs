@@ -2,8 +2,9 @@
 //! Model test: the `Gate` against a simple sequential reference model.
 //!
 //! Random sequences of arrive / release / poll / cancel / advance-time / shed-level run on
-//! a real `Gate` (fixed limit, three levels, no partitions, FIFO, no CoDel, capacity 4)
-//! and on a plain-`Vec` model of the rules in DESIGN.md §3. After every step the two must
+//! a real `Gate` (fixed limit, three levels, no partitions, capacity 4; FIFO or LIFO by
+//! occupancy or by CoDel; folly CoDel or none; aging or none; a maximum wait or none)
+//! and on a plain-`Vec` model of the documented rules (`gate` module docs). After every step the two must
 //! agree on each decision (admitted / queued / rejected and why), on the events a poll
 //! reports, on queue depth per level and on in-flight; and the invariants must hold:
 //! in-flight ≤ limit, queue ≤ capacity, no lost wake-up after a poll (a waiter left only
@@ -12,7 +13,8 @@
 
 use quickcheck::{Arbitrary, Gen, QuickCheck};
 use std::collections::{HashMap, HashSet};
-use surgeguard_core::gate::{Arrival, Event, Gate, GateConfig, LifoTrigger};
+use surgeguard_core::codel::{CodelConfig, CodelMode};
+use surgeguard_core::gate::{Aging, Arrival, Event, Gate, GateConfig, LifoTrigger};
 use surgeguard_core::limit::{AlgorithmConfig, FixedConfig};
 use surgeguard_core::queue::Ticket;
 use surgeguard_core::time::MS;
@@ -71,6 +73,12 @@ struct Params {
     /// LIFO while occupancy is above this many quarters of the capacity.
     lifo_quarters: Option<u8>,
     max_wait_ms: Option<u8>,
+    /// folly CoDel (target 5 ms, interval 50 ms) on every level.
+    codel: bool,
+    /// LIFO while CoDel says overloaded (instead of by occupancy).
+    lifo_codel: bool,
+    /// Critical waiters age to background after 20 ms.
+    aging: bool,
 }
 
 impl Arbitrary for Params {
@@ -80,6 +88,9 @@ impl Arbitrary for Params {
             initial_service_ms: u8::arbitrary(g) % 2 * 5,
             lifo_quarters: bool::arbitrary(g).then(|| 1 + u8::arbitrary(g) % 3),
             max_wait_ms: bool::arbitrary(g).then(|| 1 + u8::arbitrary(g) % 30),
+            codel: bool::arbitrary(g),
+            lifo_codel: bool::arbitrary(g),
+            aging: bool::arbitrary(g),
         }
     }
 }
@@ -92,6 +103,87 @@ struct MWaiter {
     /// It took its slot from an evicted waiter, and no poll has reported that eviction
     /// yet: if cancelled now, its slot stays taken until the next poll.
     evicted_unreported: bool,
+}
+
+const TARGET: u64 = 5 * MS;
+const INTERVAL: u64 = 50 * MS;
+const AGE_AFTER: u64 = 20 * MS;
+
+/// folly's CoDel as documented: over each interval the smallest delay seen at dequeue;
+/// at the first dequeue after the interval ends (if the interval saw a dequeue) the
+/// queue is overloaded iff that minimum exceeded the target; the first dequeue of an
+/// interval re-seeds the minimum and is never dropped; otherwise drop iff overloaded and
+/// delay > 2 × target. A request admitted without queueing is a zero-delay dequeue,
+/// noted (the first, and the latest if more than interval/64 after the one noted) and
+/// folded in at the next dequeue, before it.
+#[derive(Clone, Debug, Default)]
+struct MCodel {
+    end: Option<u64>,
+    min: u64,
+    /// The next dequeue starts a new minimum.
+    fresh: bool,
+    overloaded: bool,
+    latest: u64,
+    passes: Option<(u64, u64)>,
+}
+
+impl MCodel {
+    fn new() -> Self {
+        MCodel { fresh: true, ..Default::default() }
+    }
+
+    fn folly(&mut self, now: u64, delay: u64) -> bool {
+        match self.end {
+            None => self.end = Some(now + INTERVAL),
+            Some(end) if now > end && !self.fresh => {
+                self.overloaded = self.min > TARGET;
+                self.end = Some(now + INTERVAL);
+                self.fresh = true;
+            }
+            Some(_) => {}
+        }
+        if self.fresh {
+            self.fresh = false;
+            self.min = delay;
+            return false;
+        }
+        self.min = self.min.min(delay);
+        self.overloaded && delay > 2 * TARGET
+    }
+
+    fn fold_passes(&mut self) {
+        if let Some((first, last)) = self.passes.take() {
+            self.latest = self.latest.max(first);
+            let a = self.latest;
+            self.folly(a, 0);
+            if last > a {
+                self.latest = last;
+                self.folly(last, 0);
+            }
+        }
+    }
+
+    fn pass(&mut self, now: u64) {
+        self.passes = Some(match self.passes {
+            None => (now, now),
+            Some((f, l)) if now > l + INTERVAL / 64 => (f, now),
+            Some(p) => p,
+        });
+    }
+
+    fn dequeue(&mut self, now: u64, delay: u64) -> bool {
+        self.fold_passes();
+        self.latest = self.latest.max(now);
+        let now = self.latest;
+        self.folly(now, delay)
+    }
+
+    /// The verdict the next dequeue starts from (pending passes counted).
+    fn is_overloaded(&self) -> bool {
+        let mut c = self.clone();
+        c.fold_passes();
+        c.overloaded
+    }
 }
 
 /// The sequential reference model.
@@ -112,6 +204,9 @@ struct Model {
     /// Levels that dispatched LIFO at their last dispatch.
     lifo: [bool; LEVELS],
     max_wait: Option<u64>,
+    codel: Option<[MCodel; LEVELS]>,
+    lifo_codel: bool,
+    aging: bool,
 }
 
 #[derive(Debug, PartialEq)]
@@ -184,6 +279,17 @@ impl Model {
         for w in self.levels.iter_mut().flatten() {
             w.evicted_unreported = false;
         }
+        // Aging: critical waiters that waited 20 ms, oldest first, join background in
+        // arrival order.
+        if self.aging {
+            while self.levels[0].first().is_some_and(|w| self.now - w.enqueued_at >= AGE_AFTER) {
+                let w = self.levels[0].remove(0);
+                let to = &mut self.levels[LEVELS - 1];
+                let at =
+                    to.iter().rposition(|x| x.enqueued_at <= w.enqueued_at).map_or(0, |i| i + 1);
+                to.insert(at, w);
+            }
+        }
         if let Some(s) = self.shed {
             for l in s..LEVELS {
                 events.extend(self.levels[l].drain(..).map(|w| (w.ticket, Some(Reason::Shed))));
@@ -205,8 +311,11 @@ impl Model {
             if self.levels[l].is_empty() {
                 continue;
             }
-            self.lifo[l] =
-                self.lifo_threshold.is_some_and(|f| self.waiting() as f64 > f * CAP as f64);
+            self.lifo[l] = if self.lifo_codel {
+                self.codel.as_ref().is_some_and(|c| c[l].is_overloaded())
+            } else {
+                self.lifo_threshold.is_some_and(|f| self.waiting() as f64 > f * CAP as f64)
+            };
             while !self.levels[l].is_empty() {
                 if self.inflight >= self.limit {
                     break 'levels;
@@ -216,6 +325,13 @@ impl Model {
                 } else {
                     self.levels[l].remove(0)
                 };
+                // CoDel judges the waiter being dequeued.
+                if let Some(c) = self.codel.as_mut() {
+                    if c[l].dequeue(now, now - w.enqueued_at) {
+                        events.push((w.ticket, Some(Reason::CodelSlough)));
+                        continue;
+                    }
+                }
                 self.inflight += 1;
                 events.push((w.ticket, None));
             }
@@ -236,10 +352,23 @@ fn run(params: Params, ops: Vec<Op>) -> bool {
                 max_limit: limit,
             }))
         },
-        codel: None,
-        lifo: params
-            .lifo_quarters
-            .map_or(LifoTrigger::Never, |q| LifoTrigger::Occupancy(f64::from(q) / 4.0)),
+        codel: params.codel.then_some(CodelConfig {
+            target_ns: TARGET,
+            interval_ns: INTERVAL,
+            mode: CodelMode::Folly,
+        }),
+        lifo: if params.lifo_codel {
+            LifoTrigger::CodelOverloaded
+        } else {
+            params
+                .lifo_quarters
+                .map_or(LifoTrigger::Never, |q| LifoTrigger::Occupancy(f64::from(q) / 4.0))
+        },
+        aging: params.aging.then_some(Aging {
+            from: Priority::CRITICAL,
+            to: Priority::BACKGROUND,
+            after_ns: AGE_AFTER,
+        }),
         max_wait_ns: params.max_wait_ms.map(|m| u64::from(m) * MS),
         initial_service_ns: u64::from(params.initial_service_ms) * MS,
         ..GateConfig::default()
@@ -257,6 +386,9 @@ fn run(params: Params, ops: Vec<Op>) -> bool {
         lifo_threshold: params.lifo_quarters.map(|q| f64::from(q) / 4.0),
         lifo: [false; LEVELS],
         max_wait: params.max_wait_ms.map(|m| u64::from(m) * MS),
+        codel: params.codel.then(|| core::array::from_fn(|_| MCodel::new())),
+        lifo_codel: params.lifo_codel,
+        aging: params.aging,
     };
     let mut permits: Vec<RawPermit> = Vec::new();
     let mut tickets: Vec<Ticket> = Vec::new();
@@ -277,6 +409,9 @@ fn run(params: Params, ops: Vec<Op>) -> bool {
                 match (&want, got) {
                     (Decision::Admitted, Arrival::Admitted(p)) => {
                         m.inflight += 1;
+                        if let Some(c) = m.codel.as_mut() {
+                            c[lvl].pass(m.now);
+                        }
                         permits.push(p);
                     }
                     (Decision::Queued { evicts }, Arrival::Queued(t)) => {

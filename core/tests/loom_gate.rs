@@ -361,3 +361,71 @@ fn two_arrivals_race_for_one_cancelled_slot() {
         assert!(main.expired.is_empty());
     });
 }
+
+/// A gate whose levels have guaranteed shares (non-zero weights: the limiter's partition
+/// rule decides, and may keep a slot back for a level).
+fn weighted<const C: usize>(limit: f64, weights: [f64; 2]) -> Gate<C> {
+    let mut w = [0.0; 8];
+    w[..2].copy_from_slice(&weights);
+    Gate::new(GateConfig {
+        limiter: LimiterConfig {
+            levels: 2,
+            weights: w,
+            ..LimiterConfig::with_algorithm(AlgorithmConfig::Fixed(FixedConfig {
+                initial_limit: limit,
+                min_limit: 1.0,
+                max_limit: limit,
+            }))
+        },
+        codel: None,
+        lifo: LifoTrigger::Never,
+        ..GateConfig::default()
+    })
+    .unwrap()
+}
+
+#[test]
+fn partitions_a_release_racing_arrivals_of_two_levels() {
+    loom::model(|| {
+        // Limit 2 split 50/50; both slots taken (one per level). A normal holder releases
+        // while a critical and a normal arrival come in.
+        let g = Arc::new(weighted::<2>(2.0, [0.5, 0.5]));
+        let Arrival::Admitted(a) = g.arrive(0, P1, None) else { panic!() };
+        let Arrival::Admitted(_b) = g.arrive(0, P0, None) else { panic!() };
+        let g1 = g.clone();
+        let releaser = thread::spawn(move || {
+            let mut seen = Seen::default();
+            g1.release(a, 1, Outcome::Success).unwrap();
+            let r = g1.arrive(1, P1, None);
+            poll_into(&g1, 1, &mut seen);
+            (r, seen)
+        });
+        let g2 = g.clone();
+        let arriver = thread::spawn(move || {
+            let mut seen = Seen::default();
+            let r = g2.arrive(1, P0, None);
+            poll_into(&g2, 1, &mut seen);
+            (r, seen)
+        });
+        let (r1, s1) = releaser.join().unwrap();
+        let (r2, s2) = arriver.join().unwrap();
+        let granted = check_once(&[&s1, &s2]);
+        let admitted = [&r1, &r2].iter().filter(|r| matches!(r, Arrival::Admitted(_))).count();
+        assert!(g.limiter().inflight() <= 2, "admitted above the limit");
+        assert_eq!(g.limiter().inflight() as usize, 1 + admitted + granted.len());
+        assert!(g.waiting_total() <= 2);
+        for r in [&r1, &r2] {
+            assert!(!matches!(r, Arrival::Rejected(_)), "nothing is refused here: {r:?}");
+        }
+        // No lost wake-up: a waiter beside a free slot has a timer to come back.
+        if g.waiting_total() > 0 && g.limiter().inflight() < 2 {
+            assert!(g.next_wakeup(1).is_some(), "a waiter beside a free slot and no wake-up");
+        }
+        // The critical arrival never waits behind the normal one.
+        if let Arrival::Queued(t) = r2 {
+            if let Arrival::Queued(u) = r1 {
+                assert!(!(granted.contains(&u) && !granted.contains(&t)), "overtaken");
+            }
+        }
+    });
+}

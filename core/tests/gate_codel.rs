@@ -1,0 +1,190 @@
+#![cfg(not(loom))]
+//! The Gate's CoDel against folly's rule, where every request passes through the queue:
+//! a request admitted at once is a dequeue with zero delay, and the waiter judged is the
+//! one being dequeued (the newest in LIFO). Also: permits the gate takes for waiters that
+//! then leave are not shown to callers as admissions.
+
+use surgeguard_core::gate::{Arrival, Event, Gate, GateConfig, GateState, LifoTrigger};
+use surgeguard_core::limit::{AlgorithmConfig, FixedConfig};
+use surgeguard_core::queue::Ticket;
+use surgeguard_core::time::{MS, SEC};
+use surgeguard_core::{LimiterConfig, Outcome, Priority, RawPermit, Reason};
+
+const P: Priority = Priority::CRITICAL;
+
+/// Limit 1, one level, folly CoDel (5 ms target, 100 ms interval), LIFO while overloaded.
+fn gate() -> Gate<64> {
+    Gate::new(GateConfig {
+        limiter: LimiterConfig {
+            levels: 1,
+            ..LimiterConfig::with_algorithm(AlgorithmConfig::Fixed(FixedConfig {
+                initial_limit: 1.0,
+                min_limit: 1.0,
+                max_limit: 1.0,
+            }))
+        },
+        lifo: LifoTrigger::CodelOverloaded,
+        ..GateConfig::default()
+    })
+    .unwrap()
+}
+
+fn queued(a: Arrival) -> Ticket {
+    match a {
+        Arrival::Queued(t) => t,
+        other => panic!("expected Queued, got {other:?}"),
+    }
+}
+
+fn admitted(a: Arrival) -> RawPermit {
+    match a {
+        Arrival::Admitted(p) => p,
+        other => panic!("expected Admitted, got {other:?}"),
+    }
+}
+
+type Grants = Vec<(Ticket, RawPermit)>;
+
+/// Polls; returns the grants and the expiries.
+fn poll(g: &Gate<64>, now: u64) -> (Grants, Vec<(Ticket, Reason)>) {
+    let mut out: [Option<Event>; 8] = Default::default();
+    let n = g.poll(now, &mut out);
+    let (mut granted, mut expired) = (Vec::new(), Vec::new());
+    for e in out.iter_mut().take(n) {
+        match e.take().unwrap() {
+            Event::Granted(t, p) => granted.push((t, p)),
+            Event::Expired(t, r) => expired.push((t, r.reason)),
+        }
+    }
+    (granted, expired)
+}
+
+/// Releases `held` at `now` and polls: the permit granted, or (all sloughed) one taken
+/// from the limiter directly, not through the gate (so CoDel sees no pass). Counts the
+/// grants and the sloughs.
+fn step(g: &Gate<64>, now: u64, held: RawPermit, tally: &mut (u64, u64)) -> RawPermit {
+    g.release(held, now, Outcome::Success).unwrap();
+    let (mut granted, expired) = poll(g, now);
+    tally.1 += expired.iter().filter(|e| e.1 == Reason::CodelSlough).count() as u64;
+    tally.0 += 1;
+    match granted.pop() {
+        Some((_, p)) => p,
+        None => g.limiter().try_acquire_raw(now, P).unwrap(),
+    }
+}
+
+/// A standing queue for 300 ms (every waiter waits 20 ms or more), then drained: CoDel is
+/// overloaded. Returns the time it ends at, with no permit held.
+fn standing_queue(g: &Gate<64>) -> u64 {
+    let mut held = g.limiter().try_acquire_raw(0, P).unwrap(); // not through the gate
+    queued(g.arrive(MS, P, None));
+    queued(g.arrive(MS, P, None));
+    let mut now = MS;
+    while now < 300 * MS {
+        now += 20 * MS;
+        held = step(g, now, held, &mut (0, 0));
+        queued(g.arrive(now, P, None));
+    }
+    // Drain what waits.
+    while g.waiting_total() > 0 {
+        now += MS;
+        held = step(g, now, held, &mut (0, 0));
+    }
+    now += MS;
+    g.release(held, now, Outcome::Success).unwrap();
+    assert!(g.metrics().codel[0].overloaded, "the standing queue made CoDel overloaded");
+    now
+}
+
+#[test]
+fn direct_admissions_clear_a_stale_verdict() {
+    // The reproduction: a standing queue, 10 s of healthy traffic all admitted
+    // directly, then one waiter. Before, the gate still said Overloaded (the verdict of
+    // 10 s earlier), LIFO served the newest waiter, and a 22 ms waiter was sloughed.
+    let g = gate();
+    let mut now = standing_queue(&g);
+    let before = g.metrics();
+    let end = now + 10 * SEC;
+    while now < end {
+        let p = admitted(g.arrive(now, P, None));
+        now += MS;
+        g.release(p, now, Outcome::Success).unwrap();
+    }
+    assert_eq!(g.state(), GateState::Healthy);
+    let h = admitted(g.arrive(now, P, None));
+    let a = queued(g.arrive(now, P, None));
+    let b = queued(g.arrive(now + MS, P, None));
+    assert_eq!(g.state(), GateState::Healthy, "healthy traffic, one waiter: no standing queue");
+    g.release(h, now + 22 * MS, Outcome::Success).unwrap();
+    let (granted, expired) = poll(&g, now + 22 * MS);
+    assert!(expired.is_empty(), "nothing sloughed: {expired:?}");
+    assert_eq!(granted.iter().map(|x| x.0).collect::<Vec<_>>(), [a], "FIFO: the oldest first");
+    for (_, p) in granted {
+        g.release(p, now + 23 * MS, Outcome::Success).unwrap();
+    }
+    let (granted, expired) = poll(&g, now + 23 * MS);
+    assert!(expired.is_empty(), "a 23 ms waiter is not sloughed by a stale verdict");
+    assert_eq!(granted.iter().map(|x| x.0).collect::<Vec<_>>(), [b]);
+    let after = g.metrics();
+    assert_eq!(after.sloughed, before.sloughed);
+    assert_eq!(after.lifo_switches, before.lifo_switches, "no LIFO once healthy");
+}
+
+#[test]
+fn codel_judges_the_waiter_being_dequeued_in_lifo() {
+    // Overloaded and LIFO: the newest waiter (1 ms) is dequeued, so it is the one judged —
+    // it is not dropped, and the oldest (25 ms) is not sloughed on its account.
+    let g = gate();
+    let mut held = g.limiter().try_acquire_raw(0, P).unwrap();
+    let mut now = 0;
+    // A standing queue that stays: one waiter granted every 20 ms, each after 20+ ms.
+    queued(g.arrive(0, P, None));
+    queued(g.arrive(0, P, None));
+    for _ in 0..15 {
+        now += 20 * MS;
+        held = step(&g, now, held, &mut (0, 0));
+        queued(g.arrive(now, P, None));
+    }
+    assert!(g.metrics().codel[0].overloaded);
+    // Whatever still waits is older than 10 ms; add an old and a fresh waiter.
+    let old = queued(g.arrive(now + MS, P, None));
+    let fresh = queued(g.arrive(now + 25 * MS, P, None));
+    now += 26 * MS;
+    g.release(held, now, Outcome::Success).unwrap();
+    let (granted, expired) = poll(&g, now);
+    assert_eq!(granted.iter().map(|x| x.0).collect::<Vec<_>>(), [fresh], "LIFO");
+    assert!(expired.is_empty(), "the fresh waiter was judged, not an old one: {expired:?}");
+    assert!(!expired.iter().any(|e| e.0 == old));
+    for (_, p) in granted {
+        g.release(p, now + MS, Outcome::Success).unwrap();
+    }
+}
+
+#[test]
+fn a_permit_for_a_waiter_that_left_is_not_an_admission_callers_saw() {
+    // CoDel sloughs the only waiter after the gate took a permit for it: the limiter
+    // counts that permit as admitted and ignored, the gate's metrics do not.
+    let g = gate();
+    let mut held = g.limiter().try_acquire_raw(0, P).unwrap();
+    let mut now = 0;
+    // (permits taken, sloughs): every permit taken is seen by this caller.
+    let mut tally = (1, 0);
+    queued(g.arrive(0, P, None));
+    queued(g.arrive(0, P, None));
+    for _ in 0..8 {
+        now += 20 * MS;
+        held = step(&g, now, held, &mut tally);
+        queued(g.arrive(now, P, None));
+    }
+    while g.waiting_total() > 0 {
+        now += 15 * MS;
+        held = step(&g, now, held, &mut tally);
+    }
+    g.release(held, now, Outcome::Success).unwrap();
+    assert!(tally.1 > 0, "the scenario sloughs");
+    let m = g.metrics();
+    assert_eq!(m.limiter.inflight, 0);
+    assert_eq!(m.limiter.ignored, 0, "no caller ignored a permit");
+    assert_eq!(m.limiter.admitted, tally.0, "admissions callers saw");
+    assert!(g.limiter().metrics().admitted > tally.0, "the limiter itself counts them");
+}
