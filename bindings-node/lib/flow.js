@@ -2,6 +2,7 @@
 const N = require('./native')
 const { call } = require('./errors')
 const v = require('./validate')
+const { guard } = require('./brand')
 
 const count = (w, x) => v.int(w, x, 0, 2 ** 32 - 1)
 const big = (w, x) => v.int(w, x)
@@ -147,5 +148,7 @@ class Watermarks {
     return call(() => this._n.metrics(v.nowNs(nowNs)))
   }
 }
+
+for (const C of [Credits, LagMeter, Watermarks]) guard(C)
 
 module.exports = { Credits, LagMeter, Watermarks }

@@ -454,7 +454,7 @@ unsafe extern "C" fn gate_try_acquire(
     let Ok(deadline) = deadline_of(timeout, now) else {
         // SAFETY: env is this callback's.
         return unsafe {
-            throw(env, true, "SG_BAD_ARG", "timeoutMs must be -1 or a finite number ≥ 0")
+            crate::fast::bad_number(env, argv[2], "timeoutMs must be -1 or a finite number ≥ 0")
         };
     };
     // SAFETY: env is this callback's, open until it returns.
@@ -478,7 +478,7 @@ unsafe extern "C" fn gate_arrive(
     let Ok(deadline) = deadline_of(timeout, now) else {
         // SAFETY: env is this callback's.
         return unsafe {
-            throw(env, true, "SG_BAD_ARG", "timeoutMs must be a finite number ≥ 0")
+            crate::fast::bad_number(env, argv[2], "timeoutMs must be a finite number ≥ 0")
         };
     };
     // SAFETY: env is this callback's, open until it returns.
