@@ -41,7 +41,11 @@ function config (type, options) {
     timeoutMs: 'ms',
     outcome: 'fn',
     skip: 'fn',
-    readinessRoute: 'string',
+    readinessRoute: (w, x) => {
+      v.string(w, x)
+      if (!x.startsWith('/')) throw v.rangeErr(`${w} must be a path starting with / (got ${v.show(x)})`)
+      return x
+    },
     overloadedStatus: (w, x) => v.int(w, x, 100, 599)
   })
   if (o.gate === undefined) throw v.typeErr(`${type} needs { gate }`)

@@ -7,7 +7,7 @@ const { guard, badThis } = require('./brand')
 const { Levels } = require('./priority')
 const { newPermit } = require('./permit')
 
-const ALGORITHMS = ['fixed', 'aimd', 'hysteresis', 'gradient', 'gradient2', 'vegas']
+const ALGORITHMS = Object.freeze(['fixed', 'aimd', 'hysteresis', 'gradient', 'gradient2', 'vegas'])
 
 /** A concurrency limit: a finite number in [1e-6, 1e9] (fractions allowed). */
 function limitValue (what, x) {

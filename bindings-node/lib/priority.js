@@ -55,6 +55,10 @@ class Levels {
 
   /** The name of level `l` (`level3` for unnamed ones). */
   name (l) {
+    if (typeof l !== 'number') throw typeErr(`level must be a number (got ${show(l)})`)
+    if (!Number.isInteger(l) || l < 0 || l >= this.count) {
+      throw rangeErr(`level must be a whole number in [0, ${this.count - 1}] (got ${show(l)})`)
+    }
     if (l === 0) return 'critical'
     if (l === 1 && this.count > 2) return 'normal'
     if (l === this.count - 1 && this.count >= 2) return 'background'
