@@ -69,7 +69,10 @@ class Credits {
   }
 }
 
-/** Consumer lag in seconds and time to drain (seed 004 §3), with 1-minute rates by default. */
+/**
+ * Consumer lag in seconds and time to drain (lag ÷ (consume rate − produce rate), as Kafka
+ * lag exporters such as Burrow report it), with 1-minute rates by default.
+ */
 class LagMeter {
   constructor (options) {
     const o = v.options('LagMeter', options, { bucketMs: 'ms' })

@@ -1,7 +1,7 @@
 //! Raw N-API callbacks for the hot paths (`exports.fast.*`).
 //!
 //! Why raw: a napi-rs class method costs ~250 ns here, a raw free function ~30 ns
-//! (measured with `bench/bench.js`, see `BENCHMARKS.md`). Each callback here reads its handle with
+//! (measured on the development machine; `bench/bench.js` reports the raw-call floor). Each callback here reads its handle with
 //! `napi_get_value_external` (no `napi_unwrap`), its numbers with `napi_get_value_double`,
 //! reads the clock natively unless a `nowNs` BigInt is passed last, calls the core once and
 //! returns one number.

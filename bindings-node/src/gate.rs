@@ -1,6 +1,7 @@
 //! `Gate`: limiter + admission queue + shed switch, pumped by the facade's one timer.
 //!
-//! The core gate is an event pump (DESIGN.md §3); this binding owns the waiters' side:
+//! The core gate is an event pump (it never blocks or wakes anyone); this binding owns the
+//! waiters' side:
 //! `arrive` returns a permit, a ticket or a refusal; after a release (or a queued arrival,
 //! or when `nextWakeupMs` comes) the facade calls `poll`, which returns grants and expiries
 //! keyed by ticket, and resolves or rejects the matching Promises.
