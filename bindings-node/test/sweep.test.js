@@ -351,3 +351,43 @@ test('sweep: gate.levels (of, fromHeader, name) with hostile input', () => {
     assert.ok(Number.isInteger(l) && l >= 0 && l < levels.count, 'a header never fails a request')
   }), { numRuns: RUNS * 4 })
 })
+
+test('sweep: HTTP headers from a hostile client never make a 500 (Express and Fastify)', async () => {
+  const http = require('node:http')
+  const gate = new sg.Gate({ algorithm: 'fixed', initialLimit: 4 })
+  const keyed = new sg.KeyedLimits({ shardLimit: 2 })
+  const express = require('express')
+  const app = express()
+  app.use(sg.express({ gate, keyed, key: 'x-tenant-id' }))
+  app.get('/', (req, res) => res.end('ok'))
+  const fastify = require('fastify')({ logger: false })
+  await fastify.register(sg.fastify, { gate, keyed, key: 'x-tenant-id' })
+  fastify.get('/', async () => 'ok')
+  const e = await new Promise((resolve) => { const s = app.listen(0, '127.0.0.1', () => resolve(s)) })
+  await fastify.listen({ port: 0, host: '127.0.0.1' })
+  const ports = [e.address().port, fastify.server.address().port]
+  const agent = new http.Agent({ keepAlive: true })
+  const header = fc.oneof(fc.constantFrom(...PROTO_NAMES, ...WORDS, '-1', '8', '99', '1.5', 'CRITICAL', ' normal '),
+    fc.string({ maxLength: 12 }).filter((x) => /^[\x20-\x7e]*$/.test(x)))
+  const get = (port, headers) => new Promise((resolve, reject) => {
+    http.get({ host: '127.0.0.1', port, path: '/', headers, agent }, (res) => {
+      res.resume()
+      res.on('end', () => resolve(res.statusCode))
+    }).on('error', reject)
+  })
+  try {
+    await fc.assert(fc.asyncProperty(header, fc.option(header), fc.constantFrom(...ports), async (priority, tenant, port) => {
+      const headers = { 'x-request-priority': priority }
+      if (tenant !== null) headers['x-tenant-id'] = tenant
+      const status = await get(port, headers)
+      assert.ok([200, 429, 503].includes(status), `status ${status} for ${JSON.stringify(headers)}`)
+    }), { numRuns: RUNS })
+  } finally {
+    agent.destroy()
+    e.closeAllConnections()
+    e.close()
+    await fastify.close()
+  }
+  assert.equal(gate.livePermits, 0)
+  assert.equal(keyed.livePermits, 0)
+})
