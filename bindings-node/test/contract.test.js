@@ -260,6 +260,11 @@ test('errors: one code set, string-for-number is a TypeError everywhere, names a
     [{ minLimit: 5, maxLimit: 9, initialLimit: 20 }, /initialLimit outside \[minLimit, maxLimit\]/]]) {
     assert.throws(() => new sg.Gate(opts), (e) => e instanceof RangeError && re.test(e.message) && !/_/.test(e.message.replace(/^surgeguard: /, '')), JSON.stringify(opts))
   }
+  for (const [C, opts, re] of [[sg.RetryBudget, { ttlMs: 0 }, /ttlMs/], [sg.CircuitBreaker, { openMs: 0 }, /openMs/],
+    [sg.Gate, { codelTargetMs: 200, codelIntervalMs: 100 }, /codelTargetMs must be below codelIntervalMs/],
+    [sg.KeyedLimits, { shardLimit: 4, ratePerSecond: 1e-12 }, /ratePerSecond/], [sg.Backoff, { baseMs: 10, capMs: 1 }, /capMs below baseMs/]]) {
+    assert.throws(() => new C(opts), (e) => e instanceof RangeError && re.test(e.message), `${C.name} ${JSON.stringify(opts)}`)
+  }
   // A detached method or a wrong `this` is a TypeError that says so.
   const detached = gate.metrics
   assert.throws(() => detached(), (e) => e instanceof TypeError && /not a Gate/.test(e.message))

@@ -215,6 +215,9 @@ for (const name of CLASSES) {
         assert.ok(x instanceof C)
       } catch (e) {
         assert.ok(allowed(e), `new ${name}(${describeOpts(o)}) threw ${describe(e)}`)
+        // Named as JS spells options: no core (snake_case, nanosecond) names.
+        const m = e.message.replace(/"[^"]*"/g, '""')
+        assert.doesNotMatch(m, /\b[a-z][a-z0-9]*_[a-z0-9_]+\b|\w+_ns\b|(?<![\w.])(ttl|window|bucket|base|cap|openDuration|slowCallDuration|probeLease|rampDuration|shardRate|codel\.\w+|emission|limitRetryAfter)(?![\w])/, `new ${name}(${describeOpts(o)}): ${e.message}`)
       }
     }), { numRuns: RUNS * 4 })
   })
