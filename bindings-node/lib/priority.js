@@ -26,6 +26,7 @@ class Levels {
 
   /** A priority (name or whole number below `count`) as a level index. */
   of (p) {
+    if (!(this instanceof Levels)) throw badThis('Levels', 'of')
     if (p === undefined) return this.default
     if (typeof p === 'number') {
       if (Number.isInteger(p) && p >= 0 && p < this.count) return p
@@ -45,6 +46,7 @@ class Levels {
    * sending a bad header.
    */
   fromHeader (v) {
+    if (!(this instanceof Levels)) throw badThis('Levels', 'fromHeader')
     if (typeof v !== 'string' || v === '') return this.default
     const s = v.trim().toLowerCase()
     const l = this.names.get(s)
@@ -65,5 +67,8 @@ class Levels {
     return 'level' + l
   }
 }
+
+const { guard, badThis } = require('./brand')
+guard(Levels, ['of', 'fromHeader'])
 
 module.exports = { PRIORITY, Levels }

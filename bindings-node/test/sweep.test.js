@@ -353,6 +353,12 @@ test('sweep: gate.levels (of, fromHeader, name) with hostile input', () => {
     const l = levels.fromHeader(x)
     assert.ok(Number.isInteger(l) && l >= 0 && l < levels.count, 'a header never fails a request')
   }), { numRuns: RUNS * 4 })
+  const proto = Object.getPrototypeOf(levels)
+  for (const m of publicMembers(proto.constructor)) {
+    for (const t of [undefined, null, 5, {}, new sg.Gate()]) {
+      assert.throws(() => proto[m].call(t, 'normal'), (e) => allowed(e), `levels.${m} on ${describeOpts(t)}`)
+    }
+  }
 })
 
 test('sweep: HTTP headers from a hostile client never make a 500 (Express and Fastify)', async () => {
