@@ -43,6 +43,12 @@ function defaultClassify (err) {
   return 'ignore'
 }
 
+/** An AbortSignal, or anything shaped like one (a polyfill's). */
+function isSignal (x) {
+  return x instanceof AbortSignal || (x !== null && typeof x === 'object' && typeof x.aborted === 'boolean' &&
+    typeof x.addEventListener === 'function' && typeof x.removeEventListener === 'function')
+}
+
 function abortReason (signal) {
   if (signal.reason !== undefined) return signal.reason
   const e = new Error('The operation was aborted')
@@ -137,7 +143,7 @@ class Gate {
         if (opts.priority !== undefined) lvl = this._lv.of(opts.priority)
         if (opts.timeoutMs !== undefined) timeout = v.ms('timeoutMs', opts.timeoutMs)
         signal = opts.signal
-        if (signal !== undefined && !(signal instanceof AbortSignal)) throw v.typeErr(`signal must be an AbortSignal (got ${v.show(signal)})`)
+        if (signal !== undefined && !isSignal(signal)) throw v.typeErr(`signal must be an AbortSignal (got ${v.show(signal)})`)
         now = v.nowNs(opts.nowNs)
       } catch (err) {
         return Promise.reject(err)
