@@ -407,3 +407,27 @@ test('a queued waiter is granted by the pump alone when the share rule releases 
   assert.equal(gate.inflight, 0)
   assert.equal(gate.waiting, 0)
 })
+
+for (const [name, make] of SERVERS) {
+  test(`${name}: a handler that throws still ends its permit (as ignore: an application error)`, async () => {
+    const gate = new sg.Gate({ algorithm: 'fixed', initialLimit: 2, levels: 1 })
+    const srv = await make({ gate }, async () => {
+      await sleep(5)
+      throw new Error('handler bug')
+    })
+    try {
+      for (let i = 0; i < 3; i++) {
+        const r = await fetch(srv.url + '/work')
+        assert.equal(r.status, 500)
+        await r.text()
+      }
+    } finally {
+      await srv.close()
+    }
+    assert.equal(gate.livePermits, 0)
+    assert.equal(gate.inflight, 0)
+    const m = gate.metrics().limiter
+    assert.equal(m.ignored, 3)
+    assert.equal(m.drops, 0)
+  })
+}
