@@ -30,9 +30,19 @@ export declare const ALGORITHMS: readonly Algorithm[]
 /** The binding's monotonic clock, ns. */
 export declare function nowNs (): bigint
 
-/** Every error surgeguard throws on purpose; `code` is stable (`SG_*`). */
+/**
+ * Every `code` a surgeguard error carries. Argument errors are `TypeError` (wrong type) or
+ * `RangeError` (out of range, `nowNs` above 2^62 included) with `SG_INVALID_ARG`; misuse of
+ * a permit or ticket is an `OverloadError`; refusals are `RejectedError`s (`SG_REJECTED`).
+ */
+export type ErrorCode =
+  | 'SG_INVALID_ARG' | 'SG_REJECTED' | 'SG_ALREADY_RELEASED' | 'SG_FOREIGN_HANDLE'
+  | 'SG_UNKNOWN_TICKET' | 'SG_BAD_LEVEL' | 'SG_USAGE'
+export declare const ERROR_CODES: readonly ErrorCode[]
+
+/** Every error surgeguard throws on purpose except argument errors; `code` is stable (`SG_*`). */
 export declare class OverloadError extends Error {
-  readonly code: string
+  readonly code: ErrorCode
 }
 
 /** A refusal (`code` is `SG_REJECTED`). */
@@ -44,7 +54,9 @@ export declare class RejectedError extends OverloadError {
 
 /**
  * An admission: end it exactly once (in `finally`). A second end throws
- * `OverloadError` with code `SG_ALREADY_RELEASED` and changes nothing.
+ * `OverloadError` with code `SG_ALREADY_RELEASED` and changes nothing; a bad argument
+ * throws before anything changes. Only the binding creates permits (`new Permit()` is a
+ * TypeError), so a permit can end only its own admission.
  */
 export declare class Permit {
   private constructor ()
@@ -151,8 +163,10 @@ export interface LimiterMetrics {
   p99RttMs: number
 }
 
+/** Per-call options; any other key is a TypeError. */
 export interface AcquireNowOptions {
   priority?: Priority
+  /** Injected time, ns, in [0, 2^62] (for deterministic tests); default the native clock. */
   nowNs?: bigint
 }
 
@@ -182,9 +196,12 @@ export interface GateOptions extends LimiterOptions {
   codelMode?: 'folly' | 'rfc8289'
   /** `codel` (default), `never`, or an occupancy fraction in (0, 1]. */
   lifo?: 'codel' | 'never' | number
-  /** A waiter queued longer than this is expired. */
+  /**
+   * The longest any waiter of this gate stays queued (queueing time only); default none.
+   * Compare `timeoutMs` of `acquire`/`run`/the middleware: a per-request deadline.
+   */
   maxWaitMs?: number
-  /** Seed 000 aging: waiters of `from` older than `afterMs` move to `to`. */
+  /** Aging: waiters of `from` queued longer than `afterMs` move to level `to`. */
   aging?: { from: Priority, to: Priority, afterMs: number }
   initialServiceMs?: number
   serviceAlpha?: number
@@ -194,7 +211,11 @@ export interface GateOptions extends LimiterOptions {
 }
 
 export interface AcquireOptions extends AcquireNowOptions {
-  /** The longest the caller will wait, ms. */
+  /**
+   * A deadline for this request, ms from now, covering its wait AND its expected service
+   * time (the gate's running estimate): refused at once (`deadline_unmeetable`) or while
+   * queued (`expired`) when it could not finish in time. 0 = no wait at all.
+   */
   timeoutMs?: number
   /** Aborting cancels the ticket; the Promise rejects with the signal's reason. */
   signal?: AbortSignal
@@ -254,7 +275,7 @@ export declare class Gate {
   acquire (options?: AcquireOptions): Promise<Permit>
   /** Runs `fn` under a permit and records its outcome. */
   run<T> (fn: (permit: Permit) => T | PromiseLike<T>, options?: RunOptions): Promise<T>
-  /** The on-call switch: refuse every level ≥ `priority`; null turns it off. */
+  /** The on-call switch: refuse every level ≥ `priority`; null (only null) turns it off. */
   setShedLevel (priority: Priority | null): void
   readonly shedLevel: number | null
   readonly state: 'healthy' | 'overloaded'
@@ -270,7 +291,10 @@ export declare class Gate {
 export interface RetryBudgetOptions {
   ttlMs?: number
   minRetriesPerSec?: number
+  /** Retries as a fraction of requests, in [0, 1] (0.2 = 20%, the default). */
   percentCanRetry?: number
+  /** The same ratio without the cap at 1: retries per request, in [0, 1000]. Not with percentCanRetry. */
+  retryRatio?: number
 }
 
 export declare class RetryBudget {
@@ -506,10 +530,15 @@ export interface HttpOptions<Req extends RequestLike = RequestLike> {
   /** The key: a header name (e.g. 'x-tenant-id') or a function. */
   key?: string | ((req: Req) => string | undefined)
   keyCost?: number | ((req: Req) => number)
-  /** Longest wait in the gate's queue, ms. */
+  /**
+   * A deadline per request, ms, covering the wait in the gate's queue and the expected
+   * service time (see `AcquireOptions.timeoutMs`); the gate's `maxWaitMs` caps queueing
+   * time alone. Default: none.
+   */
   timeoutMs?: number
   /** The outcome from the response status (default: <400 success, 429/503/504 dropped, else ignore). */
   outcome?: (status: number) => Outcome
+  /** Requests to leave out of admission control (health checks, metrics). */
   skip?: (req: Req) => boolean
   /** Serve readiness at this path (GET). */
   readinessRoute?: string

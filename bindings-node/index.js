@@ -2,7 +2,7 @@
 // surgeguard for Node: the shared Rust overload-control core under a hand-written facade.
 // See index.d.ts for the documented API.
 const N = require('./lib/native')
-const { OverloadError, RejectedError, REASONS } = require('./lib/errors')
+const { OverloadError, RejectedError, REASONS, ERROR_CODES } = require('./lib/errors')
 const { PRIORITY } = require('./lib/priority')
 const { Permit } = require('./lib/permit')
 const { Limiter, ALGORITHMS } = require('./lib/limiter')
@@ -41,6 +41,7 @@ module.exports = {
   OverloadError,
   RejectedError,
   REASONS,
+  ERROR_CODES,
   PRIORITY,
   ALGORITHMS,
   nowNs,

@@ -5,9 +5,21 @@ const N = require('./native')
 const REASONS = Object.freeze(N.reasonNames())
 
 /**
- * The base of every error surgeguard throws on purpose. `code` is stable:
- * `SG_REJECTED` (a refusal, see RejectedError), `SG_ALREADY_RELEASED`, `SG_FOREIGN_HANDLE`,
- * `SG_UNKNOWN_TICKET`, `SG_BAD_LEVEL`, `SG_USAGE`.
+ * Every `code` a surgeguard error carries, native or JS layer alike:
+ * - `SG_INVALID_ARG`: a bad argument or option (a `TypeError` for a wrong type, a
+ *   `RangeError` for a value out of range, `nowNs` above 2^62 included);
+ * - `SG_REJECTED`: a refusal (`RejectedError`);
+ * - `SG_ALREADY_RELEASED`, `SG_FOREIGN_HANDLE`, `SG_UNKNOWN_TICKET`, `SG_BAD_LEVEL`,
+ *   `SG_USAGE`: misuse of a permit or ticket (`OverloadError`).
+ */
+const ERROR_CODES = Object.freeze([
+  'SG_INVALID_ARG', 'SG_REJECTED', 'SG_ALREADY_RELEASED', 'SG_FOREIGN_HANDLE',
+  'SG_UNKNOWN_TICKET', 'SG_BAD_LEVEL', 'SG_USAGE'
+])
+
+/**
+ * The base of every error surgeguard throws on purpose, except argument errors (those are
+ * `TypeError`/`RangeError` with code `SG_INVALID_ARG`). `code` is one of `ERROR_CODES`.
  */
 class OverloadError extends Error {
   constructor (message, code, options) {
@@ -40,11 +52,63 @@ function alreadyReleased () {
   return new OverloadError('surgeguard: permit already released', 'SG_ALREADY_RELEASED')
 }
 
+/**
+ * The core's field names as the JS options spell them: `min_limit` → `minLimit`,
+ * `codel.target_ns` → `codel.targetMs` (the core counts nanoseconds, the options
+ * milliseconds).
+ */
+function jsNames (msg) {
+  return msg.replace(/\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b/g, (w) => {
+    const ns = w.endsWith('_ns')
+    const base = ns ? w.slice(0, -3) : w
+    const camel = base.replace(/_([a-z0-9])/g, (_, c) => c.toUpperCase())
+    return ns ? camel + 'Ms' : camel
+  })
+}
+
+/** Core names that are not mechanical renames of an option, per structure. */
+const RENAMES = {
+  RetryBudget: { ttl: 'ttlMs' },
+  AdaptiveThrottle: { window: 'windowMs' },
+  CircuitBreaker: {
+    window: 'windowCalls/windowMs',
+    openDuration: 'openMs',
+    slowCallDuration: 'slowCallMs',
+    probeLease: 'probeLeaseMs',
+    rampDuration: 'rampMs'
+  },
+  KeyedLimits: {
+    'shardRate.perSecond': 'ratePerSecond',
+    'shardRate.emissionMs': 'ratePerSecond',
+    'shardRate.burst': 'rateBurst',
+    limitRetryAfter: 'limitRetryAfterMs'
+  },
+  Gate: { 'codel.targetMs': 'codelTargetMs', 'codel.intervalMs': 'codelIntervalMs', intervalMs: 'codelIntervalMs' },
+  LagMeter: { bucket: 'bucketMs' },
+  Backoff: { base: 'baseMs', cap: 'capMs' }
+}
+
+/** `msg` (a native config error, `Type: ...`) with every core name as the option's name. */
+function optionNames (msg) {
+  msg = jsNames(msg)
+  const m = /^(\w+): /.exec(msg)
+  const table = m && Object.hasOwn(RENAMES, m[1]) ? RENAMES[m[1]] : undefined
+  if (table === undefined) return msg
+  const head = m[0]
+  let rest = msg.slice(head.length)
+  for (const [from, to] of Object.entries(table)) {
+    const re = new RegExp(`(?<![\\w.])${from.replace(/\./g, '\\.')}(?![\\w.])`, 'g')
+    rest = rest.replace(re, to)
+  }
+  return head + rest
+}
+
 /** Maps an error thrown by a native cold call to a TypeError/RangeError/OverloadError. */
 function mapNative (err) {
   if (!err || typeof err.message !== 'string') return err
   const code = err.code
-  const msg = 'surgeguard: ' + err.message
+  if (code === 'SG_INVALID_ARG' && (err instanceof TypeError || err instanceof RangeError)) return err
+  const msg = 'surgeguard: ' + optionNames(err.message)
   if (code === 'InvalidArg') {
     const e = new RangeError(msg)
     e.code = 'SG_INVALID_ARG'
@@ -69,4 +133,4 @@ function call (fn) {
   }
 }
 
-module.exports = { OverloadError, RejectedError, REASONS, reasonName, alreadyReleased, mapNative, call }
+module.exports = { ERROR_CODES, jsNames, OverloadError, RejectedError, REASONS, reasonName, alreadyReleased, mapNative, call }

@@ -2,6 +2,7 @@
 const N = require('./native')
 const { call } = require('./errors')
 const v = require('./validate')
+const { guard } = require('./brand')
 
 const count = (w, x) => v.int(w, x, 0, 2 ** 32 - 1)
 const big = (w, x) => v.int(w, x)
@@ -68,7 +69,10 @@ class Credits {
   }
 }
 
-/** Consumer lag in seconds and time to drain (seed 004 §3), with 1-minute rates by default. */
+/**
+ * Consumer lag in seconds and time to drain (lag ÷ (consume rate − produce rate), as Kafka
+ * lag exporters such as Burrow report it), with 1-minute rates by default.
+ */
 class LagMeter {
   constructor (options) {
     const o = v.options('LagMeter', options, { bucketMs: 'ms' })
@@ -147,5 +151,7 @@ class Watermarks {
     return call(() => this._n.metrics(v.nowNs(nowNs)))
   }
 }
+
+for (const C of [Credits, LagMeter, Watermarks]) guard(C)
 
 module.exports = { Credits, LagMeter, Watermarks }

@@ -3,14 +3,16 @@ const N = require('./native')
 const { F } = N
 const { call, reasonName, RejectedError, OverloadError } = require('./errors')
 const v = require('./validate')
+const { guard, badThis } = require('./brand')
 const { Levels } = require('./priority')
-const { Permit } = require('./permit')
-const { LIMITER_SPEC, checkAlgorithmOptions, releaseFailure } = require('./limiter')
+const { newPermit, endPermit, OUTCOMES } = require('./permit')
+const { LIMITER_SPEC, checkAlgorithmOptions, releaseFailure, NOW_OPTIONS } = require('./limiter')
 
 const QUEUED_BASE = 16
 /** The wire value of `limit_reached` (the refusal that may still queue). */
 const LIMIT_REACHED = 1
-const OUTCOME_CODE = { success: 0, dropped: 1, ignore: 2 }
+const ACQUIRE_OPTIONS = ['priority', 'timeoutMs', 'signal', 'nowNs']
+const RUN_OPTIONS = ['priority', 'timeoutMs', 'signal', 'nowNs', 'classify']
 
 const GATE_SPEC = {
   queueCapacity: (w, x) => v.int(w, x, 1, 4096),
@@ -20,7 +22,10 @@ const GATE_SPEC = {
   codelMode: v.oneOf('folly', 'rfc8289'),
   lifo: (w, x) => (typeof x === 'number' ? v.number(w, x) : v.oneOf('codel', 'never')(w, x)),
   maxWaitMs: 'ms',
-  aging: (w, x) => v.options('Gate.aging', x, { from: () => x.from, to: () => x.to, afterMs: 'ms' }),
+  aging: (w, x) => {
+    if (x === null || typeof x !== 'object') throw v.typeErr(`${w} must be { from, to, afterMs } (got ${v.show(x)})`)
+    return v.options(w, x, { from: (_, y) => y, to: (_, y) => y, afterMs: 'ms' })
+  },
   initialServiceMs: 'ms',
   serviceAlpha: 'number',
   fallbackRetryAfterMs: 'ms',
@@ -29,13 +34,19 @@ const GATE_SPEC = {
 
 /**
  * The default outcome of work that threw: an overload signal (`dropped`) for our own
- * refusals and timeouts, otherwise `ignore` (an application error is not a capacity
- * signal, DESIGN.md §3).
+ * refusals and timeouts, otherwise `ignore`: an application error says nothing about
+ * capacity (as in Netflix concurrency-limits, where only drops make the limit back off).
  */
 function defaultClassify (err) {
   if (err instanceof OverloadError) return 'dropped'
   if (err && (err.name === 'TimeoutError' || err.code === 'ETIMEDOUT' || err.code === 'UND_ERR_HEADERS_TIMEOUT')) return 'dropped'
   return 'ignore'
+}
+
+/** An AbortSignal, or anything shaped like one (a polyfill's). */
+function isSignal (x) {
+  return x instanceof AbortSignal || (x !== null && typeof x === 'object' && typeof x.aborted === 'boolean' &&
+    typeof x.addEventListener === 'function' && typeof x.removeEventListener === 'function')
 }
 
 function abortReason (signal) {
@@ -57,10 +68,12 @@ class Gate {
     if (options !== undefined && options !== null && (typeof options !== 'object' || Array.isArray(options))) {
       throw v.typeErr(`Gate options must be an object (got ${v.show(options)})`)
     }
-    const limiterIn = {}
-    const gateIn = {}
+    // Null prototypes: an own `__proto__` key must stay a key (and be refused), not
+    // become the prototype.
+    const limiterIn = Object.create(null)
+    const gateIn = Object.create(null)
     for (const k of Object.keys(options || {})) {
-      if (k in LIMITER_SPEC) limiterIn[k] = options[k]
+      if (Object.hasOwn(LIMITER_SPEC, k)) limiterIn[k] = options[k]
       else gateIn[k] = options[k]
     }
     const limiter = checkAlgorithmOptions('Gate', v.options('Gate', limiterIn, LIMITER_SPEC))
@@ -86,25 +99,22 @@ class Gate {
     this._rejMs = 0
   }
 
-  /** The level of `opts.priority` (name or number; default `normal`). */
-  _level (opts) {
-    return opts === undefined || opts.priority === undefined ? this._lv.default : this._lv.of(opts.priority)
-  }
-
   /**
    * A permit now, or `null` (sync, never queues): refused when shedding, when anyone of
    * the same or a more important level waits, or when the limiter is full.
    * `lastRejection` then says why.
    */
   tryAcquire (opts) {
+    if (this?._h === undefined) throw badThis('Gate', 'tryAcquire')
     let lvl = this._lv.default
     let now
     if (opts !== undefined) {
+      v.callOptions('tryAcquire', opts, NOW_OPTIONS)
       if (opts.priority !== undefined) lvl = this._lv.of(opts.priority)
-      now = opts.nowNs
+      now = v.nowNs(opts.nowNs)
     }
     const r = now === undefined ? F.gateTryAcquire(this._h, lvl) : F.gateTryAcquire(this._h, lvl, -1, now)
-    if (r >= 0) return new Permit(this, r, lvl)
+    if (r >= 0) return newPermit(this, releaseGate, r, lvl)
     this._rej = -r
     this._rejMs = F.lastRetryAfterMs()
     return null
@@ -122,18 +132,19 @@ class Gate {
    * `timeoutMs` is the longest the caller will wait (a core deadline); 0 means no wait.
    */
   acquire (opts) {
+    if (this?._h === undefined) return Promise.reject(badThis('Gate', 'acquire'))
     let lvl = this._lv.default
     let timeout = -1
     let signal
     let now
     if (opts !== undefined) {
-      if (opts === null || typeof opts !== 'object') return Promise.reject(v.typeErr(`acquire options must be an object (got ${v.show(opts)})`))
       try {
+        v.callOptions('acquire', opts, ACQUIRE_OPTIONS)
         if (opts.priority !== undefined) lvl = this._lv.of(opts.priority)
         if (opts.timeoutMs !== undefined) timeout = v.ms('timeoutMs', opts.timeoutMs)
         signal = opts.signal
-        if (signal !== undefined && (signal === null || typeof signal.aborted !== 'boolean')) throw v.typeErr('signal must be an AbortSignal')
-        now = opts.nowNs
+        if (signal !== undefined && !isSignal(signal)) throw v.typeErr(`signal must be an AbortSignal (got ${v.show(signal)})`)
+        now = v.nowNs(opts.nowNs)
       } catch (err) {
         return Promise.reject(err)
       }
@@ -146,14 +157,14 @@ class Gate {
       // no wait at all (no deadline: admitted if a slot is free, else limit_reached).
       const t = timeout === 0 ? -1 : timeout
       r = now === undefined ? F.gateTryAcquire(this._h, lvl, t) : F.gateTryAcquire(this._h, lvl, t, now)
-      if (r >= 0) return Promise.resolve(new Permit(this, r, lvl))
+      if (r >= 0) return Promise.resolve(newPermit(this, releaseGate, r, lvl))
       if (r === -LIMIT_REACHED && timeout !== 0) {
         r = now === undefined ? F.gateArrive(this._h, lvl, timeout) : F.gateArrive(this._h, lvl, timeout, now)
       }
     } catch (err) {
       return Promise.reject(err)
     }
-    if (r >= 0) return Promise.resolve(new Permit(this, r, lvl))
+    if (r >= 0) return Promise.resolve(newPermit(this, releaseGate, r, lvl))
     if (r > -QUEUED_BASE) return Promise.reject(new RejectedError(reasonName(-r), F.lastRetryAfterMs()))
     return this._wait(-r - QUEUED_BASE, lvl, signal, now)
   }
@@ -196,7 +207,7 @@ class Gate {
         }
         this._waiters.delete(ticket)
         this._settled(w)
-        w.resolve(new Permit(this, ev[i + 2], w.level))
+        w.resolve(newPermit(this, releaseGate, ev[i + 2], w.level))
       } else if (w !== undefined) {
         this._waiters.delete(ticket)
         this._settled(w)
@@ -226,38 +237,48 @@ class Gate {
     }, Math.max(0, Math.ceil(at - performance.now())))
   }
 
-  _release (id, outcome, nowNs) {
-    const r = nowNs === undefined ? F.gateRelease(this._h, id, outcome) : F.gateRelease(this._h, id, outcome, nowNs)
-    if (r < 0) throw releaseFailure(r)
-    if (r > 0 && this._waiters.size > 0) this._pump(nowNs)
-  }
-
   /**
    * Runs `fn(permit)` under a permit (waiting like `acquire(opts)`), then ends the permit:
    * `success` when it resolves, and when it throws the outcome `classify(err)` returns
    * (default: `dropped` for overload errors and timeouts, `ignore` otherwise).
    */
   run (fn, opts) {
+    if (this?._h === undefined) return Promise.reject(badThis('Gate', 'run'))
     if (typeof fn !== 'function') return Promise.reject(v.typeErr(`run needs a function (got ${v.show(fn)})`))
-    const classify = opts !== undefined && opts !== null && opts.classify !== undefined ? opts.classify : this._classify
-    if (opts === undefined || (opts.signal === undefined && opts.timeoutMs === undefined && opts.nowNs === undefined && opts.classify === undefined)) {
-      // Fast path: admitted at once.
-      const lvl = this._level(opts)
-      let r = F.gateTryAcquire(this._h, lvl)
-      if (r >= 0) return runUnder(new Permit(this, r, lvl), fn, classify)
-      if (r === -LIMIT_REACHED) r = F.gateArrive(this._h, lvl, -1)
-      if (r >= 0) return runUnder(new Permit(this, r, lvl), fn, classify)
-      if (r > -QUEUED_BASE) return Promise.reject(new RejectedError(reasonName(-r), F.lastRetryAfterMs()))
-      return this._wait(-r - QUEUED_BASE, lvl, undefined, undefined).then((p) => runUnder(p, fn, classify))
+    let classify = this._classify
+    let lvl = this._lv.default
+    if (opts !== undefined) {
+      try {
+        v.callOptions('run', opts, RUN_OPTIONS)
+        if (opts.classify !== undefined) classify = v.fn('classify', opts.classify)
+        if (opts.priority !== undefined) lvl = this._lv.of(opts.priority)
+      } catch (err) {
+        return Promise.reject(err)
+      }
+      if (opts.signal !== undefined || opts.timeoutMs !== undefined || opts.nowNs !== undefined) {
+        const o = Object.assign({}, opts)
+        delete o.classify
+        return this.acquire(o).then((p) => runUnder(p, fn, classify))
+      }
     }
-    const o = Object.assign({}, opts)
-    delete o.classify
-    return this.acquire(o).then((p) => runUnder(p, fn, classify))
+    // Fast path: admitted at once.
+    let r = F.gateTryAcquire(this._h, lvl)
+    if (r >= 0) return runUnder(newPermit(this, releaseGate, r, lvl), fn, classify)
+    if (r === -LIMIT_REACHED) r = F.gateArrive(this._h, lvl, -1)
+    if (r >= 0) return runUnder(newPermit(this, releaseGate, r, lvl), fn, classify)
+    if (r > -QUEUED_BASE) return Promise.reject(new RejectedError(reasonName(-r), F.lastRetryAfterMs()))
+    return this._wait(-r - QUEUED_BASE, lvl, undefined, undefined).then((p) => runUnder(p, fn, classify))
   }
 
-  /** The on-call switch (seed 002): refuse every level ≥ `priority` at once; null = off. */
+  /**
+   * The on-call switch: refuse every level ≥ `priority` at once (`'background'` sheds
+   * background only, `'normal'` normal and background); `null` turns it off. Nothing
+   * else is accepted: a missing argument is a TypeError, not "shed from level 1".
+   */
   setShedLevel (priority) {
-    call(() => this._n.setShedLevel(priority === null ? null : this._lv.of(priority)))
+    if (priority === undefined) throw v.typeErr('setShedLevel needs a priority, or null to stop shedding')
+    const level = priority === null ? null : this._lv.of(priority)
+    call(() => this._n.setShedLevel(level))
     if (this._waiters.size > 0) this._pump()
   }
 
@@ -287,7 +308,7 @@ class Gate {
     return this._n.livePermits()
   }
 
-  /** The kill switch (seed 000): pin the limit, or `null` to let it adapt. */
+  /** The kill switch: pin the limit, or `null` to let it adapt again. */
   setStaticLimit (limit) {
     if (limit !== null) v.number('limit', limit)
     call(() => this._n.setStaticLimit(limit))
@@ -313,11 +334,11 @@ function runUnder (permit, fn, classify) {
     return Promise.reject(err)
   }
   if (out === null || typeof out !== 'object' || typeof out.then !== 'function') {
-    if (!permit.released) permit._end(0)
+    if (!permit.released) endPermit(permit, 0)
     return Promise.resolve(out)
   }
   return out.then((value) => {
-    if (!permit.released) permit._end(0)
+    if (!permit.released) endPermit(permit, 0)
     return value
   }, (err) => {
     endWith(permit, classify, err)
@@ -329,10 +350,20 @@ function endWith (permit, classify, err) {
   if (permit.released) return
   let o = 2
   try {
-    const c = OUTCOME_CODE[classify(err)]
+    const name = classify(err)
+    const c = typeof name === 'string' ? OUTCOMES.get(name) : undefined
     if (c !== undefined) o = c
   } catch {}
-  permit._end(o)
+  endPermit(permit, o)
 }
+
+/** Ends a gate permit, then grants any waiter the freed slot lets in. */
+function releaseGate (gate, id, outcome, nowNs) {
+  const r = nowNs === undefined ? F.gateRelease(gate._h, id, outcome) : F.gateRelease(gate._h, id, outcome, nowNs)
+  if (r < 0) throw releaseFailure(r)
+  if (r > 0 && gate._waiters.size > 0) gate._pump(nowNs)
+}
+
+guard(Gate, ['tryAcquire', 'acquire', 'run'])
 
 module.exports = { Gate, defaultClassify }

@@ -1,7 +1,11 @@
 'use strict'
 // HTTP admission for Express and Fastify: per-key check first (429 + JSON), then the
-// gate (503 + Retry-After on a global refusal, possibly after waiting in the queue);
-// the permit is released on the response's 'close' with an outcome from the status.
+// gate (503 + Retry-After on a global refusal, possibly after waiting in the queue).
+// A client that goes away while queued cancels its ticket. Once admitted, the permit
+// lasts as long as the handler's work: it ends when the handler ends the response
+// (Express: `res.end()`, which `send`/`json` call; Fastify: its `onSend` hook), with an
+// outcome from the status, even if the client went away before that. Ending it on the
+// client's disconnect instead would let handlers keep running unseen by the limiter.
 const v = require('./validate')
 const { RejectedError } = require('./errors')
 const { Gate } = require('./gate')
@@ -37,13 +41,20 @@ function config (type, options) {
     timeoutMs: 'ms',
     outcome: 'fn',
     skip: 'fn',
-    readinessRoute: 'string',
+    readinessRoute: (w, x) => {
+      v.string(w, x)
+      if (!x.startsWith('/')) throw v.rangeErr(`${w} must be a path starting with / (got ${v.show(x)})`)
+      return x
+    },
     overloadedStatus: (w, x) => v.int(w, x, 100, 599)
   })
   if (o.gate === undefined) throw v.typeErr(`${type} needs { gate }`)
   if (o.key !== undefined && o.keyed === undefined) throw v.typeErr(`${type}: key needs keyed (a KeyedLimits)`)
   const priorityHeader = (o.priorityHeader || 'x-request-priority').toLowerCase()
   const levels = o.gate.levels
+  if (o.overloadedStatus !== undefined && o.readinessRoute === undefined) {
+    throw v.typeErr(`${type}: overloadedStatus needs readinessRoute`)
+  }
   return {
     gate: o.gate,
     keyed: o.keyed,
@@ -65,9 +76,9 @@ function refusal (rejection) {
 }
 
 /**
- * Admits one request. Resolves to null when admitted (the permits are released on
- * `res` 'close'), to a refusal `{ status, retryAfterS, body }`, or to `false` when the
- * client went away while waiting.
+ * Admits one request. Resolves to `{ permit, keyPermit }` when admitted (the caller ends
+ * them when the handler is done, see `holder`), to a refusal `{ status, retryAfterS, body }`,
+ * or to `false` when the client went away while waiting (its ticket is cancelled).
  */
 async function admit (cfg, req, res) {
   let kp = null
@@ -83,16 +94,11 @@ async function admit (cfg, req, res) {
   }
   const ac = new AbortController()
   let permit = null
-  let done = false
+  let gone = false
+  // While queued only: a disconnect cancels the ticket.
   const onClose = () => {
-    done = true
-    if (permit === null) {
-      ac.abort()
-      return
-    }
-    const outcome = res.writableFinished ? cfg.outcome(res.statusCode) : 'ignore'
-    permit.release(outcome === 'success' || outcome === 'dropped' ? outcome : 'ignore')
-    if (kp !== null) kp.release()
+    gone = true
+    ac.abort()
   }
   res.once('close', onClose)
   try {
@@ -114,16 +120,40 @@ async function admit (cfg, req, res) {
       if (key !== undefined) cfg.keyed.recordRejection(key)
       return refusal(err)
     }
-    if (done) return false
+    if (gone) return false
     throw err
   }
-  if (done) {
-    // The response closed between the grant and this continuation.
+  res.removeListener('close', onClose)
+  if (gone) {
+    // The client went away between the grant and this continuation: no handler runs.
     permit.ignore()
     if (kp !== null) kp.release()
     return false
   }
-  return null
+  return { permit, keyPermit: kp }
+}
+
+/**
+ * Ends an admitted request's permits once, with the outcome of `status` (the handler's
+ * work is done, whether or not the client is still there).
+ */
+function finisher (cfg, admitted) {
+  let ended = false
+  return (status) => {
+    if (ended) return
+    ended = true
+    const outcome = cfg.outcome(status)
+    admitted.permit.release(outcome === 'success' || outcome === 'dropped' ? outcome : 'ignore')
+    if (admitted.keyPermit !== null) admitted.keyPermit.release()
+  }
+}
+
+/** The request's path without the query (Express's `req.path`, or from `req.url`). */
+function pathOf (req) {
+  if (typeof req.path === 'string') return req.path
+  const url = typeof req.url === 'string' ? req.url : ''
+  const q = url.indexOf('?')
+  return q < 0 ? url : url.slice(0, q)
 }
 
 function readinessBody (gate) {
@@ -138,8 +168,9 @@ function readinessBody (gate) {
 
 /**
  * A readiness handler for Express, Fastify or plain `http`: 200 with
- * `{ status: 'healthy' | 'overloaded', ... }`. Overloaded is not broken (seed 003:
- * failing readiness under load removes capacity when it is most needed), so it answers
+ * `{ status: 'healthy' | 'overloaded', ... }`. Overloaded is not broken (failing
+ * readiness under load takes an instance out of rotation and removes capacity when it
+ * is most needed: the SRE book's "Handling Overload"), so it answers
  * 200 unless `overloadedStatus` says otherwise.
  */
 function readiness (gate, options) {
@@ -168,11 +199,21 @@ function express (options) {
   const cfg = config('express', options)
   const ready = cfg.readinessRoute ? readiness(cfg.gate, { overloadedStatus: cfg.overloadedStatus }) : undefined
   return function surgeguardMiddleware (req, res, next) {
-    if (ready !== undefined && req.method === 'GET' && req.path === cfg.readinessRoute) return ready(req, res)
+    if (ready !== undefined && req.method === 'GET' && pathOf(req) === cfg.readinessRoute) return ready(req, res)
     if (cfg.skip !== undefined && cfg.skip(req)) return next()
     admit(cfg, req, res).then((r) => {
-      if (r === null) return next()
       if (r === false) return
+      if (r.permit !== undefined) {
+        // The handler is done when it ends the response.
+        const finish = finisher(cfg, r)
+        const end = res.end
+        res.end = function surgeguardEnd () {
+          res.end = end
+          finish(res.statusCode)
+          return end.apply(this, arguments)
+        }
+        return next()
+      }
       res.statusCode = r.status
       res.setHeader('retry-after', String(r.retryAfterS))
       res.setHeader('content-type', 'application/json')
@@ -195,14 +236,36 @@ function fastify (instance, options, done) {
     return done(err)
   }
   instance.decorate('surgeguard', cfg.gate)
+  const finishers = new WeakMap()
   instance.addHook('onRequest', async (request, reply) => {
-    if (cfg.readinessRoute && request.url === cfg.readinessRoute) return
+    if (cfg.readinessRoute && pathOf(request.raw) === cfg.readinessRoute) return
     if (cfg.skip !== undefined && cfg.skip(request)) return
     const r = await admit(cfg, request, reply.raw)
-    if (r === null) return
     if (r === false) return reply.hijack()
+    if (r.permit !== undefined) {
+      const finish = finisher(cfg, r)
+      finishers.set(request, finish)
+      // A hijacked reply never reaches onSend: then the raw response's end is the signal.
+      const raw = reply.raw
+      const end = raw.end
+      raw.end = function surgeguardEnd () {
+        raw.end = end
+        finish(raw.statusCode)
+        return end.apply(this, arguments)
+      }
+      return
+    }
     reply.code(r.status).header('retry-after', String(r.retryAfterS)).type('application/json').send(r.body)
     return reply
+  })
+  // The handler (or the error handler) produced its reply: its work is done.
+  instance.addHook('onSend', async (request, reply, payload) => {
+    const finish = finishers.get(request)
+    if (finish !== undefined) {
+      finishers.delete(request)
+      finish(reply.statusCode)
+    }
+    return payload
   })
   if (cfg.readinessRoute) {
     instance.get(cfg.readinessRoute, readiness(cfg.gate, { overloadedStatus: cfg.overloadedStatus }))

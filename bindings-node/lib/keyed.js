@@ -3,34 +3,60 @@ const N = require('./native')
 const { F } = N
 const { call, reasonName, OverloadError } = require('./errors')
 const v = require('./validate')
+const { guard, badThis } = require('./brand')
 
-/** A per-key permit: end it with `release()` exactly once. */
+/** Only this module can build a KeyPermit. */
+const TOKEN = Symbol('surgeguard.KeyPermit')
+let isKeyPermit
+
+function notKeyPermit () {
+  return v.typeErr('not a KeyPermit (key permits come from KeyedLimits.tryAcquire())')
+}
+
+/**
+ * A per-key permit: end it with `release()` exactly once. Not constructible by callers
+ * (a module-private token; owner and id in private fields).
+ */
 class KeyPermit {
-  constructor (owner, id, key) {
-    this._o = owner
-    this._id = id
+  #owner
+  #id
+
+  constructor (token, owner, id, key) {
+    if (token !== TOKEN) {
+      throw v.typeErr('KeyPermit has no public constructor: key permits come from KeyedLimits.tryAcquire()')
+    }
+    this.#owner = owner
+    this.#id = id
     this.key = key
   }
 
   release () {
-    const id = this._id
+    if (!isKeyPermit(this)) throw notKeyPermit()
+    const id = this.#id
     if (id < 0) throw new OverloadError('surgeguard: key permit already released', 'SG_ALREADY_RELEASED')
-    this._id = -1
-    F.keyedRelease(this._o._h, id)
+    this.#id = -1
+    F.keyedRelease(this.#owner._h, id)
   }
 
   get released () {
-    return this._id < 0
+    if (!isKeyPermit(this)) throw notKeyPermit()
+    return this.#id < 0
   }
 
   [Symbol.dispose] () {
-    if (this._id >= 0) this.release()
+    if (!isKeyPermit(this)) throw notKeyPermit()
+    if (this.#id >= 0) this.release()
+  }
+
+  static {
+    isKeyPermit = (x) => x !== null && typeof x === 'object' && #id in x
   }
 }
 
 /**
  * Per-key (tenant, API key, agent) concurrency caps and rate limits in a fixed,
- * shuffle-sharded table: one noisy key fills only its own shards (issue 11).
+ * shuffle-sharded table: one noisy key fills only its own shards (shuffle sharding, as in AWS's
+ * "Workload isolation using shuffle-sharding").
  */
 class KeyedLimits {
   constructor (options) {
@@ -56,8 +82,9 @@ class KeyedLimits {
    * `hash_key`), or null: `lastRejection` then says `key_limit` or `key_rate` and when.
    */
   tryAcquire (key, cost = 1, nowNs) {
+    if (this?._h === undefined) throw badThis('KeyedLimits', 'tryAcquire')
     const r = nowNs === undefined ? F.keyedAcquire(this._h, key, cost) : F.keyedAcquire(this._h, key, cost, nowNs)
-    if (r >= 0) return new KeyPermit(this, r, key)
+    if (r >= 0) return new KeyPermit(TOKEN, this, r, key)
     this.lastRejection = { reason: reasonName(-r), retryAfterMs: F.lastRetryAfterMs() }
     this._n.noteRefused(key)
     return null
@@ -114,5 +141,7 @@ function actionable (rejection) {
 function isolation (n, k) {
   return call(() => N.isolation(v.int('n', n, 0, 2 ** 32 - 1), v.int('k', k, 0, 2 ** 32 - 1)))
 }
+
+guard(KeyedLimits, ['tryAcquire'])
 
 module.exports = { KeyedLimits, KeyPermit, hashKey, actionable, isolation }

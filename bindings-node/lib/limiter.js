@@ -3,17 +3,25 @@ const N = require('./native')
 const { F } = N
 const { call, reasonName, OverloadError } = require('./errors')
 const v = require('./validate')
+const { guard, badThis } = require('./brand')
 const { Levels } = require('./priority')
-const { Permit } = require('./permit')
+const { newPermit } = require('./permit')
 
-const ALGORITHMS = ['fixed', 'aimd', 'hysteresis', 'gradient', 'gradient2', 'vegas']
+const ALGORITHMS = Object.freeze(['fixed', 'aimd', 'hysteresis', 'gradient', 'gradient2', 'vegas'])
+
+/** A concurrency limit: a finite number in [1e-6, 1e9] (fractions allowed). */
+function limitValue (what, x) {
+  v.number(what, x)
+  if (!(x >= 1e-6 && x <= 1e9)) throw v.rangeErr(`${what} must be in [1e-6, 1e9] (got ${v.show(x)})`)
+  return x
+}
 
 /** Options of the limiter (shared by `Gate`'s `limiter` part). */
 const LIMITER_SPEC = {
   algorithm: v.oneOf(...ALGORITHMS),
-  initialLimit: 'number',
-  minLimit: 'number',
-  maxLimit: 'number',
+  initialLimit: limitValue,
+  minLimit: limitValue,
+  maxLimit: limitValue,
   levels: (w, x) => v.int(w, x, 1, 8),
   weights: v.numbers,
   minWindowMs: 'ms',
@@ -92,6 +100,14 @@ function releaseFailure (r) {
     : new OverloadError('surgeguard: permit already released', 'SG_ALREADY_RELEASED')
 }
 
+/** Ends a limiter permit (the permit's release hook; not reachable from outside). */
+function releaseLimiter (owner, id, outcome, nowNs) {
+  const r = nowNs === undefined ? F.limiterRelease(owner._h, id, outcome) : F.limiterRelease(owner._h, id, outcome, nowNs)
+  if (r < 0) throw releaseFailure(r)
+}
+
+const NOW_OPTIONS = ['priority', 'nowNs']
+
 /**
  * A concurrency limiter: admits work while in-flight is below an adaptive limit (exact,
  * lock-free, per-priority shares), learns the limit from completions.
@@ -108,14 +124,16 @@ class Limiter {
 
   /** A permit, or `null` when the limit (or the level's share) is reached. Sync. */
   tryAcquire (opts) {
+    if (this?._h === undefined) throw badThis('Limiter', 'tryAcquire')
     let lvl = this._lv.default
     let now
     if (opts !== undefined) {
+      v.callOptions('tryAcquire', opts, NOW_OPTIONS)
       if (opts.priority !== undefined) lvl = this._lv.of(opts.priority)
-      now = opts.nowNs
+      now = v.nowNs(opts.nowNs)
     }
     const r = now === undefined ? F.limiterAcquire(this._h, lvl) : F.limiterAcquire(this._h, lvl, now)
-    if (r >= 0) return new Permit(this, r, lvl)
+    if (r >= 0) return newPermit(this, releaseLimiter, r, lvl)
     this._rej = -r
     this._rejMs = F.lastRetryAfterMs()
     return null
@@ -124,11 +142,6 @@ class Limiter {
   /** Why the last `tryAcquire` returned null: `{ reason, retryAfterMs }`, or null. */
   get lastRejection () {
     return this._rej === 0 ? null : { reason: reasonName(this._rej), retryAfterMs: this._rejMs }
-  }
-
-  _release (id, outcome, nowNs) {
-    const r = nowNs === undefined ? F.limiterRelease(this._h, id, outcome) : F.limiterRelease(this._h, id, outcome, nowNs)
-    if (r < 0) throw releaseFailure(r)
   }
 
   /** The limit in force. */
@@ -146,7 +159,7 @@ class Limiter {
     return this._n.livePermits()
   }
 
-  /** The kill switch (seed 000): pin the limit to `limit`, or `null` to let it adapt. */
+  /** The kill switch: pin the limit to `limit`, or `null` to let it adapt again. */
   setStaticLimit (limit) {
     if (limit !== null) v.number('limit', limit)
     call(() => this._n.setStaticLimit(limit))
@@ -158,4 +171,6 @@ class Limiter {
   }
 }
 
-module.exports = { Limiter, LIMITER_SPEC, ALGORITHMS, ALGORITHM_OPTIONS, checkAlgorithmOptions, releaseFailure }
+guard(Limiter, ['tryAcquire'])
+
+module.exports = { Limiter, NOW_OPTIONS, limitValue, LIMITER_SPEC, ALGORITHMS, ALGORITHM_OPTIONS, checkAlgorithmOptions, releaseFailure }

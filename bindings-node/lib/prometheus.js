@@ -131,7 +131,14 @@ function walk (out, kind, path, m, base) {
 function renderPrometheus (sources, options) {
   const o = v.options('renderPrometheus', options, { prefix: 'string' })
   const prefix = o.prefix === undefined ? 'surgeguard' : o.prefix
-  const entries = Array.isArray(sources) ? sources : Object.entries(sources || {})
+  if (sources === null || typeof sources !== 'object') {
+    throw v.typeErr(`renderPrometheus needs { name: object } or [[name, object], ...] (got ${v.show(sources)})`)
+  }
+  const entries = Array.isArray(sources) ? sources : Object.entries(sources)
+  for (const e of entries) {
+    if (!Array.isArray(e) || e.length !== 2) throw v.typeErr('renderPrometheus: each entry must be [name, object]')
+    if (typeof e[0] !== 'string') throw v.typeErr(`renderPrometheus: a name must be a string (got ${v.show(e[0])})`)
+  }
   let text = ''
   const byKind = new Map()
   for (const [name, obj] of entries) {

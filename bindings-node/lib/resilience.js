@@ -3,8 +3,11 @@ const N = require('./native')
 const { F } = N
 const { call, reasonName, RejectedError, OverloadError } = require('./errors')
 const v = require('./validate')
-const { Permit } = require('./permit')
+const { guard, badThis } = require('./brand')
+const { newPermit, OUTCOMES } = require('./permit')
 const { releaseFailure } = require('./limiter')
+
+const NOW_ONLY = ['nowNs']
 
 function refusalOf (code) {
   return { reason: reasonName(code), retryAfterMs: F.lastRetryAfterMs() }
@@ -19,8 +22,28 @@ class RetryBudget {
     const o = v.options('RetryBudget', options, {
       ttlMs: 'ms',
       minRetriesPerSec: (w, x) => v.int(w, x, 0, 2 ** 32 - 1),
-      percentCanRetry: 'nonNegative'
+      // A fraction, as in Finagle's RetryBudget: 0.2 lets retries add 20% to traffic.
+      // Above 1 is refused rather than guessed: 10 could mean 10% or 1000%.
+      percentCanRetry: (w, x) => {
+        v.number(w, x)
+        if (!(x >= 0 && x <= 1)) {
+          throw v.rangeErr(`${w} is a fraction in [0, 1] (0.2 = 20% of traffic; got ${v.show(x)}); for more retries than requests use retryRatio`)
+        }
+        return x
+      },
+      // The same quantity without the percent-sounding name: retries per request, up to
+      // 1000 as in Finagle.
+      retryRatio: (w, x) => {
+        v.number(w, x)
+        if (!(x >= 0 && x <= 1000)) throw v.rangeErr(`${w} must be in [0, 1000] retries per request (got ${v.show(x)})`)
+        return x
+      }
     })
+    if (o.retryRatio !== undefined) {
+      if (o.percentCanRetry !== undefined) throw v.typeErr('RetryBudget: give percentCanRetry or retryRatio, not both')
+      o.percentCanRetry = o.retryRatio
+      delete o.retryRatio
+    }
     this._n = call(() => new N.NativeRetryBudget(o))
     this._h = this._n.handle()
     this.lastRejection = null
@@ -28,12 +51,14 @@ class RetryBudget {
 
   /** Records a request (call once per original request, not per retry). */
   deposit (nowNs) {
+    if (this?._h === undefined) throw badThis('RetryBudget', 'deposit')
     if (nowNs === undefined) F.budgetDeposit(this._h)
     else F.budgetDeposit(this._h, nowNs)
   }
 
   /** Takes one retry from the budget: true if the retry may go. */
   tryWithdraw (nowNs) {
+    if (this?._h === undefined) throw badThis('RetryBudget', 'tryWithdraw')
     const r = nowNs === undefined ? F.budgetTryWithdraw(this._h) : F.budgetTryWithdraw(this._h, nowNs)
     if (r === 0) return true
     this.lastRejection = refusalOf(-r)
@@ -104,6 +129,7 @@ class AdaptiveThrottle {
 
   /** True if this request should be refused locally (it is counted as a request). */
   shouldThrottle (nowNs) {
+    if (this?._h === undefined) throw badThis('AdaptiveThrottle', 'shouldThrottle')
     const r = nowNs === undefined ? F.throttleCheck(this._h) : F.throttleCheck(this._h, nowNs)
     if (r === 0) return false
     this.lastRejection = refusalOf(-r)
@@ -112,6 +138,7 @@ class AdaptiveThrottle {
 
   /** Records a request sent to the backend: `accepted` is whether it took it. */
   record (accepted, nowNs) {
+    if (this?._h === undefined) throw badThis('AdaptiveThrottle', 'record')
     if (nowNs === undefined) F.throttleRecord(this._h, accepted)
     else F.throttleRecord(this._h, accepted, nowNs)
   }
@@ -157,8 +184,6 @@ class Backoff {
   }
 }
 
-const OUTCOME_CODE = { success: 0, dropped: 1, ignore: 2 }
-
 /** Default classification of a failed call: every error counts as a failure. */
 function failure () {
   return 'dropped'
@@ -194,16 +219,16 @@ class CircuitBreaker {
 
   /** A permit for one call (end it with success/dropped/ignore), or null when open. */
   tryAcquire (opts) {
-    const now = opts === undefined ? undefined : opts.nowNs
+    if (this?._h === undefined) throw badThis('CircuitBreaker', 'tryAcquire')
+    let now
+    if (opts !== undefined) {
+      v.callOptions('CircuitBreaker.tryAcquire', opts, NOW_ONLY)
+      now = v.nowNs(opts.nowNs)
+    }
     const r = now === undefined ? F.breakerAcquire(this._h) : F.breakerAcquire(this._h, now)
-    if (r >= 0) return new Permit(this, r, 0)
+    if (r >= 0) return newPermit(this, releaseBreaker, r, 0)
     this.lastRejection = refusalOf(-r)
     return null
-  }
-
-  _release (id, outcome, nowNs) {
-    const r = nowNs === undefined ? F.breakerRecord(this._h, id, outcome) : F.breakerRecord(this._h, id, outcome, nowNs)
-    if (r < 0) throw releaseFailure(r)
   }
 
   /**
@@ -212,6 +237,9 @@ class CircuitBreaker {
    * 'success'). Rejects with `RejectedError('breaker_open')` without calling `fn` when open.
    */
   run (fn) {
+    if (this?._h === undefined) return Promise.reject(badThis('CircuitBreaker', 'run'))
+    // Checked before admission: a call that is not made records nothing.
+    if (typeof fn !== 'function') return Promise.reject(v.typeErr(`run needs a function (got ${v.show(fn)})`))
     const h = this._h
     const r = F.breakerAcquire(h)
     if (r < 0) {
@@ -244,7 +272,8 @@ class CircuitBreaker {
   _fail (id, err) {
     let o = 1
     try {
-      const c = OUTCOME_CODE[this._classify(err)]
+      const name = this._classify(err)
+      const c = typeof name === 'string' ? OUTCOMES.get(name) : undefined
       if (c !== undefined) o = c
     } catch {}
     F.breakerRecord(this._h, id, o)
@@ -268,6 +297,13 @@ class CircuitBreaker {
   }
 }
 
+/** Ends a breaker permit, recording its outcome. */
+function releaseBreaker (breaker, id, outcome, nowNs) {
+  const h = breaker._h
+  const r = nowNs === undefined ? F.breakerRecord(h, id, outcome) : F.breakerRecord(h, id, outcome, nowNs)
+  if (r < 0) throw releaseFailure(r)
+}
+
 /** A GCRA rate limiter: weighted cost, returns the wait instead of sleeping. */
 class RateLimiter {
   constructor (options) {
@@ -285,6 +321,7 @@ class RateLimiter {
 
   /** Takes `cost` units (default 1) if they conform now: true if taken. */
   tryTake (cost = 1, nowNs) {
+    if (this?._h === undefined) throw badThis('RateLimiter', 'tryTake')
     const r = nowNs === undefined ? F.rateCheck(this._h, cost) : F.rateCheck(this._h, cost, nowNs)
     if (r === 0) return true
     this.lastRejection = refusalOf(-r)
@@ -346,6 +383,14 @@ class PacedDrain {
     return this._n.metrics()
   }
 }
+
+guard(RetryBudget, ['deposit', 'tryWithdraw'])
+guard(TokenRetryThrottle)
+guard(AdaptiveThrottle, ['shouldThrottle', 'record'])
+guard(Backoff)
+guard(CircuitBreaker, ['tryAcquire', 'run'])
+guard(RateLimiter, ['tryTake'])
+guard(PacedDrain)
 
 module.exports = {
   RetryBudget,

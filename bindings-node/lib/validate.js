@@ -16,7 +16,7 @@ function rangeErr (msg) {
 }
 
 function show (v) {
-  if (typeof v === 'string') return JSON.stringify(v)
+  if (typeof v === 'string') return JSON.stringify(v.length > 40 ? v.slice(0, 40) + '…' : v)
   if (typeof v === 'bigint') return v + 'n'
   if (typeof v === 'number' || typeof v === 'boolean' || v == null) return String(v)
   return typeof v
@@ -66,12 +66,32 @@ function fn (what, v) {
   return v
 }
 
-/** An optional BigInt timestamp (`nowNs`). */
+/**
+ * The largest accepted `nowNs`: 2^62 ns (about 146 years of a monotonic clock). A larger
+ * value is bad input, not a time, in every surgeguard binding.
+ */
+const MAX_NOW_NS = 1n << 62n
+
+/** An optional BigInt timestamp (`nowNs`) in [0, 2^62]. */
 function nowNs (v) {
   if (v === undefined) return undefined
   if (typeof v !== 'bigint') throw typeErr(`nowNs must be a bigint (got ${show(v)})`)
-  if (v < 0n || v >= 1n << 64n) throw rangeErr('nowNs must be in [0, 2^64)')
+  if (v < 0n || v > MAX_NOW_NS) throw rangeErr(`nowNs must be in [0, 2^62] (got ${show(v)})`)
   return v
+}
+
+/**
+ * Per-call options (`{ priority, nowNs, ... }`): undefined, or an object whose keys are all
+ * in `keys` (an array); anything else is a TypeError naming `what`.
+ */
+function callOptions (what, o, keys) {
+  if (o === undefined) return
+  if (o === null || typeof o !== 'object' || Array.isArray(o)) {
+    throw typeErr(`${what} options must be an object (got ${show(o)})`)
+  }
+  for (const k in o) {
+    if (!keys.includes(k)) throw typeErr(`${what}: unknown option ${JSON.stringify(k)} (takes ${keys.join(', ')})`)
+  }
 }
 
 const CHECKS = { number, nonNegative, ms, int, string, bool, fn }
@@ -86,7 +106,8 @@ function options (type, o, spec) {
   const out = {}
   for (const k of Object.keys(o)) {
     const v = o[k]
-    if (!(k in spec)) throw typeErr(`${type}: unknown option ${JSON.stringify(k)}`)
+    // Own keys of the spec only: `constructor`, `__proto__`, `toString` are not options.
+    if (!Object.hasOwn(spec, k)) throw typeErr(`${type}: unknown option ${JSON.stringify(k)}`)
     if (v === undefined) continue
     const check = spec[k]
     out[k] = typeof check === 'function' ? check(`${type}.${k}`, v) : CHECKS[check](`${type}.${k}`, v)
@@ -109,4 +130,4 @@ function numbers (what, v) {
   return v.map((x, i) => nonNegative(`${what}[${i}]`, x))
 }
 
-module.exports = { typeErr, rangeErr, show, number, nonNegative, ms, int, string, bool, fn, nowNs, options, oneOf, numbers }
+module.exports = { typeErr, rangeErr, show, number, nonNegative, ms, int, string, bool, fn, nowNs, MAX_NOW_NS, callOptions, options, oneOf, numbers }

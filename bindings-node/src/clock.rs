@@ -1,6 +1,6 @@
 //! The one clock of the binding: monotonic nanoseconds since the module first asked.
 //!
-//! The core never reads a clock (DESIGN.md §2); the binding does, so that the common path
+//! The core never reads a clock (it takes `now` as an argument); the binding does, so that the common path
 //! needs no time argument and no BigInt crossing. Callers can inject `nowNs` instead.
 //!
 //! Source: `std::time::Instant` (vDSO `clock_gettime`, ~25–30 ns on this VM, a third of an
@@ -153,11 +153,8 @@ pub fn resolve_now(now_ns: Option<BigInt>) -> Result<u64> {
         None => Ok(self::now_ns()),
         Some(b) => {
             let (signed, value, lossless) = b.get_u64();
-            if signed || !lossless {
-                return Err(Error::new(
-                    Status::InvalidArg,
-                    "nowNs must be a non-negative BigInt below 2^64",
-                ));
+            if signed || !lossless || value > surgeguard_core::time::MAX_NOW {
+                return Err(Error::new(Status::InvalidArg, "nowNs must be in [0, 2^62]"));
             }
             Ok(value)
         }

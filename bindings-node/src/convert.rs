@@ -1,7 +1,7 @@
 //! Conversions at the boundary: milliseconds to nanoseconds, counts, priorities, core
 //! errors to JS errors. Every conversion refuses NaN, infinities, negatives, fractions
 //! where an integer is required, and values too large for the field; the object is left
-//! unchanged (DESIGN.md §4).
+//! unchanged (a refused call changes nothing).
 //!
 //! Error statuses: `InvalidArg` for a value of the right type but out of range (the facade
 //! throws a `RangeError`), `GenericFailure` with a `SG_*` code prefix for usage errors.
@@ -24,6 +24,10 @@ pub fn config_err(ty: &str, e: ConfigError) -> Error {
 
 /// A core `UsageError` as an error whose message starts with its stable `SG_*` code.
 pub fn usage_err(e: UsageError) -> Error {
+    if e == UsageError::TimeOutOfRange {
+        // Bad input, not misuse: a RangeError like every other out-of-range argument.
+        return Error::new(Status::InvalidArg, "nowNs must be in [0, 2^62]");
+    }
     Error::new(Status::GenericFailure, format!("{}: {e}", usage_code(e)))
 }
 

@@ -1,7 +1,7 @@
 //! Raw N-API callbacks for the hot paths (`exports.fast.*`).
 //!
 //! Why raw: a napi-rs class method costs ~250 ns here, a raw free function ~30 ns
-//! (`research/ffi-costs.md`). Each callback here reads its handle with
+//! (measured on the development machine; `bench/bench.js` reports the raw-call floor). Each callback here reads its handle with
 //! `napi_get_value_external` (no `napi_unwrap`), its numbers with `napi_get_value_double`,
 //! reads the clock natively unless a `nowNs` BigInt is passed last, calls the core once and
 //! returns one number.
@@ -14,8 +14,9 @@
 //! - release-like calls return `≥ 0` on success and `-1` (not a live permit: already
 //!   released or never issued) or `-2` (another object's permit) otherwise; the facade
 //!   turns those into `OverloadError`s;
-//! - bad argument types throw a `TypeError`, out-of-range values a `RangeError` (with an
-//!   `SG_*` code), before any state changes.
+//! - bad argument types throw a `TypeError`, out-of-range values (a `nowNs` above 2^62
+//!   included) a `RangeError`, both with code `SG_INVALID_ARG` like the facade's own
+//!   argument errors, before any state changes.
 
 use std::cell::Cell;
 use std::ffi::{c_char, c_void, CString};
@@ -110,8 +111,8 @@ pub(crate) unsafe fn ret(env: sys::napi_env, x: f64) -> sys::napi_value {
     out
 }
 
-/// Throws a `RangeError` (`range`) or `TypeError` with `code` and `msg`; returns NULL for
-/// the callback to return.
+/// Throws a `RangeError` (`range`) or `TypeError` with `code` and `surgeguard: msg`;
+/// returns NULL for the callback to return.
 ///
 /// # Safety
 /// `env` must be the running callback's env.
@@ -123,7 +124,7 @@ pub(crate) unsafe fn throw(
     msg: &str,
 ) -> sys::napi_value {
     let code = CString::new(code).unwrap_or_default();
-    let msg = CString::new(msg).unwrap_or_default();
+    let msg = CString::new(format!("surgeguard: {msg}")).unwrap_or_default();
     // SAFETY: env is the running callback's (this fn's contract); `code` and `msg` are
     // NUL-terminated and live until the end of this fn, and N-API copies them. If an
     // exception is already pending, N-API returns a status and throws nothing.
@@ -137,6 +138,30 @@ pub(crate) unsafe fn throw(
     ptr::null_mut()
 }
 
+/// The code of every argument error (the facade's `SG_INVALID_ARG`).
+pub(crate) const INVALID: &str = "SG_INVALID_ARG";
+
+/// Throws the error of a bad numeric argument `v`: a `RangeError` if it is a number
+/// (NaN, out of range, fractional), else a `TypeError`; returns NULL for the callback.
+///
+/// # Safety
+/// `env` must be the running callback's env and `v` NULL or a value of that callback.
+#[cold]
+pub(crate) unsafe fn bad_number(
+    env: sys::napi_env,
+    v: sys::napi_value,
+    msg: &str,
+) -> sys::napi_value {
+    let mut t = sys::ValueType::napi_undefined;
+    // SAFETY: env and `v` are the running callback's (this fn's contract); `t` is a valid
+    // out-pointer (a NULL `v` returns a status and leaves it `undefined`).
+    unsafe { sys::napi_typeof(env, v, &mut t) };
+    let is_number = t == sys::ValueType::napi_number;
+    let msg = if is_number { msg.to_owned() } else { format!("{msg} (not a number)") };
+    // SAFETY: env is the running callback's.
+    unsafe { throw(env, is_number, INVALID, &msg) }
+}
+
 /// Throws the `TypeError` of a wrong handle; returns NULL for the callback to return.
 ///
 /// # Safety
@@ -144,7 +169,7 @@ pub(crate) unsafe fn throw(
 #[cold]
 pub(crate) unsafe fn bad_handle(env: sys::napi_env) -> sys::napi_value {
     // SAFETY: env is the running callback's (this fn's contract), as `throw` requires.
-    unsafe { throw(env, false, "SG_BAD_HANDLE", "surgeguard: not a handle of this kind") }
+    unsafe { throw(env, false, INVALID, "not a handle of this kind") }
 }
 
 /// The object behind argument 0, or a thrown TypeError.
@@ -172,14 +197,18 @@ macro_rules! now {
             match unsafe { bigint_now($env, $argv[$i]) } {
                 Ok(Some(t)) => t,
                 Ok(None) => $crate::clock::now_ns(),
-                Err(()) => {
+                Err(range) => {
                     // SAFETY: env is the running callback's.
                     return unsafe {
                         throw(
                             $env,
-                            false,
-                            "SG_BAD_NOW",
-                            "nowNs must be a non-negative BigInt below 2^64",
+                            range,
+                            $crate::fast::INVALID,
+                            if range {
+                                "nowNs must be in [0, 2^62]"
+                            } else {
+                                "nowNs must be a bigint"
+                            },
                         )
                     };
                 }
@@ -190,7 +219,8 @@ macro_rules! now {
     };
 }
 
-/// `Ok(None)` for undefined, `Ok(Some(ns))` for a valid BigInt, `Err` otherwise.
+/// `Ok(None)` for undefined, `Ok(Some(ns))` for a BigInt in `[0, MAX_NOW]`, `Err(true)`
+/// for another BigInt (out of range), `Err(false)` for anything else (wrong type).
 ///
 /// # Safety
 /// `env` must be the running callback's env and `v` NULL or a value of that callback.
@@ -198,7 +228,7 @@ macro_rules! now {
 pub(crate) unsafe fn bigint_now(
     env: sys::napi_env,
     v: sys::napi_value,
-) -> std::result::Result<Option<u64>, ()> {
+) -> std::result::Result<Option<u64>, bool> {
     let mut t = sys::ValueType::napi_undefined;
     // SAFETY: env and `v` are the running callback's (this fn's contract); `t` is a valid
     // out-pointer (a NULL `v` returns `napi_invalid_arg` and leaves it `undefined`).
@@ -207,14 +237,14 @@ pub(crate) unsafe fn bigint_now(
         return Ok(None);
     }
     if t != sys::ValueType::napi_bigint {
-        return Err(());
+        return Err(false);
     }
     let mut out = 0u64;
     let mut lossless = false;
     // SAFETY: env and `v` as above, `v` checked to be a BigInt; both out-pointers are valid.
     let status = unsafe { sys::napi_get_value_bigint_uint64(env, v, &mut out, &mut lossless) };
-    if status != sys::Status::napi_ok || !lossless {
-        return Err(());
+    if status != sys::Status::napi_ok || !lossless || out > surgeguard_core::time::MAX_NOW {
+        return Err(true);
     }
     Ok(Some(out))
 }
@@ -228,7 +258,7 @@ macro_rules! level {
             Priority::new(x as u8).expect("below levels ≤ 8")
         } else {
             // SAFETY: env is the running callback's.
-            return unsafe { throw($env, true, "SG_BAD_LEVEL", "priority out of range") };
+            return unsafe { $crate::fast::bad_number($env, $v, "priority out of range") };
         }
     }};
 }
@@ -244,7 +274,7 @@ macro_rules! outcome {
             2.0 => Outcome::Ignored,
             _ => {
                 // SAFETY: env is the running callback's.
-                return unsafe { throw($env, true, "SG_BAD_OUTCOME", "outcome must be 0, 1 or 2") };
+                return unsafe { $crate::fast::bad_number($env, $v, "outcome must be 0, 1 or 2") };
             }
         }
     }};
@@ -259,7 +289,7 @@ macro_rules! count {
             x
         } else {
             // SAFETY: env is the running callback's.
-            return unsafe { throw($env, true, "SG_BAD_ARG", $what) };
+            return unsafe { $crate::fast::bad_number($env, $v, $what) };
         }
     }};
 }
@@ -452,7 +482,7 @@ unsafe extern "C" fn throttle_record(
     // passed: `napi_boolean_expected`, `accepted` untouched); `accepted` is a valid out-pointer.
     if unsafe { sys::napi_get_value_bool(env, argv[1], &mut accepted) } != sys::Status::napi_ok {
         // SAFETY: env is this callback's.
-        return unsafe { throw(env, false, "SG_BAD_ARG", "accepted must be a boolean") };
+        return unsafe { throw(env, false, INVALID, "accepted must be a boolean") };
     }
     let now = now!(env, argv, argc, 2);
     h.core.record(now, accepted);
@@ -501,7 +531,7 @@ unsafe extern "C" fn keyed_acquire(
     // SAFETY: env is this callback's and argv[1] one of its arguments.
     let Some(hash) = (unsafe { hash_string_arg(env, argv[1], h.seed()) }) else {
         // SAFETY: env is this callback's.
-        return unsafe { throw(env, false, "SG_BAD_ARG", "key must be a string") };
+        return unsafe { throw(env, false, INVALID, "key must be a string") };
     };
     let cost = count!(env, argv[2], u32::MAX, "cost must be a whole number in [0, 2^32)");
     let now = now!(env, argv, argc, 3);

@@ -1,4 +1,5 @@
-//! Pipeline backpressure (seed 004): `Credits`, `LagMeter`, `Watermarks`.
+//! Pipeline backpressure: `Credits` (Reactive Streams demand), `LagMeter` (consumer lag),
+//! `Watermarks` (Kafka-style pause/resume).
 
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
@@ -136,7 +137,7 @@ impl NativeCredits {
 
 // ---------------------------------------------------------------------------------------
 // LagMeter: 61 snapshots, so with the default 1 s bucket the rates cover one minute
-// (seed 004 §3's consume_rate_1m).
+// (a 1-minute consume rate, like a Kafka lag exporter's).
 
 /// Snapshots kept: 60 buckets of window.
 const LAG_SNAPSHOTS: usize = 61;

@@ -1,6 +1,7 @@
 //! `Gate`: limiter + admission queue + shed switch, pumped by the facade's one timer.
 //!
-//! The core gate is an event pump (DESIGN.md §3); this binding owns the waiters' side:
+//! The core gate is an event pump (it never blocks or wakes anyone); this binding owns the
+//! waiters' side:
 //! `arrive` returns a permit, a ticket or a refusal; after a release (or a queued arrival,
 //! or when `nextWakeupMs` comes) the facade calls `poll`, which returns grants and expiries
 //! keyed by ticket, and resolves or rejects the matching Promises.
@@ -36,8 +37,26 @@ const DEFAULT_CAPACITY: usize = 1024;
 /// Events read per core `poll` call.
 const POLL_BATCH: usize = 64;
 /// Tickets travel to JS as their low 48 bits (slot and generation); the queue id in the
-/// top 16 bits is the same for every ticket of one gate and is kept here.
-const TICKET_MASK: u64 = (1 << 48) - 1;
+/// top 16 bits is the same for every ticket of one gate and is kept in `GateInner::owner`.
+/// Only `ticket_to_js` and `ticket_from_js` know this layout.
+const TICKET_BITS: u32 = 48;
+const TICKET_MASK: u64 = (1 << TICKET_BITS) - 1;
+
+/// A core ticket as `(owner, id)`: the gate's queue id and the number JS sees (exact in an
+/// f64, below 2^48).
+fn ticket_to_js(t: Ticket) -> (u64, f64) {
+    let bits = t.to_bits();
+    (bits >> TICKET_BITS, (bits & TICKET_MASK) as f64)
+}
+
+/// The core ticket of JS id `t` in the gate whose queue id is `owner`, if `t` is a
+/// possible id (a whole number below 2^48).
+fn ticket_from_js(owner: u64, t: f64) -> Option<Ticket> {
+    if !(0.0..=TICKET_MASK as f64).contains(&t) || t.fract() != 0.0 {
+        return None;
+    }
+    Some(Ticket::from_bits(owner << TICKET_BITS | t as u64))
+}
 
 /// What a `Gate` handle points at.
 pub struct GateInner {
@@ -82,11 +101,11 @@ impl GateInner {
             Arrival::Admitted(p) => self.permit_id(p, now),
             Arrival::Rejected(r) => refuse(r),
             Arrival::Queued(t) => {
-                let bits = t.to_bits();
+                let (owner, id) = ticket_to_js(t);
                 if self.owner.get().is_none() {
-                    self.owner.set(Some(bits >> 48));
+                    self.owner.set(Some(owner));
                 }
-                -(QUEUED_BASE + (bits & TICKET_MASK) as f64)
+                -(QUEUED_BASE + id)
             }
         }
     }
@@ -103,11 +122,7 @@ impl GateInner {
     }
 
     fn ticket(&self, t: f64) -> Option<Ticket> {
-        let owner = self.owner.get()?;
-        if !(0.0..=TICKET_MASK as f64).contains(&t) || t.fract() != 0.0 {
-            return None;
-        }
-        Some(Ticket::from_bits(owner << 48 | t as u64))
+        ticket_from_js(self.owner.get()?, t)
     }
 
     /// Every event due: `[kind, ticket, a, b]` quadruples. `kind` 0 = granted (`a` = permit
@@ -122,17 +137,17 @@ impl GateInner {
                     Some(Event::Granted(t, p)) => {
                         let id = self.permit_id(p, now);
                         if id >= 0.0 {
-                            out.extend([0.0, (t.to_bits() & TICKET_MASK) as f64, id, 0.0]);
+                            out.extend([0.0, ticket_to_js(t).1, id, 0.0]);
                         } else {
                             let r = f64::from(Reason::LimitReached as u8);
                             let ms = ns_to_ms(self.fallback_retry_ns);
-                            out.extend([1.0, (t.to_bits() & TICKET_MASK) as f64, r, ms]);
+                            out.extend([1.0, ticket_to_js(t).1, r, ms]);
                         }
                     }
                     Some(Event::Expired(t, r)) => {
                         let reason = f64::from(r.reason as u8);
                         let ms = ns_to_ms(r.retry_after);
-                        out.extend([1.0, (t.to_bits() & TICKET_MASK) as f64, reason, ms]);
+                        out.extend([1.0, ticket_to_js(t).1, reason, ms]);
                     }
                     None => {}
                 }
@@ -454,7 +469,7 @@ unsafe extern "C" fn gate_try_acquire(
     let Ok(deadline) = deadline_of(timeout, now) else {
         // SAFETY: env is this callback's.
         return unsafe {
-            throw(env, true, "SG_BAD_ARG", "timeoutMs must be -1 or a finite number ≥ 0")
+            crate::fast::bad_number(env, argv[2], "timeoutMs must be -1 or a finite number ≥ 0")
         };
     };
     // SAFETY: env is this callback's, open until it returns.
@@ -478,7 +493,7 @@ unsafe extern "C" fn gate_arrive(
     let Ok(deadline) = deadline_of(timeout, now) else {
         // SAFETY: env is this callback's.
         return unsafe {
-            throw(env, true, "SG_BAD_ARG", "timeoutMs must be a finite number ≥ 0")
+            crate::fast::bad_number(env, argv[2], "timeoutMs must be a finite number ≥ 0")
         };
     };
     // SAFETY: env is this callback's, open until it returns.

@@ -1,4 +1,4 @@
-//! Per-key isolation (issue 11): `KeyedLimits`, `hashKey`, `actionable`, `isolation`.
+//! Per-key isolation (shuffle sharding): `KeyedLimits`, `hashKey`, `actionable`, `isolation`.
 
 use std::cell::RefCell;
 use std::collections::HashMap;

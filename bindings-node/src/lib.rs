@@ -1,6 +1,6 @@
 //! The native half of the `surgeguard` npm package: surgeguard-core under N-API (napi-rs 3).
 //!
-//! This crate only converts types, reads the clock and maps errors (STYLE.md §8); Promises,
+//! This crate only converts types, reads the clock and maps errors; Promises,
 //! waiters, error classes, middleware and input-type checks live in the hand-written JS
 //! facade (`index.js`, `lib/*.js`). It is not meant to be used from JS directly.
 //!
@@ -11,9 +11,9 @@
 //!   N-API callbacks in [`fast`], registered on the exports' `fast` object. They take a
 //!   *handle* (an N-API external made by [`handle::new_handle`]) as the first argument
 //!   instead of unwrapping `this` (~80 ns saved), return plain numbers (no BigInt, no
-//!   objects), and read the clock natively. `research/ffi-costs.md` has the measurements
-//!   this design answers: a raw N-API free function costs ~30 ns here, a napi-rs class
-//!   method ~250 ns.
+//!   objects), and read the clock natively. Measured on the development machine while
+//!   designing this: a raw N-API free function costs ~30 ns, a napi-rs class method
+//!   ~250 ns (`bench/bench.js` reports the raw-call floor, see `BENCHMARKS.md`).
 //!
 //! Time: every structure runs on one process-wide monotonic clock in nanoseconds
 //! ([`clock::now_ns`]); each call also accepts an injected `nowNs` (a BigInt) for

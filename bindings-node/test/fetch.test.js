@@ -82,7 +82,12 @@ test('AbortSignal stops the retries', async () => {
     const f = sg.createFetch({ backoff: quick() })
     const ac = new AbortController()
     const p = f(s.url, { signal: ac.signal })
-    setTimeout(() => ac.abort(), 50)
+    // Abort during the Retry-After wait: once the first attempt has been answered (a fixed
+    // 50 ms could pass before it even arrives on a loaded machine).
+    const t0 = Date.now()
+    while (s.seen.length === 0 && Date.now() - t0 < 5000) await new Promise((resolve) => setTimeout(resolve, 5))
+    await new Promise((resolve) => setTimeout(resolve, 20))
+    ac.abort()
     await assert.rejects(p, (e) => e.name === 'AbortError')
     assert.equal(s.seen.length, 1)
   } finally {

@@ -20,7 +20,7 @@ test('Credits: a producer never takes more than was granted', () => {
   assert.equal(c.metrics().taken, 4)
 })
 
-test('LagMeter: lag in seconds and time to drain (seed 004 arithmetic)', () => {
+test('LagMeter: lag in seconds and time to drain (lag ÷ net drain rate)', () => {
   const m = new sg.LagMeter()
   m.observeTotals(3_600_000, 0, 0n)
   for (let s = 1; s <= 60; s++) m.observeTotals(3_600_000 + 1000 * s, 1200 * s, BigInt(s) * S)

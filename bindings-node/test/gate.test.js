@@ -96,7 +96,8 @@ test('the sync paths make the core arrival\'s decisions: clock clamp and deadlin
   const id = F.gateTryAcquire(g._h, 0, 1, 12n * ms)
   assert.ok(id >= 0, 'a deadline ahead of the clock with a free slot is admitted')
   assert.equal(F.gateRelease(g._h, id, 2, 12n * ms), 0)
-  assert.throws(() => F.gateTryAcquire(g._h, 0, -2), { code: 'SG_BAD_ARG' })
+  assert.throws(() => F.gateTryAcquire(g._h, 0, -2), { name: 'RangeError', code: 'SG_INVALID_ARG' })
+  assert.throws(() => F.gateTryAcquire(g._h, 0, '5'), { name: 'TypeError', code: 'SG_INVALID_ARG' })
   assert.equal(g.inflight, 0)
 })
 

@@ -89,7 +89,8 @@ test('injected time (nowNs) gives latency samples', () => {
   assert.ok(m.windows >= 1)
   assert.ok(Math.abs(m.avgRttMs - 3) < 0.5, `avg ${m.avgRttMs}`)
   assert.throws(() => l.tryAcquire({ nowNs: 5 }), TypeError)
-  assert.throws(() => l.tryAcquire({ nowNs: -1n }), TypeError)
+  assert.throws(() => l.tryAcquire({ nowNs: -1n }), RangeError)
+  assert.throws(() => l.tryAcquire({ nowNs: (1n << 62n) + 1n }), RangeError)
 })
 
 test('static limit (kill switch)', () => {
@@ -116,7 +117,10 @@ test('bad options are TypeErrors or RangeErrors naming the option', () => {
     [{ minWindowMs: -1 }, RangeError, /minWindowMs/],
     [{ minWindowMs: 1e300 }, RangeError, /minWindowMs/],
     [{ weights: [0.9, 0.9, 0.9] }, RangeError, /weights/],
-    [{ minLimit: 10, maxLimit: 5, initialLimit: 7 }, RangeError, /min_limit|max_limit|initial/],
+    [{ minLimit: 10, maxLimit: 5, initialLimit: 7 }, RangeError, /minLimit > maxLimit/],
+    [{ initialLimit: -1 }, RangeError, /initialLimit/],
+    [{ algorithm: 'fixed', initialLimit: 0 }, RangeError, /initialLimit/],
+    [{ minLimit: 2, maxLimit: 5, initialLimit: 7 }, RangeError, /initialLimit outside \[minLimit, maxLimit\]/],
     [{ initalLimit: 3 }, TypeError, /unknown option/],
     ['x', TypeError, /options/]
   ]

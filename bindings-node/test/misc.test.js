@@ -18,11 +18,16 @@ test('every documented export is present', () => {
 test('hot paths refuse a handle of another kind (no misread memory)', () => {
   const gate = new sg.Gate()
   const limiter = new sg.Limiter()
-  assert.throws(() => F.limiterAcquire(gate._h, 0), (e) => e instanceof TypeError && e.code === 'SG_BAD_HANDLE')
-  assert.throws(() => F.gateTryAcquire(limiter._h, 0), { code: 'SG_BAD_HANDLE' })
-  assert.throws(() => F.gateTryAcquire({}, 0), { code: 'SG_BAD_HANDLE' })
-  assert.throws(() => F.gateTryAcquire(gate._h, 0.5), { code: 'SG_BAD_LEVEL' })
-  assert.throws(() => F.gateRelease(gate._h, 0, 3), { code: 'SG_BAD_OUTCOME' })
+  // One code for every argument error, native or JS: SG_INVALID_ARG; a wrong type is a
+  // TypeError, a value out of range a RangeError.
+  assert.throws(() => F.limiterAcquire(gate._h, 0), (e) => e instanceof TypeError && e.code === 'SG_INVALID_ARG')
+  assert.throws(() => F.gateTryAcquire(limiter._h, 0), { name: 'TypeError', code: 'SG_INVALID_ARG' })
+  assert.throws(() => F.gateTryAcquire({}, 0), { name: 'TypeError', code: 'SG_INVALID_ARG' })
+  assert.throws(() => F.gateTryAcquire(gate._h, 0.5), { name: 'RangeError', code: 'SG_INVALID_ARG' })
+  assert.throws(() => F.gateTryAcquire(gate._h, '0'), { name: 'TypeError', code: 'SG_INVALID_ARG' })
+  assert.throws(() => F.gateRelease(gate._h, 0, 3), { name: 'RangeError', code: 'SG_INVALID_ARG' })
+  assert.throws(() => F.gateTryAcquire(gate._h, 0, -1, 1n << 63n), { name: 'RangeError', code: 'SG_INVALID_ARG' })
+  assert.throws(() => F.gateTryAcquire(gate._h, 0, -1, 5), { name: 'TypeError', code: 'SG_INVALID_ARG' })
   assert.equal(F.gateRelease(gate._h, 12345, 0), -1, 'an id never issued is refused')
   assert.equal(gate.inflight, 0)
 })

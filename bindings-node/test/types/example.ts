@@ -62,3 +62,9 @@ const mw = sg.express({ gate, keyed, key: 'x-tenant-id', timeoutMs: 200, readine
 const ready = sg.readiness(gate, { overloadedStatus: 503 })
 
 export { handle, queued, run, mayRetry, delay, body, fetchWithRetries, text, hash, mw, ready }
+
+// The error codes are one typed set.
+const codes: readonly sg.ErrorCode[] = sg.ERROR_CODES
+const budgetRatio = new RetryBudget({ retryRatio: 2 })
+void codes
+void budgetRatio
