@@ -39,8 +39,9 @@
 //!   capped at the burst.
 //! - **Breakers**: an open breaker's timer expires (the next call half-opens it), and a
 //!   ramp moves on to the step the elapsed time reaches.
-//! - **Queues** (the Gate, `WaitQueue`, CoDel): waiters' deadlines and `max_wait` pass, so
-//!   the next poll expires them; CoDel's interval closes.
+//! - **The Gate and CoDel**: waiters' deadlines and `max_wait` pass, so the next poll
+//!   expires them; CoDel's interval closes. (`WaitQueue` itself only stores the caller's
+//!   enqueue times and deadlines; it decides nothing from them.)
 //! - **Watermarks and meters**: a pause in progress counts the jump as time paused; ages
 //!   grow by the jump.
 //!
