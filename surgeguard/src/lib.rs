@@ -1,0 +1,67 @@
+//! # surgeguard
+//!
+//! Overload control for Rust services: adaptive concurrency limits, a priority admission
+//! queue with CoDel and deadlines, load shedding, retry budgets, breakers and rate limits —
+//! the engine the C, Python and Node bindings share, with what a Rust service needs on top:
+//!
+//! - [`clock`]: raw `CLOCK_MONOTONIC` nanoseconds (the same numbers in every process and
+//!   binding), a [`Clock`](clock::Clock) trait and a [`ManualClock`](clock::ManualClock).
+//! - [`Permit`]: owned, `Send + 'static`, ends on `Drop` (as `Ignored`, or as you choose).
+//! - [`Limiter`]: an `Arc`-shared adaptive limiter with owned permits.
+//! - [`Gate`]: limiter + priority queue + shed switch, with a cancel-safe
+//!   `gate.acquire(priority).deadline(t).await` and no background task to spawn.
+//!
+//! The whole engine is re-exported as [`surgeguard::core`](crate::core) (the
+//! `surgeguard-core` crate: `no_std`, allocation-free, lock-free, time as an argument);
+//! its common types are also at the crate root. This crate makes exactly the core's
+//! decisions — the conformance vectors replay through its [`Gate`].
+//!
+//! ```
+//! use surgeguard::{Gate, Priority};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let gate: Gate = Gate::new(Default::default()).unwrap(); // adaptive limit, 3 levels
+//! match gate.acquire(Priority::NORMAL).await {
+//!     Ok(permit) => {
+//!         // ... do the work ...
+//!         permit.success();
+//!     }
+//!     Err(rejected) => eprintln!("busy: {rejected}"),
+//! }
+//! # }
+//! ```
+//!
+//! Features: `tokio` (default) arms the gate's timer on the current tokio runtime.
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+#![warn(missing_docs)]
+
+pub mod clock;
+mod gate;
+mod permit;
+
+/// The engine: `surgeguard-core` (`no_std`, allocation-free, lock-free; time and
+/// randomness are arguments). Everything not wrapped here is used from it directly.
+///
+/// ```
+/// use surgeguard::core::limit::{AlgorithmConfig, AimdConfig};
+/// let cfg = surgeguard::LimiterConfig::with_algorithm(AlgorithmConfig::Aimd(AimdConfig::default()));
+/// assert!(cfg.validate().is_ok());
+/// ```
+pub use surgeguard_core as core;
+
+pub use gate::{Acquire, Gate};
+pub use permit::{Limiter, Permit};
+pub use surgeguard_core::gate::{GateConfig, GateState};
+pub use surgeguard_core::{
+    ConfigError, LimiterConfig, Outcome, Priority, Reason, Rejected, UsageError,
+};
+
+/// A one-level-agnostic limiter config with a fixed `limit` (three levels, default shares).
+pub(crate) fn fixed_limiter_config(limit: f64) -> LimiterConfig {
+    use surgeguard_core::limit::{AlgorithmConfig, FixedConfig};
+    LimiterConfig::with_algorithm(AlgorithmConfig::Fixed(FixedConfig {
+        initial_limit: limit,
+        min_limit: limit,
+        max_limit: limit,
+    }))
+}
