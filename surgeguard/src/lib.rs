@@ -10,6 +10,9 @@
 //! - [`Limiter`]: an `Arc`-shared adaptive limiter with owned permits.
 //! - [`Gate`]: limiter + priority queue + shed switch, with a cancel-safe
 //!   `gate.acquire(priority).deadline(t).await` and no background task to spawn.
+//! - `tower` (feature `tower`): a server layer for axum, hyper and tonic (503 +
+//!   `Retry-After`, or gRPC `RESOURCE_EXHAUSTED` + `grpc-retry-pushback-ms`) and a retry
+//!   policy backed by a retry budget and backoff.
 //!
 //! The whole engine is re-exported as [`surgeguard::core`](crate::core) (the
 //! `surgeguard-core` crate: `no_std`, allocation-free, lock-free, time as an argument);
@@ -31,13 +34,16 @@
 //! # }
 //! ```
 //!
-//! Features: `tokio` (default) arms the gate's timer on the current tokio runtime.
+//! Features: `tokio` (default) arms the gate's timer on the current tokio runtime;
+//! `tower` adds the `tower` module.
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
 
 pub mod clock;
 mod gate;
 mod permit;
+#[cfg(feature = "tower")]
+pub mod tower;
 
 /// The engine: `surgeguard-core` (`no_std`, allocation-free, lock-free; time and
 /// randomness are arguments). Everything not wrapped here is used from it directly.
