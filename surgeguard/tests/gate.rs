@@ -122,6 +122,7 @@ fn permits_and_futures_are_send_static() {
     check(&gate.try_acquire(Priority::NORMAL).unwrap());
 }
 
+#[cfg(feature = "tokio")]
 #[tokio::test(flavor = "current_thread")]
 async fn the_tokio_timer_expires_a_waiter_without_any_release() {
     let gate: Gate = Gate::new(fixed_cfg(1.0)).unwrap();
