@@ -9,6 +9,10 @@
 //!   from a [`Priority`] request extension, else the `x-request-priority` header
 //!   (`critical`, `normal`, `background` or a level number), else the configured default;
 //!   the deadline from `grpc-timeout` (gRPC) or the configured queue timeout.
+//! - [`KeyedLayer`]: per-key (tenant, API key, agent) caps with a key extractor, answering
+//!   `429` + `Retry-After` + the same JSON body.
+//! - [`ClientLayer`]: for outbound calls, an adaptive limiter, a circuit breaker and the
+//!   adaptive client-side throttle, refusing locally with [`ClientError::Rejected`].
 //! - [`RetryPolicy`]: a tower retry [`Policy`](::tower::retry::Policy) backed by a
 //!   [`RetryBudget`] (retries are at most a share of traffic) and a [`Backoff`] that never
 //!   retries sooner than the server's `Retry-After` / `grpc-retry-pushback-ms`.
@@ -55,6 +59,12 @@ use tower_service::Service;
 
 use crate::clock::{Clock, MonotonicClock};
 use crate::Gate;
+
+mod client;
+mod keyed;
+
+pub use client::{ClientError, ClientLayer, ClientService};
+pub use keyed::{HeaderKey, KeyExtractor, KeyedLayer, KeyedService};
 
 /// The header the priority is read from by default (`critical`, `normal`, `background`,
 /// or a level number).

@@ -167,3 +167,83 @@ async fn retries_are_bounded_by_the_budget_and_wait_for_retry_after() {
     assert_eq!(res.status(), 200);
     assert!(t.elapsed() >= Duration::from_secs(1), "{:?}", t.elapsed());
 }
+
+#[tokio::test]
+async fn keyed_layer_answers_429_per_key_and_frees_the_slot() {
+    use surgeguard::core::keyed::KeyedConfig;
+    use surgeguard::tower::{HeaderKey, KeyedLayer};
+    let cfg = KeyedConfig { shards_per_key: 1, ..KeyedConfig::new(1) };
+    let layer: KeyedLayer<HeaderKey, 16> =
+        KeyedLayer::new(cfg, HeaderKey::new("x-api-key", 9)).unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let rx = Arc::new(tokio::sync::Mutex::new(Some(rx)));
+    let svc = layer.layer(service_fn(move |req: Req| {
+        let rx = rx.clone();
+        async move {
+            if req.headers().contains_key("hold") {
+                let rx = rx.lock().await.take().unwrap();
+                let _ = rx.await;
+            }
+            Ok::<_, Infallible>(http::Response::new(String::new()))
+        }
+    }));
+    let req = |key: &str, hold: bool| {
+        let mut b = http::Request::builder().header("x-api-key", key);
+        if hold {
+            b = b.header("hold", "1");
+        }
+        b.body(String::new()).unwrap()
+    };
+    let held = tokio::spawn(svc.clone().oneshot(req("noisy", true)));
+    tokio::task::yield_now().await;
+    while layer.table().metrics().admitted == 0 {
+        tokio::task::yield_now().await;
+    }
+    let res = svc.clone().oneshot(req("noisy", false)).await.unwrap();
+    assert_eq!(res.status(), 429);
+    assert_eq!(res.headers()["retry-after"], "1");
+    assert!(res.body().contains("\"reason\": \"key_limit\""), "{}", res.body());
+    // No key: no per-key check.
+    assert_eq!(svc.clone().oneshot(http::Request::new(String::new())).await.unwrap().status(), 200);
+    tx.send(()).unwrap();
+    assert_eq!(held.await.unwrap().unwrap().status(), 200);
+    assert_eq!(svc.clone().oneshot(req("noisy", false)).await.unwrap().status(), 200);
+}
+
+#[tokio::test]
+async fn client_layer_opens_its_breaker_and_refuses_locally() {
+    use surgeguard::core::breaker::{BreakerWindow, CircuitBreakerConfig};
+    use surgeguard::tower::{ClientError, ClientLayer};
+    use surgeguard::Reason;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    let down = service_fn(move |_req: Req| {
+        c.fetch_add(1, Ordering::Relaxed);
+        async {
+            Ok::<_, Infallible>(http::Response::builder().status(503).body(String::new()).unwrap())
+        }
+    });
+    let breaker = CircuitBreakerConfig {
+        window: BreakerWindow::Count(10),
+        minimum_calls: 10,
+        ..CircuitBreakerConfig::default()
+    };
+    let layer = ClientLayer::new()
+        .breaker(breaker)
+        .unwrap()
+        .limiter(surgeguard::Limiter::fixed(4.0).unwrap());
+    let client = layer.layer(down);
+    let mut refused = 0;
+    for _ in 0..50 {
+        match client.clone().oneshot(http::Request::new(String::new())).await {
+            Ok(res) => assert_eq!(res.status(), 503),
+            Err(ClientError::Rejected(r)) => {
+                assert_eq!(r.reason, Reason::BreakerOpen);
+                refused += 1;
+            }
+            Err(ClientError::Inner(e)) => match e {},
+        }
+    }
+    assert_eq!(calls.load(Ordering::Relaxed), 10, "the breaker opened after its window");
+    assert_eq!(refused, 40);
+}
