@@ -114,9 +114,9 @@ fn request() -> http::Request<Body> {
 }
 
 /// One request through `svc` per iteration: wait for readiness, call, await the answer.
-fn one_request<S>(rt: &tokio::runtime::Runtime, iters: u64, svc: S) -> Duration
+fn one_request<S, RB>(rt: &tokio::runtime::Runtime, iters: u64, svc: S) -> Duration
 where
-    S: Service<http::Request<Body>, Response = http::Response<Body>> + Clone,
+    S: Service<http::Request<Body>, Response = http::Response<RB>> + Clone,
     S::Error: std::fmt::Debug,
 {
     timed(rt, iters, || {

@@ -46,6 +46,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{Request, Response, StatusCode};
 use surgeguard_core::backoff::{Backoff, BackoffConfig};
@@ -218,24 +219,111 @@ fn is_grpc<B>(req: &Request<B>) -> bool {
     req.headers().get(CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
 }
 
+pin_project_lite::pin_project! {
+    /// The response body of the layers: the inner service's body, or the small body of a
+    /// refusal (the JSON of an HTTP refusal; empty for gRPC). An [`http_body::Body`]
+    /// whenever the inner body is one, so axum, hyper and tonic take it as is.
+    ///
+    /// ```
+    /// use surgeguard::tower::GuardBody;
+    /// let b: GuardBody<String> = GuardBody::inner(String::from("hi"));
+    /// assert!(b.rejection().is_none());
+    /// ```
+    pub struct GuardBody<B> {
+        // The service's own body (None for a refusal).
+        #[pin]
+        body: Option<B>,
+        // A refusal's bytes, until polled.
+        rejection: Option<Bytes>,
+    }
+}
+
+impl<B> GuardBody<B> {
+    /// Wraps the service's body.
+    pub fn inner(body: B) -> Self {
+        Self { body: Some(body), rejection: None }
+    }
+
+    fn refusal(bytes: Option<Bytes>) -> Self {
+        Self { body: None, rejection: bytes }
+    }
+
+    /// The refusal's body, if this is one with a body (and it was not polled yet).
+    ///
+    /// ```
+    /// use surgeguard::{tower::rejection_response, Reason, Rejected};
+    /// let res = rejection_response::<String>(&Rejected::new(Reason::Shed, 1), false);
+    /// assert!(res.body().rejection().unwrap().starts_with(b"{\"error\""));
+    /// ```
+    pub fn rejection(&self) -> Option<&[u8]> {
+        self.rejection.as_deref()
+    }
+}
+
+impl<B: fmt::Debug> fmt::Debug for GuardBody<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GuardBody")
+            .field("body", &self.body)
+            .field("rejection", &self.rejection)
+            .finish()
+    }
+}
+
+impl<B: http_body::Body<Data = Bytes>> http_body::Body for GuardBody<B> {
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, B::Error>>> {
+        let this = self.project();
+        match this.body.as_pin_mut() {
+            Some(body) => body.poll_frame(cx),
+            None => Poll::Ready(
+                this.rejection
+                    .take()
+                    .filter(|b| !b.is_empty())
+                    .map(|b| Ok(http_body::Frame::data(b))),
+            ),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.body {
+            Some(body) => body.is_end_stream(),
+            None => self.rejection.as_ref().is_none_or(|b| b.is_empty()),
+        }
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        match &self.body {
+            Some(body) => body.size_hint(),
+            None => http_body::SizeHint::with_exact(
+                self.rejection.as_ref().map_or(0, |b| b.len() as u64),
+            ),
+        }
+    }
+}
+
 /// The answer to a refused request (see the module docs).
 ///
 /// ```
 /// use surgeguard::{Reason, Rejected};
-/// let res: http::Response<String> =
-///     surgeguard::tower::rejection_response(&Rejected::new(Reason::QueueFull, 1_500_000_000), false);
+/// use surgeguard::tower::rejection_response;
+/// let res = rejection_response::<String>(&Rejected::new(Reason::QueueFull, 1_500_000_000), false);
 /// assert_eq!(res.status(), 503);
 /// assert_eq!(res.headers()["retry-after"], "2");
-/// assert!(res.body().contains("\"reason\": \"queue_full\""));
-/// let grpc: http::Response<String> =
-///     surgeguard::tower::rejection_response(&Rejected::new(Reason::Shed, 250_000_000), true);
+/// let body = std::str::from_utf8(res.body().rejection().unwrap()).unwrap();
+/// assert!(body.contains("\"reason\": \"queue_full\""));
+/// let grpc = rejection_response::<String>(&Rejected::new(Reason::Shed, 250_000_000), true);
 /// assert_eq!(grpc.headers()["grpc-status"], "8");
 /// assert_eq!(grpc.headers()["grpc-retry-pushback-ms"], "250");
 /// ```
-pub fn rejection_response<RB: From<String>>(r: &Rejected, grpc: bool) -> Response<RB> {
+pub fn rejection_response<B>(r: &Rejected, grpc: bool) -> Response<GuardBody<B>> {
     let a = actionable(r);
     if grpc {
-        let mut res = Response::new(RB::from(String::new()));
+        let mut res = Response::new(GuardBody::refusal(None));
         let h = res.headers_mut();
         h.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
         h.insert("grpc-status", HeaderValue::from(GRPC_RESOURCE_EXHAUSTED));
@@ -245,8 +333,8 @@ pub fn rejection_response<RB: From<String>>(r: &Rejected, grpc: bool) -> Respons
     }
     let mut buf = [0u8; MAX_BODY_LEN];
     let n = a.write_json(&mut buf).unwrap_or(0);
-    let body = String::from_utf8_lossy(&buf[..n]).into_owned();
-    let mut res = Response::new(RB::from(body));
+    let body = Bytes::copy_from_slice(&buf[..n]);
+    let mut res = Response::new(GuardBody::refusal(Some(body)));
     *res.status_mut() = StatusCode::from_u16(a.status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
     let h = res.headers_mut();
     h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -383,12 +471,12 @@ where
     S::Future: Send + 'static,
     S::Error: Send + 'static,
     B: Send + 'static,
-    RB: From<String> + Send + 'static,
+    RB: Send + 'static,
     C: Clock,
 {
-    type Response = Response<RB>;
+    type Response = Response<GuardBody<RB>>;
     type Error = S::Error;
-    type Future = ResponseFuture<Response<RB>, S::Error>;
+    type Future = ResponseFuture<Response<GuardBody<RB>>, S::Error>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         // Backpressure is the gate's job (it answers at once); readiness is the inner
@@ -423,7 +511,7 @@ where
             match inner.call(req).await {
                 Ok(res) => {
                     permit.release(outcome_of(&res));
-                    Ok(res)
+                    Ok(res.map(GuardBody::inner))
                 }
                 Err(e) => {
                     permit.dropped();

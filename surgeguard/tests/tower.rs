@@ -8,9 +8,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use http_body_util::BodyExt;
 use surgeguard::core::backoff::{BackoffConfig, Jitter};
 use surgeguard::core::retry::RetryBudgetConfig;
-use surgeguard::tower::{GateLayer, RetryPolicy, ServerConfig};
+use surgeguard::tower::{GateLayer, GuardBody, RetryPolicy, ServerConfig};
 use surgeguard::{Gate, Priority};
 use tower::{service_fn, Layer, ServiceExt};
 
@@ -22,8 +23,14 @@ fn ok_service() -> impl tower::Service<Req, Response = Res, Error = Infallible, 
     service_fn(|_req: Req| async { Ok::<_, Infallible>(http::Response::new("ok".to_string())) })
 }
 
-async fn call(layer: &GateLayer, req: Req) -> Res {
+async fn call(layer: &GateLayer, req: Req) -> http::Response<GuardBody<String>> {
     layer.layer(ok_service()).oneshot(req).await.unwrap()
+}
+
+/// The whole body, as text.
+async fn text(res: http::Response<GuardBody<String>>) -> String {
+    let bytes = res.into_body().collect().await.unwrap().to_bytes();
+    String::from_utf8(bytes.to_vec()).unwrap()
 }
 
 #[tokio::test]
@@ -50,7 +57,7 @@ async fn priority_comes_from_extension_then_header_then_default() {
     assert_eq!(res.headers()["retry-after"], "1");
     assert_eq!(res.headers()["content-type"], "application/json");
     assert_eq!(
-        res.body(),
+        text(res).await,
         r#"{"error": "service overloaded", "reason": "shed", "retry_after_s": 1, "retry": "not before retry_after_s"}"#
     );
     let bg_default = GateLayer::with_config(
@@ -73,6 +80,7 @@ async fn grpc_refusal_is_resource_exhausted_with_pushback() {
     let res = call(&layer, req).await;
     assert_eq!(res.status(), 200);
     assert_eq!(res.headers()["grpc-status"], "8");
+    assert!(res.body().rejection().is_none()); // trailers-only: no body
     let msg = res.headers()["grpc-message"].to_str().unwrap();
     assert!(msg == "expired" || msg == "deadline_unmeetable", "{msg}");
     let pushback: u64 = res.headers()["grpc-retry-pushback-ms"].to_str().unwrap().parse().unwrap();
@@ -202,7 +210,8 @@ async fn keyed_layer_answers_429_per_key_and_frees_the_slot() {
     let res = svc.clone().oneshot(req("noisy", false)).await.unwrap();
     assert_eq!(res.status(), 429);
     assert_eq!(res.headers()["retry-after"], "1");
-    assert!(res.body().contains("\"reason\": \"key_limit\""), "{}", res.body());
+    let body = text(res).await;
+    assert!(body.contains("\"reason\": \"key_limit\""), "{body}");
     // No key: no per-key check.
     assert_eq!(svc.clone().oneshot(http::Request::new(String::new())).await.unwrap().status(), 200);
     tx.send(()).unwrap();

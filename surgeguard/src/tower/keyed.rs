@@ -12,7 +12,7 @@ use surgeguard_core::{ConfigError, Outcome};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use super::{outcome_of, rejection_response, ResponseFuture};
+use super::{outcome_of, rejection_response, GuardBody, ResponseFuture};
 use crate::clock::{Clock, MonotonicClock};
 
 /// Finds the key of a request, hashed with [`hash_key`] (`None`: the request has no key
@@ -194,13 +194,13 @@ where
     S::Future: Send + 'static,
     S::Error: Send + 'static,
     B: Send + 'static,
-    RB: From<String> + Send + 'static,
+    RB: Send + 'static,
     K: KeyExtractor<B>,
     C: Clock,
 {
-    type Response = Response<RB>;
+    type Response = Response<GuardBody<RB>>;
     type Error = S::Error;
-    type Future = ResponseFuture<Response<RB>, S::Error>;
+    type Future = ResponseFuture<Response<GuardBody<RB>>, S::Error>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -233,7 +233,7 @@ where
                 }
             }
             drop(slot);
-            res
+            res.map(|r| r.map(GuardBody::inner))
         })
     }
 }
