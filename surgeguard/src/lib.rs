@@ -71,3 +71,8 @@ pub(crate) fn fixed_limiter_config(limit: f64) -> LimiterConfig {
         max_limit: limit,
     }))
 }
+
+/// The README's examples, compiled as doctests.
+#[cfg(all(doctest, feature = "tower"))]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
