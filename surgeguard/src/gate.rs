@@ -81,6 +81,19 @@ impl<C: Clock, const CAP: usize> Issuer for GateInner<C, CAP> {
     }
 }
 
+impl<C, const CAP: usize> Drop for GateInner<C, CAP> {
+    fn drop(&mut self) {
+        // A grant nobody collected (not expected: every waiter holds the gate) still goes
+        // back to the core, so no raw permit is ever dropped unreleased.
+        let reg = self.registry.get_mut().unwrap_or_else(|e| e.into_inner());
+        for (_, e) in reg.drain() {
+            if let Entry::Ready(Ok(raw)) = e {
+                let _ = self.core.release(raw, 0, Outcome::Ignored);
+            }
+        }
+    }
+}
+
 fn lock(m: &Mutex<HashMap<u64, Entry>>) -> MutexGuard<'_, HashMap<u64, Entry>> {
     // A panic under the lock leaves the map consistent (every update is one insert or
     // remove), so a poisoned lock is used as is.
@@ -384,6 +397,10 @@ enum State {
 
 /// The future of [`Gate::acquire`]: `Ok(Permit)` or `Err(Rejected)`. Dropping it before
 /// it completes withdraws its place (or returns a grant that raced with the drop).
+///
+/// # Panics
+///
+/// If polled again after it completed (as most futures do).
 ///
 /// ```
 /// use std::time::Duration;

@@ -246,3 +246,117 @@ fn clock_out_of_range_is_refused_by_the_manual_clock() {
     assert!(clock.now_ns() < u64::MAX);
     gate.try_acquire(Priority::NORMAL).unwrap().success();
 }
+
+/// A random walk of operations on one thread (manual clock, fixed limit, one level — so
+/// no slot is held back for a more important level —, no deadlines, no CoDel) against the
+/// rules of the gate. Futures are polled only by an explicit `Poll` step, so a grant can
+/// sit unobserved when its future is dropped. After every step: in-flight ≤ limit; a
+/// waiter is still queued only while every slot is taken (no lost grant); the registry
+/// holds one entry per live queued future. At the end, with everything dropped, no slot
+/// is held and the limit can be taken in full.
+mod model {
+    use super::*;
+    use quickcheck::{Arbitrary, Gen, QuickCheck};
+    use surgeguard::{Acquire, Permit};
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        /// Start an acquire at this level and poll it once.
+        Acquire(u8),
+        /// Start an acquire and drop it without polling.
+        AcquireDrop(u8),
+        /// Poll the i-th pending future.
+        Poll(usize),
+        /// Drop the i-th pending future.
+        DropPending(usize),
+        /// End the i-th held permit (0 success, 1 dropped, 2 ignored, 3 by Drop).
+        Release(usize, u8),
+        /// Move the clock.
+        Advance(u16),
+        /// Run the pump.
+        Pump,
+    }
+
+    impl Arbitrary for Op {
+        fn arbitrary(g: &mut Gen) -> Self {
+            match u8::arbitrary(g) % 12 {
+                0..=2 => Op::Acquire(u8::arbitrary(g) % 4),
+                3 => Op::AcquireDrop(u8::arbitrary(g) % 4),
+                4 | 5 => Op::Poll(usize::arbitrary(g)),
+                6 => Op::DropPending(usize::arbitrary(g)),
+                7..=9 => Op::Release(usize::arbitrary(g), u8::arbitrary(g) % 4),
+                10 => Op::Advance(u16::arbitrary(g)),
+                _ => Op::Pump,
+            }
+        }
+    }
+
+    fn run(limit: u8, ops: Vec<Op>) -> bool {
+        let limit = (limit % 4 + 1) as usize;
+        let clock = ManualClock::new(1_000_000_000);
+        let mut cfg = fixed_cfg(limit as f64);
+        cfg.limiter.levels = 1;
+        let gate: Gate<ManualClock, 64> = Gate::with_clock(cfg, clock.clone()).unwrap();
+        let mut pending: Vec<Acquire<ManualClock, 64>> = Vec::new();
+        let mut held: Vec<Permit> = Vec::new();
+        for op in ops {
+            match op {
+                Op::Acquire(l) => {
+                    let mut f = gate.acquire(Priority::new(l).unwrap());
+                    match poll_once(&mut f) {
+                        Poll::Pending => pending.push(f),
+                        Poll::Ready(r) => {
+                            held.push(r.expect("no deadline, no CoDel: never refused"))
+                        }
+                    }
+                }
+                Op::AcquireDrop(l) => drop(gate.acquire(Priority::new(l).unwrap())),
+                Op::Poll(i) if !pending.is_empty() => {
+                    let i = i % pending.len();
+                    if let Poll::Ready(r) = poll_once(&mut pending[i]) {
+                        held.push(r.expect("no deadline, no CoDel, no shedding: granted"));
+                        drop(pending.swap_remove(i));
+                    }
+                }
+                Op::DropPending(i) if !pending.is_empty() => {
+                    drop(pending.swap_remove(i % pending.len()));
+                }
+                Op::Release(i, how) if !held.is_empty() => {
+                    let p = held.swap_remove(i % held.len());
+                    match how {
+                        0 => p.success(),
+                        1 => p.dropped(),
+                        2 => p.ignored(),
+                        _ => drop(p),
+                    }
+                }
+                Op::Advance(us) => clock.advance(Duration::from_micros(u64::from(us))).unwrap(),
+                Op::Pump => gate.pump(),
+                _ => {}
+            }
+            let inflight = gate.core().limiter().inflight() as usize;
+            if inflight > limit || inflight < held.len() {
+                return false;
+            }
+            if gate.core().waiting_total() > 0 && inflight < limit {
+                return false; // a free slot and a queued waiter: a grant was lost
+            }
+            if gate.registry_len() != pending.len() {
+                return false;
+            }
+        }
+        pending.clear();
+        held.clear();
+        if gate.core().limiter().inflight() != 0 {
+            return false; // a slot leaked
+        }
+        let all: Vec<_> =
+            (0..limit).filter_map(|_| gate.try_acquire(Priority::CRITICAL).ok()).collect();
+        all.len() == limit && gate.registry_len() == 0 && gate.core().waiting_total() == 0
+    }
+
+    #[test]
+    fn random_walks_keep_the_gate_rules() {
+        QuickCheck::new().tests(500).quickcheck(run as fn(u8, Vec<Op>) -> bool);
+    }
+}
