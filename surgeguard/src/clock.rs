@@ -105,7 +105,8 @@ fn fallback_ns() -> u64 {
     (origin.elapsed().as_nanos().min(u128::from(MAX_NOW - 1)) as u64) + 1
 }
 
-/// A clock that moves only when told: for tests and simulations. Clones share one time.
+/// A clock that moves only when told: for tests and simulations. Clones share one time
+/// (one atomic word: reads and `set` are wait-free, `advance` is a lock-free CAS loop).
 /// A time above `MAX_NOW` is refused with
 /// [`UsageError::TimeOutOfRange`] and changes nothing.
 ///

@@ -47,6 +47,9 @@ use crate::permit::{Issuer, Permit};
 const BATCH: usize = 16;
 /// No timer armed.
 const NO_TIMER: u64 = u64::MAX;
+/// An armed timer this overdue is presumed lost (its runtime shut down): 1 s.
+#[cfg(feature = "tokio")]
+const STALE_TIMER_NS: u64 = 1_000_000_000;
 
 /// What a ticket's entry holds.
 enum Entry {
@@ -159,13 +162,14 @@ fn arm_timer<C: Clock, const CAP: usize>(g: &GateInner<C, CAP>) {
     let now = g.clock.now_ns();
     let Some(t) = g.core.next_wakeup(now) else { return };
     // Relaxed: the value only deduplicates timers; a spare timer just pumps once more.
-    if g.timer_at.fetch_min(t, Ordering::Relaxed) <= t {
+    let armed = g.timer_at.load(Ordering::Relaxed);
+    // A timer due at or before `t` covers it — unless it is long overdue (its runtime may
+    // have shut down), then arm a new one.
+    if armed <= t && now < armed.saturating_add(STALE_TIMER_NS) {
         return;
     }
-    let Ok(rt) = tokio::runtime::Handle::try_current() else {
-        let _ = g.timer_at.compare_exchange(t, NO_TIMER, Ordering::Relaxed, Ordering::Relaxed);
-        return;
-    };
+    let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
+    g.timer_at.store(t, Ordering::Relaxed);
     let me = g.me.clone();
     rt.spawn(async move {
         tokio::time::sleep(Duration::from_nanos(t.saturating_sub(now))).await;

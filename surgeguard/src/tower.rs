@@ -240,6 +240,11 @@ pin_project_lite::pin_project! {
 
 impl<B> GuardBody<B> {
     /// Wraps the service's body.
+    ///
+    /// ```
+    /// let b = surgeguard::tower::GuardBody::inner(String::from("x"));
+    /// # drop(b);
+    /// ```
     pub fn inner(body: B) -> Self {
         Self { body: Some(body), rejection: None }
     }
@@ -370,7 +375,9 @@ pub fn outcome_of<RB>(res: &Response<RB>) -> Outcome {
 }
 
 /// A tower [`Layer`] putting a [`Gate`] in front of an HTTP or gRPC service (see the
-/// module docs).
+/// module docs). Per request: a header parse, the gate's admission (lock-free when a slot
+/// is free; a queued request takes the gate's registry mutex briefly), one boxed future,
+/// and the release when the response head arrives.
 ///
 /// ```
 /// use surgeguard::tower::{GateLayer, ServerConfig};
@@ -444,7 +451,15 @@ pub struct GateService<S, C: Clock = MonotonicClock, const CAP: usize = 1024> {
 }
 
 impl<S, C: Clock> GateService<S, C, 1024> {
-    /// Wraps `inner` with the default [`ServerConfig`].
+    /// Wraps `inner` with the default [`ServerConfig`] (same as `GateLayer::new(gate).layer(inner)`).
+    ///
+    /// ```
+    /// let gate: surgeguard::Gate = surgeguard::Gate::fixed(8.0).unwrap();
+    /// let svc = surgeguard::tower::GateService::new(tower::service_fn(|_: http::Request<String>| async {
+    ///     Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+    /// }), gate);
+    /// # drop(svc);
+    /// ```
     pub fn new(inner: S, gate: Gate<C, 1024>) -> Self {
         Self { inner, gate, cfg: Arc::new(ServerConfig::default()) }
     }
@@ -462,7 +477,13 @@ impl<S, C: Clock, const CAP: usize> fmt::Debug for GateService<S, C, CAP> {
     }
 }
 
-/// The future of a [`GateService`] call.
+/// The future of a layer's call (boxed; `Send`).
+///
+/// ```
+/// use surgeguard::tower::ResponseFuture;
+/// let f: ResponseFuture<u8, ()> = Box::pin(async { Ok(1) });
+/// # drop(f);
+/// ```
 pub type ResponseFuture<R, E> = Pin<Box<dyn Future<Output = Result<R, E>> + Send>>;
 
 impl<S, B, RB, C, const CAP: usize> Service<Request<B>> for GateService<S, C, CAP>

@@ -55,7 +55,8 @@ impl<E: std::error::Error + 'static> std::error::Error for ClientError<E> {
     }
 }
 
-/// A layer for outbound HTTP / gRPC calls. Each part is optional; in order: the adaptive
+/// A layer for outbound HTTP / gRPC calls (each part lock-free in the core; no queue: a
+/// call is refused at once, never parked). Each part is optional; in order: the adaptive
 /// throttle (SRE book ch. 21: refuse locally with probability
 /// `max(0, (requests − K·accepts) / (requests + 1))`), the circuit breaker, the
 /// concurrency limiter. The answer's status ends each: `429` / `503` / `504` / gRPC
@@ -216,7 +217,16 @@ impl<S, C: Clock> Layer<S> for ClientLayer<C> {
     }
 }
 
-/// The service made by [`ClientLayer`].
+/// The service made by [`ClientLayer`]; its error is [`ClientError`].
+///
+/// ```
+/// use surgeguard::tower::{ClientLayer, ClientService};
+/// use tower::Layer;
+/// let svc: ClientService<_> = ClientLayer::new().layer(tower::service_fn(|_: http::Request<String>| async {
+///     Ok::<_, std::io::Error>(http::Response::new(String::new()))
+/// }));
+/// # drop(svc);
+/// ```
 pub struct ClientService<S, C: Clock = MonotonicClock> {
     inner: S,
     layer: ClientLayer<C>,

@@ -43,6 +43,7 @@ where
 }
 
 /// The key is a header's value (an API key, a tenant id), hashed with a seed.
+/// (The table itself is lock-free: a bounded CAS per shard tried; release is wait-free.)
 ///
 /// ```
 /// use surgeguard::tower::{HeaderKey, KeyExtractor};
@@ -155,7 +156,17 @@ impl<S, K: Clone, const N: usize, C: Clock> Layer<S> for KeyedLayer<K, N, C> {
     }
 }
 
-/// The service made by [`KeyedLayer`].
+/// The service made by [`KeyedLayer`] (see there for an example).
+///
+/// ```
+/// use surgeguard::{core::keyed::KeyedConfig, tower::{HeaderKey, KeyedLayer, KeyedService}};
+/// use tower::Layer;
+/// let layer: KeyedLayer<HeaderKey, 16> = KeyedLayer::new(KeyedConfig::new(4), HeaderKey::new("x-k", 1)).unwrap();
+/// let svc: KeyedService<_, HeaderKey, 16> = layer.layer(tower::service_fn(|_: http::Request<String>| async {
+///     Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+/// }));
+/// # drop(svc);
+/// ```
 pub struct KeyedService<S, K, const N: usize = 256, C: Clock = MonotonicClock> {
     inner: S,
     layer: KeyedLayer<K, N, C>,
