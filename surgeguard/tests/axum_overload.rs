@@ -76,7 +76,17 @@ struct Report {
     wasted: u64,
 }
 
-async fn run(with_layer: bool) -> Report {
+/// Which gate, if any, sits in front of the handler.
+#[derive(Clone, Copy)]
+enum Guard {
+    None,
+    /// A fixed limit of 2 (the dependency's capacity).
+    Fixed,
+    /// The default config: the adaptive (Gradient) limit learns the capacity.
+    Adaptive,
+}
+
+async fn run(guard: Guard) -> Report {
     let start = Instant::now();
     let dep = Arc::new(Dependency {
         slots: tokio::sync::Semaphore::new(2),
@@ -85,10 +95,25 @@ async fn run(with_layer: bool) -> Report {
         wasted: AtomicU64::new(0),
     });
     let mut app = Router::new().route("/", get(handler)).with_state(dep.clone());
-    if with_layer {
-        let gate: Gate = Gate::fixed(2.0).unwrap();
+    if !matches!(guard, Guard::None) {
+        let gate: Gate = match guard {
+            Guard::Fixed => Gate::fixed(2.0).unwrap(),
+            _ => Gate::new(Default::default()).unwrap(),
+        };
         let cfg = ServerConfig::default().queue_timeout(Some(Duration::from_millis(100)));
-        app = app.layer(GateLayer::with_config(gate, cfg));
+        app = app.layer(GateLayer::with_config(gate.clone(), cfg));
+        if matches!(guard, Guard::Adaptive) {
+            tokio::spawn(async move {
+                for _ in 0..8 {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    let m = gate.metrics();
+                    eprintln!(
+                        "  adaptive limit {:.2}, in flight {}, waiting {}",
+                        m.limiter.limit, m.limiter.inflight, m.waiting
+                    );
+                }
+            });
+        }
     }
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -143,8 +168,8 @@ async fn run(with_layer: bool) -> Report {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_layer_the_server_stays_collapsed_with_it_it_recovers() {
-    let without = run(false).await;
-    let with = run(true).await;
+    let without = run(Guard::None).await;
+    let with = run(Guard::Fixed).await;
     for (name, r) in [("without layer", &without), ("with layer", &with)] {
         eprintln!(
             "{name}: {}/{} ok in the last second, {} attempts, {} dependency calls, {} wasted",
@@ -173,4 +198,15 @@ async fn without_the_layer_the_server_stays_collapsed_with_it_it_recovers() {
     assert!(with.wasted * 20 <= with.dependency_calls, "{}", with.wasted);
     // Bounded request counts: the storm without the layer makes ~5 attempts per request.
     assert!(with.attempts < without.attempts);
+}
+
+/// The same load with the default, adaptive gate (no limit configured): exploratory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "exploratory: prints the adaptive gate's figures"]
+async fn adaptive_gate_under_the_same_load() {
+    let r = run(Guard::Adaptive).await;
+    eprintln!(
+        "adaptive: {}/{} ok in the last second, {} attempts, {} dependency calls, {} wasted",
+        r.last_ok, r.last_started, r.attempts, r.dependency_calls, r.wasted
+    );
 }
