@@ -72,6 +72,28 @@ pub(crate) fn fixed_limiter_config(limit: f64) -> LimiterConfig {
     }))
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_are_std_errors() {
+        fn boxed<E: std::error::Error + Send + Sync + 'static>(e: E) -> Box<dyn std::error::Error> {
+            Box::new(e)
+        }
+        let r = boxed(Rejected::new(Reason::QueueFull, 5));
+        assert!(r.to_string().contains("queue_full"));
+        assert!(boxed(ConfigError::OutOfRange("limit")).to_string().contains("limit"));
+        assert!(boxed(UsageError::TimeOutOfRange).to_string().contains("out of range"));
+        assert!(Limiter::fixed(f64::NAN).is_err());
+        assert!(Gate::<clock::MonotonicClock, 8>::new(GateConfig {
+            queue_capacity: Some(9),
+            ..GateConfig::default()
+        })
+        .is_err());
+    }
+}
+
 /// The README's examples, compiled as doctests.
 #[cfg(all(doctest, feature = "tower"))]
 #[doc = include_str!("../README.md")]

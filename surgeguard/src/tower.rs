@@ -549,7 +549,8 @@ where
 /// share of requests), waiting a [`Backoff`] delay that is never shorter than the answer's
 /// `Retry-After` (seconds) or `grpc-retry-pushback-ms`. Each first attempt deposits into
 /// the budget. Requests are cloned only when their body type is `Clone`; a policy per call
-/// (`Clone`) holds its attempt count and jitter generator, and shares the budget.
+/// (`Clone`) holds its attempt count and jitter generator, and shares the budget. It
+/// retries whatever it is given: put it on idempotent calls only.
 ///
 /// ```
 /// use surgeguard::tower::RetryPolicy;
