@@ -19,9 +19,9 @@
 //!
 //! **Progress.** The core's `arrive`, `release` and `cancel` are lock-free; its `poll` is
 //! single-consumer (a concurrent poll returns at once and its work is done by the thread
-//! inside). The registry is a `Mutex<HashMap>` held only to insert, route or remove an
-//! entry (no await, no user code, no allocation beyond the map's growth under it): this
-//! layer is *blocking*, not lock-free, on the queued path only. An arrival admitted at
+//! inside). The registry is a `Mutex<HashMap>` held only to insert, route or remove
+//! entries (short critical sections: no await, no waker called, no user code): this layer
+//! is *blocking*, not lock-free, on the queued path only. An arrival admitted at
 //! once, and a release with nobody waiting, never touch it.
 
 use std::collections::HashMap;
