@@ -179,6 +179,8 @@ impl Rejected {
     }
 }
 
+impl core::error::Error for Rejected {}
+
 impl fmt::Display for Rejected {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "rejected: {} (retry after {} ns)", self.reason, self.retry_after)
@@ -197,6 +199,8 @@ pub enum ConfigError {
     /// Two settings contradict each other (e.g. min above max).
     Inconsistent(&'static str),
 }
+
+impl core::error::Error for ConfigError {}
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -223,6 +227,8 @@ pub enum UsageError {
     /// A `now` above [`crate::time::MAX_NOW`]: bad input, not a time.
     TimeOutOfRange,
 }
+
+impl core::error::Error for UsageError {}
 
 impl fmt::Display for UsageError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
