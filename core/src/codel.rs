@@ -603,6 +603,44 @@ mod tests {
     }
 
     #[test]
+    fn a_pass_is_a_zero_delay_dequeue_folded_in_at_the_next_dequeue() {
+        let c = folly();
+        // Overloaded: a whole interval in which every dequeue waited 20 ms.
+        assert!(!c.on_dequeue(0, 20 * MS, 0));
+        assert!(!c.on_dequeue(50 * MS, 20 * MS, 0));
+        assert!(!c.on_dequeue(101 * MS, 20 * MS, 0)); // closes it; first of the next
+        assert!(c.is_overloaded());
+        // Requests admitted at once: one inside the current interval (ends at 201 ms)...
+        c.on_pass(150 * MS);
+        assert!(c.is_overloaded(), "the interval has not ended");
+        // ...and one after it: that interval saw a zero delay, so it closes healthy.
+        c.on_pass(250 * MS);
+        assert!(!c.is_overloaded());
+        // The next dequeue starts from that verdict: a 20 ms waiter is kept.
+        assert!(!c.on_dequeue(251 * MS, 20 * MS, 0));
+        assert!(!c.is_overloaded());
+        let m = c.metrics();
+        assert_eq!((m.drops, m.intervals, m.min_delay_ns), (0, 2, 0));
+    }
+
+    #[test]
+    fn a_pass_ends_the_rfc_dropping_state() {
+        let c =
+            Codel::new(CodelConfig { mode: CodelMode::Rfc8289, ..CodelConfig::default() }).unwrap();
+        let mut t = 0;
+        while !c.is_overloaded() {
+            t += 10 * MS;
+            c.on_dequeue(t, 50 * MS, 3);
+            assert!(t < SEC_FOR_TEST, "never entered the dropping state");
+        }
+        c.on_pass(t + MS);
+        assert!(!c.is_overloaded(), "one waiter below target leaves the dropping state");
+        assert!(!c.on_dequeue(t + 2 * MS, 50 * MS, 3), "and the next one is not dropped");
+    }
+
+    const SEC_FOR_TEST: u64 = 1_000 * MS;
+
+    #[test]
     fn load_is_min_delay_over_twice_target_capped_at_100() {
         let c = folly();
         assert_eq!(c.load(), 0);
