@@ -41,6 +41,35 @@ thread_local! {
     static UNTIMED: Cell<bool> = const { Cell::new(false) };
 }
 
+thread_local! {
+    /// Set while the twin makes its stand-in for the bad call.
+    static TWIN_OF_BAD: Cell<bool> = const { Cell::new(false) };
+}
+
+/// A release of `p` by `release`, judged by the rule for a bad `now`: a release at a
+/// `now` above `MAX_NOW` is refused with `TimeOutOfRange` and returns the slot as
+/// `Ignored` at the latest time seen (the permit was moved in, so it cannot be handed
+/// back). The twin's stand-in is that `Ignored` release at the latest time.
+fn judged_release(
+    now: u64,
+    want: Outcome,
+    release: impl FnOnce(u64, Outcome) -> Result<(), UsageError>,
+) -> String {
+    if now > MAX_NOW {
+        match release(now, want) {
+            Err(UsageError::TimeOutOfRange) => "refused: bad time".into(),
+            other => format!("a bad-time release answered {other:?}"),
+        }
+    } else if TWIN_OF_BAD.with(Cell::get) {
+        match release(now, Outcome::Ignored) {
+            Ok(()) => "refused: bad time".into(),
+            other => format!("{other:?}"),
+        }
+    } else {
+        format!("{:?}", release(now, want))
+    }
+}
+
 /// Marks the current operation as one that passed no `now`.
 fn untimed() -> String {
     UNTIMED.with(|c| c.set(true));
@@ -129,7 +158,9 @@ fn against_twin<S: Subject>(case: &Case) -> Result<(), String> {
     for i in 0..=case.steps.len() {
         if i == case.bad_at {
             let got = subject.apply(case.bad_kind, case.bad_arg, case.bad_now);
+            TWIN_OF_BAD.with(|c| c.set(true));
             let want = twin.apply(case.bad_kind, case.bad_arg, latest);
+            TWIN_OF_BAD.with(|c| c.set(false));
             if got != want {
                 return Err(format!("the bad call at step {i}: {got} != twin's {want}"));
             }
@@ -341,7 +372,9 @@ impl<const HYSTERESIS: bool> Subject for Lim<HYSTERESIS> {
                 Err(r) => format!("{r:?}"),
             },
             2 | 3 => match take(&mut self.held, arg) {
-                Some(p) => format!("{:?}", self.l.release_raw(p, now, outcome(arg / 3))),
+                Some(p) => {
+                    judged_release(now, outcome(arg / 3), |t, o| self.l.release_raw(p, t, o))
+                }
                 None => untimed(),
             },
             _ => {
@@ -410,7 +443,7 @@ impl Subject for G {
                 Err(r) => format!("{r:?}"),
             },
             3 => match take(&mut self.held, arg) {
-                Some(p) => format!("{:?}", self.g.release(p, now, outcome(arg / 3))),
+                Some(p) => judged_release(now, outcome(arg / 3), |t, o| self.g.release(p, t, o)),
                 None => untimed(),
             },
             4 => {
@@ -682,14 +715,16 @@ fn one_bad_call_leaves_no_trace_in_the_reported_symptoms() {
         assert!(r.check(T0 + SEC, 1).is_ok());
 
         // The Gate: an arrival without a deadline is admitted afterwards, and a release
-        // at the bad time is a release at the latest time seen (no hours-long service).
+        // at the bad time is refused (its slot comes back, as `Ignored`): no hours-long
+        // service time.
         let g = G::make().g;
         let Arrival::Admitted(p) = g.arrive(T0, Priority::NORMAL, None) else { panic!() };
         let Arrival::Admitted(q) = g.arrive(bad, Priority::NORMAL, None) else { panic!() };
         assert_eq!(q.started_at(), T0);
         g.release(p, T0 + 3 * MS, Outcome::Success).unwrap();
-        g.release(q, bad, Outcome::Success).unwrap();
+        assert_eq!(g.release(q, bad, Outcome::Success), Err(UsageError::TimeOutOfRange));
         assert_eq!(g.service_ns(), 3 * MS);
+        assert_eq!(g.limiter().inflight(), 0);
         assert!(matches!(g.arrive(T0 + 4 * MS, Priority::NORMAL, None), Arrival::Admitted(_)));
 
         // The retry budget: what it reports available, it allows.
@@ -719,13 +754,15 @@ fn a_deadline_past_max_now_is_no_deadline() {
 
 #[test]
 fn releases_of_a_bad_time_keep_the_permit_contract() {
-    // `release` takes the permit by value: refusing it would lose the slot, so it acts
-    // at the latest time seen instead, and a second use stays impossible by type.
+    // `release` takes the permit by value: it is refused with `TimeOutOfRange`, and its
+    // slot still comes back (as `Ignored`, no sample) so a bad time never leaks a slot;
+    // a second use stays impossible by type.
     let l = Limiter::new(LimiterConfig::default()).unwrap();
     let p = l.try_acquire_raw(T0, Priority::NORMAL).unwrap();
-    assert_eq!(l.release_raw(p, u64::MAX, Outcome::Success), Ok::<(), UsageError>(()));
+    assert_eq!(l.release_raw(p, u64::MAX, Outcome::Success), Err(UsageError::TimeOutOfRange));
     assert_eq!(l.metrics().inflight, 0);
-    assert_eq!(l.metrics().successes, 1);
+    assert_eq!(l.metrics().successes, 0);
+    assert_eq!(l.metrics().ignored, 1);
 }
 
 /// A forward jump within range is time passing with nothing happening, as `time`'s docs
