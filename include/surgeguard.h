@@ -215,6 +215,12 @@
 // (`UINT64_MAX`).
 #define SG_NEVER UINT64_MAX
 
+// The largest `now` any function accepts (2^62 ns, about 146 years from the clock's
+// origin). A larger `now` is a clock bug or a corrupted value: it is refused with
+// `SG_TIME_OUT_OF_RANGE` and changes nothing (it would otherwise move a structure's clock
+// beyond any later real time).
+#define SG_MAX_NOW 4611686018427387904ull
+
 // Nanoseconds per millisecond.
 #define SG_MS 1000000ull
 
@@ -288,6 +294,9 @@ enum sg_status
     SG_PANIC = 111,
     // `sg_<type>_new` could not allocate; nothing was created.
     SG_OUT_OF_MEMORY = 112,
+    // A `now` argument was above `SG_MAX_NOW` (2^62 ns, about 146 years of uptime): a
+    // clock bug or a corrupted value. Refused before anything is read or changed.
+    SG_TIME_OUT_OF_RANGE = 113,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -511,6 +520,10 @@ typedef struct sg_lag_metrics {
     bool has_oldest_age;
     // Age of the oldest unprocessed item, ns (0 unless `has_oldest_age`).
     uint64_t oldest_age_ns;
+    // Items consumed beyond those produced (`consumed − produced`, else 0). Not 0 means
+    // the records disagree: a consumption recorded before its production (another
+    // thread's record still to come) or an accounting bug. `lag` reads 0 meanwhile.
+    uint64_t over_consumed;
 } sg_lag_metrics;
 
 // Settings of `sg_watermarks`, in units of the level observed.
@@ -843,11 +856,13 @@ typedef struct sg_limiter_metrics {
     uint64_t windows;
     // Latency samples those windows held.
     uint64_t folded_samples;
-    // Smallest latency of the last window, ns.
+    // The last window's smallest latency as the latency histogram records it, ns: the
+    // lower edge of the bucket that holds it, so at most the true smallest latency and
+    // within 1/32 (3.1 %) below it.
     uint64_t min_rtt_ns;
     // Mean latency of the last window, ns.
     uint64_t avg_rtt_ns;
-    // p99 latency of the last window, ns.
+    // p99 latency of the last window, ns (a histogram estimate, within 3.1 %).
     uint64_t p99_rtt_ns;
 } sg_limiter_metrics;
 
@@ -969,9 +984,13 @@ typedef struct sg_keyed_metrics {
 
 // What an HTTP edge answers for a rejection: status, `Retry-After`, the JSON body.
 typedef struct sg_actionable {
-    // 429 for a per-key reason, 503 for global overload.
+    // 429 for a per-key reason, 503 for global overload (`sg_actionable_write_json`
+    // refuses any other status).
     uint16_t status;
-    // The `Retry-After` header value: seconds, rounded up, at least 1.
+    // The `Retry-After` header value: seconds, rounded up, at least 1; or 0 when waiting
+    // will not help (the hint was `SG_NEVER`, or above `SG_MAX_NOW`, e.g. a cost above a
+    // rate limiter's burst): send no `Retry-After` then. The JSON body omits
+    // `retry_after_s` in that case and says `"retry": "not by waiting"`.
     uint64_t retry_after_s;
     // `SG_REASON_*`.
     uint32_t reason;
@@ -1137,15 +1156,19 @@ sg_status sg_backoff_init(void *mem, size_t len, const struct sg_backoff_config 
 // says `SG_INVALID_HANDLE`.
 sg_status sg_backoff_deinit(struct sg_backoff *backoff);
 
-// The delay before retry number `attempt` (1 = first retry), ns, never less than
-// `retry_after_hint_ns` (the server's `Retry-After` or pushback; 0 = none).
+// The delay before retry number `attempt` (1 = first retry; 0 is `SG_INVALID_ARGUMENT`),
+// ns, never less than `retry_after_hint_ns` (the server's `Retry-After` or pushback;
+// 0 = none).
 sg_status sg_backoff_next_delay(struct sg_backoff *backoff,
                                 uint32_t attempt,
                                 uint64_t retry_after_hint_ns,
                                 uint64_t *delay_out);
 
-// The ceiling before jitter for retry number `attempt`: `min(cap, base·multiplier^(n−1))`.
-sg_status sg_backoff_ceiling(struct sg_backoff *backoff, uint32_t attempt, uint64_t *ceiling_out);
+// The ceiling before jitter for retry number `attempt` (1 = first retry; 0 is
+// `SG_INVALID_ARGUMENT`): `min(cap, base·multiplier^(attempt−1))`.
+sg_status sg_backoff_ceiling(const struct sg_backoff *backoff,
+                             uint32_t attempt,
+                             uint64_t *ceiling_out);
 
 // Forgets the previous delay (decorrelated jitter starts again from `base_ns`), for a
 // new call. The generator keeps its place.
@@ -1301,11 +1324,17 @@ sg_status sg_lag_meter_deinit(struct sg_lag_meter *lag_meter);
 // `n` items entered the backlog at `now`.
 sg_status sg_lag_meter_record_produced(struct sg_lag_meter *lag_meter, uint64_t now, uint64_t n);
 
-// `n` items left the backlog at `now` (processed, or dropped on purpose).
+// `n` items left the backlog at `now` (processed, or dropped on purpose). Not refused
+// when it takes `consumed` above `produced` (with several threads, a consumption may be
+// recorded before its production): `sg_lag_metrics.over_consumed` reports the excess,
+// and the lag reads 0 meanwhile.
 sg_status sg_lag_meter_record_consumed(struct sg_lag_meter *lag_meter, uint64_t now, uint64_t n);
 
 // Cumulative totals (e.g. a Kafka partition's end offset and committed offset); each
-// only moves forward.
+// only moves forward (a smaller total than one seen before is ignored). A
+// `consumed_total` above `produced_total` is accepted (the two offsets are often read at
+// different moments, so the end offset can be stale): `sg_lag_metrics.over_consumed`
+// reports the excess, and the lag reads 0 meanwhile.
 sg_status sg_lag_meter_observe_totals(struct sg_lag_meter *lag_meter,
                                       uint64_t now,
                                       uint64_t produced_total,
@@ -1319,30 +1348,31 @@ sg_status sg_lag_meter_report_oldest(struct sg_lag_meter *lag_meter,
 // The backlog is empty: no oldest item.
 sg_status sg_lag_meter_clear_oldest(struct sg_lag_meter *lag_meter, uint64_t now);
 
-// Items produced and not yet consumed.
-sg_status sg_lag_meter_lag(struct sg_lag_meter *lag_meter, uint64_t now, uint64_t *lag_out);
+// Items produced and not yet consumed (0 while more were consumed than produced: see
+// `sg_lag_metrics.over_consumed`).
+sg_status sg_lag_meter_lag(const struct sg_lag_meter *lag_meter, uint64_t now, uint64_t *lag_out);
 
 // Lag in time, ns: lag / consume rate; 0 with no lag; `SG_NEVER` while nothing is
 // consumed or the rates are not measured yet.
-sg_status sg_lag_meter_lag_time(struct sg_lag_meter *lag_meter,
+sg_status sg_lag_meter_lag_time(const struct sg_lag_meter *lag_meter,
                                 uint64_t now,
                                 uint64_t *lag_time_out);
 
 // Time to drain, ns: lag / (consume − produce rate); 0 with no lag; `SG_NEVER` while the
 // backlog is not shrinking or the rates are not known.
-sg_status sg_lag_meter_time_to_drain(struct sg_lag_meter *lag_meter,
+sg_status sg_lag_meter_time_to_drain(const struct sg_lag_meter *lag_meter,
                                      uint64_t now,
                                      uint64_t *time_to_drain_out);
 
 // The alert predicate (seed 004): the backlog takes longer than `limit_ns` to drain
 // (also when it is not draining, or the rates are unknown with a backlog).
-sg_status sg_lag_meter_time_to_drain_exceeds(struct sg_lag_meter *lag_meter,
+sg_status sg_lag_meter_time_to_drain_exceeds(const struct sg_lag_meter *lag_meter,
                                              uint64_t now,
                                              uint64_t limit_ns,
                                              bool *time_to_drain_exceeds_out);
 
 // A snapshot at `now`.
-sg_status sg_lag_meter_metrics_get(struct sg_lag_meter *lag_meter,
+sg_status sg_lag_meter_metrics_get(const struct sg_lag_meter *lag_meter,
                                    uint64_t now,
                                    struct sg_lag_metrics *metrics_out);
 
@@ -1383,7 +1413,7 @@ sg_status sg_watermarks_observe(struct sg_watermarks *watermarks,
 sg_status sg_watermarks_is_paused(const struct sg_watermarks *watermarks, bool *is_paused_out);
 
 // A snapshot at `now`.
-sg_status sg_watermarks_metrics_get(struct sg_watermarks *watermarks,
+sg_status sg_watermarks_metrics_get(const struct sg_watermarks *watermarks,
                                     uint64_t now,
                                     struct sg_watermarks_metrics *metrics_out);
 
@@ -1579,8 +1609,10 @@ sg_status sg_actionable_from(const struct sg_rejection *rejection,
 
 // Writes the JSON body (`{"error": ..., "reason": ..., "retry_after_s": ..., "retry":
 // ...}`, NUL-terminated) into `buf` and its length without the NUL to `*written_out`.
-// `SG_ACTIONABLE_BODY_MAX` bytes always suffice; a smaller `len` that does not fit is
-// `SG_BUFFER_TOO_SMALL` and nothing is written.
+// `retry_after_s` 0 (waiting will not help) omits that key and writes `"retry": "not by
+// waiting"`. `SG_ACTIONABLE_BODY_MAX` bytes always suffice; a smaller `len` that does not
+// fit is `SG_BUFFER_TOO_SMALL` and nothing is written. A `status` other than 429 or 503,
+// or an unknown `reason`, is `SG_INVALID_ARGUMENT`: this body describes a refusal.
 sg_status sg_actionable_write_json(const struct sg_actionable *actionable,
                                    char *buf,
                                    size_t len,
@@ -1687,8 +1719,10 @@ sg_status sg_permit_info_get(const struct sg_permit *permit, struct sg_permit_in
 sg_status sg_permit_is_live(const struct sg_permit *permit, bool *live_out);
 
 // Moves a live permit from `src` to `dst` (e.g. into a request struct or another
-// thread's slot): `dst` becomes the permit, `src` reads as released. `dst`'s old
-// contents are overwritten, not released — do not move onto a live permit.
+// thread's slot): `dst` becomes the permit, `src` reads as released. `dst` must be
+// zeroed storage or a released permit (it is read, so not uninitialised memory): a
+// `dst` that holds a live permit is refused with `SG_INVALID_ARGUMENT` (moving over it
+// would lose that admission), as is `src == dst`; neither changes anything.
 sg_status sg_permit_move(struct sg_permit *src, struct sg_permit *dst);
 
 // Fills `cfg` with the defaults: 100 per second, bursts of 10.
@@ -1844,7 +1878,7 @@ sg_status sg_retry_budget_try_withdraw(struct sg_retry_budget *retry_budget,
                                        struct sg_rejection *rejection_out);
 
 // Retries that would be allowed now (reserve included), without taking any.
-sg_status sg_retry_budget_available(struct sg_retry_budget *retry_budget,
+sg_status sg_retry_budget_available(const struct sg_retry_budget *retry_budget,
                                     uint64_t now,
                                     uint64_t *available_out);
 
@@ -1950,7 +1984,7 @@ sg_status sg_adaptive_throttle_should_throttle(struct sg_adaptive_throttle *adap
                                                struct sg_rejection *rejection_out);
 
 // The current local drop probability.
-sg_status sg_adaptive_throttle_drop_probability(struct sg_adaptive_throttle *adaptive_throttle,
+sg_status sg_adaptive_throttle_drop_probability(const struct sg_adaptive_throttle *adaptive_throttle,
                                                 uint64_t now,
                                                 double *drop_probability_out);
 

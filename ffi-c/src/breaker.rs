@@ -200,6 +200,7 @@ pub unsafe extern "C" fn sg_breaker_try_acquire(
     rejection_out: *mut sg_rejection,
 ) -> sg_status {
     ffi_status(|| {
+        let now = crate::time::check_now(now)?;
         let permit_out = out(permit_out)?;
         // SAFETY: the crate's contract for `breaker`.
         unsafe {
@@ -227,6 +228,7 @@ pub unsafe extern "C" fn sg_breaker_record(
     latency_ns: u64,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         // SAFETY: the crate's contract for `permit`: NULL or an `sg_permit` readable for the
         // call. `take`/`restore` then write its state word through this shared borrow, which
         // `sg_permit`'s `UnsafeCell`s allow (see `sg_permit::cell` in permit.rs).
@@ -251,6 +253,7 @@ pub unsafe extern "C" fn sg_breaker_state(
     state_out: *mut u32,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         let state_out = out(state_out)?;
         // SAFETY: the crate's contract for `breaker`.
         let v = unsafe { with(breaker, |o| Ok(o.inner.state(now) as u32))? };
@@ -267,6 +270,7 @@ pub unsafe extern "C" fn sg_breaker_is_open(
     is_open_out: *mut bool,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         let is_open_out = out(is_open_out)?;
         // SAFETY: the crate's contract for `breaker`.
         let v = unsafe { with(breaker, |o| Ok(o.inner.is_open(now)))? };
@@ -335,6 +339,7 @@ pub unsafe extern "C" fn sg_breaker_metrics_get(
     metrics_out: *mut sg_breaker_metrics,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         let metrics_out = out(metrics_out)?;
         // SAFETY: the crate's contract for `breaker`.
         let v = unsafe { with(breaker, |o| Ok(o.inner.metrics(now).into()))? };

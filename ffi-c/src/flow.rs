@@ -430,6 +430,7 @@ pub unsafe extern "C" fn sg_lag_meter_record_produced(
     n: u64,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         // SAFETY: the crate's contract for `lag_meter`.
         unsafe {
             with(lag_meter, |m| {
@@ -440,7 +441,10 @@ pub unsafe extern "C" fn sg_lag_meter_record_produced(
     })
 }
 
-/// `n` items left the backlog at `now` (processed, or dropped on purpose).
+/// `n` items left the backlog at `now` (processed, or dropped on purpose). Not refused
+/// when it takes `consumed` above `produced` (with several threads, a consumption may be
+/// recorded before its production): `sg_lag_metrics.over_consumed` reports the excess,
+/// and the lag reads 0 meanwhile.
 #[no_mangle]
 pub unsafe extern "C" fn sg_lag_meter_record_consumed(
     lag_meter: *mut sg_lag_meter,
@@ -448,6 +452,7 @@ pub unsafe extern "C" fn sg_lag_meter_record_consumed(
     n: u64,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         // SAFETY: the crate's contract for `lag_meter`.
         unsafe {
             with(lag_meter, |m| {
@@ -459,7 +464,10 @@ pub unsafe extern "C" fn sg_lag_meter_record_consumed(
 }
 
 /// Cumulative totals (e.g. a Kafka partition's end offset and committed offset); each
-/// only moves forward.
+/// only moves forward (a smaller total than one seen before is ignored). A
+/// `consumed_total` above `produced_total` is accepted (the two offsets are often read at
+/// different moments, so the end offset can be stale): `sg_lag_metrics.over_consumed`
+/// reports the excess, and the lag reads 0 meanwhile.
 #[no_mangle]
 pub unsafe extern "C" fn sg_lag_meter_observe_totals(
     lag_meter: *mut sg_lag_meter,
@@ -468,6 +476,7 @@ pub unsafe extern "C" fn sg_lag_meter_observe_totals(
     consumed_total: u64,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         // SAFETY: the crate's contract for `lag_meter`.
         unsafe {
             with(lag_meter, |m| {
@@ -486,6 +495,7 @@ pub unsafe extern "C" fn sg_lag_meter_report_oldest(
     enqueued_at: u64,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         // SAFETY: the crate's contract for `lag_meter`.
         unsafe {
             with(lag_meter, |m| {
@@ -503,6 +513,7 @@ pub unsafe extern "C" fn sg_lag_meter_clear_oldest(
     now: u64,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         // SAFETY: the crate's contract for `lag_meter`.
         unsafe {
             with(lag_meter, |m| {
@@ -513,14 +524,16 @@ pub unsafe extern "C" fn sg_lag_meter_clear_oldest(
     })
 }
 
-/// Items produced and not yet consumed.
+/// Items produced and not yet consumed (0 while more were consumed than produced: see
+/// `sg_lag_metrics.over_consumed`).
 #[no_mangle]
 pub unsafe extern "C" fn sg_lag_meter_lag(
-    lag_meter: *mut sg_lag_meter,
+    lag_meter: *const sg_lag_meter,
     now: u64,
     lag_out: *mut u64,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         let lag_out = out(lag_out)?;
         // SAFETY: the crate's contract for `lag_meter`.
         let v = unsafe { with(lag_meter, |o| Ok(o.inner.lag(now)))? };
@@ -533,11 +546,12 @@ pub unsafe extern "C" fn sg_lag_meter_lag(
 /// consumed or the rates are not measured yet.
 #[no_mangle]
 pub unsafe extern "C" fn sg_lag_meter_lag_time(
-    lag_meter: *mut sg_lag_meter,
+    lag_meter: *const sg_lag_meter,
     now: u64,
     lag_time_out: *mut u64,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         let lag_time_out = out(lag_time_out)?;
         // SAFETY: the crate's contract for `lag_meter`.
         let v = unsafe { with(lag_meter, |o| Ok(o.inner.lag_time(now).unwrap_or(SG_NEVER)))? };
@@ -550,11 +564,12 @@ pub unsafe extern "C" fn sg_lag_meter_lag_time(
 /// backlog is not shrinking or the rates are not known.
 #[no_mangle]
 pub unsafe extern "C" fn sg_lag_meter_time_to_drain(
-    lag_meter: *mut sg_lag_meter,
+    lag_meter: *const sg_lag_meter,
     now: u64,
     time_to_drain_out: *mut u64,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         let time_to_drain_out = out(time_to_drain_out)?;
         // SAFETY: the crate's contract for `lag_meter`.
         let v = unsafe { with(lag_meter, |o| Ok(o.inner.time_to_drain(now).unwrap_or(SG_NEVER)))? };
@@ -567,12 +582,13 @@ pub unsafe extern "C" fn sg_lag_meter_time_to_drain(
 /// (also when it is not draining, or the rates are unknown with a backlog).
 #[no_mangle]
 pub unsafe extern "C" fn sg_lag_meter_time_to_drain_exceeds(
-    lag_meter: *mut sg_lag_meter,
+    lag_meter: *const sg_lag_meter,
     now: u64,
     limit_ns: u64,
     time_to_drain_exceeds_out: *mut bool,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         let time_to_drain_exceeds_out = out(time_to_drain_exceeds_out)?;
         // SAFETY: the crate's contract for `lag_meter`.
         let v = unsafe { with(lag_meter, |o| Ok(o.inner.time_to_drain_exceeds(now, limit_ns)))? };
@@ -605,6 +621,10 @@ pub struct sg_lag_metrics {
     pub has_oldest_age: bool,
     /// Age of the oldest unprocessed item, ns (0 unless `has_oldest_age`).
     pub oldest_age_ns: u64,
+    /// Items consumed beyond those produced (`consumed − produced`, else 0). Not 0 means
+    /// the records disagree: a consumption recorded before its production (another
+    /// thread's record still to come) or an accounting bug. `lag` reads 0 meanwhile.
+    pub over_consumed: u64,
 }
 
 impl From<LagMetrics> for sg_lag_metrics {
@@ -620,6 +640,7 @@ impl From<LagMetrics> for sg_lag_metrics {
             time_to_drain_seconds: m.time_to_drain_seconds,
             has_oldest_age: m.oldest_age.is_some(),
             oldest_age_ns: m.oldest_age.unwrap_or(0),
+            over_consumed: m.consumed.saturating_sub(m.produced),
         }
     }
 }
@@ -627,11 +648,12 @@ impl From<LagMetrics> for sg_lag_metrics {
 /// A snapshot at `now`.
 #[no_mangle]
 pub unsafe extern "C" fn sg_lag_meter_metrics_get(
-    lag_meter: *mut sg_lag_meter,
+    lag_meter: *const sg_lag_meter,
     now: u64,
     metrics_out: *mut sg_lag_metrics,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         let metrics_out = out(metrics_out)?;
         // SAFETY: the crate's contract for `lag_meter`.
         let v = unsafe { with(lag_meter, |o| Ok(o.inner.metrics(now).into()))? };
@@ -763,6 +785,7 @@ pub unsafe extern "C" fn sg_watermarks_observe(
     observe_out: *mut u32,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         let observe_out = out(observe_out)?;
         // SAFETY: the crate's contract for `watermarks`.
         let v = unsafe {
@@ -821,11 +844,12 @@ impl From<WatermarksMetrics> for sg_watermarks_metrics {
 /// A snapshot at `now`.
 #[no_mangle]
 pub unsafe extern "C" fn sg_watermarks_metrics_get(
-    watermarks: *mut sg_watermarks,
+    watermarks: *const sg_watermarks,
     now: u64,
     metrics_out: *mut sg_watermarks_metrics,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         let metrics_out = out(metrics_out)?;
         // SAFETY: the crate's contract for `watermarks`.
         let v = unsafe { with(watermarks, |o| Ok(o.inner.metrics(now).into()))? };

@@ -288,6 +288,7 @@ pub unsafe extern "C" fn sg_gate_arrive(
     rejection_out: *mut sg_rejection,
 ) -> sg_status {
     ffi_status(|| {
+        let now = crate::time::check_now(now)?;
         let permit_out = out(permit_out)?;
         let ticket_out = out(ticket_out)?;
         let level = self::level(level)?;
@@ -320,6 +321,7 @@ pub unsafe extern "C" fn sg_gate_release(
     outcome: u32,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         // SAFETY: the crate's contract for `permit`: NULL or an `sg_permit` readable for the
         // call. `take`/`restore` then write its state word through this shared borrow, which
         // `sg_permit`'s `UnsafeCell`s allow (see `sg_permit::cell` in permit.rs).
@@ -367,6 +369,7 @@ pub unsafe extern "C" fn sg_gate_poll(
     n_out: *mut usize,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         let n_out = out(n_out)?;
         if events.is_null() && cap > 0 {
             return Err(SG_NULL_ARGUMENT);
@@ -434,6 +437,7 @@ pub unsafe extern "C" fn sg_gate_next_wakeup(
     next_wakeup_out: *mut u64,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         let next_wakeup_out = out(next_wakeup_out)?;
         // SAFETY: the crate's contract for `gate`.
         let v = unsafe {

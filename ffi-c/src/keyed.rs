@@ -230,6 +230,7 @@ pub unsafe extern "C" fn sg_keyed_try_acquire(
     rejection_out: *mut sg_rejection,
 ) -> sg_status {
     ffi_status(|| {
+        let now = crate::time::check_now(now)?;
         let permit_out = out(permit_out)?;
         // SAFETY: the crate's contract for `keyed`.
         unsafe {
@@ -504,9 +505,13 @@ pub unsafe extern "C" fn sg_keyed_metrics_get(
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct sg_actionable {
-    /// 429 for a per-key reason, 503 for global overload.
+    /// 429 for a per-key reason, 503 for global overload (`sg_actionable_write_json`
+    /// refuses any other status).
     pub status: u16,
-    /// The `Retry-After` header value: seconds, rounded up, at least 1.
+    /// The `Retry-After` header value: seconds, rounded up, at least 1; or 0 when waiting
+    /// will not help (the hint was `SG_NEVER`, or above `SG_MAX_NOW`, e.g. a cost above a
+    /// rate limiter's burst): send no `Retry-After` then. The JSON body omits
+    /// `retry_after_s` in that case and says `"retry": "not by waiting"`.
     pub retry_after_s: u64,
     /// `SG_REASON_*`.
     pub reason: u32,
@@ -524,9 +529,10 @@ pub unsafe extern "C" fn sg_actionable_from(
         let actionable_out = out(actionable_out)?;
         let r = rejection.to_core().ok_or(SG_INVALID_ARGUMENT)?;
         let a = actionable(&r);
+        let never = r.retry_after > crate::time::SG_MAX_NOW;
         actionable_out.write(sg_actionable {
             status: a.status,
-            retry_after_s: a.retry_after_s,
+            retry_after_s: if never { 0 } else { a.retry_after_s },
             reason: a.reason as u32,
         });
         Ok(())
@@ -535,8 +541,10 @@ pub unsafe extern "C" fn sg_actionable_from(
 
 /// Writes the JSON body (`{"error": ..., "reason": ..., "retry_after_s": ..., "retry":
 /// ...}`, NUL-terminated) into `buf` and its length without the NUL to `*written_out`.
-/// `SG_ACTIONABLE_BODY_MAX` bytes always suffice; a smaller `len` that does not fit is
-/// `SG_BUFFER_TOO_SMALL` and nothing is written.
+/// `retry_after_s` 0 (waiting will not help) omits that key and writes `"retry": "not by
+/// waiting"`. `SG_ACTIONABLE_BODY_MAX` bytes always suffice; a smaller `len` that does not
+/// fit is `SG_BUFFER_TOO_SMALL` and nothing is written. A `status` other than 429 or 503,
+/// or an unknown `reason`, is `SG_INVALID_ARGUMENT`: this body describes a refusal.
 #[no_mangle]
 pub unsafe extern "C" fn sg_actionable_write_json(
     actionable: *const sg_actionable,
@@ -552,9 +560,16 @@ pub unsafe extern "C" fn sg_actionable_write_json(
             return Err(SG_NULL_ARGUMENT);
         }
         let reason = reason_of(a.reason).ok_or(SG_INVALID_ARGUMENT)?;
+        if a.status != 429 && a.status != 503 {
+            return Err(SG_INVALID_ARGUMENT);
+        }
         let core = Actionable { status: a.status, retry_after_s: a.retry_after_s, reason };
         let mut tmp = [0u8; MAX_BODY_LEN];
-        let n = core.write_json(&mut tmp).map_err(|_| SG_BUFFER_TOO_SMALL)?;
+        let n = if a.retry_after_s == 0 {
+            never_body(&core, &mut tmp)?
+        } else {
+            core.write_json(&mut tmp).map_err(|_| SG_BUFFER_TOO_SMALL)?
+        };
         if n + 1 > len {
             return Err(SG_BUFFER_TOO_SMALL);
         }
@@ -566,6 +581,25 @@ pub unsafe extern "C" fn sg_actionable_write_json(
         written_out.write(n);
         Ok(())
     })
+}
+
+/// The body of a refusal that waiting will not lift: as the core's, without
+/// `retry_after_s`.
+fn never_body(a: &Actionable, tmp: &mut [u8; MAX_BODY_LEN]) -> Res<usize> {
+    let parts = [
+        r#"{"error": ""#,
+        a.error(),
+        r#"", "reason": ""#,
+        a.reason.as_str(),
+        r#"", "retry": "not by waiting"}"#,
+    ];
+    let mut n = 0;
+    for p in parts {
+        let dst = tmp.get_mut(n..n + p.len()).ok_or(SG_BUFFER_TOO_SMALL)?;
+        dst.copy_from_slice(p.as_bytes());
+        n += p.len();
+    }
+    Ok(n)
 }
 
 /// Whether `reason` refuses one key (`SG_REASON_KEY_LIMIT`, `SG_REASON_KEY_RATE`: that

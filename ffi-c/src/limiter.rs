@@ -557,6 +557,7 @@ pub unsafe extern "C" fn sg_limiter_try_acquire(
     rejection_out: *mut sg_rejection,
 ) -> sg_status {
     ffi_status(|| {
+        let now = crate::time::check_now(now)?;
         let permit_out = out(permit_out)?;
         let level = self::level(level)?;
         // SAFETY: the crate's contract for `limiter`.
@@ -583,6 +584,7 @@ pub unsafe extern "C" fn sg_limiter_release(
     outcome: u32,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         // SAFETY: the crate's contract for `permit`: NULL or an `sg_permit` readable for the
         // call. `take`/`restore` then write its state word through this shared borrow, which
         // `sg_permit`'s `UnsafeCell`s allow (see `sg_permit::cell` in permit.rs).
@@ -608,6 +610,7 @@ pub unsafe extern "C" fn sg_limiter_note_arrival(
     level: u32,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         let level = self::level(level)?;
         // SAFETY: the crate's contract for `limiter`.
         unsafe {
@@ -732,11 +735,13 @@ pub struct sg_limiter_metrics {
     pub windows: u64,
     /// Latency samples those windows held.
     pub folded_samples: u64,
-    /// Smallest latency of the last window, ns.
+    /// The last window's smallest latency as the latency histogram records it, ns: the
+    /// lower edge of the bucket that holds it, so at most the true smallest latency and
+    /// within 1/32 (3.1 %) below it.
     pub min_rtt_ns: u64,
     /// Mean latency of the last window, ns.
     pub avg_rtt_ns: u64,
-    /// p99 latency of the last window, ns.
+    /// p99 latency of the last window, ns (a histogram estimate, within 3.1 %).
     pub p99_rtt_ns: u64,
 }
 

@@ -264,8 +264,10 @@ pub unsafe extern "C" fn sg_permit_is_live(
 }
 
 /// Moves a live permit from `src` to `dst` (e.g. into a request struct or another
-/// thread's slot): `dst` becomes the permit, `src` reads as released. `dst`'s old
-/// contents are overwritten, not released — do not move onto a live permit.
+/// thread's slot): `dst` becomes the permit, `src` reads as released. `dst` must be
+/// zeroed storage or a released permit (it is read, so not uninitialised memory): a
+/// `dst` that holds a live permit is refused with `SG_INVALID_ARGUMENT` (moving over it
+/// would lose that admission), as is `src == dst`; neither changes anything.
 #[no_mangle]
 pub unsafe extern "C" fn sg_permit_move(src: *mut sg_permit, dst: *mut sg_permit) -> sg_status {
     ffi(|| {
@@ -276,8 +278,15 @@ pub unsafe extern "C" fn sg_permit_move(src: *mut sg_permit, dst: *mut sg_permit
         // state word is written through this shared borrow, which `sg_permit`'s `UnsafeCell`s
         // allow.
         let src_ref = unsafe { input(src.cast_const())? };
-        let dst = out(dst)?;
+        // SAFETY: as for `src`: `dst` is NULL or an `sg_permit` (zeroed, released or live)
+        // readable for the call; only its state word is read here.
+        let dst_ref = unsafe { input(dst.cast_const())? };
         let cell = live_cell(src_ref)?;
+        // Relaxed: as in `take`.
+        if dst_ref.cell().state.load(Ordering::Relaxed) == LIVE {
+            return Err(SG_INVALID_ARGUMENT);
+        }
+        let dst = out(dst)?;
         let (owner, kind) = (cell.owner, cell.kind);
         // Take the payload as raw words, winning the source's state word first.
         cell.state

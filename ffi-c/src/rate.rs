@@ -129,6 +129,7 @@ pub unsafe extern "C" fn sg_rate_limiter_check(
     rejection_out: *mut sg_rejection,
 ) -> sg_status {
     ffi_status(|| {
+        let now = crate::time::check_now(now)?;
         // SAFETY: the crate's contract for `rate_limiter`.
         unsafe {
             with(rate_limiter, |o| {
@@ -150,6 +151,7 @@ pub unsafe extern "C" fn sg_rate_limiter_take_up_to(
     take_up_to_out: *mut u32,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         let take_up_to_out = out(take_up_to_out)?;
         // SAFETY: the crate's contract for `rate_limiter`.
         let v = unsafe { with(rate_limiter, |o| Ok(o.inner.take_up_to(now, max)))? };
@@ -166,6 +168,7 @@ pub unsafe extern "C" fn sg_rate_limiter_available(
     available_out: *mut u32,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         let available_out = out(available_out)?;
         // SAFETY: the crate's contract for `rate_limiter`.
         let v = unsafe { with(rate_limiter, |o| Ok(o.inner.available(now)))? };
@@ -183,6 +186,7 @@ pub unsafe extern "C" fn sg_rate_limiter_wait_time(
     wait_time_out: *mut u64,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         let wait_time_out = out(wait_time_out)?;
         // SAFETY: the crate's contract for `rate_limiter`.
         let v = unsafe { with(rate_limiter, |o| Ok(o.inner.wait_time(now, cost)))? };
@@ -367,6 +371,7 @@ pub unsafe extern "C" fn sg_paced_drain_permits(
     permits_out: *mut u32,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         let permits_out = out(permits_out)?;
         // SAFETY: the crate's contract for `paced_drain`.
         let v = unsafe { with(paced_drain, |o| Ok(o.inner.permits(now, backlog)))? };
@@ -383,6 +388,7 @@ pub unsafe extern "C" fn sg_paced_drain_next_permit_in(
     next_permit_in_out: *mut u64,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         let next_permit_in_out = out(next_permit_in_out)?;
         // SAFETY: the crate's contract for `paced_drain`.
         let v = unsafe { with(paced_drain, |o| Ok(o.inner.next_permit_in(now)))? };

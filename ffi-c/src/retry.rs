@@ -139,6 +139,7 @@ pub unsafe extern "C" fn sg_retry_budget_deposit(
     now: u64,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         // SAFETY: the crate's contract for `retry_budget`.
         unsafe {
             with(retry_budget, |o| {
@@ -158,6 +159,7 @@ pub unsafe extern "C" fn sg_retry_budget_try_withdraw(
     rejection_out: *mut sg_rejection,
 ) -> sg_status {
     ffi_status(|| {
+        let now = crate::time::check_now(now)?;
         // SAFETY: the crate's contract for `retry_budget`.
         unsafe {
             with(retry_budget, |o| {
@@ -173,11 +175,12 @@ pub unsafe extern "C" fn sg_retry_budget_try_withdraw(
 /// Retries that would be allowed now (reserve included), without taking any.
 #[no_mangle]
 pub unsafe extern "C" fn sg_retry_budget_available(
-    retry_budget: *mut sg_retry_budget,
+    retry_budget: *const sg_retry_budget,
     now: u64,
     available_out: *mut u64,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         let available_out = out(available_out)?;
         // SAFETY: the crate's contract for `retry_budget`.
         let v = unsafe { with(retry_budget, |o| Ok(o.inner.available(now)))? };

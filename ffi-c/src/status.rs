@@ -47,6 +47,9 @@ pub enum sg_status {
     SG_PANIC = 111,
     /// `sg_<type>_new` could not allocate; nothing was created.
     SG_OUT_OF_MEMORY = 112,
+    /// A `now` argument was above `SG_MAX_NOW` (2^62 ns, about 146 years of uptime): a
+    /// clock bug or a corrupted value. Refused before anything is read or changed.
+    SG_TIME_OUT_OF_RANGE = 113,
 }
 
 use sg_status::*;
@@ -67,6 +70,7 @@ impl From<UsageError> for sg_status {
             UsageError::AlreadyReleased => SG_ALREADY_RELEASED,
             UsageError::ForeignHandle => SG_FOREIGN_HANDLE,
             UsageError::UnknownTicket => SG_UNKNOWN_TICKET,
+            UsageError::TimeOutOfRange => SG_TIME_OUT_OF_RANGE,
             _ => SG_INVALID_ARGUMENT,
         }
     }
@@ -93,6 +97,7 @@ pub extern "C" fn sg_status_str(status: u32) -> *const c_char {
         110 => c"unknown ticket",
         111 => c"panic caught at the C boundary",
         112 => c"out of memory",
+        113 => c"now is above SG_MAX_NOW (2^62 ns)",
         _ => c"unknown status",
     };
     s.as_ptr()
@@ -241,6 +246,7 @@ mod tests {
             SG_UNKNOWN_TICKET,
             SG_PANIC,
             SG_OUT_OF_MEMORY,
+            SG_TIME_OUT_OF_RANGE,
         ] {
             assert_ne!(s(sg_status_str(st as u32)), "unknown status", "{st:?}");
         }

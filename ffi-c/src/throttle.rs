@@ -149,6 +149,7 @@ pub unsafe extern "C" fn sg_adaptive_throttle_record(
     accepted: bool,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         // SAFETY: the crate's contract for `adaptive_throttle`.
         unsafe {
             with(adaptive_throttle, |o| {
@@ -170,6 +171,7 @@ pub unsafe extern "C" fn sg_adaptive_throttle_should_throttle(
     rejection_out: *mut sg_rejection,
 ) -> sg_status {
     ffi_status(|| {
+        let now = crate::time::check_now(now)?;
         // SAFETY: the crate's contract for `adaptive_throttle`.
         unsafe {
             with(adaptive_throttle, |o| {
@@ -185,11 +187,12 @@ pub unsafe extern "C" fn sg_adaptive_throttle_should_throttle(
 /// The current local drop probability.
 #[no_mangle]
 pub unsafe extern "C" fn sg_adaptive_throttle_drop_probability(
-    adaptive_throttle: *mut sg_adaptive_throttle,
+    adaptive_throttle: *const sg_adaptive_throttle,
     now: u64,
     drop_probability_out: *mut f64,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         let drop_probability_out = out(drop_probability_out)?;
         // SAFETY: the crate's contract for `adaptive_throttle`.
         let v = unsafe { with(adaptive_throttle, |o| Ok(o.inner.drop_probability(now)))? };

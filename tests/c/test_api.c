@@ -163,6 +163,7 @@ static void test_limiter(void) {
     bool live = false;
 
     memset(&zero, 0, sizeof zero);
+    memset(&moved, 0, sizeof moved); /* a move's target is read: not garbage */
     fixed_limiter(&cfg, 2.0);
     LIFECYCLE(limiter, cfg);
     OK(sg_limiter_new(&cfg, &a));

@@ -136,6 +136,7 @@ static void test_pump(void) {
     double limit = 0;
 
     memset(&zero, 0, sizeof zero);
+    memset(&second, 0, sizeof second); /* a move's target is read: not garbage */
     plain_config(&cfg, 1.0, 1, 8);
     OK(sg_gate_new(&cfg, &g));
     OK(sg_gate_new(&cfg, &other));
