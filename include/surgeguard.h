@@ -1228,6 +1228,13 @@ sg_status sg_breaker_metrics_get(const struct sg_breaker *breaker,
                                  uint64_t now,
                                  struct sg_breaker_metrics *metrics_out);
 
+// The config field (as the C struct spells it, a path from the struct passed:
+// `"limiter.gradient.buffer"`, `"codel_interval_ns"`) that made the last
+// `sg_<type>_new` or `sg_<type>_init` on this thread fail with `SG_CONFIG_*`; `""` if
+// that call succeeded or failed for another reason. Never NULL. The text stays valid
+// until the thread ends, and changes with this thread's next `_new` or `_init`.
+const char *sg_last_error_field(void);
+
 // Fills `cfg` with the defaults: capacity 256, low water 64 (seed 004).
 sg_status sg_credits_config_default(struct sg_credits_config *cfg);
 

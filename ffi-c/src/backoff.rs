@@ -87,7 +87,7 @@ mod backoff_make {
             SG_JITTER_FULL => Jitter::Full,
             SG_JITTER_EQUAL => Jitter::Equal,
             SG_JITTER_DECORRELATED => Jitter::Decorrelated,
-            _ => return Err(SG_CONFIG_OUT_OF_RANGE),
+            _ => return Err(crate::field::out_of_range("jitter")),
         };
         let backoff = Backoff::new(BackoffConfig {
             base: c.base_ns,

@@ -8,6 +8,7 @@ use surgeguard_core::breaker::{
     CircuitBreakerConfig,
 };
 
+use crate::field;
 use crate::handle::{
     deinit_object, ffi, ffi_status, ffi_value, free_object, init_object, input, new_object, object,
     out, rejected, with, Res,
@@ -17,6 +18,7 @@ use crate::permit::{issue, sg_permit, take, SG_PERMIT_KIND_BREAKER};
 use crate::status::sg_rejection;
 use crate::status::sg_status::{self, *};
 use crate::vocab::outcome;
+use surgeguard_core::ConfigError;
 
 /// `sg_breaker_config.window_kind`: the last `window_count` calls.
 pub const SG_BREAKER_WINDOW_COUNT: u32 = 0;
@@ -111,12 +113,32 @@ mod breaker_make {
         // SAFETY: this fn's contract: `cfg` is NULL (`input` refuses it) or readable for
         // one `sg_breaker_config` during the call; the borrow does not outlive it.
         let c = unsafe { input(cfg)? };
-        let window = match c.window_kind {
-            SG_BREAKER_WINDOW_COUNT => BreakerWindow::Count(c.window_count),
-            SG_BREAKER_WINDOW_TIME => BreakerWindow::Time(c.window_ns),
-            _ => return Err(SG_CONFIG_OUT_OF_RANGE),
+        let count = BreakerWindow::Count(c.window_count);
+        let time = BreakerWindow::Time(c.window_ns);
+        let (window, unused, used_name, unused_name) = match c.window_kind {
+            SG_BREAKER_WINDOW_COUNT => (count, time, "window_count", "window_ns"),
+            SG_BREAKER_WINDOW_TIME => (time, count, "window_ns", "window_count"),
+            _ => return Err(field::out_of_range("window_kind")),
         };
-        Ok(CircuitBreaker::new(CircuitBreakerConfig {
+        // The core names both windows "window"; C has a field for each.
+        let named = |name: &'static str| {
+            move |e: ConfigError| {
+                let st = sg_status::from(e);
+                if e == ConfigError::OutOfRange("window") {
+                    field::set(name);
+                }
+                st
+            }
+        };
+        // The unused window is checked too (on its own: minimum_calls 1 keeps the
+        // count window's cross-check out of it), as every unused setting is.
+        let probe = CircuitBreakerConfig {
+            window: unused,
+            minimum_calls: 1,
+            ..CircuitBreakerConfig::default()
+        };
+        CircuitBreaker::new(probe).map(drop).map_err(named(unused_name))?;
+        CircuitBreaker::new(CircuitBreakerConfig {
             window,
             failure_rate_threshold: c.failure_rate_threshold,
             slow_call_rate_threshold: c.slow_call_rate_threshold,
@@ -128,7 +150,8 @@ mod breaker_make {
             probe_lease: c.probe_lease_ns,
             ramp_duration: c.ramp_duration_ns,
             seed: c.seed,
-        })?)
+        })
+        .map_err(named(used_name))
     }
 }
 

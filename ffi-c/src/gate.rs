@@ -11,6 +11,7 @@ use surgeguard_core::gate::{
 use surgeguard_core::queue::Ticket;
 use surgeguard_core::{Priority, RawPermit};
 
+use crate::field;
 use crate::handle::{
     deinit_object, ffi, ffi_status, ffi_value, free_object, init_object, input, new_object, object,
     out, rejected, with, Res,
@@ -120,43 +121,59 @@ fn default_config() -> sg_gate_config {
 }
 
 impl sg_gate_config {
+    /// The core config. Every field is checked, used or not (as in `sg_limiter_config`):
+    /// the CoDel settings with CoDel off, `lifo_occupancy` under another `lifo`, the
+    /// aging settings with aging off — each against its own range and its own group,
+    /// not against the settings in force.
     fn to_core(self) -> Res<GateConfig> {
+        let limiter = field::under("limiter.", self.limiter.to_core())?;
         let codel_mode = match self.codel_mode {
             SG_CODEL_FOLLY => CodelMode::Folly,
             SG_CODEL_RFC8289 => CodelMode::Rfc8289,
-            _ => return Err(SG_CONFIG_OUT_OF_RANGE),
+            _ => return Err(field::out_of_range("codel_mode")),
         };
+        let codel = CodelConfig {
+            target_ns: self.codel_target_ns,
+            interval_ns: self.codel_interval_ns,
+            mode: codel_mode,
+        };
+        codel.validate()?;
         let lifo = match self.lifo {
             SG_LIFO_NEVER => LifoTrigger::Never,
             SG_LIFO_CODEL_OVERLOADED => LifoTrigger::CodelOverloaded,
             SG_LIFO_OCCUPANCY => LifoTrigger::Occupancy(self.lifo_occupancy),
-            _ => return Err(SG_CONFIG_OUT_OF_RANGE),
+            _ => return Err(field::out_of_range("lifo")),
         };
+        // An unused `lifo_occupancy` is checked by the core's own rule, on a default
+        // config that uses it.
+        let probe = GateConfig {
+            lifo: LifoTrigger::Occupancy(self.lifo_occupancy),
+            ..GateConfig::default()
+        };
+        probe.validate(256)?;
         if self.queue_capacity == 0 || self.queue_capacity > SG_GATE_MAX_QUEUE {
-            return Err(SG_CONFIG_OUT_OF_RANGE);
+            return Err(field::out_of_range("queue_capacity"));
         }
-        let aging = if self.aging_enabled {
-            let level =
-                |v: u32| u8::try_from(v).ok().and_then(Priority::new).ok_or(SG_CONFIG_OUT_OF_RANGE);
-            Some(Aging {
-                from: level(self.aging_from)?,
-                to: level(self.aging_to)?,
-                after_ns: self.aging_after_ns,
-            })
-        } else {
-            None
+        let level = |v: u32, name: &str| {
+            u8::try_from(v).ok().and_then(Priority::new).ok_or_else(|| field::out_of_range(name))
         };
+        let aging = Aging {
+            from: level(self.aging_from, "aging_from")?,
+            to: level(self.aging_to, "aging_to")?,
+            after_ns: self.aging_after_ns,
+        };
+        // The same for unused aging settings: checked on their own (against all 8 levels,
+        // not the configured ones, which only matter once aging is on).
+        let mut probe = GateConfig { aging: Some(aging), ..GateConfig::default() };
+        probe.limiter.levels = 8;
+        probe.validate(256)?;
         Ok(GateConfig {
-            limiter: self.limiter.to_core()?,
+            limiter,
             queue_capacity: Some(self.queue_capacity as usize),
-            codel: self.codel_enabled.then_some(CodelConfig {
-                target_ns: self.codel_target_ns,
-                interval_ns: self.codel_interval_ns,
-                mode: codel_mode,
-            }),
+            codel: self.codel_enabled.then_some(codel),
             lifo,
             max_wait_ns: (self.max_wait_ns != 0).then_some(self.max_wait_ns),
-            aging,
+            aging: self.aging_enabled.then_some(aging),
             initial_service_ns: self.initial_service_ns,
             service_alpha: self.service_alpha,
             fallback_retry_after_ns: self.fallback_retry_after_ns,

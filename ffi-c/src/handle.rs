@@ -261,6 +261,7 @@ pub(crate) unsafe fn new_object<T: Object>(
     make: impl FnOnce() -> Res<T::Inner>,
 ) -> sg_status {
     ffi(|| {
+        crate::field::clear();
         let out_handle = out(out_handle)?;
         let inner = make()?;
         let layout = Layout::new::<Obj<T::Inner>>();
@@ -309,6 +310,7 @@ pub(crate) unsafe fn init_object<T: Object>(
     make: impl FnOnce() -> Res<T::Inner>,
 ) -> sg_status {
     ffi(|| {
+        crate::field::clear();
         if mem.is_null() {
             return Err(SG_NULL_ARGUMENT);
         }

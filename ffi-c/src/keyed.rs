@@ -98,6 +98,9 @@ mod keyed_make {
         // SAFETY: this fn's contract: `cfg` is NULL (`input` refuses it) or readable for
         // one `sg_keyed_config` during the call; the borrow does not outlive it.
         let c = unsafe { input(cfg)? };
+        // With no rate (0), `rate_burst` is still checked on its own (at the fastest rate,
+        // where no burst overflows), as every unused setting is.
+        ShardRate::per_second(1e9, c.rate_burst)?;
         let shard_rate = if c.rate_per_second == 0.0 {
             None
         } else {
@@ -115,7 +118,7 @@ mod keyed_make {
             64 => Table::S64(KeyedLimits::new(config)?),
             256 => Table::S256(KeyedLimits::new(config)?),
             1024 => Table::S1024(KeyedLimits::new(config)?),
-            _ => return Err(SG_CONFIG_OUT_OF_RANGE),
+            _ => return Err(crate::field::out_of_range("shards")),
         })
     }
 }

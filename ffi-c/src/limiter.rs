@@ -4,11 +4,12 @@
 use core::ffi::{c_char, c_void};
 
 use surgeguard_core::limit::{
-    AimdConfig, AlgorithmConfig, FixedConfig, Gradient2Config, GradientConfig, HysteresisConfig,
-    VegasConfig,
+    AimdConfig, AlgorithmConfig, AnyAlgorithm, FixedConfig, Gradient2Config, GradientConfig,
+    HysteresisConfig, VegasConfig,
 };
 use surgeguard_core::{Limiter, LimiterConfig, LimiterMetrics, Priority, RawPermit};
 
+use crate::field;
 use crate::handle::{
     deinit_object, ffi, ffi_status, ffi_value, free_object, init_object, input, new_object, object,
     out, rejected, with, Res,
@@ -441,17 +442,39 @@ impl From<&LimiterConfig> for sg_limiter_config {
 impl sg_limiter_config {
     /// The core config, or the status of the first bad field (checked here: `algorithm`
     /// and `levels` as C integers; the numbers by the core).
+    ///
+    /// Every algorithm's settings are checked, not only the chosen one's: one rule for
+    /// every config, so that a config accepted today stays valid when a setting it does
+    /// not use yet is switched on (and a typo in an unused block is not silently kept).
     pub(crate) fn to_core(self) -> Res<LimiterConfig> {
-        let algorithm = match self.algorithm {
-            SG_ALGORITHM_FIXED => AlgorithmConfig::Fixed(self.fixed.to_core()),
-            SG_ALGORITHM_AIMD => AlgorithmConfig::Aimd(self.aimd.to_core()),
-            SG_ALGORITHM_HYSTERESIS => AlgorithmConfig::Hysteresis(self.hysteresis.to_core()),
-            SG_ALGORITHM_GRADIENT => AlgorithmConfig::Gradient(self.gradient.to_core()),
-            SG_ALGORITHM_GRADIENT2 => AlgorithmConfig::Gradient2(self.gradient2.to_core()),
-            SG_ALGORITHM_VEGAS => AlgorithmConfig::Vegas(self.vegas.to_core()),
-            _ => return Err(SG_CONFIG_OUT_OF_RANGE),
+        let all = [
+            ("fixed.", AlgorithmConfig::Fixed(self.fixed.to_core())),
+            ("aimd.", AlgorithmConfig::Aimd(self.aimd.to_core())),
+            ("hysteresis.", AlgorithmConfig::Hysteresis(self.hysteresis.to_core())),
+            ("gradient.", AlgorithmConfig::Gradient(self.gradient.to_core())),
+            ("gradient2.", AlgorithmConfig::Gradient2(self.gradient2.to_core())),
+            ("vegas.", AlgorithmConfig::Vegas(self.vegas.to_core())),
+        ];
+        let chosen = match self.algorithm {
+            SG_ALGORITHM_FIXED => 0,
+            SG_ALGORITHM_AIMD => 1,
+            SG_ALGORITHM_HYSTERESIS => 2,
+            SG_ALGORITHM_GRADIENT => 3,
+            SG_ALGORITHM_GRADIENT2 => 4,
+            SG_ALGORITHM_VEGAS => 5,
+            _ => return Err(field::out_of_range("algorithm")),
         };
-        let levels = u8::try_from(self.levels).map_err(|_| SG_CONFIG_OUT_OF_RANGE)?;
+        for (path, a) in &all {
+            // Building an algorithm allocates nothing and validates every number.
+            field::under(path, AnyAlgorithm::new(*a).map(drop).map_err(sg_status::from))?;
+        }
+        let algorithm = all[chosen].1;
+        let levels = u8::try_from(self.levels).map_err(|_| field::out_of_range("levels"))?;
+        // The window is `clamp(window_rtt_multiple × min latency, min, max)`: 0 would make
+        // every window as short as allowed regardless of latency, which is no setting.
+        if self.window_rtt_multiple.is_finite() && self.window_rtt_multiple <= 0.0 {
+            return Err(field::out_of_range("window_rtt_multiple"));
+        }
         let mut c = LimiterConfig::with_algorithm(algorithm);
         c.levels = levels;
         c.weights = self.weights;

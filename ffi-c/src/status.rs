@@ -55,7 +55,9 @@ pub enum sg_status {
 use sg_status::*;
 
 impl From<ConfigError> for sg_status {
+    /// Also records the field for `sg_last_error_field()`.
     fn from(e: ConfigError) -> Self {
+        crate::field::set(crate::field::c_name(&e));
         match e {
             ConfigError::NotFinite(_) => SG_CONFIG_NOT_FINITE,
             ConfigError::Inconsistent(_) => SG_CONFIG_INCONSISTENT,

@@ -68,14 +68,22 @@ mod throttle_make {
         let form = match c.form {
             SG_THROTTLE_FORM_RING => ThrottleForm::Ring,
             SG_THROTTLE_FORM_EMA => ThrottleForm::Ema,
-            _ => return Err(SG_CONFIG_OUT_OF_RANGE),
+            _ => return Err(crate::field::out_of_range("form")),
         };
-        Ok(AdaptiveThrottle::new(AdaptiveThrottleConfig {
+        AdaptiveThrottle::new(AdaptiveThrottleConfig {
             k: c.k,
             window: c.window_ns,
             max_drop_probability: c.max_drop_probability,
             form,
-        })?)
+        })
+        .map_err(|e| {
+            let st = sg_status::from(e);
+            // The core names it "window"; C spells the unit.
+            if e == surgeguard_core::ConfigError::OutOfRange("window") {
+                crate::field::set("window_ns");
+            }
+            st
+        })
     }
 }
 
