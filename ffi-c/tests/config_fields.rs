@@ -24,6 +24,9 @@ fn last_field() -> String {
     unsafe { CStr::from_ptr(sg_last_error_field()) }.to_str().unwrap().to_string()
 }
 
+/// A field the case expects named, how it breaks the default config, and the status.
+type Case<C> = (&'static str, fn(&mut C), sg_status);
+
 /// One type's constructor and destructor, as plain fns.
 struct Api<C, T> {
     default: unsafe extern "C" fn(*mut C) -> sg_status,
@@ -58,7 +61,7 @@ impl<C: Copy, T> Api<C, T> {
     }
 
     /// Each case: mutate the default config, expect `status` naming `field`.
-    fn check(&self, name: &str, cases: &[(&str, fn(&mut C), sg_status)]) {
+    fn check(&self, name: &str, cases: &[Case<C>]) {
         let d = self.default_config();
         assert_eq!(self.try_new(&d), (SG_OK, String::new()), "{name}: the defaults");
         for (field, mutate, status) in cases {
