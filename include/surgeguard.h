@@ -376,6 +376,9 @@ typedef struct sg_backoff_config {
     uint32_t jitter;
     // Seed of the jitter generator (SplitMix64), so a run replays (default 0).
     uint64_t seed;
+    // Reserved for settings added later (each will give 0 today's behaviour); must be
+    // 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    uint64_t reserved[4];
 } sg_backoff_config;
 
 // Settings of an `sg_breaker` (resilience4j's defaults plus jitter, lease and ramp).
@@ -406,6 +409,9 @@ typedef struct sg_breaker_config {
     uint64_t ramp_duration_ns;
     // Seed of the jitter generator (default 0).
     uint64_t seed;
+    // Reserved for settings added later (each will give 0 today's behaviour); must be
+    // 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    uint64_t reserved[4];
 } sg_breaker_config;
 
 // Caller storage for one admission (a permit of an `sg_limiter`, `sg_gate`,
@@ -460,6 +466,8 @@ typedef struct sg_breaker_metrics {
     uint64_t probes;
     // Reports for permits of an earlier phase (ignored), ever.
     uint64_t stale_records;
+    // Reserved for values added later; 0 in this version.
+    uint64_t reserved[4];
 } sg_breaker_metrics;
 
 // Settings of an `sg_credits` channel.
@@ -470,6 +478,9 @@ typedef struct sg_credits_config {
     // Low water: `sg_credits_replenish` grants only once outstanding credit fell to this
     // or below; below `capacity` (default 64).
     uint32_t low_water;
+    // Reserved for settings added later (each will give 0 today's behaviour); must be
+    // 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    uint64_t reserved[4];
 } sg_credits_config;
 
 // A snapshot of an `sg_credits` channel.
@@ -490,12 +501,17 @@ typedef struct sg_credits_metrics {
     uint64_t stalled;
     // Configured capacity.
     uint64_t capacity;
+    // Reserved for values added later; 0 in this version.
+    uint64_t reserved[4];
 } sg_credits_metrics;
 
 // Settings of an `sg_lag_meter`.
 typedef struct sg_lag_meter_config {
     // Width of one rate bucket, ns, 1 µs to 1 day (default 1 s).
     uint64_t bucket_ns;
+    // Reserved for settings added later (each will give 0 today's behaviour); must be
+    // 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    uint64_t reserved[4];
 } sg_lag_meter_config;
 
 // A snapshot of an `sg_lag_meter`: counters, rates and derived gauges.
@@ -524,6 +540,8 @@ typedef struct sg_lag_metrics {
     // the records disagree: a consumption recorded before its production (another
     // thread's record still to come) or an accounting bug. `lag` reads 0 meanwhile.
     uint64_t over_consumed;
+    // Reserved for values added later; 0 in this version.
+    uint64_t reserved[4];
 } sg_lag_metrics;
 
 // Settings of `sg_watermarks`, in units of the level observed.
@@ -535,6 +553,9 @@ typedef struct sg_watermarks_config {
     // Resume when free capacity rises above this; above `pause_below`, below `capacity`
     // (default 200).
     uint64_t resume_above;
+    // Reserved for settings added later (each will give 0 today's behaviour); must be
+    // 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    uint64_t reserved[4];
 } sg_watermarks_config;
 
 // A snapshot of `sg_watermarks`.
@@ -549,6 +570,8 @@ typedef struct sg_watermarks_metrics {
     uint64_t time_paused_ns;
     // The level passed to the latest observe.
     uint64_t last_level;
+    // Reserved for values added later; 0 in this version.
+    uint64_t reserved[4];
 } sg_watermarks_metrics;
 
 // Settings of the fixed limit (`SG_ALGORITHM_FIXED`).
@@ -559,6 +582,9 @@ typedef struct sg_fixed_config {
     double min_limit;
     // Ceiling.
     double max_limit;
+    // Reserved for settings added later (each will give 0 today's behaviour); must be
+    // 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    uint64_t reserved[4];
 } sg_fixed_config;
 
 // Settings of AIMD (`SG_ALGORITHM_AIMD`): seed 002's +1 / ×backoff, or Netflix
@@ -585,6 +611,9 @@ typedef struct sg_aimd_config {
     bool slow_start;
     // Reproduce NCL `AIMDLimit` exactly (whole-number limits).
     bool netflix_parity;
+    // Reserved for settings added later (each will give 0 today's behaviour); must be
+    // 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    uint64_t reserved[4];
 } sg_aimd_config;
 
 // Settings of seed 000's hysteresis AIMD (`SG_ALGORITHM_HYSTERESIS`): healthy / warning /
@@ -621,6 +650,9 @@ typedef struct sg_hysteresis_config {
     double app_limited_fraction;
     // Slow start until the first window that is not healthy, a jump or a drop.
     bool slow_start;
+    // Reserved for settings added later (each will give 0 today's behaviour); must be
+    // 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    uint64_t reserved[4];
 } sg_hysteresis_config;
 
 // Settings of the gradient controller (`SG_ALGORITHM_GRADIENT`, the default): Envoy's
@@ -661,6 +693,9 @@ typedef struct sg_gradient_config {
     double app_limited_ratio;
     // Seed of the probe jitter.
     uint64_t seed;
+    // Reserved for settings added later (each will give 0 today's behaviour); must be
+    // 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    uint64_t reserved[4];
 } sg_gradient_config;
 
 // Settings of Gradient2 (`SG_ALGORITHM_GRADIENT2`, Netflix concurrency-limits parity,
@@ -689,6 +724,9 @@ typedef struct sg_gradient2_config {
     double app_limited_fraction;
     // Slow start until the first drop (fixed mode) or gradient below 1.
     bool slow_start;
+    // Reserved for settings added later (each will give 0 today's behaviour); must be
+    // 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    uint64_t reserved[4];
 } sg_gradient2_config;
 
 // Settings of Vegas (`SG_ALGORITHM_VEGAS`, Netflix concurrency-limits parity). The
@@ -718,6 +756,9 @@ typedef struct sg_vegas_config {
     double app_limited_fraction;
     // Slow start until the first drop or queue estimate reaching `alpha`.
     bool slow_start;
+    // Reserved for settings added later (each will give 0 today's behaviour); must be
+    // 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    uint64_t reserved[4];
 } sg_vegas_config;
 
 // Settings of an `sg_limiter`. Start from `sg_limiter_config_default`, then change
@@ -753,6 +794,9 @@ typedef struct sg_limiter_config {
     // A level is active (its unused share reserved) for this long after an arrival, ns
     // (default 1 s).
     uint64_t active_ns;
+    // Reserved for settings added later (each will give 0 today's behaviour); must be
+    // 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    uint64_t reserved[4];
 } sg_limiter_config;
 
 // Settings of an `sg_gate`. Start from `sg_gate_config_default`.
@@ -790,6 +834,9 @@ typedef struct sg_gate_config {
     double service_alpha;
     // `retry_after_ns` when nothing better is known (default 1 s).
     uint64_t fallback_retry_after_ns;
+    // Reserved for settings added later (each will give 0 today's behaviour); must be
+    // 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    uint64_t reserved[4];
 } sg_gate_config;
 
 // What `sg_gate_poll` reports about one queued ticket. Each ticket gets exactly one
@@ -818,6 +865,8 @@ typedef struct sg_codel_metrics {
     uint64_t drops;
     // Intervals closed.
     uint64_t intervals;
+    // Reserved for values added later; 0 in this version.
+    uint64_t reserved[4];
 } sg_codel_metrics;
 
 // A snapshot of an `sg_limiter`'s counters and gauges.
@@ -864,6 +913,8 @@ typedef struct sg_limiter_metrics {
     uint64_t avg_rtt_ns;
     // p99 latency of the last window, ns (a histogram estimate, within 3.1 %).
     uint64_t p99_rtt_ns;
+    // Reserved for values added later; 0 in this version.
+    uint64_t reserved[4];
 } sg_limiter_metrics;
 
 // A snapshot of an `sg_gate`.
@@ -910,6 +961,8 @@ typedef struct sg_gate_metrics {
     struct sg_codel_metrics codel[8];
     // The limiter.
     struct sg_limiter_metrics limiter;
+    // Reserved for values added later; 0 in this version.
+    uint64_t reserved[4];
 } sg_gate_metrics;
 
 // Settings of an `sg_keyed` table.
@@ -930,6 +983,9 @@ typedef struct sg_keyed_config {
     double rate_per_second;
     // Burst of the per-shard rate, units, `1 ..= 1e9` (default 10; used with a rate).
     uint32_t rate_burst;
+    // Reserved for settings added later (each will give 0 today's behaviour); must be
+    // 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    uint64_t reserved[4];
 } sg_keyed_config;
 
 // The isolation math of shuffle sharding for `k` of `n` shards.
@@ -980,6 +1036,8 @@ typedef struct sg_keyed_metrics {
     uint64_t top_recorded;
     // Summary updates skipped (another thread was updating).
     uint64_t top_skipped;
+    // Reserved for values added later; 0 in this version.
+    uint64_t reserved[4];
 } sg_keyed_metrics;
 
 // What an HTTP edge answers for a rejection: status, `Retry-After`, the JSON body.
@@ -1021,6 +1079,9 @@ typedef struct sg_rate_limiter_config {
     uint32_t burst;
     // If not 0: one unit per this many ns instead of `per_second` (≤ 10^6 s).
     uint64_t emission_ns;
+    // Reserved for settings added later (each will give 0 today's behaviour); must be
+    // 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    uint64_t reserved[4];
 } sg_rate_limiter_config;
 
 // A snapshot of an `sg_rate_limiter`.
@@ -1035,6 +1096,8 @@ typedef struct sg_rate_limiter_metrics {
     uint64_t tolerance_ns;
     // The burst, units.
     uint32_t burst;
+    // Reserved for values added later; 0 in this version.
+    uint64_t reserved[4];
 } sg_rate_limiter_metrics;
 
 // Settings of an `sg_paced_drain`.
@@ -1045,6 +1108,9 @@ typedef struct sg_paced_drain_config {
     double headroom;
     // Largest number started at once, in `[1, 1e9]` (default: 100 ms of the drain rate).
     uint32_t burst;
+    // Reserved for settings added later (each will give 0 today's behaviour); must be
+    // 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    uint64_t reserved[4];
 } sg_paced_drain_config;
 
 // A snapshot of an `sg_paced_drain`.
@@ -1055,6 +1121,8 @@ typedef struct sg_paced_drain_metrics {
     uint64_t calls;
     // The drain rate, items per second.
     double drain_per_sec;
+    // Reserved for values added later; 0 in this version.
+    uint64_t reserved[4];
 } sg_paced_drain_metrics;
 
 // Settings of an `sg_retry_budget`.
@@ -1065,6 +1133,9 @@ typedef struct sg_retry_budget_config {
     uint32_t min_retries_per_sec;
     // Retries as a fraction of requests: 0, or in `[0.001, 1000]` (default 0.1).
     double percent_can_retry;
+    // Reserved for settings added later (each will give 0 today's behaviour); must be
+    // 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    uint64_t reserved[4];
 } sg_retry_budget_config;
 
 // A snapshot of an `sg_retry_budget`.
@@ -1077,6 +1148,8 @@ typedef struct sg_retry_budget_metrics {
     uint64_t retries_denied;
     // Retries that would be allowed now (as of the last call's time).
     uint64_t available;
+    // Reserved for values added later; 0 in this version.
+    uint64_t reserved[4];
 } sg_retry_budget_metrics;
 
 // Settings of an `sg_token_throttle` (gRPC `retryThrottling`).
@@ -1085,6 +1158,9 @@ typedef struct sg_token_throttle_config {
     double max_tokens;
     // `tokenRatio`: tokens a success adds, in `[0.001, max_tokens]` (default 0.1).
     double token_ratio;
+    // Reserved for settings added later (each will give 0 today's behaviour); must be
+    // 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    uint64_t reserved[4];
 } sg_token_throttle_config;
 
 // A snapshot of an `sg_token_throttle`.
@@ -1101,6 +1177,8 @@ typedef struct sg_token_throttle_metrics {
     uint64_t successes;
     // Failures recorded, ever.
     uint64_t failures;
+    // Reserved for values added later; 0 in this version.
+    uint64_t reserved[4];
 } sg_token_throttle_metrics;
 
 // Settings of an `sg_adaptive_throttle`.
@@ -1113,6 +1191,9 @@ typedef struct sg_adaptive_throttle_config {
     double max_drop_probability;
     // `SG_THROTTLE_FORM_*` (default ring).
     uint32_t form;
+    // Reserved for settings added later (each will give 0 today's behaviour); must be
+    // 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    uint64_t reserved[4];
 } sg_adaptive_throttle_config;
 
 // A snapshot of an `sg_adaptive_throttle`.
@@ -1125,6 +1206,8 @@ typedef struct sg_adaptive_throttle_metrics {
     double drop_probability;
     // Requests refused locally, ever.
     uint64_t throttled;
+    // Reserved for values added later; 0 in this version.
+    uint64_t reserved[4];
 } sg_adaptive_throttle_metrics;
 
 #ifdef __cplusplus

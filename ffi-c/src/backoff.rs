@@ -39,11 +39,15 @@ pub struct sg_backoff_config {
     pub jitter: u32,
     /// Seed of the jitter generator (SplitMix64), so a run replays (default 0).
     pub seed: u64,
+    /// Reserved for settings added later (each will give 0 today's behaviour); must be
+    /// 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    pub reserved: [u64; 4],
 }
 
 impl From<BackoffConfig> for sg_backoff_config {
     fn from(c: BackoffConfig) -> Self {
         Self {
+            reserved: [0; 4],
             base_ns: c.base,
             multiplier: c.multiplier,
             cap_ns: c.cap,
@@ -82,6 +86,7 @@ mod backoff_make {
         // SAFETY: this fn's contract: `cfg` is NULL (`input` refuses it) or readable for
         // one `sg_backoff_config` during the call; the borrow does not outlive it.
         let c = unsafe { input(cfg)? };
+        crate::field::reserved(&c.reserved)?;
         let jitter = match c.jitter {
             SG_JITTER_NONE => Jitter::None,
             SG_JITTER_FULL => Jitter::Full,

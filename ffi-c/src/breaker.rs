@@ -68,6 +68,9 @@ pub struct sg_breaker_config {
     pub ramp_duration_ns: u64,
     /// Seed of the jitter generator (default 0).
     pub seed: u64,
+    /// Reserved for settings added later (each will give 0 today's behaviour); must be
+    /// 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    pub reserved: [u64; 4],
 }
 
 impl From<CircuitBreakerConfig> for sg_breaker_config {
@@ -79,6 +82,7 @@ impl From<CircuitBreakerConfig> for sg_breaker_config {
             BreakerWindow::Time(d) => (SG_BREAKER_WINDOW_TIME, 100, d),
         };
         Self {
+            reserved: [0; 4],
             window_kind,
             window_count,
             window_ns,
@@ -113,6 +117,7 @@ mod breaker_make {
         // SAFETY: this fn's contract: `cfg` is NULL (`input` refuses it) or readable for
         // one `sg_breaker_config` during the call; the borrow does not outlive it.
         let c = unsafe { input(cfg)? };
+        crate::field::reserved(&c.reserved)?;
         let count = BreakerWindow::Count(c.window_count);
         let time = BreakerWindow::Time(c.window_ns);
         let (window, unused, used_name, unused_name) = match c.window_kind {
@@ -332,11 +337,14 @@ pub struct sg_breaker_metrics {
     pub probes: u64,
     /// Reports for permits of an earlier phase (ignored), ever.
     pub stale_records: u64,
+    /// Reserved for values added later; 0 in this version.
+    pub reserved: [u64; 4],
 }
 
 impl From<BreakerMetrics> for sg_breaker_metrics {
     fn from(m: BreakerMetrics) -> Self {
         Self {
+            reserved: [0; 4],
             state: m.state as u32,
             admit_permille: m.admit_permille,
             open_remaining_ns: m.open_remaining,

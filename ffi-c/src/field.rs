@@ -61,6 +61,16 @@ pub(crate) fn out_of_range(name: &str) -> sg_status {
     SG_CONFIG_OUT_OF_RANGE
 }
 
+/// The `reserved` words of a config: all 0 (what `_config_default` writes, and what
+/// every program built against this header sends), or `SG_CONFIG_OUT_OF_RANGE` naming
+/// `reserved` — a setting this version does not know is refused, not ignored.
+pub(crate) fn reserved(r: &[u64; 4]) -> Result<(), sg_status> {
+    if r.iter().any(|&w| w != 0) {
+        return Err(out_of_range("reserved"));
+    }
+    Ok(())
+}
+
 /// Runs a part of a config's validation whose fields sit under `path` (`"limiter."`):
 /// a refusal's field gets the prefix.
 pub(crate) fn under<T>(path: &str, r: Result<T, sg_status>) -> Result<T, sg_status> {

@@ -30,11 +30,14 @@ pub struct sg_credits_config {
     /// Low water: `sg_credits_replenish` grants only once outstanding credit fell to this
     /// or below; below `capacity` (default 64).
     pub low_water: u32,
+    /// Reserved for settings added later (each will give 0 today's behaviour); must be
+    /// 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    pub reserved: [u64; 4],
 }
 
 impl From<CreditsConfig> for sg_credits_config {
     fn from(c: CreditsConfig) -> Self {
-        Self { capacity: c.capacity, low_water: c.low_water }
+        Self { reserved: [0; 4], capacity: c.capacity, low_water: c.low_water }
     }
 }
 
@@ -55,6 +58,7 @@ unsafe fn make(cfg: *const sg_credits_config) -> Res<Credits> {
     // SAFETY: this fn's contract: `cfg` is NULL (`input` refuses it) or readable for
     // one `sg_credits_config` during the call; the borrow does not outlive it.
     let c = unsafe { input(cfg)? };
+    crate::field::reserved(&c.reserved)?;
     Ok(Credits::new(CreditsConfig { capacity: c.capacity, low_water: c.low_water })?)
 }
 
@@ -292,11 +296,14 @@ pub struct sg_credits_metrics {
     pub stalled: u64,
     /// Configured capacity.
     pub capacity: u64,
+    /// Reserved for values added later; 0 in this version.
+    pub reserved: [u64; 4],
 }
 
 impl From<CreditsMetrics> for sg_credits_metrics {
     fn from(m: CreditsMetrics) -> Self {
         Self {
+            reserved: [0; 4],
             granted: m.granted,
             taken: m.taken,
             completed: m.completed,
@@ -338,6 +345,9 @@ const _: () = assert!(SG_LAG_METER_SNAPSHOTS == 61);
 pub struct sg_lag_meter_config {
     /// Width of one rate bucket, ns, 1 µs to 1 day (default 1 s).
     pub bucket_ns: u64,
+    /// Reserved for settings added later (each will give 0 today's behaviour); must be
+    /// 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    pub reserved: [u64; 4],
 }
 
 /// Consumer lag measured in time (seed 004 §3): produce and consume rates over a sliding
@@ -358,6 +368,7 @@ mod lag_make {
         // SAFETY: this fn's contract: `cfg` is NULL (`input` refuses it) or readable for
         // one `sg_lag_meter_config` during the call; the borrow does not outlive it.
         let c = unsafe { input(cfg)? };
+        crate::field::reserved(&c.reserved)?;
         Ok(Meter::new(LagMeterConfig { bucket: c.bucket_ns })?)
     }
 }
@@ -366,8 +377,12 @@ mod lag_make {
 #[no_mangle]
 pub unsafe extern "C" fn sg_lag_meter_config_default(cfg: *mut sg_lag_meter_config) -> sg_status {
     ffi(|| {
-        out(cfg)
-            .map(|o| o.write(sg_lag_meter_config { bucket_ns: LagMeterConfig::default().bucket }))
+        out(cfg).map(|o| {
+            o.write(sg_lag_meter_config {
+                reserved: [0; 4],
+                bucket_ns: LagMeterConfig::default().bucket,
+            })
+        })
     })
 }
 
@@ -625,11 +640,14 @@ pub struct sg_lag_metrics {
     /// the records disagree: a consumption recorded before its production (another
     /// thread's record still to come) or an accounting bug. `lag` reads 0 meanwhile.
     pub over_consumed: u64,
+    /// Reserved for values added later; 0 in this version.
+    pub reserved: [u64; 4],
 }
 
 impl From<LagMetrics> for sg_lag_metrics {
     fn from(m: LagMetrics) -> Self {
         Self {
+            reserved: [0; 4],
             produced: m.produced,
             consumed: m.consumed,
             lag: m.lag,
@@ -684,11 +702,19 @@ pub struct sg_watermarks_config {
     /// Resume when free capacity rises above this; above `pause_below`, below `capacity`
     /// (default 200).
     pub resume_above: u64,
+    /// Reserved for settings added later (each will give 0 today's behaviour); must be
+    /// 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    pub reserved: [u64; 4],
 }
 
 impl From<WatermarksConfig> for sg_watermarks_config {
     fn from(c: WatermarksConfig) -> Self {
-        Self { capacity: c.capacity, pause_below: c.pause_below, resume_above: c.resume_above }
+        Self {
+            reserved: [0; 4],
+            capacity: c.capacity,
+            pause_below: c.pause_below,
+            resume_above: c.resume_above,
+        }
     }
 }
 
@@ -710,6 +736,7 @@ mod wm_make {
         // SAFETY: this fn's contract: `cfg` is NULL (`input` refuses it) or readable for
         // one `sg_watermarks_config` during the call; the borrow does not outlive it.
         let c = unsafe { input(cfg)? };
+        crate::field::reserved(&c.reserved)?;
         Ok(Watermarks::new(WatermarksConfig {
             capacity: c.capacity,
             pause_below: c.pause_below,
@@ -827,11 +854,14 @@ pub struct sg_watermarks_metrics {
     pub time_paused_ns: u64,
     /// The level passed to the latest observe.
     pub last_level: u64,
+    /// Reserved for values added later; 0 in this version.
+    pub reserved: [u64; 4],
 }
 
 impl From<WatermarksMetrics> for sg_watermarks_metrics {
     fn from(m: WatermarksMetrics) -> Self {
         Self {
+            reserved: [0; 4],
             paused: m.paused,
             pauses: m.pauses,
             resumes: m.resumes,

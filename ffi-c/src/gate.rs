@@ -94,6 +94,9 @@ pub struct sg_gate_config {
     pub service_alpha: f64,
     /// `retry_after_ns` when nothing better is known (default 1 s).
     pub fallback_retry_after_ns: u64,
+    /// Reserved for settings added later (each will give 0 today's behaviour); must be
+    /// 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    pub reserved: [u64; 4],
 }
 
 fn default_config() -> sg_gate_config {
@@ -101,6 +104,7 @@ fn default_config() -> sg_gate_config {
     let codel = c.codel.unwrap_or_default();
     let aging = Aging::SEED_000;
     sg_gate_config {
+        reserved: [0; 4],
         limiter: (&c.limiter).into(),
         queue_capacity: 256,
         codel_enabled: c.codel.is_some(),
@@ -126,6 +130,7 @@ impl sg_gate_config {
     /// aging settings with aging off — each against its own range and its own group,
     /// not against the settings in force.
     fn to_core(self) -> Res<GateConfig> {
+        field::reserved(&self.reserved)?;
         let limiter = field::under("limiter.", self.limiter.to_core())?;
         let codel_mode = match self.codel_mode {
             SG_CODEL_FOLLY => CodelMode::Folly,
@@ -635,11 +640,14 @@ pub struct sg_codel_metrics {
     pub drops: u64,
     /// Intervals closed.
     pub intervals: u64,
+    /// Reserved for values added later; 0 in this version.
+    pub reserved: [u64; 4],
 }
 
 impl From<CodelMetrics> for sg_codel_metrics {
     fn from(m: CodelMetrics) -> Self {
         Self {
+            reserved: [0; 4],
             min_delay_ns: m.min_delay_ns,
             overloaded: m.overloaded,
             load: u32::from(m.load),
@@ -695,11 +703,14 @@ pub struct sg_gate_metrics {
     pub codel: [sg_codel_metrics; 8],
     /// The limiter.
     pub limiter: sg_limiter_metrics,
+    /// Reserved for values added later; 0 in this version.
+    pub reserved: [u64; 4],
 }
 
 impl From<&GateMetrics> for sg_gate_metrics {
     fn from(m: &GateMetrics) -> Self {
         Self {
+            reserved: [0; 4],
             state: match m.state {
                 GateState::Healthy => SG_GATE_HEALTHY,
                 _ => SG_GATE_OVERLOADED,

@@ -78,6 +78,9 @@ pub struct sg_keyed_config {
     pub rate_per_second: f64,
     /// Burst of the per-shard rate, units, `1 ..= 1e9` (default 10; used with a rate).
     pub rate_burst: u32,
+    /// Reserved for settings added later (each will give 0 today's behaviour); must be
+    /// 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    pub reserved: [u64; 4],
 }
 
 /// Per-key concurrency caps and rate limits in a fixed table of shards, shuffle-sharded,
@@ -98,6 +101,7 @@ mod keyed_make {
         // SAFETY: this fn's contract: `cfg` is NULL (`input` refuses it) or readable for
         // one `sg_keyed_config` during the call; the borrow does not outlive it.
         let c = unsafe { input(cfg)? };
+        crate::field::reserved(&c.reserved)?;
         // With no rate (0), `rate_burst` is still checked on its own (at the fastest rate,
         // where no burst overflows), as every unused setting is.
         ShardRate::per_second(1e9, c.rate_burst)?;
@@ -130,6 +134,7 @@ pub unsafe extern "C" fn sg_keyed_config_default(cfg: *mut sg_keyed_config) -> s
     ffi(|| {
         out(cfg).map(|o| {
             o.write(sg_keyed_config {
+                reserved: [0; 4],
                 shards: 64,
                 shards_per_key: 2,
                 shard_limit: 8,
@@ -463,12 +468,15 @@ pub struct sg_keyed_metrics {
     pub top_recorded: u64,
     /// Summary updates skipped (another thread was updating).
     pub top_skipped: u64,
+    /// Reserved for values added later; 0 in this version.
+    pub reserved: [u64; 4],
 }
 const _: () = assert!(TOP == 16); // `top_keys` above
 
 fn keyed_metrics<const N: usize>(m: &KeyedMetrics<N, TOP>) -> sg_keyed_metrics {
     let t = &m.top_keys;
     sg_keyed_metrics {
+        reserved: [0; 4],
         admitted: m.admitted,
         rejected_key_limit: m.rejected_key_limit,
         rejected_key_rate: m.rejected_key_rate,

@@ -45,6 +45,9 @@ pub struct sg_fixed_config {
     pub min_limit: f64,
     /// Ceiling.
     pub max_limit: f64,
+    /// Reserved for settings added later (each will give 0 today's behaviour); must be
+    /// 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    pub reserved: [u64; 4],
 }
 
 /// Settings of AIMD (`SG_ALGORITHM_AIMD`): seed 002's +1 / ×backoff, or Netflix
@@ -73,6 +76,9 @@ pub struct sg_aimd_config {
     pub slow_start: bool,
     /// Reproduce NCL `AIMDLimit` exactly (whole-number limits).
     pub netflix_parity: bool,
+    /// Reserved for settings added later (each will give 0 today's behaviour); must be
+    /// 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    pub reserved: [u64; 4],
 }
 
 /// Settings of seed 000's hysteresis AIMD (`SG_ALGORITHM_HYSTERESIS`): healthy / warning /
@@ -111,6 +117,9 @@ pub struct sg_hysteresis_config {
     pub app_limited_fraction: f64,
     /// Slow start until the first window that is not healthy, a jump or a drop.
     pub slow_start: bool,
+    /// Reserved for settings added later (each will give 0 today's behaviour); must be
+    /// 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    pub reserved: [u64; 4],
 }
 
 /// Settings of the gradient controller (`SG_ALGORITHM_GRADIENT`, the default): Envoy's
@@ -153,6 +162,9 @@ pub struct sg_gradient_config {
     pub app_limited_ratio: f64,
     /// Seed of the probe jitter.
     pub seed: u64,
+    /// Reserved for settings added later (each will give 0 today's behaviour); must be
+    /// 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    pub reserved: [u64; 4],
 }
 
 /// Settings of Gradient2 (`SG_ALGORITHM_GRADIENT2`, Netflix concurrency-limits parity,
@@ -183,6 +195,9 @@ pub struct sg_gradient2_config {
     pub app_limited_fraction: f64,
     /// Slow start until the first drop (fixed mode) or gradient below 1.
     pub slow_start: bool,
+    /// Reserved for settings added later (each will give 0 today's behaviour); must be
+    /// 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    pub reserved: [u64; 4],
 }
 
 /// Settings of Vegas (`SG_ALGORITHM_VEGAS`, Netflix concurrency-limits parity). The
@@ -214,6 +229,9 @@ pub struct sg_vegas_config {
     pub app_limited_fraction: f64,
     /// Slow start until the first drop or queue estimate reaching `alpha`.
     pub slow_start: bool,
+    /// Reserved for settings added later (each will give 0 today's behaviour); must be
+    /// 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    pub reserved: [u64; 4],
 }
 
 /// `From<core config>` and `to_core` for a C algorithm config: plain fields copied, and
@@ -222,7 +240,7 @@ macro_rules! algorithm_config {
     ($c:ident, $core:ident, [$($f:ident),*] $(, opt [$($o:ident: $zero:expr),*])?) => {
         impl From<$core> for $c {
             fn from(c: $core) -> Self {
-                Self { $($f: c.$f,)* $($($o: c.$o.unwrap_or($zero),)*)? }
+                Self { reserved: [0; 4], $($f: c.$f,)* $($($o: c.$o.unwrap_or($zero),)*)? }
             }
         }
         impl $c {
@@ -396,11 +414,15 @@ pub struct sg_limiter_config {
     /// A level is active (its unused share reserved) for this long after an arrival, ns
     /// (default 1 s).
     pub active_ns: u64,
+    /// Reserved for settings added later (each will give 0 today's behaviour); must be
+    /// 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    pub reserved: [u64; 4],
 }
 
 impl From<&LimiterConfig> for sg_limiter_config {
     fn from(c: &LimiterConfig) -> Self {
         let mut out = Self {
+            reserved: [0; 4],
             algorithm: SG_ALGORITHM_GRADIENT,
             fixed: FixedConfig::default().into(),
             aimd: AimdConfig::default().into(),
@@ -447,13 +469,26 @@ impl sg_limiter_config {
     /// every config, so that a config accepted today stays valid when a setting it does
     /// not use yet is switched on (and a typo in an unused block is not silently kept).
     pub(crate) fn to_core(self) -> Res<LimiterConfig> {
+        field::reserved(&self.reserved)?;
         let all = [
-            ("fixed.", AlgorithmConfig::Fixed(self.fixed.to_core())),
-            ("aimd.", AlgorithmConfig::Aimd(self.aimd.to_core())),
-            ("hysteresis.", AlgorithmConfig::Hysteresis(self.hysteresis.to_core())),
-            ("gradient.", AlgorithmConfig::Gradient(self.gradient.to_core())),
-            ("gradient2.", AlgorithmConfig::Gradient2(self.gradient2.to_core())),
-            ("vegas.", AlgorithmConfig::Vegas(self.vegas.to_core())),
+            ("fixed.", AlgorithmConfig::Fixed(self.fixed.to_core()), &self.fixed.reserved),
+            ("aimd.", AlgorithmConfig::Aimd(self.aimd.to_core()), &self.aimd.reserved),
+            (
+                "hysteresis.",
+                AlgorithmConfig::Hysteresis(self.hysteresis.to_core()),
+                &self.hysteresis.reserved,
+            ),
+            (
+                "gradient.",
+                AlgorithmConfig::Gradient(self.gradient.to_core()),
+                &self.gradient.reserved,
+            ),
+            (
+                "gradient2.",
+                AlgorithmConfig::Gradient2(self.gradient2.to_core()),
+                &self.gradient2.reserved,
+            ),
+            ("vegas.", AlgorithmConfig::Vegas(self.vegas.to_core()), &self.vegas.reserved),
         ];
         let chosen = match self.algorithm {
             SG_ALGORITHM_FIXED => 0,
@@ -464,7 +499,8 @@ impl sg_limiter_config {
             SG_ALGORITHM_VEGAS => 5,
             _ => return Err(field::out_of_range("algorithm")),
         };
-        for (path, a) in &all {
+        for (path, a, reserved) in &all {
+            field::under(path, field::reserved(reserved))?;
             // Building an algorithm allocates nothing and validates every number.
             field::under(path, AnyAlgorithm::new(*a).map(drop).map_err(sg_status::from))?;
         }
@@ -766,6 +802,8 @@ pub struct sg_limiter_metrics {
     pub avg_rtt_ns: u64,
     /// p99 latency of the last window, ns (a histogram estimate, within 3.1 %).
     pub p99_rtt_ns: u64,
+    /// Reserved for values added later; 0 in this version.
+    pub reserved: [u64; 4],
 }
 
 /// A static C string for an algorithm name.
@@ -785,6 +823,7 @@ pub(crate) fn algorithm_name(name: &str) -> *const c_char {
 impl From<&LimiterMetrics> for sg_limiter_metrics {
     fn from(m: &LimiterMetrics) -> Self {
         Self {
+            reserved: [0; 4],
             algorithm: algorithm_name(m.algorithm),
             limit: m.limit,
             has_static_limit: m.static_limit.is_some(),

@@ -28,6 +28,9 @@ pub struct sg_rate_limiter_config {
     pub burst: u32,
     /// If not 0: one unit per this many ns instead of `per_second` (≤ 10^6 s).
     pub emission_ns: u64,
+    /// Reserved for settings added later (each will give 0 today's behaviour); must be
+    /// 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    pub reserved: [u64; 4],
 }
 
 /// A GCRA rate limiter: at most `burst + rate × T` units in any span `T`; a refusal
@@ -48,6 +51,7 @@ mod rate_make {
         // SAFETY: this fn's contract: `cfg` is NULL (`input` refuses it) or readable for
         // one `sg_rate_limiter_config` during the call; the borrow does not outlive it.
         let c = unsafe { input(cfg)? };
+        crate::field::reserved(&c.reserved)?;
         Ok(if c.emission_ns != 0 {
             RateLimiter::with_interval(c.emission_ns, c.burst)?
         } else {
@@ -63,7 +67,12 @@ pub unsafe extern "C" fn sg_rate_limiter_config_default(
 ) -> sg_status {
     ffi(|| {
         out(cfg).map(|o| {
-            o.write(sg_rate_limiter_config { per_second: 100.0, burst: 10, emission_ns: 0 })
+            o.write(sg_rate_limiter_config {
+                reserved: [0; 4],
+                per_second: 100.0,
+                burst: 10,
+                emission_ns: 0,
+            })
         })
     })
 }
@@ -209,6 +218,8 @@ pub struct sg_rate_limiter_metrics {
     pub tolerance_ns: u64,
     /// The burst, units.
     pub burst: u32,
+    /// Reserved for values added later; 0 in this version.
+    pub reserved: [u64; 4],
 }
 
 /// A snapshot of the counters.
@@ -225,6 +236,7 @@ pub unsafe extern "C" fn sg_rate_limiter_metrics_get(
                 Ok({
                     let m = o.inner.metrics();
                     sg_rate_limiter_metrics {
+                        reserved: [0; 4],
                         allowed: m.allowed,
                         denied: m.denied,
                         emission_ns: m.emission_ns,
@@ -251,11 +263,19 @@ pub struct sg_paced_drain_config {
     pub headroom: f64,
     /// Largest number started at once, in `[1, 1e9]` (default: 100 ms of the drain rate).
     pub burst: u32,
+    /// Reserved for settings added later (each will give 0 today's behaviour); must be
+    /// 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    pub reserved: [u64; 4],
 }
 
 impl From<PacedDrainConfig> for sg_paced_drain_config {
     fn from(c: PacedDrainConfig) -> Self {
-        Self { target_per_sec: c.target_per_sec, headroom: c.headroom, burst: c.burst }
+        Self {
+            reserved: [0; 4],
+            target_per_sec: c.target_per_sec,
+            headroom: c.headroom,
+            burst: c.burst,
+        }
     }
 }
 
@@ -277,6 +297,7 @@ mod drain_make {
         // SAFETY: this fn's contract: `cfg` is NULL (`input` refuses it) or readable for
         // one `sg_paced_drain_config` during the call; the borrow does not outlive it.
         let c = unsafe { input(cfg)? };
+        crate::field::reserved(&c.reserved)?;
         Ok(PacedDrain::new(PacedDrainConfig {
             target_per_sec: c.target_per_sec,
             headroom: c.headroom,
@@ -454,11 +475,18 @@ pub struct sg_paced_drain_metrics {
     pub calls: u64,
     /// The drain rate, items per second.
     pub drain_per_sec: f64,
+    /// Reserved for values added later; 0 in this version.
+    pub reserved: [u64; 4],
 }
 
 impl From<PacedDrainMetrics> for sg_paced_drain_metrics {
     fn from(m: PacedDrainMetrics) -> Self {
-        Self { started: m.started, calls: m.calls, drain_per_sec: m.drain_per_sec }
+        Self {
+            reserved: [0; 4],
+            started: m.started,
+            calls: m.calls,
+            drain_per_sec: m.drain_per_sec,
+        }
     }
 }
 

@@ -26,11 +26,15 @@ pub struct sg_retry_budget_config {
     pub min_retries_per_sec: u32,
     /// Retries as a fraction of requests: 0, or in `[0.001, 1000]` (default 0.1).
     pub percent_can_retry: f64,
+    /// Reserved for settings added later (each will give 0 today's behaviour); must be
+    /// 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    pub reserved: [u64; 4],
 }
 
 impl From<RetryBudgetConfig> for sg_retry_budget_config {
     fn from(c: RetryBudgetConfig) -> Self {
         Self {
+            reserved: [0; 4],
             ttl_ns: c.ttl,
             min_retries_per_sec: c.min_retries_per_sec,
             percent_can_retry: c.percent_can_retry,
@@ -57,6 +61,7 @@ mod budget_make {
         // SAFETY: this fn's contract: `cfg` is NULL (`input` refuses it) or readable for
         // one `sg_retry_budget_config` during the call; the borrow does not outlive it.
         let c = unsafe { input(cfg)? };
+        crate::field::reserved(&c.reserved)?;
         Ok(RetryBudget::new(RetryBudgetConfig {
             ttl: c.ttl_ns,
             min_retries_per_sec: c.min_retries_per_sec,
@@ -201,11 +206,14 @@ pub struct sg_retry_budget_metrics {
     pub retries_denied: u64,
     /// Retries that would be allowed now (as of the last call's time).
     pub available: u64,
+    /// Reserved for values added later; 0 in this version.
+    pub reserved: [u64; 4],
 }
 
 impl From<RetryBudgetMetrics> for sg_retry_budget_metrics {
     fn from(m: RetryBudgetMetrics) -> Self {
         Self {
+            reserved: [0; 4],
             requests: m.requests,
             retries_allowed: m.retries_allowed,
             retries_denied: m.retries_denied,
@@ -239,11 +247,14 @@ pub struct sg_token_throttle_config {
     pub max_tokens: f64,
     /// `tokenRatio`: tokens a success adds, in `[0.001, max_tokens]` (default 0.1).
     pub token_ratio: f64,
+    /// Reserved for settings added later (each will give 0 today's behaviour); must be
+    /// 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    pub reserved: [u64; 4],
 }
 
 impl From<TokenThrottleConfig> for sg_token_throttle_config {
     fn from(c: TokenThrottleConfig) -> Self {
-        Self { max_tokens: c.max_tokens, token_ratio: c.token_ratio }
+        Self { reserved: [0; 4], max_tokens: c.max_tokens, token_ratio: c.token_ratio }
     }
 }
 
@@ -265,6 +276,7 @@ mod token_make {
         // SAFETY: this fn's contract: `cfg` is NULL (`input` refuses it) or readable for
         // one `sg_token_throttle_config` during the call; the borrow does not outlive it.
         let c = unsafe { input(cfg)? };
+        crate::field::reserved(&c.reserved)?;
         Ok(TokenRetryThrottle::new(TokenThrottleConfig {
             max_tokens: c.max_tokens,
             token_ratio: c.token_ratio,
@@ -416,11 +428,14 @@ pub struct sg_token_throttle_metrics {
     pub successes: u64,
     /// Failures recorded, ever.
     pub failures: u64,
+    /// Reserved for values added later; 0 in this version.
+    pub reserved: [u64; 4],
 }
 
 impl From<TokenThrottleMetrics> for sg_token_throttle_metrics {
     fn from(m: TokenThrottleMetrics) -> Self {
         Self {
+            reserved: [0; 4],
             tokens: m.tokens,
             throttled: m.throttled,
             retries_allowed: m.retries_allowed,

@@ -31,11 +31,15 @@ pub struct sg_adaptive_throttle_config {
     pub max_drop_probability: f64,
     /// `SG_THROTTLE_FORM_*` (default ring).
     pub form: u32,
+    /// Reserved for settings added later (each will give 0 today's behaviour); must be
+    /// 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    pub reserved: [u64; 4],
 }
 
 impl From<AdaptiveThrottleConfig> for sg_adaptive_throttle_config {
     fn from(c: AdaptiveThrottleConfig) -> Self {
         Self {
+            reserved: [0; 4],
             k: c.k,
             window_ns: c.window,
             max_drop_probability: c.max_drop_probability,
@@ -65,6 +69,7 @@ mod throttle_make {
         // SAFETY: this fn's contract: `cfg` is NULL (`input` refuses it) or readable for
         // one `sg_adaptive_throttle_config` during the call; the borrow does not outlive it.
         let c = unsafe { input(cfg)? };
+        crate::field::reserved(&c.reserved)?;
         let form = match c.form {
             SG_THROTTLE_FORM_RING => ThrottleForm::Ring,
             SG_THROTTLE_FORM_EMA => ThrottleForm::Ema,
@@ -221,11 +226,14 @@ pub struct sg_adaptive_throttle_metrics {
     pub drop_probability: f64,
     /// Requests refused locally, ever.
     pub throttled: u64,
+    /// Reserved for values added later; 0 in this version.
+    pub reserved: [u64; 4],
 }
 
 impl From<AdaptiveThrottleMetrics> for sg_adaptive_throttle_metrics {
     fn from(m: AdaptiveThrottleMetrics) -> Self {
         Self {
+            reserved: [0; 4],
             requests: m.requests,
             accepts: m.accepts,
             drop_probability: m.drop_probability,

@@ -87,6 +87,8 @@ fn limiter_fields_are_named_and_unused_algorithms_checked() {
         "limiter",
         &[
             ("algorithm", |c| c.algorithm = 9, OOR),
+            ("reserved", |c| c.reserved[3] = 1, OOR),
+            ("vegas.reserved", |c| c.vegas.reserved[0] = u64::MAX, OOR),
             ("levels", |c| c.levels = 0, OOR),
             ("levels", |c| c.levels = 300, OOR),
             ("weights", |c| c.weights[0] = f64::NAN, NF),
@@ -136,6 +138,8 @@ fn gate_cases() {
         "gate",
         &[
             ("limiter.levels", |c| c.limiter.levels = 9, OOR),
+            ("reserved", |c| c.reserved[0] = 1, OOR),
+            ("limiter.gradient.reserved", |c| c.limiter.gradient.reserved[2] = 7, OOR),
             ("limiter.gradient.buffer", |c| c.limiter.gradient.buffer = f64::NAN, NF),
             ("queue_capacity", |c| c.queue_capacity = 0, OOR),
             ("queue_capacity", |c| c.queue_capacity = SG_GATE_MAX_QUEUE + 1, OOR),
@@ -229,6 +233,7 @@ fn other_configs_name_their_fields() {
         "backoff",
         &[
             ("jitter", |c| c.jitter = 9, OOR),
+            ("reserved", |c| c.reserved[1] = 1, OOR),
             ("base_ns", |c| c.base_ns = 0, OOR),
             ("multiplier", |c| c.multiplier = f64::NAN, NF),
             ("cap_ns", |c| c.cap_ns = c.base_ns - 1, INC),
@@ -264,7 +269,10 @@ fn other_configs_name_their_fields() {
         new: sg_rate_limiter_new,
         free: sg_rate_limiter_free,
     }
-    .check("rate_limiter", &[("burst", |c| c.burst = 0, OOR)]);
+    .check(
+        "rate_limiter",
+        &[("burst", |c| c.burst = 0, OOR), ("reserved", |c| c.reserved[0] = 1, OOR)],
+    );
     Api {
         default: sg_paced_drain_config_default,
         new: sg_paced_drain_new,
@@ -310,4 +318,30 @@ fn a_refusal_for_another_reason_names_no_field() {
     // SAFETY: NULL config is refused before anything is read.
     assert_eq!(unsafe { sg_limiter_new(ptr::null(), &mut h) }, SG_NULL_ARGUMENT);
     assert_eq!(last_field(), "");
+}
+
+/// How the structs grow (libuv's pattern): every config and metrics struct ends with
+/// `reserved[4]`, and a later version gives those words meanings where 0 keeps today's
+/// behaviour. So the sizes below never change within ABI major version 0: a program built
+/// against an older header passes a struct of the same size, its reserved words zero (as
+/// `_config_default` wrote them), and is accepted (the defaults cases above). This test
+/// fails if a field is added without taking it from `reserved`.
+#[test]
+fn struct_sizes_are_frozen() {
+    use std::mem::size_of;
+    let sizes = [
+        ("sg_fixed_config", size_of::<sg_fixed_config>(), 56),
+        ("sg_limiter_config", size_of::<sg_limiter_config>(), 872),
+        ("sg_gate_config", size_of::<sg_gate_config>(), 1000),
+        ("sg_limiter_metrics", size_of::<sg_limiter_metrics>(), 312),
+        ("sg_gate_metrics", size_of::<sg_gate_metrics>(), 1016),
+        ("sg_breaker_config", size_of::<sg_breaker_config>(), 128),
+        ("sg_breaker_metrics", size_of::<sg_breaker_metrics>(), 128),
+        ("sg_keyed_config", size_of::<sg_keyed_config>(), 80),
+        ("sg_keyed_metrics", size_of::<sg_keyed_metrics>(), 488),
+        ("sg_lag_metrics", size_of::<sg_lag_metrics>(), 120),
+    ];
+    let got: Vec<_> = sizes.iter().map(|(n, s, _)| format!("{n}={s}")).collect();
+    let want: Vec<_> = sizes.iter().map(|(n, _, w)| format!("{n}={w}")).collect();
+    assert_eq!(got, want);
 }
