@@ -129,6 +129,9 @@
 // Bytes that always hold the body `sg_actionable_write_json` writes, NUL included.
 #define SG_ACTIONABLE_BODY_MAX 161
 
+// The largest `n` `sg_isolation_compute` takes (far above any table's shard count).
+#define SG_ISOLATION_MAX_SHARDS 65536
+
 // `sg_limiter_config.algorithm`: a fixed limit.
 #define SG_ALGORITHM_FIXED 0
 
@@ -1684,7 +1687,9 @@ sg_status sg_keyed_shard_in_flight(const struct sg_keyed *keyed,
                                    size_t cap,
                                    size_t *n_out);
 
-// The isolation math for `k` of `n` shards; `SG_INVALID_ARGUMENT` unless `1 ≤ k ≤ n`.
+// The isolation math for `k` of `n` shards; `SG_INVALID_ARGUMENT` unless
+// `1 ≤ k ≤ n ≤ SG_ISOLATION_MAX_SHARDS` (the computation takes `k` steps: an unbounded
+// `k` would make this call take seconds).
 sg_status sg_isolation_compute(uint32_t n, uint32_t k, struct sg_isolation *isolation_out);
 
 // The isolation math for this table's `shards` and `shards_per_key`.

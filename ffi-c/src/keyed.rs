@@ -400,7 +400,12 @@ impl From<Isolation> for sg_isolation {
     }
 }
 
-/// The isolation math for `k` of `n` shards; `SG_INVALID_ARGUMENT` unless `1 ≤ k ≤ n`.
+/// The largest `n` `sg_isolation_compute` takes (far above any table's shard count).
+pub const SG_ISOLATION_MAX_SHARDS: u32 = 65_536;
+
+/// The isolation math for `k` of `n` shards; `SG_INVALID_ARGUMENT` unless
+/// `1 ≤ k ≤ n ≤ SG_ISOLATION_MAX_SHARDS` (the computation takes `k` steps: an unbounded
+/// `k` would make this call take seconds).
 #[no_mangle]
 pub unsafe extern "C" fn sg_isolation_compute(
     n: u32,
@@ -409,6 +414,9 @@ pub unsafe extern "C" fn sg_isolation_compute(
 ) -> sg_status {
     ffi(|| {
         let isolation_out = out(isolation_out)?;
+        if n > SG_ISOLATION_MAX_SHARDS {
+            return Err(SG_INVALID_ARGUMENT);
+        }
         let iso = isolation(n, k).ok_or(SG_INVALID_ARGUMENT)?;
         isolation_out.write(iso.into());
         Ok(())
