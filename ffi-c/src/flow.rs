@@ -1,4 +1,4 @@
-//! Pipeline backpressure (seed 004): `sg_credits` (demand-driven flow control),
+//! Pipeline backpressure: `sg_credits` (demand-driven flow control),
 //! `sg_lag_meter` (lag in seconds, time to drain), `sg_watermarks` (pause/resume with
 //! hysteresis).
 
@@ -25,7 +25,7 @@ use crate::time::SG_NEVER;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct sg_credits_config {
     /// High water: the most credit outstanding at once (the consumer's buffer size),
-    /// at least 1 (default 256, seed 004).
+    /// at least 1 (default 256).
     pub capacity: u32,
     /// Low water: `sg_credits_replenish` grants only once outstanding credit fell to this
     /// or below; below `capacity` (default 64).
@@ -62,7 +62,7 @@ unsafe fn make(cfg: *const sg_credits_config) -> Res<Credits> {
     Ok(Credits::new(CreditsConfig { capacity: c.capacity, low_water: c.low_water })?)
 }
 
-/// Fills `cfg` with the defaults: capacity 256, low water 64 (seed 004).
+/// Fills `cfg` with the defaults: capacity 256, low water 64.
 #[no_mangle]
 pub unsafe extern "C" fn sg_credits_config_default(cfg: *mut sg_credits_config) -> sg_status {
     ffi(|| out(cfg).map(|o| o.write(CreditsConfig::default().into())))
@@ -334,7 +334,7 @@ pub unsafe extern "C" fn sg_credits_metrics_get(
 // ---- lag meter -----------------------------------------------------------------------
 
 /// Snapshots the C `sg_lag_meter` keeps: rates are measured over the last 60 buckets (with
-/// the default 1 s bucket: seed 004's `consume_rate_1m`).
+/// the default 1 s bucket: a one-minute consume rate).
 pub const SG_LAG_METER_SNAPSHOTS: u32 = 61;
 type Meter = LagMeter<61>;
 const _: () = assert!(SG_LAG_METER_SNAPSHOTS == 61);
@@ -350,7 +350,7 @@ pub struct sg_lag_meter_config {
     pub reserved: [u64; 4],
 }
 
-/// Consumer lag measured in time (seed 004 §3): produce and consume rates over a sliding
+/// Consumer lag measured in time: produce and consume rates over a sliding
 /// window of 60 buckets, lag, lag in seconds, time to drain. Thread-safe, lock-free.
 pub struct sg_lag_meter {
     _opaque: [u8; 0],
@@ -593,7 +593,7 @@ pub unsafe extern "C" fn sg_lag_meter_time_to_drain(
     })
 }
 
-/// The alert predicate (seed 004): the backlog takes longer than `limit_ns` to drain
+/// The alert predicate: the backlog takes longer than `limit_ns` to drain
 /// (also when it is not draining, or the rates are unknown with a backlog).
 #[no_mangle]
 pub unsafe extern "C" fn sg_lag_meter_time_to_drain_exceeds(
@@ -695,7 +695,7 @@ const _: () = assert!(Transition::Resume as u32 == SG_TRANSITION_RESUME);
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct sg_watermarks_config {
-    /// Total capacity (default 400, seed 004's Kafka consumer).
+    /// Total capacity (default 400).
     pub capacity: u64,
     /// Pause when free capacity falls below this; at least 1 (default 100).
     pub pause_below: u64,
@@ -718,7 +718,7 @@ impl From<WatermarksConfig> for sg_watermarks_config {
     }
 }
 
-/// Pause/resume with hysteresis on a level (Kafka `pause()`/`resume()`, seed 004 §3).
+/// Pause/resume with hysteresis on a level (Kafka's `pause()`/`resume()`).
 /// Thread-safe, wait-free; exactly one caller reports each transition.
 pub struct sg_watermarks {
     _opaque: [u8; 0],

@@ -64,7 +64,8 @@ pub struct sg_gate_config {
     /// The limiter (its `levels` are the gate's levels).
     pub limiter: sg_limiter_config,
     /// Waiters held at most, `1 ..= SG_GATE_MAX_QUEUE` (default 256). Size it by time
-    /// (seed 004): drain rate × acceptable wait.
+    /// : drain rate × acceptable wait (Little's law: N
+    /// waiters at drain rate R hold N / R of latency).
     pub queue_capacity: u32,
     /// CoDel per level on (default true).
     pub codel_enabled: bool,
@@ -80,7 +81,8 @@ pub struct sg_gate_config {
     pub lifo_occupancy: f64,
     /// A waiter queued longer than this expires, ns; 0 = no maximum (default).
     pub max_wait_ns: u64,
-    /// Aging on (seed 000: a `normal` waiter older than 500 ms becomes `background`).
+    /// Aging on (with the defaults, a `normal` waiter older than 500 ms becomes
+    /// `background`).
     pub aging_enabled: bool,
     /// The level that ages (default 1).
     pub aging_from: u32,
@@ -470,7 +472,7 @@ pub unsafe extern "C" fn sg_gate_next_wakeup(
     })
 }
 
-/// The on-call switch (seed 002): refuse every arrival at `level` or less important at
+/// The on-call shed switch: refuse every arrival at `level` or less important at
 /// once (`SG_REASON_SHED`), and expire such waiters at the next poll.
 #[no_mangle]
 pub unsafe extern "C" fn sg_gate_set_shed_level(gate: *mut sg_gate, level: u32) -> sg_status {
@@ -597,7 +599,8 @@ pub unsafe extern "C" fn sg_gate_limit(gate: *const sg_gate, limit_out: *mut f64
     })
 }
 
-/// The kill switch of the gate's limiter (seed 000): pins the limit to `limit` (finite, in
+/// The kill switch of the gate's limiter (an operator's override of the adaptive
+/// limit): pins the limit to `limit` (finite, in
 /// `[1e-6, 2^31)`; else `SG_INVALID_ARGUMENT`).
 #[no_mangle]
 pub unsafe extern "C" fn sg_gate_set_static_limit(gate: *mut sg_gate, limit: f64) -> sg_status {

@@ -1,4 +1,4 @@
-//! Per-key isolation (seeds 002, 004): `sg_keyed` (per-tenant / per-agent concurrency
+//! Per-key isolation (shuffle sharding, as AWS describes it for Route 53): `sg_keyed` (per-tenant / per-agent concurrency
 //! caps and rates in a shuffle-sharded table, heavy hitters) and actionable rejections
 //! (`sg_actionable`: 429 vs 503, `Retry-After`, the JSON body, identical in every binding).
 

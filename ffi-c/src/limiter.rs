@@ -24,9 +24,10 @@ const _: () = assert!(Priority::MAX_LEVELS == 8); // the C arrays below have 8 e
 
 /// `sg_limiter_config.algorithm`: a fixed limit.
 pub const SG_ALGORITHM_FIXED: u32 = 0;
-/// AIMD (seed 002; a Netflix parity mode).
+/// AIMD (additive increase, multiplicative decrease; with a Netflix
+/// concurrency-limits parity mode).
 pub const SG_ALGORITHM_AIMD: u32 = 1;
-/// Seed 000's hysteresis AIMD (healthy / warning / critical zones on p99).
+/// The hysteresis AIMD (healthy / warning / critical zones on p99 against a target).
 pub const SG_ALGORITHM_HYSTERESIS: u32 = 2;
 /// Envoy's gradient controller (the default).
 pub const SG_ALGORITHM_GRADIENT: u32 = 3;
@@ -50,7 +51,7 @@ pub struct sg_fixed_config {
     pub reserved: [u64; 4],
 }
 
-/// Settings of AIMD (`SG_ALGORITHM_AIMD`): seed 002's +1 / ×backoff, or Netflix
+/// Settings of AIMD (`SG_ALGORITHM_AIMD`): +1 per good window / ×`backoff_ratio` on overload, or Netflix
 /// concurrency-limits' `AIMDLimit` exactly (`netflix_parity`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -81,7 +82,7 @@ pub struct sg_aimd_config {
     pub reserved: [u64; 4],
 }
 
-/// Settings of seed 000's hysteresis AIMD (`SG_ALGORITHM_HYSTERESIS`): healthy / warning /
+/// Settings of the hysteresis AIMD (`SG_ALGORITHM_HYSTERESIS`): healthy / warning /
 /// critical zones on the rolling p99 against a target.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -92,7 +93,7 @@ pub struct sg_hysteresis_config {
     pub min_limit: f64,
     /// Hard cap.
     pub max_limit: f64,
-    /// The latency the zones are measured against, ns (seed 000: 50 ms).
+    /// The latency the zones are measured against, ns (default 50 ms).
     pub target_latency_ns: u64,
     /// Healthy while p99 < this × target (0.8).
     pub healthy_below: f64,
@@ -358,7 +359,7 @@ pub unsafe extern "C" fn sg_fixed_config_default(cfg: *mut sg_fixed_config) -> s
 pub unsafe extern "C" fn sg_aimd_config_default(cfg: *mut sg_aimd_config) -> sg_status {
     ffi(|| out(cfg).map(|o| o.write(AimdConfig::default().into())))
 }
-/// Fills `cfg` with the hysteresis AIMD's defaults (seed 000).
+/// Fills `cfg` with the hysteresis AIMD's defaults.
 #[no_mangle]
 pub unsafe extern "C" fn sg_hysteresis_config_default(cfg: *mut sg_hysteresis_config) -> sg_status {
     ffi(|| out(cfg).map(|o| o.write(HysteresisConfig::default().into())))
@@ -401,7 +402,7 @@ pub struct sg_limiter_config {
     /// Priority levels in use, 1..=8 (default 3: critical, normal, background).
     pub levels: u32,
     /// Guaranteed share of the limit per level; the sum must not exceed 1 (default
-    /// 0.7 / 0.25 / 0.05, seed 000). Entries past `levels` are ignored.
+    /// 0.7 / 0.25 / 0.05). Entries past `levels` are ignored.
     pub weights: [f64; 8],
     /// A window is at least this long, ns (default 100 ms).
     pub min_window_ns: u64,
@@ -681,7 +682,7 @@ pub unsafe extern "C" fn sg_limiter_note_arrival(
     })
 }
 
-/// The kill switch (seed 000): pins the limit to `limit` (in `[1e-6, 2^31)`, finite;
+/// The kill switch (an operator's override of the adaptive limit): pins the limit to `limit` (in `[1e-6, 2^31)`, finite;
 /// otherwise `SG_INVALID_ARGUMENT`). The algorithm keeps learning meanwhile.
 #[no_mangle]
 pub unsafe extern "C" fn sg_limiter_set_static_limit(

@@ -1,6 +1,6 @@
 //! Rate limits: `sg_rate_limiter` (GCRA on one atomic word, weighted cost, the wait
 //! returned instead of slept) and `sg_paced_drain` (drain a backlog after an outage with
-//! headroom, seed 003/004).
+//! headroom).
 
 use core::ffi::c_void;
 
@@ -306,7 +306,7 @@ mod drain_make {
     }
 }
 
-/// Fills `cfg` with the defaults: a 1000/s target, 20 % headroom, bursts of 100 ms (seed 004's example;
+/// Fills `cfg` with the defaults: a 1000/s target, 20 % headroom, bursts of 100 ms (
 /// use `sg_paced_drain_config_for` for your target).
 #[no_mangle]
 pub unsafe extern "C" fn sg_paced_drain_config_default(
@@ -367,7 +367,7 @@ pub unsafe extern "C" fn sg_paced_drain_deinit(paced_drain: *mut sg_paced_drain)
 }
 
 /// Fills `cfg` for `target_per_sec` (finite, > 0; else `SG_INVALID_ARGUMENT`): 20 %
-/// headroom and a burst of 100 ms of the drain rate (seed 004).
+/// headroom and a burst of 100 ms of the drain rate.
 #[no_mangle]
 pub unsafe extern "C" fn sg_paced_drain_config_for(
     target_per_sec: f64,
@@ -446,7 +446,7 @@ fn check_rate(r: f64) -> Res {
     }
 }
 
-/// Seed 004's drain time, `backlog / (consume − produce)`, ns; `SG_NEVER` when it never
+/// The drain time, `backlog / (consume − produce)`, ns; `SG_NEVER` when it never
 /// drains. Rates must be finite and ≥ 0 (else `SG_INVALID_ARGUMENT`).
 #[no_mangle]
 pub unsafe extern "C" fn sg_time_to_drain(

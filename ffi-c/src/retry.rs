@@ -44,7 +44,7 @@ impl From<RetryBudgetConfig> for sg_retry_budget_config {
 
 /// A retry budget: every request deposits, every retry withdraws, deposits expire after
 /// `ttl`, and `min_retries_per_sec × ttl` retries are always available, so retries stay a
-/// bounded share of traffic (seeds 003, 004). Thread-safe, lock-free.
+/// bounded share of traffic (Finagle's `RetryBudget`, gRPC's retry throttling). Thread-safe, lock-free.
 pub struct sg_retry_budget {
     _opaque: [u8; 0],
 }

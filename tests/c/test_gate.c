@@ -101,7 +101,7 @@ static void test_configs(void) {
     g = NULL;
     OK(sg_gate_config_default(&cfg));
     cfg.aging_enabled = true;
-    OK(sg_gate_new(&cfg, &g)); /* seed 000's aging: normal -> background after 500 ms */
+    OK(sg_gate_new(&cfg, &g)); /* the default aging: normal -> background after 500 ms */
     sg_gate_free(g);
     g = NULL;
     cfg.aging_from = 9;
