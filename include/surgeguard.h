@@ -304,9 +304,11 @@ enum sg_status
     SG_INVALID_HANDLE = 107,
     // The permit was already released (or moved away).
     SG_ALREADY_RELEASED = 108,
-    // The permit or ticket belongs to another object.
+    // The permit or ticket belongs to another object (for a ticket: carries another
+    // gate's id, which a forged number usually does).
     SG_FOREIGN_HANDLE = 109,
-    // The ticket is unknown: never issued, already granted, expired or cancelled.
+    // The ticket is unknown: already granted, expired, evicted or cancelled, or carries
+    // this gate's id but was never issued.
     SG_UNKNOWN_TICKET = 110,
     // A panic was caught at the boundary (a bug: please report it). The object it was
     // using is poisoned: later calls on it return `SG_PANIC`; free it.
@@ -1589,8 +1591,10 @@ sg_status sg_gate_poll(struct sg_gate *gate,
                        size_t *n_out);
 
 // Withdraws a queued ticket (its owner gave up). `SG_UNKNOWN_TICKET` if it already left
-// (granted, expired, evicted, cancelled) or never was; `SG_FOREIGN_HANDLE` if it belongs
-// to another gate. Neither changes anything.
+// (granted, expired, evicted, cancelled), or carries this gate's id but was never
+// issued; `SG_FOREIGN_HANDLE` if it carries another id: another gate's ticket, or a
+// number no gate issued (a ticket is a plain number, so a forged one cannot be told from
+// another gate's). Neither changes anything.
 sg_status sg_gate_cancel(struct sg_gate *gate, uint64_t ticket);
 
 // When the caller's one timer should next call `sg_gate_poll`, ns on the same clock

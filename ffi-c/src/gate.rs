@@ -442,8 +442,10 @@ pub unsafe extern "C" fn sg_gate_poll(
 }
 
 /// Withdraws a queued ticket (its owner gave up). `SG_UNKNOWN_TICKET` if it already left
-/// (granted, expired, evicted, cancelled) or never was; `SG_FOREIGN_HANDLE` if it belongs
-/// to another gate. Neither changes anything.
+/// (granted, expired, evicted, cancelled), or carries this gate's id but was never
+/// issued; `SG_FOREIGN_HANDLE` if it carries another id: another gate's ticket, or a
+/// number no gate issued (a ticket is a plain number, so a forged one cannot be told from
+/// another gate's). Neither changes anything.
 #[no_mangle]
 pub unsafe extern "C" fn sg_gate_cancel(gate: *mut sg_gate, ticket: u64) -> sg_status {
     ffi(|| {

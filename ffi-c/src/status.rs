@@ -38,9 +38,11 @@ pub enum sg_status {
     SG_INVALID_HANDLE = 107,
     /// The permit was already released (or moved away).
     SG_ALREADY_RELEASED = 108,
-    /// The permit or ticket belongs to another object.
+    /// The permit or ticket belongs to another object (for a ticket: carries another
+    /// gate's id, which a forged number usually does).
     SG_FOREIGN_HANDLE = 109,
-    /// The ticket is unknown: never issued, already granted, expired or cancelled.
+    /// The ticket is unknown: already granted, expired, evicted or cancelled, or carries
+    /// this gate's id but was never issued.
     SG_UNKNOWN_TICKET = 110,
     /// A panic was caught at the boundary (a bug: please report it). The object it was
     /// using is poisoned: later calls on it return `SG_PANIC`; free it.
