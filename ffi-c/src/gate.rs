@@ -243,7 +243,9 @@ pub unsafe extern "C" fn sg_gate_config_default(cfg: *mut sg_gate_config) -> sg_
     ffi(|| out(cfg).map(|o| o.write(default_config())))
 }
 
-/// Creates a gate on the heap; free it with `sg_gate_free`.
+/// Creates a gate on the heap; free it with `sg_gate_free`. Stack: the gate is built by
+/// value first, which needs about 2.5 MiB of stack (1.5 MiB with `queue_capacity` ≤
+/// 256; measured): create gates on the main thread or on a thread with 4 MiB of stack.
 #[no_mangle]
 pub unsafe extern "C" fn sg_gate_new(
     cfg: *const sg_gate_config,
@@ -273,7 +275,7 @@ pub extern "C" fn sg_gate_align() -> usize {
     ffi_value(0, obj_align::<sg_gate>)
 }
 
-/// Creates a gate in caller storage (`len` bytes at `mem`, aligned to
+/// Creates a gate in caller storage (the stack need of `sg_gate_new` applies) (`len` bytes at `mem`, aligned to
 /// `sg_gate_align()`); on `SG_OK`, `(sg_gate *)mem` is the handle. End it with
 /// `sg_gate_deinit`.
 #[no_mangle]

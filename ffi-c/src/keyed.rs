@@ -147,7 +147,9 @@ pub unsafe extern "C" fn sg_keyed_config_default(cfg: *mut sg_keyed_config) -> s
     })
 }
 
-/// Creates a keyed table on the heap; free it with `sg_keyed_free`.
+/// Creates a keyed table on the heap; free it with `sg_keyed_free`. Stack: the table is
+/// built by value first, which needs about 512 KiB of stack (measured; give such a thread
+/// 1 MiB).
 #[no_mangle]
 pub unsafe extern "C" fn sg_keyed_new(
     cfg: *const sg_keyed_config,
@@ -177,7 +179,7 @@ pub extern "C" fn sg_keyed_align() -> usize {
     ffi_value(0, obj_align::<sg_keyed>)
 }
 
-/// Creates a keyed table in caller storage (`len` bytes at `mem`, aligned to
+/// Creates a keyed table in caller storage (the stack need of `sg_keyed_new` applies) (`len` bytes at `mem`, aligned to
 /// `sg_keyed_align()`); on `SG_OK`, `(sg_keyed *)mem` is the handle. End it with
 /// `sg_keyed_deinit`.
 #[no_mangle]

@@ -4,6 +4,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -331,6 +332,46 @@ static void test_isolation_bounded(void) {
     CHECK(iso.share_all > 0.0 && iso.share_all < 1e-5);
 }
 
+/* Found by measuring: constructors build objects by value on the stack (a 4096-waiter gate
+ * needed more than 2 MiB). The stacks the header recommends (4 MiB for a gate, 1 MiB for a
+ * keyed table) are enough. */
+static void *build_in_thread(void *arg) {
+    sg_status *st = (sg_status *)arg;
+    sg_gate_config gc;
+    sg_gate *g = NULL;
+    sg_keyed_config kc;
+    sg_keyed *k = NULL;
+    if (st[2]) {
+        sg_gate_config_default(&gc);
+        gc.queue_capacity = SG_GATE_MAX_QUEUE;
+        st[0] = sg_gate_new(&gc, &g);
+        sg_gate_free(g);
+    } else {
+        sg_keyed_config_default(&kc);
+        kc.shards = 1024;
+        st[1] = sg_keyed_new(&kc, &k);
+        sg_keyed_free(k);
+    }
+    return NULL;
+}
+static void test_constructor_stack_bounds(void) {
+    sg_status st[3] = {SG_PANIC, SG_PANIC, SG_OK};
+    size_t stacks[2] = {4096u * 1024u, 1024u * 1024u};
+    int i;
+    for (i = 0; i < 2; i++) {
+        pthread_attr_t a;
+        pthread_t t;
+        st[2] = i == 0 ? SG_PANIC : SG_OK; /* non-zero: build the gate */
+        CHECK(pthread_attr_init(&a) == 0);
+        CHECK(pthread_attr_setstacksize(&a, stacks[i]) == 0);
+        CHECK(pthread_create(&t, &a, build_in_thread, st) == 0);
+        CHECK(pthread_join(t, NULL) == 0);
+        pthread_attr_destroy(&a);
+    }
+    EXPECT(st[0], SG_OK);
+    EXPECT(st[1], SG_OK);
+}
+
 int main(void) {
     test_config_field_named();
     test_reserved_words();
@@ -342,5 +383,6 @@ int main(void) {
     test_now_out_of_range();
     test_pump_acts_on_due_wakeup();
     test_isolation_bounded();
+    test_constructor_stack_bounds();
     return SUMMARY("fixes");
 }
