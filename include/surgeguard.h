@@ -444,7 +444,8 @@ typedef struct sg_breaker_config {
 // `SG_INVALID_HANDLE`, and none of them changes anything. Storage may be reused for a
 // new admission once released. Do not copy a live permit with `=` or `memcpy`: use
 // `sg_permit_move`. Zero it (`sg_permit p = {0};`) if it may be released before it is
-// filled.
+// filled. An acquire writes its output without reading it (so uninitialised storage is
+// fine there): acquiring into a live permit would lose that admission; don't.
 typedef struct sg_permit {
     // Opaque.
     uint64_t opaque[6];

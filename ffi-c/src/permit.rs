@@ -35,7 +35,8 @@ use crate::status::sg_status::{self, *};
 /// `SG_INVALID_HANDLE`, and none of them changes anything. Storage may be reused for a
 /// new admission once released. Do not copy a live permit with `=` or `memcpy`: use
 /// `sg_permit_move`. Zero it (`sg_permit p = {0};`) if it may be released before it is
-/// filled.
+/// filled. An acquire writes its output without reading it (so uninitialised storage is
+/// fine there): acquiring into a live permit would lose that admission; don't.
 // (Not in the doc comment, which cbindgen copies into the header.) In Rust the words are
 // `UnsafeCell<MaybeUninit<u64>>`: the state word is updated atomically through a shared
 // borrow, and the core permit's padding bytes stay uninitialised. C sees
