@@ -7,7 +7,8 @@
  * such values, permits that are zeroed, garbage, released, or another object's, tickets
  * that were never issued. The call table comes from the header (gen_sweep.py), so every
  * function is swept. After each call it checks the contract every function promises:
- *   - the status is a documented one (0, 1, 2, 100..113);
+ *   - the status is a documented one (0, 1, 2, 100..113), and never a success when a
+ *     `now` above SG_MAX_NOW was passed;
  *   - a failure (a status >= 100) writes no output (outputs start as a 0xA5 canary, and
  *     a permit output keeps its state), and changes no observable state (a fingerprint of
  *     every field of the object's metrics, before and after);
@@ -66,11 +67,12 @@ static bool BOOL(void) { return ONE_IN(2); }
 /* `now`: mostly moving forward in range, sometimes backwards, sometimes out of range. The
  * sweep's latest in-range `now` is where fingerprints are taken. */
 static uint64_t sweep_now = 1000000;
+static int bad_now; /* this call got a `now` above SG_MAX_NOW: it must not succeed */
 static uint64_t NOW(void) {
     uint64_t n;
     switch (next_u64() % 16) {
-    case 0: return SG_MAX_NOW + 1 + next_u64() % 1000;
-    case 1: return UINT64_MAX;
+    case 0: bad_now = 1; return SG_MAX_NOW + 1 + next_u64() % 1000;
+    case 1: bad_now = 1; return UINT64_MAX;
     case 2: return sweep_now > 5000000 ? sweep_now - next_u64() % 5000000 : 0;
     case 3: n = SG_MAX_NOW; break;
     default: n = sweep_now + next_u64() % (ONE_IN(8) ? 2000000000ull : 3000000ull); break;
@@ -100,6 +102,7 @@ static void check_status(sg_status st, const char *fn) {
     unsigned s = (unsigned)st;
     int documented = s <= 2 || (s >= 100 && s <= 113);
     SAME(documented, fn, "returned an undocumented status");
+    if (bad_now) SAME(s >= 100, fn, "accepted a now above SG_MAX_NOW");
     if (documented) by_status[s]++;
 }
 static int canary(const void *p, size_t n) {
@@ -293,6 +296,7 @@ int main(int argc, char **argv) {
     for (iteration = 0; iteration < iters; iteration++) {
         unsigned fn = (unsigned)(next_u64() % N_FUNCTIONS);
         called[fn]++;
+        bad_now = 0;
         if (trace) fprintf(stderr, "sweep_api: %lu %s\n", iteration, function_names[fn]);
         call_one(fn);
     }
