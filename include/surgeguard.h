@@ -1535,9 +1535,9 @@ sg_status sg_watermarks_metrics_get(const struct sg_watermarks *watermarks,
 // CoDel says overloaded, no maximum wait, no aging, 1 s fallback hint.
 sg_status sg_gate_config_default(struct sg_gate_config *cfg);
 
-// Creates a gate on the heap; free it with `sg_gate_free`. Stack: the gate is built by
-// value first, which needs about 2.5 MiB of stack (1.5 MiB with `queue_capacity` ≤
-// 256; measured): create gates on the main thread or on a thread with 4 MiB of stack.
+// Creates a gate on the heap; free it with `sg_gate_free`. Stack: the core builds a gate
+// by value, which needs about 1.5 MiB of stack (1 MiB with `queue_capacity` ≤ 256;
+// measured): create gates on the main thread or on a thread with 4 MiB of stack.
 sg_status sg_gate_new(const struct sg_gate_config *cfg, struct sg_gate **gate_out);
 
 // Frees a gate made by `sg_gate_new`. NULL is fine; a handle made by `sg_gate_init` is

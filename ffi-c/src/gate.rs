@@ -13,8 +13,8 @@ use surgeguard_core::{Priority, RawPermit};
 
 use crate::field;
 use crate::handle::{
-    deinit_object, ffi, ffi_status, ffi_value, free_object, init_object, input, new_object, object,
-    out, rejected, with, Res,
+    deinit_object, ffi, ffi_status, ffi_value, free_object, init_object_in_place, input,
+    new_object_in_place, object, out, rejected, with, Res,
 };
 use crate::handle::{obj_align, obj_size};
 use crate::limiter::{sg_limiter_config, sg_limiter_metrics};
@@ -218,21 +218,29 @@ object!(sg_gate, Gates, 0x5347_4741_5445_0000);
 
 mod gate_make {
     use super::*;
-    /// Builds the object's core structure from a C config (for `_new` and `_init`).
+    /// Builds the object's core structure from a C config (for `_new` and `_init`) and
+    /// writes it into `p`, or fails having written nothing. A gate is large: writing it in
+    /// place keeps copies of it off the stack, as far as the core's by-value constructor
+    /// allows.
     ///
     /// # Safety
-    /// `cfg` must be NULL or valid for reads of one `sg_gate_config` for the duration of the call
-    /// (the crate's contract).
-    pub(super) unsafe fn make(cfg: *const sg_gate_config) -> Res<Gates> {
+    /// `cfg` must be NULL or valid for reads of one `sg_gate_config` for the duration of the
+    /// call (the crate's contract); `p` must be writable for one `Gates`.
+    pub(super) unsafe fn make_into(cfg: *const sg_gate_config, p: *mut Gates) -> Res {
         // SAFETY: this fn's contract: `cfg` is NULL (`input` refuses it) or readable for
         // one `sg_gate_config` during the call; the borrow does not outlive it.
         let c = unsafe { input(cfg)? };
         let core = c.to_core()?;
-        Ok(if c.queue_capacity <= 256 {
-            Gates::Small(Gate::new(core)?)
+        if c.queue_capacity <= 256 {
+            let g = Gate::<256>::new(core)?;
+            // SAFETY: this fn's contract: `p` is writable for one `Gates`.
+            unsafe { p.write(Gates::Small(g)) };
         } else {
-            Gates::Large(Gate::new(core)?)
-        })
+            let g = Gate::<4096>::new(core)?;
+            // SAFETY: as above.
+            unsafe { p.write(Gates::Large(g)) };
+        }
+        Ok(())
     }
 }
 
@@ -243,16 +251,16 @@ pub unsafe extern "C" fn sg_gate_config_default(cfg: *mut sg_gate_config) -> sg_
     ffi(|| out(cfg).map(|o| o.write(default_config())))
 }
 
-/// Creates a gate on the heap; free it with `sg_gate_free`. Stack: the gate is built by
-/// value first, which needs about 2.5 MiB of stack (1.5 MiB with `queue_capacity` ≤
-/// 256; measured): create gates on the main thread or on a thread with 4 MiB of stack.
+/// Creates a gate on the heap; free it with `sg_gate_free`. Stack: the core builds a gate
+/// by value, which needs about 1.5 MiB of stack (1 MiB with `queue_capacity` ≤ 256;
+/// measured): create gates on the main thread or on a thread with 4 MiB of stack.
 #[no_mangle]
 pub unsafe extern "C" fn sg_gate_new(
     cfg: *const sg_gate_config,
     gate_out: *mut *mut sg_gate,
 ) -> sg_status {
     // SAFETY: the crate's contract for `cfg` and `gate_out`.
-    unsafe { new_object(gate_out, || gate_make::make(cfg)) }
+    unsafe { new_object_in_place(gate_out, |p| gate_make::make_into(cfg, p)) }
 }
 
 /// Frees a gate made by `sg_gate_new`. NULL is fine; a handle made by `sg_gate_init` is
@@ -285,7 +293,7 @@ pub unsafe extern "C" fn sg_gate_init(
     cfg: *const sg_gate_config,
 ) -> sg_status {
     // SAFETY: the crate's contract for `mem`, `len` and `cfg`.
-    unsafe { init_object::<sg_gate>(mem, len, || gate_make::make(cfg)) }
+    unsafe { init_object_in_place::<sg_gate>(mem, len, |p| gate_make::make_into(cfg, p)) }
 }
 
 /// Ends a gate made by `sg_gate_init` (NULL: nothing to do); later use of the handle
