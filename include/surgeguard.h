@@ -1647,8 +1647,8 @@ sg_status sg_gate_metrics_get(const struct sg_gate *gate, struct sg_gate_metrics
 sg_status sg_keyed_config_default(struct sg_keyed_config *cfg);
 
 // Creates a keyed table on the heap; free it with `sg_keyed_free`. Stack: the table is
-// built by value first, which needs about 512 KiB of stack (measured; give such a thread
-// 1 MiB).
+// built by value by the core, which needs about 256 KiB of stack (measured; give such a
+// thread 1 MiB).
 sg_status sg_keyed_new(const struct sg_keyed_config *cfg, struct sg_keyed **keyed_out);
 
 // Frees a keyed table made by `sg_keyed_new`. NULL is fine; a handle made by `sg_keyed_init` is

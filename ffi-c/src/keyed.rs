@@ -13,8 +13,8 @@ use surgeguard_core::keyed::{
 use surgeguard_core::time::SEC;
 
 use crate::handle::{
-    deinit_object, ffi, ffi_status, ffi_value, free_object, init_object, input, new_object, object,
-    out, rejected, with, Res,
+    deinit_object, ffi, ffi_status, ffi_value, free_object, init_object_in_place, input,
+    new_object_in_place, object, out, rejected, with, Res,
 };
 use crate::handle::{obj_align, obj_size};
 use crate::permit::{issue, restore, sg_permit, take, SG_PERMIT_KIND_KEYED};
@@ -92,12 +92,13 @@ object!(sg_keyed, Table, 0x5347_4B45_5945_4400);
 
 mod keyed_make {
     use super::*;
-    /// Builds the object's core structure from a C config (for `_new` and `_init`).
+    /// Builds the object's core structure from a C config (for `_new` and `_init`) and
+    /// writes it into `p`, or fails having written nothing (in place: a table is large).
     ///
     /// # Safety
     /// `cfg` must be NULL or valid for reads of one `sg_keyed_config` for the duration of the call
-    /// (the crate's contract).
-    pub(super) unsafe fn make(cfg: *const sg_keyed_config) -> Res<Table> {
+    /// (the crate's contract); `p` must be writable for one `Table`.
+    pub(super) unsafe fn make_into(cfg: *const sg_keyed_config, p: *mut Table) -> Res {
         // SAFETY: this fn's contract: `cfg` is NULL (`input` refuses it) or readable for
         // one `sg_keyed_config` during the call; the borrow does not outlive it.
         let c = unsafe { input(cfg)? };
@@ -117,13 +118,31 @@ mod keyed_make {
             seed: c.seed,
             shard_rate,
         };
-        Ok(match c.shards {
-            16 => Table::S16(KeyedLimits::new(config)?),
-            64 => Table::S64(KeyedLimits::new(config)?),
-            256 => Table::S256(KeyedLimits::new(config)?),
-            1024 => Table::S1024(KeyedLimits::new(config)?),
+        // Each arm writes `p` only once the table is built.
+        match c.shards {
+            16 => {
+                let t = KeyedLimits::new(config)?;
+                // SAFETY: this fn's contract: `p` is writable for one `Table`.
+                unsafe { p.write(Table::S16(t)) }
+            }
+            64 => {
+                let t = KeyedLimits::new(config)?;
+                // SAFETY: this fn's contract: `p` is writable for one `Table`.
+                unsafe { p.write(Table::S64(t)) }
+            }
+            256 => {
+                let t = KeyedLimits::new(config)?;
+                // SAFETY: this fn's contract: `p` is writable for one `Table`.
+                unsafe { p.write(Table::S256(t)) }
+            }
+            1024 => {
+                let t = KeyedLimits::new(config)?;
+                // SAFETY: this fn's contract: `p` is writable for one `Table`.
+                unsafe { p.write(Table::S1024(t)) }
+            }
             _ => return Err(crate::field::out_of_range("shards")),
-        })
+        }
+        Ok(())
     }
 }
 
@@ -148,15 +167,15 @@ pub unsafe extern "C" fn sg_keyed_config_default(cfg: *mut sg_keyed_config) -> s
 }
 
 /// Creates a keyed table on the heap; free it with `sg_keyed_free`. Stack: the table is
-/// built by value first, which needs about 512 KiB of stack (measured; give such a thread
-/// 1 MiB).
+/// built by value by the core, which needs about 256 KiB of stack (measured; give such a
+/// thread 1 MiB).
 #[no_mangle]
 pub unsafe extern "C" fn sg_keyed_new(
     cfg: *const sg_keyed_config,
     keyed_out: *mut *mut sg_keyed,
 ) -> sg_status {
     // SAFETY: the crate's contract for `cfg` and `keyed_out`.
-    unsafe { new_object(keyed_out, || keyed_make::make(cfg)) }
+    unsafe { new_object_in_place(keyed_out, |p| keyed_make::make_into(cfg, p)) }
 }
 
 /// Frees a keyed table made by `sg_keyed_new`. NULL is fine; a handle made by `sg_keyed_init` is
@@ -189,7 +208,7 @@ pub unsafe extern "C" fn sg_keyed_init(
     cfg: *const sg_keyed_config,
 ) -> sg_status {
     // SAFETY: the crate's contract for `mem`, `len` and `cfg`.
-    unsafe { init_object::<sg_keyed>(mem, len, || keyed_make::make(cfg)) }
+    unsafe { init_object_in_place::<sg_keyed>(mem, len, |p| keyed_make::make_into(cfg, p)) }
 }
 
 /// Ends a keyed table made by `sg_keyed_init` (NULL: nothing to do); later use of the handle
