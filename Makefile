@@ -11,7 +11,7 @@ NO_STD_TARGET := aarch64-unknown-none
 MCU_TARGETS := thumbv7em-none-eabihf thumbv6m-none-eabi
 LOOM_TESTS := $(patsubst core/tests/%.rs,%,$(wildcard core/tests/loom_*.rs))
 
-.PHONY: test setup fmt clippy unit loom nostd ctest demo bench pytest miri nodetest
+.PHONY: test setup fmt clippy unit loom nostd ctest csweep demo bench pytest miri nodetest
 
 test: setup fmt clippy unit loom nostd miri ctest pytest nodetest
 	@echo "make test: all checks passed"
@@ -51,6 +51,10 @@ nostd:
 # stress test of the gate, valgrind memcheck, the pkg-config example (tests/c/run.sh).
 ctest:
 	tests/c/run.sh
+
+# A long C ABI sweep (not in make test): 2 million calls per seed, three seeds.
+csweep:
+	for seed in 11 12 13; do SG_SWEEP_ITERS=2000000 SG_SWEEP_VG_ITERS=20000 SG_SWEEP_SEED=$$seed tests/c/run.sh || exit 1; done
 
 # The npm package: `npm ci` builds the addon (prepare script), then node:test and tsc.
 nodetest:

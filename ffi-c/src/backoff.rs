@@ -8,7 +8,7 @@ use surgeguard_core::backoff::{Backoff, BackoffConfig, Jitter};
 use surgeguard_core::rng::SplitMix64;
 
 use crate::handle::{
-    deinit_object, ffi, ffi_value, free_object, init_object, input, new_object, object, out,
+    deinit_object, ffi, ffi_value, free_object, init_object, input, new_object, object, out, with,
     with_mut, Res,
 };
 use crate::handle::{obj_align, obj_size};
@@ -39,11 +39,15 @@ pub struct sg_backoff_config {
     pub jitter: u32,
     /// Seed of the jitter generator (SplitMix64), so a run replays (default 0).
     pub seed: u64,
+    /// Reserved for settings added later (each will give 0 today's behaviour); must be
+    /// 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    pub reserved: [u64; 4],
 }
 
 impl From<BackoffConfig> for sg_backoff_config {
     fn from(c: BackoffConfig) -> Self {
         Self {
+            reserved: [0; 4],
             base_ns: c.base,
             multiplier: c.multiplier,
             cap_ns: c.cap,
@@ -82,12 +86,13 @@ mod backoff_make {
         // SAFETY: this fn's contract: `cfg` is NULL (`input` refuses it) or readable for
         // one `sg_backoff_config` during the call; the borrow does not outlive it.
         let c = unsafe { input(cfg)? };
+        crate::field::reserved(&c.reserved)?;
         let jitter = match c.jitter {
             SG_JITTER_NONE => Jitter::None,
             SG_JITTER_FULL => Jitter::Full,
             SG_JITTER_EQUAL => Jitter::Equal,
             SG_JITTER_DECORRELATED => Jitter::Decorrelated,
-            _ => return Err(SG_CONFIG_OUT_OF_RANGE),
+            _ => return Err(crate::field::out_of_range("jitter")),
         };
         let backoff = Backoff::new(BackoffConfig {
             base: c.base_ns,
@@ -156,8 +161,9 @@ pub unsafe extern "C" fn sg_backoff_deinit(backoff: *mut sg_backoff) -> sg_statu
     unsafe { deinit_object(backoff) }
 }
 
-/// The delay before retry number `attempt` (1 = first retry), ns, never less than
-/// `retry_after_hint_ns` (the server's `Retry-After` or pushback; 0 = none).
+/// The delay before retry number `attempt` (1 = first retry; 0 is `SG_INVALID_ARGUMENT`),
+/// ns, never less than `retry_after_hint_ns` (the server's `Retry-After` or pushback;
+/// 0 = none).
 #[no_mangle]
 pub unsafe extern "C" fn sg_backoff_next_delay(
     backoff: *mut sg_backoff,
@@ -167,6 +173,9 @@ pub unsafe extern "C" fn sg_backoff_next_delay(
 ) -> sg_status {
     ffi(|| {
         let delay_out = out(delay_out)?;
+        if attempt == 0 {
+            return Err(SG_INVALID_ARGUMENT);
+        }
         let hint = (retry_after_hint_ns != 0).then_some(retry_after_hint_ns);
         // SAFETY: the crate's contract for `backoff`; exclusive use is this type's documented
         // condition.
@@ -181,17 +190,23 @@ pub unsafe extern "C" fn sg_backoff_next_delay(
     })
 }
 
-/// The ceiling before jitter for retry number `attempt`: `min(cap, base·multiplier^(n−1))`.
+/// The ceiling before jitter for retry number `attempt` (1 = first retry; 0 is
+/// `SG_INVALID_ARGUMENT`): `min(cap, base·multiplier^(attempt−1))`.
 #[no_mangle]
 pub unsafe extern "C" fn sg_backoff_ceiling(
-    backoff: *mut sg_backoff,
+    backoff: *const sg_backoff,
     attempt: u32,
     ceiling_out: *mut u64,
 ) -> sg_status {
     ffi(|| {
         let ceiling_out = out(ceiling_out)?;
         // SAFETY: as in `sg_backoff_next_delay`.
-        let c = unsafe { with_mut(backoff, |b| Ok(b.inner.backoff.ceiling(attempt)))? };
+        if attempt == 0 {
+            return Err(SG_INVALID_ARGUMENT);
+        }
+        // (A shared borrow: `ceiling` only reads the settings, so this query takes a const
+        // handle; the type is still not to be used from two threads at once.)
+        let c = unsafe { with(backoff, |b| Ok(b.inner.backoff.ceiling(attempt)))? };
         ceiling_out.write(c);
         Ok(())
     })

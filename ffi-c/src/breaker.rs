@@ -8,6 +8,7 @@ use surgeguard_core::breaker::{
     CircuitBreakerConfig,
 };
 
+use crate::field;
 use crate::handle::{
     deinit_object, ffi, ffi_status, ffi_value, free_object, init_object, input, new_object, object,
     out, rejected, with, Res,
@@ -17,6 +18,7 @@ use crate::permit::{issue, sg_permit, take, SG_PERMIT_KIND_BREAKER};
 use crate::status::sg_rejection;
 use crate::status::sg_status::{self, *};
 use crate::vocab::outcome;
+use surgeguard_core::ConfigError;
 
 /// `sg_breaker_config.window_kind`: the last `window_count` calls.
 pub const SG_BREAKER_WINDOW_COUNT: u32 = 0;
@@ -66,6 +68,9 @@ pub struct sg_breaker_config {
     pub ramp_duration_ns: u64,
     /// Seed of the jitter generator (default 0).
     pub seed: u64,
+    /// Reserved for settings added later (each will give 0 today's behaviour); must be
+    /// 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    pub reserved: [u64; 4],
 }
 
 impl From<CircuitBreakerConfig> for sg_breaker_config {
@@ -77,6 +82,7 @@ impl From<CircuitBreakerConfig> for sg_breaker_config {
             BreakerWindow::Time(d) => (SG_BREAKER_WINDOW_TIME, 100, d),
         };
         Self {
+            reserved: [0; 4],
             window_kind,
             window_count,
             window_ns,
@@ -111,12 +117,33 @@ mod breaker_make {
         // SAFETY: this fn's contract: `cfg` is NULL (`input` refuses it) or readable for
         // one `sg_breaker_config` during the call; the borrow does not outlive it.
         let c = unsafe { input(cfg)? };
-        let window = match c.window_kind {
-            SG_BREAKER_WINDOW_COUNT => BreakerWindow::Count(c.window_count),
-            SG_BREAKER_WINDOW_TIME => BreakerWindow::Time(c.window_ns),
-            _ => return Err(SG_CONFIG_OUT_OF_RANGE),
+        crate::field::reserved(&c.reserved)?;
+        let count = BreakerWindow::Count(c.window_count);
+        let time = BreakerWindow::Time(c.window_ns);
+        let (window, unused, used_name, unused_name) = match c.window_kind {
+            SG_BREAKER_WINDOW_COUNT => (count, time, "window_count", "window_ns"),
+            SG_BREAKER_WINDOW_TIME => (time, count, "window_ns", "window_count"),
+            _ => return Err(field::out_of_range("window_kind")),
         };
-        Ok(CircuitBreaker::new(CircuitBreakerConfig {
+        // The core names both windows "window"; C has a field for each.
+        let named = |name: &'static str| {
+            move |e: ConfigError| {
+                let st = sg_status::from(e);
+                if e == ConfigError::OutOfRange("window") {
+                    field::set(name);
+                }
+                st
+            }
+        };
+        // The unused window is checked too (on its own: minimum_calls 1 keeps the
+        // count window's cross-check out of it), as every unused setting is.
+        let probe = CircuitBreakerConfig {
+            window: unused,
+            minimum_calls: 1,
+            ..CircuitBreakerConfig::default()
+        };
+        CircuitBreaker::new(probe).map(drop).map_err(named(unused_name))?;
+        CircuitBreaker::new(CircuitBreakerConfig {
             window,
             failure_rate_threshold: c.failure_rate_threshold,
             slow_call_rate_threshold: c.slow_call_rate_threshold,
@@ -128,7 +155,8 @@ mod breaker_make {
             probe_lease: c.probe_lease_ns,
             ramp_duration: c.ramp_duration_ns,
             seed: c.seed,
-        })?)
+        })
+        .map_err(named(used_name))
     }
 }
 
@@ -200,6 +228,7 @@ pub unsafe extern "C" fn sg_breaker_try_acquire(
     rejection_out: *mut sg_rejection,
 ) -> sg_status {
     ffi_status(|| {
+        let now = crate::time::check_now(now)?;
         let permit_out = out(permit_out)?;
         // SAFETY: the crate's contract for `breaker`.
         unsafe {
@@ -227,6 +256,7 @@ pub unsafe extern "C" fn sg_breaker_record(
     latency_ns: u64,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         // SAFETY: the crate's contract for `permit`: NULL or an `sg_permit` readable for the
         // call. `take`/`restore` then write its state word through this shared borrow, which
         // `sg_permit`'s `UnsafeCell`s allow (see `sg_permit::cell` in permit.rs).
@@ -251,6 +281,7 @@ pub unsafe extern "C" fn sg_breaker_state(
     state_out: *mut u32,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         let state_out = out(state_out)?;
         // SAFETY: the crate's contract for `breaker`.
         let v = unsafe { with(breaker, |o| Ok(o.inner.state(now) as u32))? };
@@ -267,6 +298,7 @@ pub unsafe extern "C" fn sg_breaker_is_open(
     is_open_out: *mut bool,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         let is_open_out = out(is_open_out)?;
         // SAFETY: the crate's contract for `breaker`.
         let v = unsafe { with(breaker, |o| Ok(o.inner.is_open(now)))? };
@@ -305,11 +337,14 @@ pub struct sg_breaker_metrics {
     pub probes: u64,
     /// Reports for permits of an earlier phase (ignored), ever.
     pub stale_records: u64,
+    /// Reserved for values added later; 0 in this version.
+    pub reserved: [u64; 4],
 }
 
 impl From<BreakerMetrics> for sg_breaker_metrics {
     fn from(m: BreakerMetrics) -> Self {
         Self {
+            reserved: [0; 4],
             state: m.state as u32,
             admit_permille: m.admit_permille,
             open_remaining_ns: m.open_remaining,
@@ -335,6 +370,7 @@ pub unsafe extern "C" fn sg_breaker_metrics_get(
     metrics_out: *mut sg_breaker_metrics,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         let metrics_out = out(metrics_out)?;
         // SAFETY: the crate's contract for `breaker`.
         let v = unsafe { with(breaker, |o| Ok(o.inner.metrics(now).into()))? };

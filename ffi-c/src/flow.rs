@@ -1,4 +1,4 @@
-//! Pipeline backpressure (seed 004): `sg_credits` (demand-driven flow control),
+//! Pipeline backpressure: `sg_credits` (demand-driven flow control),
 //! `sg_lag_meter` (lag in seconds, time to drain), `sg_watermarks` (pause/resume with
 //! hysteresis).
 
@@ -25,16 +25,19 @@ use crate::time::SG_NEVER;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct sg_credits_config {
     /// High water: the most credit outstanding at once (the consumer's buffer size),
-    /// at least 1 (default 256, seed 004).
+    /// at least 1 (default 256).
     pub capacity: u32,
     /// Low water: `sg_credits_replenish` grants only once outstanding credit fell to this
     /// or below; below `capacity` (default 64).
     pub low_water: u32,
+    /// Reserved for settings added later (each will give 0 today's behaviour); must be
+    /// 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    pub reserved: [u64; 4],
 }
 
 impl From<CreditsConfig> for sg_credits_config {
     fn from(c: CreditsConfig) -> Self {
-        Self { capacity: c.capacity, low_water: c.low_water }
+        Self { reserved: [0; 4], capacity: c.capacity, low_water: c.low_water }
     }
 }
 
@@ -55,10 +58,11 @@ unsafe fn make(cfg: *const sg_credits_config) -> Res<Credits> {
     // SAFETY: this fn's contract: `cfg` is NULL (`input` refuses it) or readable for
     // one `sg_credits_config` during the call; the borrow does not outlive it.
     let c = unsafe { input(cfg)? };
+    crate::field::reserved(&c.reserved)?;
     Ok(Credits::new(CreditsConfig { capacity: c.capacity, low_water: c.low_water })?)
 }
 
-/// Fills `cfg` with the defaults: capacity 256, low water 64 (seed 004).
+/// Fills `cfg` with the defaults: capacity 256, low water 64.
 #[no_mangle]
 pub unsafe extern "C" fn sg_credits_config_default(cfg: *mut sg_credits_config) -> sg_status {
     ffi(|| out(cfg).map(|o| o.write(CreditsConfig::default().into())))
@@ -292,11 +296,14 @@ pub struct sg_credits_metrics {
     pub stalled: u64,
     /// Configured capacity.
     pub capacity: u64,
+    /// Reserved for values added later; 0 in this version.
+    pub reserved: [u64; 4],
 }
 
 impl From<CreditsMetrics> for sg_credits_metrics {
     fn from(m: CreditsMetrics) -> Self {
         Self {
+            reserved: [0; 4],
             granted: m.granted,
             taken: m.taken,
             completed: m.completed,
@@ -327,7 +334,7 @@ pub unsafe extern "C" fn sg_credits_metrics_get(
 // ---- lag meter -----------------------------------------------------------------------
 
 /// Snapshots the C `sg_lag_meter` keeps: rates are measured over the last 60 buckets (with
-/// the default 1 s bucket: seed 004's `consume_rate_1m`).
+/// the default 1 s bucket: a one-minute consume rate).
 pub const SG_LAG_METER_SNAPSHOTS: u32 = 61;
 type Meter = LagMeter<61>;
 const _: () = assert!(SG_LAG_METER_SNAPSHOTS == 61);
@@ -338,9 +345,12 @@ const _: () = assert!(SG_LAG_METER_SNAPSHOTS == 61);
 pub struct sg_lag_meter_config {
     /// Width of one rate bucket, ns, 1 µs to 1 day (default 1 s).
     pub bucket_ns: u64,
+    /// Reserved for settings added later (each will give 0 today's behaviour); must be
+    /// 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    pub reserved: [u64; 4],
 }
 
-/// Consumer lag measured in time (seed 004 §3): produce and consume rates over a sliding
+/// Consumer lag measured in time: produce and consume rates over a sliding
 /// window of 60 buckets, lag, lag in seconds, time to drain. Thread-safe, lock-free.
 pub struct sg_lag_meter {
     _opaque: [u8; 0],
@@ -358,6 +368,7 @@ mod lag_make {
         // SAFETY: this fn's contract: `cfg` is NULL (`input` refuses it) or readable for
         // one `sg_lag_meter_config` during the call; the borrow does not outlive it.
         let c = unsafe { input(cfg)? };
+        crate::field::reserved(&c.reserved)?;
         Ok(Meter::new(LagMeterConfig { bucket: c.bucket_ns })?)
     }
 }
@@ -366,8 +377,12 @@ mod lag_make {
 #[no_mangle]
 pub unsafe extern "C" fn sg_lag_meter_config_default(cfg: *mut sg_lag_meter_config) -> sg_status {
     ffi(|| {
-        out(cfg)
-            .map(|o| o.write(sg_lag_meter_config { bucket_ns: LagMeterConfig::default().bucket }))
+        out(cfg).map(|o| {
+            o.write(sg_lag_meter_config {
+                reserved: [0; 4],
+                bucket_ns: LagMeterConfig::default().bucket,
+            })
+        })
     })
 }
 
@@ -430,6 +445,7 @@ pub unsafe extern "C" fn sg_lag_meter_record_produced(
     n: u64,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         // SAFETY: the crate's contract for `lag_meter`.
         unsafe {
             with(lag_meter, |m| {
@@ -440,7 +456,10 @@ pub unsafe extern "C" fn sg_lag_meter_record_produced(
     })
 }
 
-/// `n` items left the backlog at `now` (processed, or dropped on purpose).
+/// `n` items left the backlog at `now` (processed, or dropped on purpose). Not refused
+/// when it takes `consumed` above `produced` (with several threads, a consumption may be
+/// recorded before its production): `sg_lag_metrics.over_consumed` reports the excess,
+/// and the lag reads 0 meanwhile.
 #[no_mangle]
 pub unsafe extern "C" fn sg_lag_meter_record_consumed(
     lag_meter: *mut sg_lag_meter,
@@ -448,6 +467,7 @@ pub unsafe extern "C" fn sg_lag_meter_record_consumed(
     n: u64,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         // SAFETY: the crate's contract for `lag_meter`.
         unsafe {
             with(lag_meter, |m| {
@@ -459,7 +479,10 @@ pub unsafe extern "C" fn sg_lag_meter_record_consumed(
 }
 
 /// Cumulative totals (e.g. a Kafka partition's end offset and committed offset); each
-/// only moves forward.
+/// only moves forward (a smaller total than one seen before is ignored). A
+/// `consumed_total` above `produced_total` is accepted (the two offsets are often read at
+/// different moments, so the end offset can be stale): `sg_lag_metrics.over_consumed`
+/// reports the excess, and the lag reads 0 meanwhile.
 #[no_mangle]
 pub unsafe extern "C" fn sg_lag_meter_observe_totals(
     lag_meter: *mut sg_lag_meter,
@@ -468,6 +491,7 @@ pub unsafe extern "C" fn sg_lag_meter_observe_totals(
     consumed_total: u64,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         // SAFETY: the crate's contract for `lag_meter`.
         unsafe {
             with(lag_meter, |m| {
@@ -486,6 +510,7 @@ pub unsafe extern "C" fn sg_lag_meter_report_oldest(
     enqueued_at: u64,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         // SAFETY: the crate's contract for `lag_meter`.
         unsafe {
             with(lag_meter, |m| {
@@ -503,6 +528,7 @@ pub unsafe extern "C" fn sg_lag_meter_clear_oldest(
     now: u64,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         // SAFETY: the crate's contract for `lag_meter`.
         unsafe {
             with(lag_meter, |m| {
@@ -513,14 +539,16 @@ pub unsafe extern "C" fn sg_lag_meter_clear_oldest(
     })
 }
 
-/// Items produced and not yet consumed.
+/// Items produced and not yet consumed (0 while more were consumed than produced: see
+/// `sg_lag_metrics.over_consumed`).
 #[no_mangle]
 pub unsafe extern "C" fn sg_lag_meter_lag(
-    lag_meter: *mut sg_lag_meter,
+    lag_meter: *const sg_lag_meter,
     now: u64,
     lag_out: *mut u64,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         let lag_out = out(lag_out)?;
         // SAFETY: the crate's contract for `lag_meter`.
         let v = unsafe { with(lag_meter, |o| Ok(o.inner.lag(now)))? };
@@ -533,11 +561,12 @@ pub unsafe extern "C" fn sg_lag_meter_lag(
 /// consumed or the rates are not measured yet.
 #[no_mangle]
 pub unsafe extern "C" fn sg_lag_meter_lag_time(
-    lag_meter: *mut sg_lag_meter,
+    lag_meter: *const sg_lag_meter,
     now: u64,
     lag_time_out: *mut u64,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         let lag_time_out = out(lag_time_out)?;
         // SAFETY: the crate's contract for `lag_meter`.
         let v = unsafe { with(lag_meter, |o| Ok(o.inner.lag_time(now).unwrap_or(SG_NEVER)))? };
@@ -550,11 +579,12 @@ pub unsafe extern "C" fn sg_lag_meter_lag_time(
 /// backlog is not shrinking or the rates are not known.
 #[no_mangle]
 pub unsafe extern "C" fn sg_lag_meter_time_to_drain(
-    lag_meter: *mut sg_lag_meter,
+    lag_meter: *const sg_lag_meter,
     now: u64,
     time_to_drain_out: *mut u64,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         let time_to_drain_out = out(time_to_drain_out)?;
         // SAFETY: the crate's contract for `lag_meter`.
         let v = unsafe { with(lag_meter, |o| Ok(o.inner.time_to_drain(now).unwrap_or(SG_NEVER)))? };
@@ -563,16 +593,17 @@ pub unsafe extern "C" fn sg_lag_meter_time_to_drain(
     })
 }
 
-/// The alert predicate (seed 004): the backlog takes longer than `limit_ns` to drain
+/// The alert predicate: the backlog takes longer than `limit_ns` to drain
 /// (also when it is not draining, or the rates are unknown with a backlog).
 #[no_mangle]
 pub unsafe extern "C" fn sg_lag_meter_time_to_drain_exceeds(
-    lag_meter: *mut sg_lag_meter,
+    lag_meter: *const sg_lag_meter,
     now: u64,
     limit_ns: u64,
     time_to_drain_exceeds_out: *mut bool,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         let time_to_drain_exceeds_out = out(time_to_drain_exceeds_out)?;
         // SAFETY: the crate's contract for `lag_meter`.
         let v = unsafe { with(lag_meter, |o| Ok(o.inner.time_to_drain_exceeds(now, limit_ns)))? };
@@ -605,11 +636,18 @@ pub struct sg_lag_metrics {
     pub has_oldest_age: bool,
     /// Age of the oldest unprocessed item, ns (0 unless `has_oldest_age`).
     pub oldest_age_ns: u64,
+    /// Items consumed beyond those produced (`consumed − produced`, else 0). Not 0 means
+    /// the records disagree: a consumption recorded before its production (another
+    /// thread's record still to come) or an accounting bug. `lag` reads 0 meanwhile.
+    pub over_consumed: u64,
+    /// Reserved for values added later; 0 in this version.
+    pub reserved: [u64; 4],
 }
 
 impl From<LagMetrics> for sg_lag_metrics {
     fn from(m: LagMetrics) -> Self {
         Self {
+            reserved: [0; 4],
             produced: m.produced,
             consumed: m.consumed,
             lag: m.lag,
@@ -620,6 +658,7 @@ impl From<LagMetrics> for sg_lag_metrics {
             time_to_drain_seconds: m.time_to_drain_seconds,
             has_oldest_age: m.oldest_age.is_some(),
             oldest_age_ns: m.oldest_age.unwrap_or(0),
+            over_consumed: m.consumed.saturating_sub(m.produced),
         }
     }
 }
@@ -627,11 +666,12 @@ impl From<LagMetrics> for sg_lag_metrics {
 /// A snapshot at `now`.
 #[no_mangle]
 pub unsafe extern "C" fn sg_lag_meter_metrics_get(
-    lag_meter: *mut sg_lag_meter,
+    lag_meter: *const sg_lag_meter,
     now: u64,
     metrics_out: *mut sg_lag_metrics,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         let metrics_out = out(metrics_out)?;
         // SAFETY: the crate's contract for `lag_meter`.
         let v = unsafe { with(lag_meter, |o| Ok(o.inner.metrics(now).into()))? };
@@ -655,22 +695,30 @@ const _: () = assert!(Transition::Resume as u32 == SG_TRANSITION_RESUME);
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct sg_watermarks_config {
-    /// Total capacity (default 400, seed 004's Kafka consumer).
+    /// Total capacity (default 400).
     pub capacity: u64,
     /// Pause when free capacity falls below this; at least 1 (default 100).
     pub pause_below: u64,
     /// Resume when free capacity rises above this; above `pause_below`, below `capacity`
     /// (default 200).
     pub resume_above: u64,
+    /// Reserved for settings added later (each will give 0 today's behaviour); must be
+    /// 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    pub reserved: [u64; 4],
 }
 
 impl From<WatermarksConfig> for sg_watermarks_config {
     fn from(c: WatermarksConfig) -> Self {
-        Self { capacity: c.capacity, pause_below: c.pause_below, resume_above: c.resume_above }
+        Self {
+            reserved: [0; 4],
+            capacity: c.capacity,
+            pause_below: c.pause_below,
+            resume_above: c.resume_above,
+        }
     }
 }
 
-/// Pause/resume with hysteresis on a level (Kafka `pause()`/`resume()`, seed 004 §3).
+/// Pause/resume with hysteresis on a level (Kafka's `pause()`/`resume()`).
 /// Thread-safe, wait-free; exactly one caller reports each transition.
 pub struct sg_watermarks {
     _opaque: [u8; 0],
@@ -688,6 +736,7 @@ mod wm_make {
         // SAFETY: this fn's contract: `cfg` is NULL (`input` refuses it) or readable for
         // one `sg_watermarks_config` during the call; the borrow does not outlive it.
         let c = unsafe { input(cfg)? };
+        crate::field::reserved(&c.reserved)?;
         Ok(Watermarks::new(WatermarksConfig {
             capacity: c.capacity,
             pause_below: c.pause_below,
@@ -763,6 +812,7 @@ pub unsafe extern "C" fn sg_watermarks_observe(
     observe_out: *mut u32,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         let observe_out = out(observe_out)?;
         // SAFETY: the crate's contract for `watermarks`.
         let v = unsafe {
@@ -804,11 +854,14 @@ pub struct sg_watermarks_metrics {
     pub time_paused_ns: u64,
     /// The level passed to the latest observe.
     pub last_level: u64,
+    /// Reserved for values added later; 0 in this version.
+    pub reserved: [u64; 4],
 }
 
 impl From<WatermarksMetrics> for sg_watermarks_metrics {
     fn from(m: WatermarksMetrics) -> Self {
         Self {
+            reserved: [0; 4],
             paused: m.paused,
             pauses: m.pauses,
             resumes: m.resumes,
@@ -821,11 +874,12 @@ impl From<WatermarksMetrics> for sg_watermarks_metrics {
 /// A snapshot at `now`.
 #[no_mangle]
 pub unsafe extern "C" fn sg_watermarks_metrics_get(
-    watermarks: *mut sg_watermarks,
+    watermarks: *const sg_watermarks,
     now: u64,
     metrics_out: *mut sg_watermarks_metrics,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         let metrics_out = out(metrics_out)?;
         // SAFETY: the crate's contract for `watermarks`.
         let v = unsafe { with(watermarks, |o| Ok(o.inner.metrics(now).into()))? };

@@ -11,9 +11,10 @@ use surgeguard_core::gate::{
 use surgeguard_core::queue::Ticket;
 use surgeguard_core::{Priority, RawPermit};
 
+use crate::field;
 use crate::handle::{
-    deinit_object, ffi, ffi_status, ffi_value, free_object, init_object, input, new_object, object,
-    out, rejected, with, Res,
+    deinit_object, ffi, ffi_status, ffi_value, free_object, init_object_in_place, input,
+    new_object_in_place, object, out, rejected, with, Res,
 };
 use crate::handle::{obj_align, obj_size};
 use crate::limiter::{sg_limiter_config, sg_limiter_metrics};
@@ -63,7 +64,8 @@ pub struct sg_gate_config {
     /// The limiter (its `levels` are the gate's levels).
     pub limiter: sg_limiter_config,
     /// Waiters held at most, `1 ..= SG_GATE_MAX_QUEUE` (default 256). Size it by time
-    /// (seed 004): drain rate × acceptable wait.
+    /// : drain rate × acceptable wait (Little's law: N
+    /// waiters at drain rate R hold N / R of latency).
     pub queue_capacity: u32,
     /// CoDel per level on (default true).
     pub codel_enabled: bool,
@@ -79,7 +81,8 @@ pub struct sg_gate_config {
     pub lifo_occupancy: f64,
     /// A waiter queued longer than this expires, ns; 0 = no maximum (default).
     pub max_wait_ns: u64,
-    /// Aging on (seed 000: a `normal` waiter older than 500 ms becomes `background`).
+    /// Aging on (with the defaults, a `normal` waiter older than 500 ms becomes
+    /// `background`).
     pub aging_enabled: bool,
     /// The level that ages (default 1).
     pub aging_from: u32,
@@ -93,6 +96,9 @@ pub struct sg_gate_config {
     pub service_alpha: f64,
     /// `retry_after_ns` when nothing better is known (default 1 s).
     pub fallback_retry_after_ns: u64,
+    /// Reserved for settings added later (each will give 0 today's behaviour); must be
+    /// 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    pub reserved: [u64; 4],
 }
 
 fn default_config() -> sg_gate_config {
@@ -100,6 +106,7 @@ fn default_config() -> sg_gate_config {
     let codel = c.codel.unwrap_or_default();
     let aging = Aging::SEED_000;
     sg_gate_config {
+        reserved: [0; 4],
         limiter: (&c.limiter).into(),
         queue_capacity: 256,
         codel_enabled: c.codel.is_some(),
@@ -120,43 +127,60 @@ fn default_config() -> sg_gate_config {
 }
 
 impl sg_gate_config {
+    /// The core config. Every field is checked, used or not (as in `sg_limiter_config`):
+    /// the CoDel settings with CoDel off, `lifo_occupancy` under another `lifo`, the
+    /// aging settings with aging off — each against its own range and its own group,
+    /// not against the settings in force.
     fn to_core(self) -> Res<GateConfig> {
+        field::reserved(&self.reserved)?;
+        let limiter = field::under("limiter.", self.limiter.to_core())?;
         let codel_mode = match self.codel_mode {
             SG_CODEL_FOLLY => CodelMode::Folly,
             SG_CODEL_RFC8289 => CodelMode::Rfc8289,
-            _ => return Err(SG_CONFIG_OUT_OF_RANGE),
+            _ => return Err(field::out_of_range("codel_mode")),
         };
+        let codel = CodelConfig {
+            target_ns: self.codel_target_ns,
+            interval_ns: self.codel_interval_ns,
+            mode: codel_mode,
+        };
+        codel.validate()?;
         let lifo = match self.lifo {
             SG_LIFO_NEVER => LifoTrigger::Never,
             SG_LIFO_CODEL_OVERLOADED => LifoTrigger::CodelOverloaded,
             SG_LIFO_OCCUPANCY => LifoTrigger::Occupancy(self.lifo_occupancy),
-            _ => return Err(SG_CONFIG_OUT_OF_RANGE),
+            _ => return Err(field::out_of_range("lifo")),
         };
+        // An unused `lifo_occupancy` is checked by the core's own rule, on a default
+        // config that uses it.
+        let probe = GateConfig {
+            lifo: LifoTrigger::Occupancy(self.lifo_occupancy),
+            ..GateConfig::default()
+        };
+        probe.validate(256)?;
         if self.queue_capacity == 0 || self.queue_capacity > SG_GATE_MAX_QUEUE {
-            return Err(SG_CONFIG_OUT_OF_RANGE);
+            return Err(field::out_of_range("queue_capacity"));
         }
-        let aging = if self.aging_enabled {
-            let level =
-                |v: u32| u8::try_from(v).ok().and_then(Priority::new).ok_or(SG_CONFIG_OUT_OF_RANGE);
-            Some(Aging {
-                from: level(self.aging_from)?,
-                to: level(self.aging_to)?,
-                after_ns: self.aging_after_ns,
-            })
-        } else {
-            None
+        let level = |v: u32, name: &str| {
+            u8::try_from(v).ok().and_then(Priority::new).ok_or_else(|| field::out_of_range(name))
         };
+        let aging = Aging {
+            from: level(self.aging_from, "aging_from")?,
+            to: level(self.aging_to, "aging_to")?,
+            after_ns: self.aging_after_ns,
+        };
+        // The same for unused aging settings: checked on their own (against all 8 levels,
+        // not the configured ones, which only matter once aging is on).
+        let mut probe = GateConfig { aging: Some(aging), ..GateConfig::default() };
+        probe.limiter.levels = 8;
+        probe.validate(256)?;
         Ok(GateConfig {
-            limiter: self.limiter.to_core()?,
+            limiter,
             queue_capacity: Some(self.queue_capacity as usize),
-            codel: self.codel_enabled.then_some(CodelConfig {
-                target_ns: self.codel_target_ns,
-                interval_ns: self.codel_interval_ns,
-                mode: codel_mode,
-            }),
+            codel: self.codel_enabled.then_some(codel),
             lifo,
             max_wait_ns: (self.max_wait_ns != 0).then_some(self.max_wait_ns),
-            aging,
+            aging: self.aging_enabled.then_some(aging),
             initial_service_ns: self.initial_service_ns,
             service_alpha: self.service_alpha,
             fallback_retry_after_ns: self.fallback_retry_after_ns,
@@ -194,21 +218,29 @@ object!(sg_gate, Gates, 0x5347_4741_5445_0000);
 
 mod gate_make {
     use super::*;
-    /// Builds the object's core structure from a C config (for `_new` and `_init`).
+    /// Builds the object's core structure from a C config (for `_new` and `_init`) and
+    /// writes it into `p`, or fails having written nothing. A gate is large: writing it in
+    /// place keeps copies of it off the stack, as far as the core's by-value constructor
+    /// allows.
     ///
     /// # Safety
-    /// `cfg` must be NULL or valid for reads of one `sg_gate_config` for the duration of the call
-    /// (the crate's contract).
-    pub(super) unsafe fn make(cfg: *const sg_gate_config) -> Res<Gates> {
+    /// `cfg` must be NULL or valid for reads of one `sg_gate_config` for the duration of the
+    /// call (the crate's contract); `p` must be writable for one `Gates`.
+    pub(super) unsafe fn make_into(cfg: *const sg_gate_config, p: *mut Gates) -> Res {
         // SAFETY: this fn's contract: `cfg` is NULL (`input` refuses it) or readable for
         // one `sg_gate_config` during the call; the borrow does not outlive it.
         let c = unsafe { input(cfg)? };
         let core = c.to_core()?;
-        Ok(if c.queue_capacity <= 256 {
-            Gates::Small(Gate::new(core)?)
+        if c.queue_capacity <= 256 {
+            let g = Gate::<256>::new(core)?;
+            // SAFETY: this fn's contract: `p` is writable for one `Gates`.
+            unsafe { p.write(Gates::Small(g)) };
         } else {
-            Gates::Large(Gate::new(core)?)
-        })
+            let g = Gate::<4096>::new(core)?;
+            // SAFETY: as above.
+            unsafe { p.write(Gates::Large(g)) };
+        }
+        Ok(())
     }
 }
 
@@ -219,14 +251,16 @@ pub unsafe extern "C" fn sg_gate_config_default(cfg: *mut sg_gate_config) -> sg_
     ffi(|| out(cfg).map(|o| o.write(default_config())))
 }
 
-/// Creates a gate on the heap; free it with `sg_gate_free`.
+/// Creates a gate on the heap; free it with `sg_gate_free`. Stack: the core builds a gate
+/// by value, which needs about 1.5 MiB of stack (1 MiB with `queue_capacity` ≤ 256;
+/// measured): create gates on the main thread or on a thread with 4 MiB of stack.
 #[no_mangle]
 pub unsafe extern "C" fn sg_gate_new(
     cfg: *const sg_gate_config,
     gate_out: *mut *mut sg_gate,
 ) -> sg_status {
     // SAFETY: the crate's contract for `cfg` and `gate_out`.
-    unsafe { new_object(gate_out, || gate_make::make(cfg)) }
+    unsafe { new_object_in_place(gate_out, |p| gate_make::make_into(cfg, p)) }
 }
 
 /// Frees a gate made by `sg_gate_new`. NULL is fine; a handle made by `sg_gate_init` is
@@ -249,7 +283,7 @@ pub extern "C" fn sg_gate_align() -> usize {
     ffi_value(0, obj_align::<sg_gate>)
 }
 
-/// Creates a gate in caller storage (`len` bytes at `mem`, aligned to
+/// Creates a gate in caller storage (the stack need of `sg_gate_new` applies) (`len` bytes at `mem`, aligned to
 /// `sg_gate_align()`); on `SG_OK`, `(sg_gate *)mem` is the handle. End it with
 /// `sg_gate_deinit`.
 #[no_mangle]
@@ -259,7 +293,7 @@ pub unsafe extern "C" fn sg_gate_init(
     cfg: *const sg_gate_config,
 ) -> sg_status {
     // SAFETY: the crate's contract for `mem`, `len` and `cfg`.
-    unsafe { init_object::<sg_gate>(mem, len, || gate_make::make(cfg)) }
+    unsafe { init_object_in_place::<sg_gate>(mem, len, |p| gate_make::make_into(cfg, p)) }
 }
 
 /// Ends a gate made by `sg_gate_init` (NULL: nothing to do); later use of the handle
@@ -288,6 +322,7 @@ pub unsafe extern "C" fn sg_gate_arrive(
     rejection_out: *mut sg_rejection,
 ) -> sg_status {
     ffi_status(|| {
+        let now = crate::time::check_now(now)?;
         let permit_out = out(permit_out)?;
         let ticket_out = out(ticket_out)?;
         let level = self::level(level)?;
@@ -320,6 +355,7 @@ pub unsafe extern "C" fn sg_gate_release(
     outcome: u32,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         // SAFETY: the crate's contract for `permit`: NULL or an `sg_permit` readable for the
         // call. `take`/`restore` then write its state word through this shared borrow, which
         // `sg_permit`'s `UnsafeCell`s allow (see `sg_permit::cell` in permit.rs).
@@ -367,6 +403,7 @@ pub unsafe extern "C" fn sg_gate_poll(
     n_out: *mut usize,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         let n_out = out(n_out)?;
         if events.is_null() && cap > 0 {
             return Err(SG_NULL_ARGUMENT);
@@ -415,8 +452,10 @@ pub unsafe extern "C" fn sg_gate_poll(
 }
 
 /// Withdraws a queued ticket (its owner gave up). `SG_UNKNOWN_TICKET` if it already left
-/// (granted, expired, evicted, cancelled) or never was; `SG_FOREIGN_HANDLE` if it belongs
-/// to another gate. Neither changes anything.
+/// (granted, expired, evicted, cancelled), or carries this gate's id but was never
+/// issued; `SG_FOREIGN_HANDLE` if it carries another id: another gate's ticket, or a
+/// number no gate issued (a ticket is a plain number, so a forged one cannot be told from
+/// another gate's). Neither changes anything.
 #[no_mangle]
 pub unsafe extern "C" fn sg_gate_cancel(gate: *mut sg_gate, ticket: u64) -> sg_status {
     ffi(|| {
@@ -434,6 +473,7 @@ pub unsafe extern "C" fn sg_gate_next_wakeup(
     next_wakeup_out: *mut u64,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         let next_wakeup_out = out(next_wakeup_out)?;
         // SAFETY: the crate's contract for `gate`.
         let v = unsafe {
@@ -444,7 +484,7 @@ pub unsafe extern "C" fn sg_gate_next_wakeup(
     })
 }
 
-/// The on-call switch (seed 002): refuse every arrival at `level` or less important at
+/// The on-call shed switch: refuse every arrival at `level` or less important at
 /// once (`SG_REASON_SHED`), and expire such waiters at the next poll.
 #[no_mangle]
 pub unsafe extern "C" fn sg_gate_set_shed_level(gate: *mut sg_gate, level: u32) -> sg_status {
@@ -571,7 +611,8 @@ pub unsafe extern "C" fn sg_gate_limit(gate: *const sg_gate, limit_out: *mut f64
     })
 }
 
-/// The kill switch of the gate's limiter (seed 000): pins the limit to `limit` (finite, in
+/// The kill switch of the gate's limiter (an operator's override of the adaptive
+/// limit): pins the limit to `limit` (finite, in
 /// `[1e-6, 2^31)`; else `SG_INVALID_ARGUMENT`).
 #[no_mangle]
 pub unsafe extern "C" fn sg_gate_set_static_limit(gate: *mut sg_gate, limit: f64) -> sg_status {
@@ -614,11 +655,14 @@ pub struct sg_codel_metrics {
     pub drops: u64,
     /// Intervals closed.
     pub intervals: u64,
+    /// Reserved for values added later; 0 in this version.
+    pub reserved: [u64; 4],
 }
 
 impl From<CodelMetrics> for sg_codel_metrics {
     fn from(m: CodelMetrics) -> Self {
         Self {
+            reserved: [0; 4],
             min_delay_ns: m.min_delay_ns,
             overloaded: m.overloaded,
             load: u32::from(m.load),
@@ -674,11 +718,14 @@ pub struct sg_gate_metrics {
     pub codel: [sg_codel_metrics; 8],
     /// The limiter.
     pub limiter: sg_limiter_metrics,
+    /// Reserved for values added later; 0 in this version.
+    pub reserved: [u64; 4],
 }
 
 impl From<&GateMetrics> for sg_gate_metrics {
     fn from(m: &GateMetrics) -> Self {
         Self {
+            reserved: [0; 4],
             state: match m.state {
                 GateState::Healthy => SG_GATE_HEALTHY,
                 _ => SG_GATE_OVERLOADED,

@@ -261,6 +261,7 @@ pub(crate) unsafe fn new_object<T: Object>(
     make: impl FnOnce() -> Res<T::Inner>,
 ) -> sg_status {
     ffi(|| {
+        crate::field::clear();
         let out_handle = out(out_handle)?;
         let inner = make()?;
         let layout = Layout::new::<Obj<T::Inner>>();
@@ -274,6 +275,71 @@ pub(crate) unsafe fn new_object<T: Object>(
         // `Box::from_raw`, which uses the same global allocator and layout.
         unsafe { mem.write(Obj { head: Head::new::<T>(true), inner }) };
         out_handle.write(mem.cast::<T>());
+        Ok(())
+    })
+}
+
+/// As [`new_object`], for large objects: `build` writes the core structure straight into
+/// the allocation (no copy of it on the stack), or fails having written nothing.
+///
+/// # Safety
+/// `out` must be NULL or writable for one pointer. `build` must either write a valid
+/// `T::Inner` to the pointer it gets and return `Ok`, or return `Err` without writing.
+pub(crate) unsafe fn new_object_in_place<T: Object>(
+    out_handle: *mut *mut T,
+    build: impl FnOnce(*mut T::Inner) -> Res,
+) -> sg_status {
+    ffi(|| {
+        crate::field::clear();
+        let out_handle = out(out_handle)?;
+        let layout = Layout::new::<Obj<T::Inner>>();
+        // SAFETY: as in `new_object` (a non-zero-sized layout).
+        let mem = unsafe { alloc(layout) }.cast::<Obj<T::Inner>>();
+        if mem.is_null() {
+            return Err(SG_OUT_OF_MEMORY);
+        }
+        // SAFETY: `mem` is a fresh allocation with `Obj`'s layout; the field projection
+        // stays in bounds and makes no reference.
+        if let Err(e) = build(unsafe { &raw mut (*mem).inner }) {
+            // SAFETY: allocated just above with this layout; nothing in it needs dropping
+            // (`build` wrote nothing when it failed).
+            unsafe { std::alloc::dealloc(mem.cast(), layout) };
+            return Err(e);
+        }
+        // SAFETY: as above; the head is written once, after the inner structure.
+        unsafe { (&raw mut (*mem).head).write(Head::new::<T>(true)) };
+        out_handle.write(mem.cast::<T>());
+        Ok(())
+    })
+}
+
+/// As [`init_object`], for large objects: `build` writes the core structure straight into
+/// the caller's storage.
+///
+/// # Safety
+/// `mem` must be NULL or writable for `len` bytes; `build` as in [`new_object_in_place`].
+pub(crate) unsafe fn init_object_in_place<T: Object>(
+    mem: *mut c_void,
+    len: usize,
+    build: impl FnOnce(*mut T::Inner) -> Res,
+) -> sg_status {
+    ffi(|| {
+        crate::field::clear();
+        if mem.is_null() {
+            return Err(SG_NULL_ARGUMENT);
+        }
+        if len < obj_size::<T>() {
+            return Err(SG_BUFFER_TOO_SMALL);
+        }
+        if (mem as usize) % obj_align::<T>() != 0 {
+            return Err(SG_MISALIGNED);
+        }
+        let p = mem.cast::<Obj<T::Inner>>();
+        // SAFETY: `mem` is non-NULL, aligned for `Obj` and (the caller's contract) writable
+        // for `len ≥ size_of::<Obj>()` bytes; the projection makes no reference.
+        build(unsafe { &raw mut (*p).inner })?;
+        // SAFETY: as above.
+        unsafe { (&raw mut (*p).head).write(Head::new::<T>(false)) };
         Ok(())
     })
 }
@@ -309,6 +375,7 @@ pub(crate) unsafe fn init_object<T: Object>(
     make: impl FnOnce() -> Res<T::Inner>,
 ) -> sg_status {
     ffi(|| {
+        crate::field::clear();
         if mem.is_null() {
             return Err(SG_NULL_ARGUMENT);
         }

@@ -1,4 +1,4 @@
-//! Per-key isolation (seeds 002, 004): `sg_keyed` (per-tenant / per-agent concurrency
+//! Per-key isolation (shuffle sharding, as AWS describes it for Route 53): `sg_keyed` (per-tenant / per-agent concurrency
 //! caps and rates in a shuffle-sharded table, heavy hitters) and actionable rejections
 //! (`sg_actionable`: 429 vs 503, `Retry-After`, the JSON body, identical in every binding).
 
@@ -13,8 +13,8 @@ use surgeguard_core::keyed::{
 use surgeguard_core::time::SEC;
 
 use crate::handle::{
-    deinit_object, ffi, ffi_status, ffi_value, free_object, init_object, input, new_object, object,
-    out, rejected, with, Res,
+    deinit_object, ffi, ffi_status, ffi_value, free_object, init_object_in_place, input,
+    new_object_in_place, object, out, rejected, with, Res,
 };
 use crate::handle::{obj_align, obj_size};
 use crate::permit::{issue, restore, sg_permit, take, SG_PERMIT_KIND_KEYED};
@@ -78,6 +78,9 @@ pub struct sg_keyed_config {
     pub rate_per_second: f64,
     /// Burst of the per-shard rate, units, `1 ..= 1e9` (default 10; used with a rate).
     pub rate_burst: u32,
+    /// Reserved for settings added later (each will give 0 today's behaviour); must be
+    /// 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    pub reserved: [u64; 4],
 }
 
 /// Per-key concurrency caps and rate limits in a fixed table of shards, shuffle-sharded,
@@ -89,15 +92,20 @@ object!(sg_keyed, Table, 0x5347_4B45_5945_4400);
 
 mod keyed_make {
     use super::*;
-    /// Builds the object's core structure from a C config (for `_new` and `_init`).
+    /// Builds the object's core structure from a C config (for `_new` and `_init`) and
+    /// writes it into `p`, or fails having written nothing (in place: a table is large).
     ///
     /// # Safety
     /// `cfg` must be NULL or valid for reads of one `sg_keyed_config` for the duration of the call
-    /// (the crate's contract).
-    pub(super) unsafe fn make(cfg: *const sg_keyed_config) -> Res<Table> {
+    /// (the crate's contract); `p` must be writable for one `Table`.
+    pub(super) unsafe fn make_into(cfg: *const sg_keyed_config, p: *mut Table) -> Res {
         // SAFETY: this fn's contract: `cfg` is NULL (`input` refuses it) or readable for
         // one `sg_keyed_config` during the call; the borrow does not outlive it.
         let c = unsafe { input(cfg)? };
+        crate::field::reserved(&c.reserved)?;
+        // With no rate (0), `rate_burst` is still checked on its own (at the fastest rate,
+        // where no burst overflows), as every unused setting is.
+        ShardRate::per_second(1e9, c.rate_burst)?;
         let shard_rate = if c.rate_per_second == 0.0 {
             None
         } else {
@@ -110,13 +118,31 @@ mod keyed_make {
             seed: c.seed,
             shard_rate,
         };
-        Ok(match c.shards {
-            16 => Table::S16(KeyedLimits::new(config)?),
-            64 => Table::S64(KeyedLimits::new(config)?),
-            256 => Table::S256(KeyedLimits::new(config)?),
-            1024 => Table::S1024(KeyedLimits::new(config)?),
-            _ => return Err(SG_CONFIG_OUT_OF_RANGE),
-        })
+        // Each arm writes `p` only once the table is built.
+        match c.shards {
+            16 => {
+                let t = KeyedLimits::new(config)?;
+                // SAFETY: this fn's contract: `p` is writable for one `Table`.
+                unsafe { p.write(Table::S16(t)) }
+            }
+            64 => {
+                let t = KeyedLimits::new(config)?;
+                // SAFETY: this fn's contract: `p` is writable for one `Table`.
+                unsafe { p.write(Table::S64(t)) }
+            }
+            256 => {
+                let t = KeyedLimits::new(config)?;
+                // SAFETY: this fn's contract: `p` is writable for one `Table`.
+                unsafe { p.write(Table::S256(t)) }
+            }
+            1024 => {
+                let t = KeyedLimits::new(config)?;
+                // SAFETY: this fn's contract: `p` is writable for one `Table`.
+                unsafe { p.write(Table::S1024(t)) }
+            }
+            _ => return Err(crate::field::out_of_range("shards")),
+        }
+        Ok(())
     }
 }
 
@@ -127,6 +153,7 @@ pub unsafe extern "C" fn sg_keyed_config_default(cfg: *mut sg_keyed_config) -> s
     ffi(|| {
         out(cfg).map(|o| {
             o.write(sg_keyed_config {
+                reserved: [0; 4],
                 shards: 64,
                 shards_per_key: 2,
                 shard_limit: 8,
@@ -139,14 +166,16 @@ pub unsafe extern "C" fn sg_keyed_config_default(cfg: *mut sg_keyed_config) -> s
     })
 }
 
-/// Creates a keyed table on the heap; free it with `sg_keyed_free`.
+/// Creates a keyed table on the heap; free it with `sg_keyed_free`. Stack: the table is
+/// built by value by the core, which needs about 256 KiB of stack (measured; give such a
+/// thread 1 MiB).
 #[no_mangle]
 pub unsafe extern "C" fn sg_keyed_new(
     cfg: *const sg_keyed_config,
     keyed_out: *mut *mut sg_keyed,
 ) -> sg_status {
     // SAFETY: the crate's contract for `cfg` and `keyed_out`.
-    unsafe { new_object(keyed_out, || keyed_make::make(cfg)) }
+    unsafe { new_object_in_place(keyed_out, |p| keyed_make::make_into(cfg, p)) }
 }
 
 /// Frees a keyed table made by `sg_keyed_new`. NULL is fine; a handle made by `sg_keyed_init` is
@@ -169,7 +198,7 @@ pub extern "C" fn sg_keyed_align() -> usize {
     ffi_value(0, obj_align::<sg_keyed>)
 }
 
-/// Creates a keyed table in caller storage (`len` bytes at `mem`, aligned to
+/// Creates a keyed table in caller storage (the stack need of `sg_keyed_new` applies) (`len` bytes at `mem`, aligned to
 /// `sg_keyed_align()`); on `SG_OK`, `(sg_keyed *)mem` is the handle. End it with
 /// `sg_keyed_deinit`.
 #[no_mangle]
@@ -179,7 +208,7 @@ pub unsafe extern "C" fn sg_keyed_init(
     cfg: *const sg_keyed_config,
 ) -> sg_status {
     // SAFETY: the crate's contract for `mem`, `len` and `cfg`.
-    unsafe { init_object::<sg_keyed>(mem, len, || keyed_make::make(cfg)) }
+    unsafe { init_object_in_place::<sg_keyed>(mem, len, |p| keyed_make::make_into(cfg, p)) }
 }
 
 /// Ends a keyed table made by `sg_keyed_init` (NULL: nothing to do); later use of the handle
@@ -230,6 +259,7 @@ pub unsafe extern "C" fn sg_keyed_try_acquire(
     rejection_out: *mut sg_rejection,
 ) -> sg_status {
     ffi_status(|| {
+        let now = crate::time::check_now(now)?;
         let permit_out = out(permit_out)?;
         // SAFETY: the crate's contract for `keyed`.
         unsafe {
@@ -391,7 +421,12 @@ impl From<Isolation> for sg_isolation {
     }
 }
 
-/// The isolation math for `k` of `n` shards; `SG_INVALID_ARGUMENT` unless `1 ≤ k ≤ n`.
+/// The largest `n` `sg_isolation_compute` takes (far above any table's shard count).
+pub const SG_ISOLATION_MAX_SHARDS: u32 = 65_536;
+
+/// The isolation math for `k` of `n` shards; `SG_INVALID_ARGUMENT` unless
+/// `1 ≤ k ≤ n ≤ SG_ISOLATION_MAX_SHARDS` (the computation takes `k` steps: an unbounded
+/// `k` would make this call take seconds).
 #[no_mangle]
 pub unsafe extern "C" fn sg_isolation_compute(
     n: u32,
@@ -400,6 +435,9 @@ pub unsafe extern "C" fn sg_isolation_compute(
 ) -> sg_status {
     ffi(|| {
         let isolation_out = out(isolation_out)?;
+        if n > SG_ISOLATION_MAX_SHARDS {
+            return Err(SG_INVALID_ARGUMENT);
+        }
         let iso = isolation(n, k).ok_or(SG_INVALID_ARGUMENT)?;
         isolation_out.write(iso.into());
         Ok(())
@@ -459,12 +497,15 @@ pub struct sg_keyed_metrics {
     pub top_recorded: u64,
     /// Summary updates skipped (another thread was updating).
     pub top_skipped: u64,
+    /// Reserved for values added later; 0 in this version.
+    pub reserved: [u64; 4],
 }
 const _: () = assert!(TOP == 16); // `top_keys` above
 
 fn keyed_metrics<const N: usize>(m: &KeyedMetrics<N, TOP>) -> sg_keyed_metrics {
     let t = &m.top_keys;
     sg_keyed_metrics {
+        reserved: [0; 4],
         admitted: m.admitted,
         rejected_key_limit: m.rejected_key_limit,
         rejected_key_rate: m.rejected_key_rate,
@@ -504,9 +545,13 @@ pub unsafe extern "C" fn sg_keyed_metrics_get(
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct sg_actionable {
-    /// 429 for a per-key reason, 503 for global overload.
+    /// 429 for a per-key reason, 503 for global overload (`sg_actionable_write_json`
+    /// refuses any other status).
     pub status: u16,
-    /// The `Retry-After` header value: seconds, rounded up, at least 1.
+    /// The `Retry-After` header value: seconds, rounded up, at least 1; or 0 when waiting
+    /// will not help (the hint was `SG_NEVER`, or above `SG_MAX_NOW`, e.g. a cost above a
+    /// rate limiter's burst): send no `Retry-After` then. The JSON body omits
+    /// `retry_after_s` in that case and says `"retry": "not by waiting"`.
     pub retry_after_s: u64,
     /// `SG_REASON_*`.
     pub reason: u32,
@@ -524,9 +569,10 @@ pub unsafe extern "C" fn sg_actionable_from(
         let actionable_out = out(actionable_out)?;
         let r = rejection.to_core().ok_or(SG_INVALID_ARGUMENT)?;
         let a = actionable(&r);
+        let never = r.retry_after > crate::time::SG_MAX_NOW;
         actionable_out.write(sg_actionable {
             status: a.status,
-            retry_after_s: a.retry_after_s,
+            retry_after_s: if never { 0 } else { a.retry_after_s },
             reason: a.reason as u32,
         });
         Ok(())
@@ -535,8 +581,10 @@ pub unsafe extern "C" fn sg_actionable_from(
 
 /// Writes the JSON body (`{"error": ..., "reason": ..., "retry_after_s": ..., "retry":
 /// ...}`, NUL-terminated) into `buf` and its length without the NUL to `*written_out`.
-/// `SG_ACTIONABLE_BODY_MAX` bytes always suffice; a smaller `len` that does not fit is
-/// `SG_BUFFER_TOO_SMALL` and nothing is written.
+/// `retry_after_s` 0 (waiting will not help) omits that key and writes `"retry": "not by
+/// waiting"`. `SG_ACTIONABLE_BODY_MAX` bytes always suffice; a smaller `len` that does not
+/// fit is `SG_BUFFER_TOO_SMALL` and nothing is written. A `status` other than 429 or 503,
+/// or an unknown `reason`, is `SG_INVALID_ARGUMENT`: this body describes a refusal.
 #[no_mangle]
 pub unsafe extern "C" fn sg_actionable_write_json(
     actionable: *const sg_actionable,
@@ -552,9 +600,16 @@ pub unsafe extern "C" fn sg_actionable_write_json(
             return Err(SG_NULL_ARGUMENT);
         }
         let reason = reason_of(a.reason).ok_or(SG_INVALID_ARGUMENT)?;
+        if a.status != 429 && a.status != 503 {
+            return Err(SG_INVALID_ARGUMENT);
+        }
         let core = Actionable { status: a.status, retry_after_s: a.retry_after_s, reason };
         let mut tmp = [0u8; MAX_BODY_LEN];
-        let n = core.write_json(&mut tmp).map_err(|_| SG_BUFFER_TOO_SMALL)?;
+        let n = if a.retry_after_s == 0 {
+            never_body(&core, &mut tmp)?
+        } else {
+            core.write_json(&mut tmp).map_err(|_| SG_BUFFER_TOO_SMALL)?
+        };
         if n + 1 > len {
             return Err(SG_BUFFER_TOO_SMALL);
         }
@@ -566,6 +621,25 @@ pub unsafe extern "C" fn sg_actionable_write_json(
         written_out.write(n);
         Ok(())
     })
+}
+
+/// The body of a refusal that waiting will not lift: as the core's, without
+/// `retry_after_s`.
+fn never_body(a: &Actionable, tmp: &mut [u8; MAX_BODY_LEN]) -> Res<usize> {
+    let parts = [
+        r#"{"error": ""#,
+        a.error(),
+        r#"", "reason": ""#,
+        a.reason.as_str(),
+        r#"", "retry": "not by waiting"}"#,
+    ];
+    let mut n = 0;
+    for p in parts {
+        let dst = tmp.get_mut(n..n + p.len()).ok_or(SG_BUFFER_TOO_SMALL)?;
+        dst.copy_from_slice(p.as_bytes());
+        n += p.len();
+    }
+    Ok(n)
 }
 
 /// Whether `reason` refuses one key (`SG_REASON_KEY_LIMIT`, `SG_REASON_KEY_RATE`: that

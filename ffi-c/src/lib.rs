@@ -1,7 +1,7 @@
 //! # surgeguard-ffi: the C ABI of surgeguard
 //!
-//! A thin, mechanical layer over `surgeguard-core` (STYLE.md item 12; the conventions are
-//! `research/bindings.md` §3 and rustls-ffi's). Every exported function:
+//! A thin, mechanical layer over `surgeguard-core` (its conventions follow
+//! rustls-ffi's). Every exported function:
 //!
 //! - is named `sg_<type>_<verb>`, takes its inputs first and its outputs last;
 //! - checks every pointer (NULL → `SG_NULL_ARGUMENT`) and every number (an enum value,
@@ -44,6 +44,7 @@ mod handle;
 
 pub mod backoff;
 pub mod breaker;
+pub mod field;
 pub mod flow;
 pub mod gate;
 pub mod keyed;

@@ -4,11 +4,12 @@
 use core::ffi::{c_char, c_void};
 
 use surgeguard_core::limit::{
-    AimdConfig, AlgorithmConfig, FixedConfig, Gradient2Config, GradientConfig, HysteresisConfig,
-    VegasConfig,
+    AimdConfig, AlgorithmConfig, AnyAlgorithm, FixedConfig, Gradient2Config, GradientConfig,
+    HysteresisConfig, VegasConfig,
 };
 use surgeguard_core::{Limiter, LimiterConfig, LimiterMetrics, Priority, RawPermit};
 
+use crate::field;
 use crate::handle::{
     deinit_object, ffi, ffi_status, ffi_value, free_object, init_object, input, new_object, object,
     out, rejected, with, Res,
@@ -23,9 +24,10 @@ const _: () = assert!(Priority::MAX_LEVELS == 8); // the C arrays below have 8 e
 
 /// `sg_limiter_config.algorithm`: a fixed limit.
 pub const SG_ALGORITHM_FIXED: u32 = 0;
-/// AIMD (seed 002; a Netflix parity mode).
+/// AIMD (additive increase, multiplicative decrease; with a Netflix
+/// concurrency-limits parity mode).
 pub const SG_ALGORITHM_AIMD: u32 = 1;
-/// Seed 000's hysteresis AIMD (healthy / warning / critical zones on p99).
+/// The hysteresis AIMD (healthy / warning / critical zones on p99 against a target).
 pub const SG_ALGORITHM_HYSTERESIS: u32 = 2;
 /// Envoy's gradient controller (the default).
 pub const SG_ALGORITHM_GRADIENT: u32 = 3;
@@ -44,9 +46,12 @@ pub struct sg_fixed_config {
     pub min_limit: f64,
     /// Ceiling.
     pub max_limit: f64,
+    /// Reserved for settings added later (each will give 0 today's behaviour); must be
+    /// 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    pub reserved: [u64; 4],
 }
 
-/// Settings of AIMD (`SG_ALGORITHM_AIMD`): seed 002's +1 / ×backoff, or Netflix
+/// Settings of AIMD (`SG_ALGORITHM_AIMD`): +1 per good window / ×`backoff_ratio` on overload, or Netflix
 /// concurrency-limits' `AIMDLimit` exactly (`netflix_parity`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -72,9 +77,12 @@ pub struct sg_aimd_config {
     pub slow_start: bool,
     /// Reproduce NCL `AIMDLimit` exactly (whole-number limits).
     pub netflix_parity: bool,
+    /// Reserved for settings added later (each will give 0 today's behaviour); must be
+    /// 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    pub reserved: [u64; 4],
 }
 
-/// Settings of seed 000's hysteresis AIMD (`SG_ALGORITHM_HYSTERESIS`): healthy / warning /
+/// Settings of the hysteresis AIMD (`SG_ALGORITHM_HYSTERESIS`): healthy / warning /
 /// critical zones on the rolling p99 against a target.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -85,7 +93,7 @@ pub struct sg_hysteresis_config {
     pub min_limit: f64,
     /// Hard cap.
     pub max_limit: f64,
-    /// The latency the zones are measured against, ns (seed 000: 50 ms).
+    /// The latency the zones are measured against, ns (default 50 ms).
     pub target_latency_ns: u64,
     /// Healthy while p99 < this × target (0.8).
     pub healthy_below: f64,
@@ -110,6 +118,9 @@ pub struct sg_hysteresis_config {
     pub app_limited_fraction: f64,
     /// Slow start until the first window that is not healthy, a jump or a drop.
     pub slow_start: bool,
+    /// Reserved for settings added later (each will give 0 today's behaviour); must be
+    /// 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    pub reserved: [u64; 4],
 }
 
 /// Settings of the gradient controller (`SG_ALGORITHM_GRADIENT`, the default): Envoy's
@@ -152,6 +163,9 @@ pub struct sg_gradient_config {
     pub app_limited_ratio: f64,
     /// Seed of the probe jitter.
     pub seed: u64,
+    /// Reserved for settings added later (each will give 0 today's behaviour); must be
+    /// 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    pub reserved: [u64; 4],
 }
 
 /// Settings of Gradient2 (`SG_ALGORITHM_GRADIENT2`, Netflix concurrency-limits parity,
@@ -182,6 +196,9 @@ pub struct sg_gradient2_config {
     pub app_limited_fraction: f64,
     /// Slow start until the first drop (fixed mode) or gradient below 1.
     pub slow_start: bool,
+    /// Reserved for settings added later (each will give 0 today's behaviour); must be
+    /// 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    pub reserved: [u64; 4],
 }
 
 /// Settings of Vegas (`SG_ALGORITHM_VEGAS`, Netflix concurrency-limits parity). The
@@ -213,6 +230,9 @@ pub struct sg_vegas_config {
     pub app_limited_fraction: f64,
     /// Slow start until the first drop or queue estimate reaching `alpha`.
     pub slow_start: bool,
+    /// Reserved for settings added later (each will give 0 today's behaviour); must be
+    /// 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    pub reserved: [u64; 4],
 }
 
 /// `From<core config>` and `to_core` for a C algorithm config: plain fields copied, and
@@ -221,7 +241,7 @@ macro_rules! algorithm_config {
     ($c:ident, $core:ident, [$($f:ident),*] $(, opt [$($o:ident: $zero:expr),*])?) => {
         impl From<$core> for $c {
             fn from(c: $core) -> Self {
-                Self { $($f: c.$f,)* $($($o: c.$o.unwrap_or($zero),)*)? }
+                Self { reserved: [0; 4], $($f: c.$f,)* $($($o: c.$o.unwrap_or($zero),)*)? }
             }
         }
         impl $c {
@@ -339,7 +359,7 @@ pub unsafe extern "C" fn sg_fixed_config_default(cfg: *mut sg_fixed_config) -> s
 pub unsafe extern "C" fn sg_aimd_config_default(cfg: *mut sg_aimd_config) -> sg_status {
     ffi(|| out(cfg).map(|o| o.write(AimdConfig::default().into())))
 }
-/// Fills `cfg` with the hysteresis AIMD's defaults (seed 000).
+/// Fills `cfg` with the hysteresis AIMD's defaults.
 #[no_mangle]
 pub unsafe extern "C" fn sg_hysteresis_config_default(cfg: *mut sg_hysteresis_config) -> sg_status {
     ffi(|| out(cfg).map(|o| o.write(HysteresisConfig::default().into())))
@@ -382,7 +402,7 @@ pub struct sg_limiter_config {
     /// Priority levels in use, 1..=8 (default 3: critical, normal, background).
     pub levels: u32,
     /// Guaranteed share of the limit per level; the sum must not exceed 1 (default
-    /// 0.7 / 0.25 / 0.05, seed 000). Entries past `levels` are ignored.
+    /// 0.7 / 0.25 / 0.05). Entries past `levels` are ignored.
     pub weights: [f64; 8],
     /// A window is at least this long, ns (default 100 ms).
     pub min_window_ns: u64,
@@ -395,11 +415,15 @@ pub struct sg_limiter_config {
     /// A level is active (its unused share reserved) for this long after an arrival, ns
     /// (default 1 s).
     pub active_ns: u64,
+    /// Reserved for settings added later (each will give 0 today's behaviour); must be
+    /// 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    pub reserved: [u64; 4],
 }
 
 impl From<&LimiterConfig> for sg_limiter_config {
     fn from(c: &LimiterConfig) -> Self {
         let mut out = Self {
+            reserved: [0; 4],
             algorithm: SG_ALGORITHM_GRADIENT,
             fixed: FixedConfig::default().into(),
             aimd: AimdConfig::default().into(),
@@ -441,17 +465,53 @@ impl From<&LimiterConfig> for sg_limiter_config {
 impl sg_limiter_config {
     /// The core config, or the status of the first bad field (checked here: `algorithm`
     /// and `levels` as C integers; the numbers by the core).
+    ///
+    /// Every algorithm's settings are checked, not only the chosen one's: one rule for
+    /// every config, so that a config accepted today stays valid when a setting it does
+    /// not use yet is switched on (and a typo in an unused block is not silently kept).
     pub(crate) fn to_core(self) -> Res<LimiterConfig> {
-        let algorithm = match self.algorithm {
-            SG_ALGORITHM_FIXED => AlgorithmConfig::Fixed(self.fixed.to_core()),
-            SG_ALGORITHM_AIMD => AlgorithmConfig::Aimd(self.aimd.to_core()),
-            SG_ALGORITHM_HYSTERESIS => AlgorithmConfig::Hysteresis(self.hysteresis.to_core()),
-            SG_ALGORITHM_GRADIENT => AlgorithmConfig::Gradient(self.gradient.to_core()),
-            SG_ALGORITHM_GRADIENT2 => AlgorithmConfig::Gradient2(self.gradient2.to_core()),
-            SG_ALGORITHM_VEGAS => AlgorithmConfig::Vegas(self.vegas.to_core()),
-            _ => return Err(SG_CONFIG_OUT_OF_RANGE),
+        field::reserved(&self.reserved)?;
+        let all = [
+            ("fixed.", AlgorithmConfig::Fixed(self.fixed.to_core()), &self.fixed.reserved),
+            ("aimd.", AlgorithmConfig::Aimd(self.aimd.to_core()), &self.aimd.reserved),
+            (
+                "hysteresis.",
+                AlgorithmConfig::Hysteresis(self.hysteresis.to_core()),
+                &self.hysteresis.reserved,
+            ),
+            (
+                "gradient.",
+                AlgorithmConfig::Gradient(self.gradient.to_core()),
+                &self.gradient.reserved,
+            ),
+            (
+                "gradient2.",
+                AlgorithmConfig::Gradient2(self.gradient2.to_core()),
+                &self.gradient2.reserved,
+            ),
+            ("vegas.", AlgorithmConfig::Vegas(self.vegas.to_core()), &self.vegas.reserved),
+        ];
+        let chosen = match self.algorithm {
+            SG_ALGORITHM_FIXED => 0,
+            SG_ALGORITHM_AIMD => 1,
+            SG_ALGORITHM_HYSTERESIS => 2,
+            SG_ALGORITHM_GRADIENT => 3,
+            SG_ALGORITHM_GRADIENT2 => 4,
+            SG_ALGORITHM_VEGAS => 5,
+            _ => return Err(field::out_of_range("algorithm")),
         };
-        let levels = u8::try_from(self.levels).map_err(|_| SG_CONFIG_OUT_OF_RANGE)?;
+        for (path, a, reserved) in &all {
+            field::under(path, field::reserved(reserved))?;
+            // Building an algorithm allocates nothing and validates every number.
+            field::under(path, AnyAlgorithm::new(*a).map(drop).map_err(sg_status::from))?;
+        }
+        let algorithm = all[chosen].1;
+        let levels = u8::try_from(self.levels).map_err(|_| field::out_of_range("levels"))?;
+        // The window is `clamp(window_rtt_multiple × min latency, min, max)`: 0 would make
+        // every window as short as allowed regardless of latency, which is no setting.
+        if self.window_rtt_multiple.is_finite() && self.window_rtt_multiple <= 0.0 {
+            return Err(field::out_of_range("window_rtt_multiple"));
+        }
         let mut c = LimiterConfig::with_algorithm(algorithm);
         c.levels = levels;
         c.weights = self.weights;
@@ -557,6 +617,7 @@ pub unsafe extern "C" fn sg_limiter_try_acquire(
     rejection_out: *mut sg_rejection,
 ) -> sg_status {
     ffi_status(|| {
+        let now = crate::time::check_now(now)?;
         let permit_out = out(permit_out)?;
         let level = self::level(level)?;
         // SAFETY: the crate's contract for `limiter`.
@@ -583,6 +644,7 @@ pub unsafe extern "C" fn sg_limiter_release(
     outcome: u32,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         // SAFETY: the crate's contract for `permit`: NULL or an `sg_permit` readable for the
         // call. `take`/`restore` then write its state word through this shared borrow, which
         // `sg_permit`'s `UnsafeCell`s allow (see `sg_permit::cell` in permit.rs).
@@ -608,6 +670,7 @@ pub unsafe extern "C" fn sg_limiter_note_arrival(
     level: u32,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         let level = self::level(level)?;
         // SAFETY: the crate's contract for `limiter`.
         unsafe {
@@ -619,7 +682,7 @@ pub unsafe extern "C" fn sg_limiter_note_arrival(
     })
 }
 
-/// The kill switch (seed 000): pins the limit to `limit` (in `[1e-6, 2^31)`, finite;
+/// The kill switch (an operator's override of the adaptive limit): pins the limit to `limit` (in `[1e-6, 2^31)`, finite;
 /// otherwise `SG_INVALID_ARGUMENT`). The algorithm keeps learning meanwhile.
 #[no_mangle]
 pub unsafe extern "C" fn sg_limiter_set_static_limit(
@@ -732,12 +795,16 @@ pub struct sg_limiter_metrics {
     pub windows: u64,
     /// Latency samples those windows held.
     pub folded_samples: u64,
-    /// Smallest latency of the last window, ns.
+    /// The last window's smallest latency as the latency histogram records it, ns: the
+    /// lower edge of the bucket that holds it, so at most the true smallest latency and
+    /// within 1/32 (3.1 %) below it.
     pub min_rtt_ns: u64,
     /// Mean latency of the last window, ns.
     pub avg_rtt_ns: u64,
-    /// p99 latency of the last window, ns.
+    /// p99 latency of the last window, ns (a histogram estimate, within 3.1 %).
     pub p99_rtt_ns: u64,
+    /// Reserved for values added later; 0 in this version.
+    pub reserved: [u64; 4],
 }
 
 /// A static C string for an algorithm name.
@@ -757,6 +824,7 @@ pub(crate) fn algorithm_name(name: &str) -> *const c_char {
 impl From<&LimiterMetrics> for sg_limiter_metrics {
     fn from(m: &LimiterMetrics) -> Self {
         Self {
+            reserved: [0; 4],
             algorithm: algorithm_name(m.algorithm),
             limit: m.limit,
             has_static_limit: m.static_limit.is_some(),

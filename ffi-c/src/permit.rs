@@ -35,7 +35,8 @@ use crate::status::sg_status::{self, *};
 /// `SG_INVALID_HANDLE`, and none of them changes anything. Storage may be reused for a
 /// new admission once released. Do not copy a live permit with `=` or `memcpy`: use
 /// `sg_permit_move`. Zero it (`sg_permit p = {0};`) if it may be released before it is
-/// filled.
+/// filled. An acquire writes its output without reading it (so uninitialised storage is
+/// fine there): acquiring into a live permit would lose that admission; don't.
 // (Not in the doc comment, which cbindgen copies into the header.) In Rust the words are
 // `UnsafeCell<MaybeUninit<u64>>`: the state word is updated atomically through a shared
 // borrow, and the core permit's padding bytes stay uninitialised. C sees
@@ -264,8 +265,10 @@ pub unsafe extern "C" fn sg_permit_is_live(
 }
 
 /// Moves a live permit from `src` to `dst` (e.g. into a request struct or another
-/// thread's slot): `dst` becomes the permit, `src` reads as released. `dst`'s old
-/// contents are overwritten, not released — do not move onto a live permit.
+/// thread's slot): `dst` becomes the permit, `src` reads as released. `dst` must be
+/// zeroed storage or a released permit (it is read, so not uninitialised memory): a
+/// `dst` that holds a live permit is refused with `SG_INVALID_ARGUMENT` (moving over it
+/// would lose that admission), as is `src == dst`; neither changes anything.
 #[no_mangle]
 pub unsafe extern "C" fn sg_permit_move(src: *mut sg_permit, dst: *mut sg_permit) -> sg_status {
     ffi(|| {
@@ -276,8 +279,15 @@ pub unsafe extern "C" fn sg_permit_move(src: *mut sg_permit, dst: *mut sg_permit
         // state word is written through this shared borrow, which `sg_permit`'s `UnsafeCell`s
         // allow.
         let src_ref = unsafe { input(src.cast_const())? };
-        let dst = out(dst)?;
+        // SAFETY: as for `src`: `dst` is NULL or an `sg_permit` (zeroed, released or live)
+        // readable for the call; only its state word is read here.
+        let dst_ref = unsafe { input(dst.cast_const())? };
         let cell = live_cell(src_ref)?;
+        // Relaxed: as in `take`.
+        if dst_ref.cell().state.load(Ordering::Relaxed) == LIVE {
+            return Err(SG_INVALID_ARGUMENT);
+        }
+        let dst = out(dst)?;
         let (owner, kind) = (cell.owner, cell.kind);
         // Take the payload as raw words, winning the source's state word first.
         cell.state

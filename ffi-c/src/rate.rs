@@ -1,6 +1,6 @@
 //! Rate limits: `sg_rate_limiter` (GCRA on one atomic word, weighted cost, the wait
 //! returned instead of slept) and `sg_paced_drain` (drain a backlog after an outage with
-//! headroom, seed 003/004).
+//! headroom).
 
 use core::ffi::c_void;
 
@@ -28,6 +28,9 @@ pub struct sg_rate_limiter_config {
     pub burst: u32,
     /// If not 0: one unit per this many ns instead of `per_second` (≤ 10^6 s).
     pub emission_ns: u64,
+    /// Reserved for settings added later (each will give 0 today's behaviour); must be
+    /// 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    pub reserved: [u64; 4],
 }
 
 /// A GCRA rate limiter: at most `burst + rate × T` units in any span `T`; a refusal
@@ -48,6 +51,7 @@ mod rate_make {
         // SAFETY: this fn's contract: `cfg` is NULL (`input` refuses it) or readable for
         // one `sg_rate_limiter_config` during the call; the borrow does not outlive it.
         let c = unsafe { input(cfg)? };
+        crate::field::reserved(&c.reserved)?;
         Ok(if c.emission_ns != 0 {
             RateLimiter::with_interval(c.emission_ns, c.burst)?
         } else {
@@ -63,7 +67,12 @@ pub unsafe extern "C" fn sg_rate_limiter_config_default(
 ) -> sg_status {
     ffi(|| {
         out(cfg).map(|o| {
-            o.write(sg_rate_limiter_config { per_second: 100.0, burst: 10, emission_ns: 0 })
+            o.write(sg_rate_limiter_config {
+                reserved: [0; 4],
+                per_second: 100.0,
+                burst: 10,
+                emission_ns: 0,
+            })
         })
     })
 }
@@ -129,6 +138,7 @@ pub unsafe extern "C" fn sg_rate_limiter_check(
     rejection_out: *mut sg_rejection,
 ) -> sg_status {
     ffi_status(|| {
+        let now = crate::time::check_now(now)?;
         // SAFETY: the crate's contract for `rate_limiter`.
         unsafe {
             with(rate_limiter, |o| {
@@ -150,6 +160,7 @@ pub unsafe extern "C" fn sg_rate_limiter_take_up_to(
     take_up_to_out: *mut u32,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         let take_up_to_out = out(take_up_to_out)?;
         // SAFETY: the crate's contract for `rate_limiter`.
         let v = unsafe { with(rate_limiter, |o| Ok(o.inner.take_up_to(now, max)))? };
@@ -166,6 +177,7 @@ pub unsafe extern "C" fn sg_rate_limiter_available(
     available_out: *mut u32,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         let available_out = out(available_out)?;
         // SAFETY: the crate's contract for `rate_limiter`.
         let v = unsafe { with(rate_limiter, |o| Ok(o.inner.available(now)))? };
@@ -183,6 +195,7 @@ pub unsafe extern "C" fn sg_rate_limiter_wait_time(
     wait_time_out: *mut u64,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         let wait_time_out = out(wait_time_out)?;
         // SAFETY: the crate's contract for `rate_limiter`.
         let v = unsafe { with(rate_limiter, |o| Ok(o.inner.wait_time(now, cost)))? };
@@ -205,6 +218,8 @@ pub struct sg_rate_limiter_metrics {
     pub tolerance_ns: u64,
     /// The burst, units.
     pub burst: u32,
+    /// Reserved for values added later; 0 in this version.
+    pub reserved: [u64; 4],
 }
 
 /// A snapshot of the counters.
@@ -221,6 +236,7 @@ pub unsafe extern "C" fn sg_rate_limiter_metrics_get(
                 Ok({
                     let m = o.inner.metrics();
                     sg_rate_limiter_metrics {
+                        reserved: [0; 4],
                         allowed: m.allowed,
                         denied: m.denied,
                         emission_ns: m.emission_ns,
@@ -247,11 +263,19 @@ pub struct sg_paced_drain_config {
     pub headroom: f64,
     /// Largest number started at once, in `[1, 1e9]` (default: 100 ms of the drain rate).
     pub burst: u32,
+    /// Reserved for settings added later (each will give 0 today's behaviour); must be
+    /// 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    pub reserved: [u64; 4],
 }
 
 impl From<PacedDrainConfig> for sg_paced_drain_config {
     fn from(c: PacedDrainConfig) -> Self {
-        Self { target_per_sec: c.target_per_sec, headroom: c.headroom, burst: c.burst }
+        Self {
+            reserved: [0; 4],
+            target_per_sec: c.target_per_sec,
+            headroom: c.headroom,
+            burst: c.burst,
+        }
     }
 }
 
@@ -273,6 +297,7 @@ mod drain_make {
         // SAFETY: this fn's contract: `cfg` is NULL (`input` refuses it) or readable for
         // one `sg_paced_drain_config` during the call; the borrow does not outlive it.
         let c = unsafe { input(cfg)? };
+        crate::field::reserved(&c.reserved)?;
         Ok(PacedDrain::new(PacedDrainConfig {
             target_per_sec: c.target_per_sec,
             headroom: c.headroom,
@@ -281,7 +306,7 @@ mod drain_make {
     }
 }
 
-/// Fills `cfg` with the defaults: a 1000/s target, 20 % headroom, bursts of 100 ms (seed 004's example;
+/// Fills `cfg` with the defaults: a 1000/s target, 20 % headroom, bursts of 100 ms (
 /// use `sg_paced_drain_config_for` for your target).
 #[no_mangle]
 pub unsafe extern "C" fn sg_paced_drain_config_default(
@@ -342,7 +367,7 @@ pub unsafe extern "C" fn sg_paced_drain_deinit(paced_drain: *mut sg_paced_drain)
 }
 
 /// Fills `cfg` for `target_per_sec` (finite, > 0; else `SG_INVALID_ARGUMENT`): 20 %
-/// headroom and a burst of 100 ms of the drain rate (seed 004).
+/// headroom and a burst of 100 ms of the drain rate.
 #[no_mangle]
 pub unsafe extern "C" fn sg_paced_drain_config_for(
     target_per_sec: f64,
@@ -367,6 +392,7 @@ pub unsafe extern "C" fn sg_paced_drain_permits(
     permits_out: *mut u32,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         let permits_out = out(permits_out)?;
         // SAFETY: the crate's contract for `paced_drain`.
         let v = unsafe { with(paced_drain, |o| Ok(o.inner.permits(now, backlog)))? };
@@ -383,6 +409,7 @@ pub unsafe extern "C" fn sg_paced_drain_next_permit_in(
     next_permit_in_out: *mut u64,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         let next_permit_in_out = out(next_permit_in_out)?;
         // SAFETY: the crate's contract for `paced_drain`.
         let v = unsafe { with(paced_drain, |o| Ok(o.inner.next_permit_in(now)))? };
@@ -419,7 +446,7 @@ fn check_rate(r: f64) -> Res {
     }
 }
 
-/// Seed 004's drain time, `backlog / (consume − produce)`, ns; `SG_NEVER` when it never
+/// The drain time, `backlog / (consume − produce)`, ns; `SG_NEVER` when it never
 /// drains. Rates must be finite and ≥ 0 (else `SG_INVALID_ARGUMENT`).
 #[no_mangle]
 pub unsafe extern "C" fn sg_time_to_drain(
@@ -448,11 +475,18 @@ pub struct sg_paced_drain_metrics {
     pub calls: u64,
     /// The drain rate, items per second.
     pub drain_per_sec: f64,
+    /// Reserved for values added later; 0 in this version.
+    pub reserved: [u64; 4],
 }
 
 impl From<PacedDrainMetrics> for sg_paced_drain_metrics {
     fn from(m: PacedDrainMetrics) -> Self {
-        Self { started: m.started, calls: m.calls, drain_per_sec: m.drain_per_sec }
+        Self {
+            reserved: [0; 4],
+            started: m.started,
+            calls: m.calls,
+            drain_per_sec: m.drain_per_sec,
+        }
     }
 }
 

@@ -26,11 +26,15 @@ pub struct sg_retry_budget_config {
     pub min_retries_per_sec: u32,
     /// Retries as a fraction of requests: 0, or in `[0.001, 1000]` (default 0.1).
     pub percent_can_retry: f64,
+    /// Reserved for settings added later (each will give 0 today's behaviour); must be
+    /// 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    pub reserved: [u64; 4],
 }
 
 impl From<RetryBudgetConfig> for sg_retry_budget_config {
     fn from(c: RetryBudgetConfig) -> Self {
         Self {
+            reserved: [0; 4],
             ttl_ns: c.ttl,
             min_retries_per_sec: c.min_retries_per_sec,
             percent_can_retry: c.percent_can_retry,
@@ -40,7 +44,7 @@ impl From<RetryBudgetConfig> for sg_retry_budget_config {
 
 /// A retry budget: every request deposits, every retry withdraws, deposits expire after
 /// `ttl`, and `min_retries_per_sec × ttl` retries are always available, so retries stay a
-/// bounded share of traffic (seeds 003, 004). Thread-safe, lock-free.
+/// bounded share of traffic (Finagle's `RetryBudget`, gRPC's retry throttling). Thread-safe, lock-free.
 pub struct sg_retry_budget {
     _opaque: [u8; 0],
 }
@@ -57,6 +61,7 @@ mod budget_make {
         // SAFETY: this fn's contract: `cfg` is NULL (`input` refuses it) or readable for
         // one `sg_retry_budget_config` during the call; the borrow does not outlive it.
         let c = unsafe { input(cfg)? };
+        crate::field::reserved(&c.reserved)?;
         Ok(RetryBudget::new(RetryBudgetConfig {
             ttl: c.ttl_ns,
             min_retries_per_sec: c.min_retries_per_sec,
@@ -139,6 +144,7 @@ pub unsafe extern "C" fn sg_retry_budget_deposit(
     now: u64,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         // SAFETY: the crate's contract for `retry_budget`.
         unsafe {
             with(retry_budget, |o| {
@@ -158,6 +164,7 @@ pub unsafe extern "C" fn sg_retry_budget_try_withdraw(
     rejection_out: *mut sg_rejection,
 ) -> sg_status {
     ffi_status(|| {
+        let now = crate::time::check_now(now)?;
         // SAFETY: the crate's contract for `retry_budget`.
         unsafe {
             with(retry_budget, |o| {
@@ -173,11 +180,12 @@ pub unsafe extern "C" fn sg_retry_budget_try_withdraw(
 /// Retries that would be allowed now (reserve included), without taking any.
 #[no_mangle]
 pub unsafe extern "C" fn sg_retry_budget_available(
-    retry_budget: *mut sg_retry_budget,
+    retry_budget: *const sg_retry_budget,
     now: u64,
     available_out: *mut u64,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         let available_out = out(available_out)?;
         // SAFETY: the crate's contract for `retry_budget`.
         let v = unsafe { with(retry_budget, |o| Ok(o.inner.available(now)))? };
@@ -198,11 +206,14 @@ pub struct sg_retry_budget_metrics {
     pub retries_denied: u64,
     /// Retries that would be allowed now (as of the last call's time).
     pub available: u64,
+    /// Reserved for values added later; 0 in this version.
+    pub reserved: [u64; 4],
 }
 
 impl From<RetryBudgetMetrics> for sg_retry_budget_metrics {
     fn from(m: RetryBudgetMetrics) -> Self {
         Self {
+            reserved: [0; 4],
             requests: m.requests,
             retries_allowed: m.retries_allowed,
             retries_denied: m.retries_denied,
@@ -236,11 +247,14 @@ pub struct sg_token_throttle_config {
     pub max_tokens: f64,
     /// `tokenRatio`: tokens a success adds, in `[0.001, max_tokens]` (default 0.1).
     pub token_ratio: f64,
+    /// Reserved for settings added later (each will give 0 today's behaviour); must be
+    /// 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    pub reserved: [u64; 4],
 }
 
 impl From<TokenThrottleConfig> for sg_token_throttle_config {
     fn from(c: TokenThrottleConfig) -> Self {
-        Self { max_tokens: c.max_tokens, token_ratio: c.token_ratio }
+        Self { reserved: [0; 4], max_tokens: c.max_tokens, token_ratio: c.token_ratio }
     }
 }
 
@@ -262,6 +276,7 @@ mod token_make {
         // SAFETY: this fn's contract: `cfg` is NULL (`input` refuses it) or readable for
         // one `sg_token_throttle_config` during the call; the borrow does not outlive it.
         let c = unsafe { input(cfg)? };
+        crate::field::reserved(&c.reserved)?;
         Ok(TokenRetryThrottle::new(TokenThrottleConfig {
             max_tokens: c.max_tokens,
             token_ratio: c.token_ratio,
@@ -413,11 +428,14 @@ pub struct sg_token_throttle_metrics {
     pub successes: u64,
     /// Failures recorded, ever.
     pub failures: u64,
+    /// Reserved for values added later; 0 in this version.
+    pub reserved: [u64; 4],
 }
 
 impl From<TokenThrottleMetrics> for sg_token_throttle_metrics {
     fn from(m: TokenThrottleMetrics) -> Self {
         Self {
+            reserved: [0; 4],
             tokens: m.tokens,
             throttled: m.throttled,
             retries_allowed: m.retries_allowed,

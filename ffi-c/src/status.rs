@@ -38,21 +38,28 @@ pub enum sg_status {
     SG_INVALID_HANDLE = 107,
     /// The permit was already released (or moved away).
     SG_ALREADY_RELEASED = 108,
-    /// The permit or ticket belongs to another object.
+    /// The permit or ticket belongs to another object (for a ticket: carries another
+    /// gate's id, which a forged number usually does).
     SG_FOREIGN_HANDLE = 109,
-    /// The ticket is unknown: never issued, already granted, expired or cancelled.
+    /// The ticket is unknown: already granted, expired, evicted or cancelled, or carries
+    /// this gate's id but was never issued.
     SG_UNKNOWN_TICKET = 110,
     /// A panic was caught at the boundary (a bug: please report it). The object it was
     /// using is poisoned: later calls on it return `SG_PANIC`; free it.
     SG_PANIC = 111,
     /// `sg_<type>_new` could not allocate; nothing was created.
     SG_OUT_OF_MEMORY = 112,
+    /// A `now` argument was above `SG_MAX_NOW` (2^62 ns, about 146 years of uptime): a
+    /// clock bug or a corrupted value. Refused before anything is read or changed.
+    SG_TIME_OUT_OF_RANGE = 113,
 }
 
 use sg_status::*;
 
 impl From<ConfigError> for sg_status {
+    /// Also records the field for `sg_last_error_field()`.
     fn from(e: ConfigError) -> Self {
+        crate::field::set(crate::field::c_name(&e));
         match e {
             ConfigError::NotFinite(_) => SG_CONFIG_NOT_FINITE,
             ConfigError::Inconsistent(_) => SG_CONFIG_INCONSISTENT,
@@ -67,6 +74,7 @@ impl From<UsageError> for sg_status {
             UsageError::AlreadyReleased => SG_ALREADY_RELEASED,
             UsageError::ForeignHandle => SG_FOREIGN_HANDLE,
             UsageError::UnknownTicket => SG_UNKNOWN_TICKET,
+            UsageError::TimeOutOfRange => SG_TIME_OUT_OF_RANGE,
             _ => SG_INVALID_ARGUMENT,
         }
     }
@@ -93,6 +101,7 @@ pub extern "C" fn sg_status_str(status: u32) -> *const c_char {
         110 => c"unknown ticket",
         111 => c"panic caught at the C boundary",
         112 => c"out of memory",
+        113 => c"now is above SG_MAX_NOW (2^62 ns)",
         _ => c"unknown status",
     };
     s.as_ptr()
@@ -241,6 +250,7 @@ mod tests {
             SG_UNKNOWN_TICKET,
             SG_PANIC,
             SG_OUT_OF_MEMORY,
+            SG_TIME_OUT_OF_RANGE,
         ] {
             assert_ne!(s(sg_status_str(st as u32)), "unknown status", "{st:?}");
         }

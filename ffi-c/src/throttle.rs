@@ -31,11 +31,15 @@ pub struct sg_adaptive_throttle_config {
     pub max_drop_probability: f64,
     /// `SG_THROTTLE_FORM_*` (default ring).
     pub form: u32,
+    /// Reserved for settings added later (each will give 0 today's behaviour); must be
+    /// 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    pub reserved: [u64; 4],
 }
 
 impl From<AdaptiveThrottleConfig> for sg_adaptive_throttle_config {
     fn from(c: AdaptiveThrottleConfig) -> Self {
         Self {
+            reserved: [0; 4],
             k: c.k,
             window_ns: c.window,
             max_drop_probability: c.max_drop_probability,
@@ -65,17 +69,26 @@ mod throttle_make {
         // SAFETY: this fn's contract: `cfg` is NULL (`input` refuses it) or readable for
         // one `sg_adaptive_throttle_config` during the call; the borrow does not outlive it.
         let c = unsafe { input(cfg)? };
+        crate::field::reserved(&c.reserved)?;
         let form = match c.form {
             SG_THROTTLE_FORM_RING => ThrottleForm::Ring,
             SG_THROTTLE_FORM_EMA => ThrottleForm::Ema,
-            _ => return Err(SG_CONFIG_OUT_OF_RANGE),
+            _ => return Err(crate::field::out_of_range("form")),
         };
-        Ok(AdaptiveThrottle::new(AdaptiveThrottleConfig {
+        AdaptiveThrottle::new(AdaptiveThrottleConfig {
             k: c.k,
             window: c.window_ns,
             max_drop_probability: c.max_drop_probability,
             form,
-        })?)
+        })
+        .map_err(|e| {
+            let st = sg_status::from(e);
+            // The core names it "window"; C spells the unit.
+            if e == surgeguard_core::ConfigError::OutOfRange("window") {
+                crate::field::set("window_ns");
+            }
+            st
+        })
     }
 }
 
@@ -149,6 +162,7 @@ pub unsafe extern "C" fn sg_adaptive_throttle_record(
     accepted: bool,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         // SAFETY: the crate's contract for `adaptive_throttle`.
         unsafe {
             with(adaptive_throttle, |o| {
@@ -170,6 +184,7 @@ pub unsafe extern "C" fn sg_adaptive_throttle_should_throttle(
     rejection_out: *mut sg_rejection,
 ) -> sg_status {
     ffi_status(|| {
+        let now = crate::time::check_now(now)?;
         // SAFETY: the crate's contract for `adaptive_throttle`.
         unsafe {
             with(adaptive_throttle, |o| {
@@ -185,11 +200,12 @@ pub unsafe extern "C" fn sg_adaptive_throttle_should_throttle(
 /// The current local drop probability.
 #[no_mangle]
 pub unsafe extern "C" fn sg_adaptive_throttle_drop_probability(
-    adaptive_throttle: *mut sg_adaptive_throttle,
+    adaptive_throttle: *const sg_adaptive_throttle,
     now: u64,
     drop_probability_out: *mut f64,
 ) -> sg_status {
     ffi(|| {
+        let now = crate::time::check_now(now)?;
         let drop_probability_out = out(drop_probability_out)?;
         // SAFETY: the crate's contract for `adaptive_throttle`.
         let v = unsafe { with(adaptive_throttle, |o| Ok(o.inner.drop_probability(now)))? };
@@ -210,11 +226,14 @@ pub struct sg_adaptive_throttle_metrics {
     pub drop_probability: f64,
     /// Requests refused locally, ever.
     pub throttled: u64,
+    /// Reserved for values added later; 0 in this version.
+    pub reserved: [u64; 4],
 }
 
 impl From<AdaptiveThrottleMetrics> for sg_adaptive_throttle_metrics {
     fn from(m: AdaptiveThrottleMetrics) -> Self {
         Self {
+            reserved: [0; 4],
             requests: m.requests,
             accepts: m.accepts,
             drop_probability: m.drop_probability,

@@ -10,6 +10,18 @@ use crate::status::sg_status::{self, *};
 /// (`UINT64_MAX`).
 pub const SG_NEVER: u64 = u64::MAX;
 
+/// The largest `now` any function accepts (2^62 ns, about 146 years from the clock's
+/// origin). A larger `now` is a clock bug or a corrupted value: it is refused with
+/// `SG_TIME_OUT_OF_RANGE` and changes nothing (it would otherwise move a structure's clock
+/// beyond any later real time).
+pub const SG_MAX_NOW: u64 = 4_611_686_018_427_387_904u64;
+const _: () = assert!(SG_MAX_NOW == surgeguard_core::time::MAX_NOW);
+
+/// Checks a `now` argument: above [`SG_MAX_NOW`] is `SG_TIME_OUT_OF_RANGE`.
+pub(crate) fn check_now(now: u64) -> Result<u64, sg_status> {
+    surgeguard_core::time::check_now(now).map_err(Into::into)
+}
+
 /// Nanoseconds per millisecond.
 pub const SG_MS: u64 = 1_000_000u64;
 /// Nanoseconds per second.

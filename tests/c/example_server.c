@@ -126,11 +126,16 @@ static void pump(void) {
     } while (n == 16);
 }
 
-/* Sleeps until a worker frees a slot or the gate's next deadline, whichever is first. */
+/* Sleeps until a worker frees a slot or the gate's next wakeup, whichever is first; the
+ * caller then pumps. A wakeup that is already due returns at once: the gate has work only
+ * a poll does (e.g. a slot held back for critical traffic, under a fractional limit, is
+ * free again for a normal waiter) and no release or arrival may come to trigger it. */
 static void wait_for_work(uint64_t max_ns) {
     uint64_t now = sg_clock_now_ns(), wake = SG_NEVER;
     struct timespec until;
-    sg_gate_next_wakeup(gate, now, &wake);
+    if (sg_gate_next_wakeup(gate, now, &wake) == SG_OK && wake <= now) {
+        return;
+    }
     if (wake == SG_NEVER || wake > now + max_ns) {
         wake = now + max_ns;
     }
@@ -150,10 +155,16 @@ int main(void) {
     int i, served = 0, refused = 0, done = 0;
 
     sg_gate_config_default(&cfg);
-    cfg.limiter.algorithm = SG_ALGORITHM_FIXED; /* one slot per worker */
-    cfg.limiter.fixed.initial_limit = WORKERS;
+    /* About one slot per worker. Fractional, as adaptive limits are: the fraction of a
+     * slot is held back for critical traffic, and handed to a normal waiter only when the
+     * pump acts on a due sg_gate_next_wakeup. */
+    cfg.limiter.algorithm = SG_ALGORITHM_FIXED;
+    cfg.limiter.fixed.initial_limit = WORKERS - 0.5;
     cfg.limiter.fixed.max_limit = WORKERS;
-    cfg.queue_capacity = 32; /* drain rate x acceptable wait (seed 004), not "big" */
+    cfg.limiter.active_ns = 20 * SG_MS; /* critical's reservation lapses 20 ms after it came */
+    /* Size the queue by time: drain rate x acceptable wait, not "big" (a queue holds
+     * latency, Little's law). */
+    cfg.queue_capacity = 32;
     if (sg_gate_new(&cfg, &gate) != SG_OK) {
         return 1;
     }
@@ -182,7 +193,8 @@ int main(void) {
     }
     while (!done) { /* drain: every queued request is granted or expires */
         pump();
-        wait_for_work(SG_MS);
+        /* Only a worker or the gate's wakeup ends this wait: no polling on a short tick. */
+        wait_for_work(10 * SG_SEC);
         pthread_mutex_lock(&mu);
         done = answered == REQUESTS;
         pthread_mutex_unlock(&mu);

@@ -7,6 +7,8 @@
 #   3. runs them under valgrind memcheck (zero errors, zero definite/indirect leaks);
 #      replays the conformance vectors (replay_vectors.c, C11 static, plain and valgrind);
 #   4. builds the example server through pkg-config (PKG_CONFIG_PATH=include) and runs it.
+#   5. sweeps every function with seeded hostile arguments (sweep_api.c), plain and under
+#      valgrind.
 # Prints "ctest: N passed, N failed" last; exits non-zero on any failure.
 set -euo pipefail
 
@@ -37,7 +39,7 @@ step() {
     fi
 }
 
-for tool in gcc g++ valgrind pkg-config readelf nm; do
+for tool in gcc g++ valgrind pkg-config readelf nm python3; do
     if ! command -v "$tool" >/dev/null; then
         echo "run.sh: installing what provides $tool" >&2
         apt-get update -qq && apt-get install -y -qq gcc g++ valgrind pkg-config binutils >/dev/null
@@ -75,7 +77,7 @@ echo "ctest: $(wc -l <"$header_fns") functions exported, all called by tests/c"
 cflags=(-O1 -g -Wall -Wextra -Werror -pedantic -Iinclude -I"$here")
 static_libs=("$libdir/libsurgeguard.a" -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc)
 shared_libs=(-L"$libdir" -lsurgeguard -Wl,-rpath,"$libdir" -lpthread -lm)
-programs=(test_api test_gate stress_gate)
+programs=(test_api test_gate test_fixes stress_gate)
 for prog in "${programs[@]}"; do
     for lang in c cpp; do
         if [ "$lang" = c ]; then cc=(gcc -std=c11); else cc=(g++ -std=c++17 -x c++); fi
@@ -93,13 +95,23 @@ done
 
 # 3. valgrind memcheck: zero errors, zero definite or indirect leaks.
 vg=(valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,indirect)
-for prog in test_api test_gate; do
+for prog in test_api test_gate test_fixes; do
     for build in c.static cpp.shared; do
         step "valgrind:$prog.$build" "${vg[@]}" "$out/$prog.$build"
     done
 done
 step "valgrind:stress_gate.c.static" "${vg[@]}" "$out/stress_gate.c.static" 150
 step "valgrind:stress_gate.cpp.shared" "${vg[@]}" "$out/stress_gate.cpp.shared" 150
+
+# 3a. The sweep (sweep_api.c): every function with hostile arguments, seeded; its call
+# table is generated from the header (gen_sweep.py). SG_SWEEP_ITERS / SG_SWEEP_SEED run
+# longer or other sweeps (make csweep runs a long one).
+step "gen:sweep_calls" python3 "$here/gen_sweep.py" include/surgeguard.h "$out/sweep_calls.inc"
+step "build:sweep_api.c.static" gcc -std=c11 "${cflags[@]}" -I"$out" "$here/sweep_api.c" -x none "${static_libs[@]}" -o "$out/sweep_api.c.static"
+step "build:sweep_api.cpp.shared" g++ -std=c++17 -x c++ "${cflags[@]}" -I"$out" "$here/sweep_api.c" -x none "${shared_libs[@]}" -o "$out/sweep_api.cpp.shared"
+step "run:sweep_api.c.static" timeout 300 "$out/sweep_api.c.static" "${SG_SWEEP_ITERS:-20000}" "${SG_SWEEP_SEED:-1}"
+step "run:sweep_api.cpp.shared" timeout 300 "$out/sweep_api.cpp.shared" "${SG_SWEEP_ITERS:-20000}" "${SG_SWEEP_SEED:-2}"
+step "valgrind:sweep_api.c.static" timeout 600 "${vg[@]}" "$out/sweep_api.c.static" "${SG_SWEEP_VG_ITERS:-3000}" "${SG_SWEEP_SEED:-3}"
 
 # 3b. The conformance vectors (tests/vectors/README.md): the C replayer, C11 static, and
 # once under valgrind.
@@ -128,8 +140,9 @@ if [ "$pc_version" = "$cargo_version" ]; then pass; else fail "surgeguard.pc Ver
 step "build:example_server.c" gcc -std=c11 -Wall -Wextra -Werror -pedantic "$here/example_server.c" -o "$out/example_server" $pc_flags -Wl,-rpath,"$libdir" -lpthread
 # shellcheck disable=SC2086
 step "build:example_server.cpp" g++ -std=c++17 -x c++ -Wall -Wextra -Werror -pedantic "$here/example_server.c" -x none -o "$out/example_server.cpp" $pc_flags -Wl,-rpath,"$libdir" -lpthread
-step "run:example_server" "$out/example_server"
-step "valgrind:example_server" "${vg[@]}" "$out/example_server.cpp"
+# (timeout: a pump that misses a due wakeup leaves a waiter queued for good)
+step "run:example_server" timeout 120 "$out/example_server"
+step "valgrind:example_server" timeout 300 "${vg[@]}" "$out/example_server.cpp"
 
 echo "ctest: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

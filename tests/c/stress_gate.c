@@ -194,6 +194,7 @@ static void *worker(void *arg) {
                 pthread_mutex_unlock(&lock);
                 if (state == GRANTED) {
                     sg_permit mine;
+                    memset(&mine, 0, sizeof mine); /* a move's target is read: not garbage */
                     pthread_mutex_lock(&lock);
                     s = sg_permit_move(&r->permit, &mine);
                     r->state = TAKEN;

@@ -163,6 +163,7 @@ static void test_limiter(void) {
     bool live = false;
 
     memset(&zero, 0, sizeof zero);
+    memset(&moved, 0, sizeof moved); /* a move's target is read: not garbage */
     fixed_limiter(&cfg, 2.0);
     LIFECYCLE(limiter, cfg);
     OK(sg_limiter_new(&cfg, &a));
@@ -368,7 +369,7 @@ static void test_lag_meter(void) {
     cfg.bucket_ns = SEC;
     OK(sg_lag_meter_new(&cfg, &m));
 
-    /* Seed 004: a 1 h backlog at 1000/s, consumed at 1200/s (20 % headroom). */
+    /* A 1 h backlog at 1000/s, consumed at 1200/s (20 % headroom). */
     OK(sg_lag_meter_observe_totals(m, 0, 3600000, 0));
     OK(sg_lag_meter_time_to_drain(m, 0, &v));
     CHECK(v == SG_NEVER); /* rates not known yet */

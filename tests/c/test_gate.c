@@ -101,7 +101,7 @@ static void test_configs(void) {
     g = NULL;
     OK(sg_gate_config_default(&cfg));
     cfg.aging_enabled = true;
-    OK(sg_gate_new(&cfg, &g)); /* seed 000's aging: normal -> background after 500 ms */
+    OK(sg_gate_new(&cfg, &g)); /* the default aging: normal -> background after 500 ms */
     sg_gate_free(g);
     g = NULL;
     cfg.aging_from = 9;
@@ -136,6 +136,7 @@ static void test_pump(void) {
     double limit = 0;
 
     memset(&zero, 0, sizeof zero);
+    memset(&second, 0, sizeof second); /* a move's target is read: not garbage */
     plain_config(&cfg, 1.0, 1, 8);
     OK(sg_gate_new(&cfg, &g));
     OK(sg_gate_new(&cfg, &other));
