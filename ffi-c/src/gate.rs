@@ -104,7 +104,7 @@ pub struct sg_gate_config {
 fn default_config() -> sg_gate_config {
     let c = GateConfig::default();
     let codel = c.codel.unwrap_or_default();
-    let aging = Aging::SEED_000;
+    let aging = Aging::NORMAL_TO_BACKGROUND_AFTER_500_MS;
     sg_gate_config {
         reserved: [0; 4],
         limiter: (&c.limiter).into(),
@@ -778,6 +778,6 @@ mod tests {
         let core = default_config().to_core().unwrap();
         assert_eq!(core, GateConfig { queue_capacity: Some(256), ..GateConfig::default() });
         let aged = sg_gate_config { aging_enabled: true, ..default_config() };
-        assert_eq!(aged.to_core().unwrap().aging, Some(Aging::SEED_000));
+        assert_eq!(aged.to_core().unwrap().aging, Some(Aging::NORMAL_TO_BACKGROUND_AFTER_500_MS));
     }
 }
