@@ -15,7 +15,13 @@ const INFLIGHT_MASK: u64 = 0xFFFF_FFFF;
 const SLOTS_SHIFT: u32 = 32;
 const SLOTS_MASK: u64 = 0x7FFF_FFFF << SLOTS_SHIFT;
 /// Bit 63: the limit is below 1, so one request at a time with idle time between them.
+/// The limit is then one slot, and bits 32..=62 hold a release generation instead.
 const FRACTIONAL_BIT: u64 = 1 << 63;
+/// Under a fractional limit: bits 32..=62 count releases (wrapping), so an admission CAS
+/// that read the idle deadline fails if any release published a newer one since.
+const GEN_MASK: u64 = SLOTS_MASK;
+/// One release in the generation field.
+const GEN_ONE: u64 = 1 << SLOTS_SHIFT;
 /// The most slots a limit can have.
 pub const MAX_SLOTS: u32 = 0x7FFF_FFFF;
 /// `pinned` value meaning "no static limit" (a NaN bit pattern no finite limit has).
@@ -202,6 +208,9 @@ pub struct Limiter {
     pinned_bits: AtomicU64,
     publish_pending: AtomicBool,
     idle_until: AtomicU64,
+    /// The last generation `publish` saw in the word under a fractional limit (only
+    /// `publish` touches it, one at a time).
+    last_generation: AtomicU64,
     next_fold: AtomicU64,
     max_inflight: AtomicU32,
     hist: AtomicLatencyHistogram,
@@ -369,6 +378,7 @@ impl Limiter {
             pinned_bits: AtomicU64::new(NO_PIN),
             publish_pending: AtomicBool::new(false),
             idle_until: AtomicU64::new(0),
+            last_generation: AtomicU64::new(0),
             next_fold: AtomicU64::new(0),
             max_inflight: AtomicU32::new(0),
             hist: AtomicLatencyHistogram::new(),
@@ -409,24 +419,25 @@ impl Limiter {
         if multi {
             self.note_arrival_at(now, lvl);
         }
-        // Relaxed: the CAS below re-validates the word; admission orders no other memory.
+        // Relaxed: the CAS below re-validates the word; admission orders no other memory
+        // (under a fractional limit `idle_wait` adds the Acquire it needs).
         let mut word = self.state.load(Ordering::Relaxed);
         loop {
             let inflight = word & INFLIGHT_MASK;
-            let slots = (word & SLOTS_MASK) >> SLOTS_SHIFT;
+            let fractional = word & FRACTIONAL_BIT != 0;
+            let slots = if fractional { 1 } else { (word & SLOTS_MASK) >> SLOTS_SHIFT };
             let reserved = if multi && lvl > 0 { self.reserved_above(now, lvl) } else { 0 };
             if inflight + reserved >= slots {
                 if multi {
-                    // A refused arrival is demand too: reserve one more next time.
+                    // A refused arrival is demand too (shown in the metrics).
                     let want = self.level_inflight[lvl].load(Ordering::Relaxed) + 1;
                     self.level_demand[lvl].fetch_max(want, Ordering::Relaxed);
                 }
                 return Err(self.reject(now, lvl, inflight));
             }
-            if word & FRACTIONAL_BIT != 0 {
-                let idle_until = self.idle_until.load(Ordering::Relaxed);
-                if now < idle_until {
-                    return Err(self.reject_for(lvl, idle_until - now));
+            if fractional {
+                if let Some(wait) = self.idle_wait(now) {
+                    return Err(self.reject_for(lvl, wait));
                 }
             }
             match self.state.compare_exchange_weak(
@@ -435,6 +446,13 @@ impl Limiter {
                 Ordering::Relaxed,
                 Ordering::Relaxed,
             ) {
+                Ok(_) if fractional && self.idle_wait(now).is_some() => {
+                    // Only if 2^31 releases wrapped the generation between our reads:
+                    // give the slot back rather than admit inside an idle period.
+                    self.state.fetch_sub(1, Ordering::Relaxed);
+                    let wait = self.idle_wait(now).unwrap_or(MS);
+                    return Err(self.reject_for(lvl, wait));
+                }
                 Ok(_) => break,
                 Err(actual) => word = actual,
             }
@@ -531,9 +549,16 @@ impl Limiter {
         if self.levels > 1 {
             self.level_inflight[permit.level as usize].fetch_sub(1, Ordering::Relaxed);
         }
-        // Relaxed: the count is the only thing this publishes; admissions re-check it by CAS.
-        let word = self.state.fetch_sub(1, Ordering::Relaxed);
         let latency = now.saturating_sub(permit.started_at);
+        // Relaxed: only the mode is read here; the slot is freed by an RMW below.
+        if self.state.load(Ordering::Relaxed) & FRACTIONAL_BIT != 0 {
+            self.release_fractional(now, latency, outcome);
+        } else {
+            // Relaxed: the count is the only thing this publishes; admissions re-check it
+            // by CAS. (If a fractional limit was published since the load above, this
+            // release ends work admitted under the whole-number limit: no idle time.)
+            self.state.fetch_sub(1, Ordering::Relaxed);
+        }
         match outcome {
             Outcome::Success => self.hist.record(latency),
             Outcome::Dropped => {
@@ -543,24 +568,51 @@ impl Limiter {
                 self.ignored.fetch_add(1, Ordering::Relaxed);
             }
         }
-        if word & FRACTIONAL_BIT != 0 && outcome != Outcome::Ignored {
-            self.idle_after(now, latency);
-        }
         if outcome != Outcome::Ignored && now >= self.next_fold.load(Ordering::Relaxed) {
             self.try_fold(now);
         }
         Ok(())
     }
 
-    /// Under a limit below 1: stays idle for `latency × (1/limit − 1)` after `now`.
+    /// Under a limit below 1: publishes the idle deadline `now + latency × (1/limit − 1)`
+    /// *before* freeing the slot, and frees it with a generation bump, so no acquirer can
+    /// take the slot and miss the deadline (it either sees the deadline, or its CAS fails
+    /// on the new generation).
     #[cold]
     #[inline(never)]
-    fn idle_after(&self, now: u64, latency: u64) {
+    fn release_fractional(&self, now: u64, latency: u64, outcome: Outcome) {
         let limit = f64::from_bits(self.limit_bits.load(Ordering::Relaxed));
-        if limit > 0.0 && limit < 1.0 {
+        if outcome != Outcome::Ignored && limit > 0.0 && limit < 1.0 {
             let idle = (latency as f64 * (1.0 / limit - 1.0)).min(3600.0 * SEC as f64);
             self.idle_until.fetch_max(now.saturating_add(idle as u64), Ordering::Relaxed);
         }
+        let mut word = self.state.load(Ordering::Relaxed);
+        loop {
+            let new = if word & FRACTIONAL_BIT != 0 {
+                let generation = (word & GEN_MASK).wrapping_add(GEN_ONE) & GEN_MASK;
+                ((word - 1) & !GEN_MASK) | generation
+            } else {
+                word - 1 // a whole-number limit was published meanwhile
+            };
+            // Release: pairs with the Acquire fence in `idle_wait`; an acquirer that sees
+            // this slot free also sees the idle deadline stored above.
+            match self.state.compare_exchange_weak(word, new, Ordering::Release, Ordering::Relaxed)
+            {
+                Ok(_) => return,
+                Err(actual) => word = actual,
+            }
+        }
+    }
+
+    /// Under a limit below 1: how long `now` is still inside the idle period, if it is.
+    #[cold]
+    #[inline(never)]
+    fn idle_wait(&self, now: u64) -> Option<u64> {
+        // Acquire: pairs with the Release CAS in `release_fractional`, whose freed slot
+        // (or a later value of the word) the caller has just read.
+        fence(Ordering::Acquire);
+        let idle_until = self.idle_until.load(Ordering::Relaxed);
+        (now < idle_until).then(|| idle_until - now)
     }
 
     /// Folds the current window into the algorithm if it is due and no other thread is
@@ -660,15 +712,32 @@ impl Limiter {
     /// level shares beside it.
     fn publish(&self, limit: f64) {
         let slots = slots_of(limit);
-        let fractional = if limit < 1.0 { FRACTIONAL_BIT } else { 0 };
         // Relaxed: publishes happen one at a time inside the fold cell (whose Acquire /
         // Release order them); admissions only need the word itself.
         let mut word = self.state.load(Ordering::Relaxed);
         loop {
-            let new = (word & INFLIGHT_MASK) | (slots << SLOTS_SHIFT) | fractional;
+            let new = if limit < 1.0 {
+                // Staying fractional keeps the generation; entering takes a fresh one
+                // (one past the last generation left), so no acquirer's stale word
+                // comes back.
+                let generation = if word & FRACTIONAL_BIT != 0 {
+                    word & GEN_MASK
+                } else {
+                    self.last_generation.load(Ordering::Relaxed).wrapping_add(GEN_ONE) & GEN_MASK
+                };
+                (word & INFLIGHT_MASK) | generation | FRACTIONAL_BIT
+            } else {
+                (word & INFLIGHT_MASK) | (slots << SLOTS_SHIFT)
+            };
             match self.state.compare_exchange_weak(word, new, Ordering::Relaxed, Ordering::Relaxed)
             {
-                Ok(_) => break,
+                Ok(_) => {
+                    let seen = if word & FRACTIONAL_BIT != 0 { word } else { new };
+                    if seen & FRACTIONAL_BIT != 0 {
+                        self.last_generation.store(seen & GEN_MASK, Ordering::Relaxed);
+                    }
+                    break;
+                }
                 Err(actual) => word = actual,
             }
         }
