@@ -37,7 +37,9 @@ pub struct LimiterConfig {
     /// Priority levels in use, 1..=8 (default 3: critical, normal, background).
     pub levels: u8,
     /// Guaranteed share of the limit for each level; the sum must not exceed 1.
-    /// Default 0.7 / 0.25 / 0.05 (seed 000, "The Math Behind the Priority Boost").
+    /// Default 0.7 / 0.25 / 0.05: most of the limit guaranteed to critical work, a quarter
+    /// to normal work, a sliver to background work (unused shares are lent, see
+    /// [`Limiter`]).
     pub weights: [f64; LEVELS],
     /// A window is at least this long (default 100 ms).
     pub min_window_ns: u64,
@@ -144,29 +146,46 @@ struct FoldState {
 /// by up to the number of threads). When the limit falls below in-flight, admissions
 /// stop until enough permits return.
 ///
-/// **Partitions** (demand-aware reservation, DESIGN.md §3, with reservations bounded by
-/// demand). Level `p` is guaranteed `g[p] = floor(limit × weights[p])`. A level is
-/// *active* if it saw an arrival within `active_ns`; its *demand* `d[p]` is the most it
-/// held in flight, or was refused at (`in_flight + 1`), lately — it decays by a quarter
-/// toward what the level holds at each window. An active level reserves
-/// `r[q] = max(0, min(g[q], d[q] + d[q]/4 + 1) − in_flight[q])` (see [`reservation_want`]),
-/// and an arrival at level `p` is admitted iff
-/// `in_flight + Σ_{q more important than p, q active} r[q] < limit`.
-/// So an active level under both its share and its recent demand always finds a slot
-/// while the limit is steady (the less important levels could only take slots beyond its
-/// reservation); a level reserves only what it has recently used, so a light critical
-/// flow does not hold 70% of the limit idle (seed 000's 0.7/0.25/0.05 are caps on what
-/// is held back, not idle allotments); an inactive level's share is lent to everyone;
-/// and lending never makes a more important level wait for a less important one beyond
-/// one window: a refused important arrival raises its demand, so from then on the slots
-/// it wants are held back for it as they free up (and the [`Gate`](crate::gate) queues it
-/// and hands it the next freed slot). Per-level counts are updated next to the exact
-/// total (acquire: total then level; release: level then total), so a concurrent reader
-/// sees reservations that err on the safe side.
+/// **Partitions** (reservation while active). Level `p` is guaranteed
+/// `g[p] = floor(limit × weights[p])`. A level is *active* while it saw an arrival
+/// (admitted, refused, or held by a queue through [`note_arrival`](Self::note_arrival))
+/// within `active_ns`. An active level reserves what it does not use of its share,
+/// `r[q] = max(0, g[q] − in_flight[q])`, and an arrival at level `p` is admitted iff
+/// `in_flight + Σ_{q more important than p, q active} r[q] < limit`. So:
+/// - the limit is exact: nothing is admitted while `in_flight ≥ limit`;
+/// - lending is work-conserving across activity: the share of a level that saw no
+///   arrival for `active_ns` is lent to every other level, and a more important level may
+///   always use slots beyond its share that less important levels leave free;
+/// - **the bound.** Let level `p` be active without a gap from time `t0` on, and let the
+///   limit not fall. Then from `t0` on, no admission of a less important level leaves
+///   fewer than `g[p] − in_flight[p]` slots free, so a `p` arrival at or after `t0` is
+///   refused below its share only while (a) more important levels hold more than their
+///   own shares, or (b) less important work admitted *before* `t0` (lent while `p` was
+///   inactive) still holds slots. However long less important work keeps the slots it
+///   takes while `p` is active, it never makes `p` wait below its share. After `p` wakes,
+///   (b) lasts only until the work borrowed before `t0` ends; each slot it returns goes
+///   to `p` (and the [`Gate`](crate::gate) queues `p`'s arrival and hands it the next
+///   freed slot). Lending an idle level's share and exactness cannot both be free at the
+///   instant it wakes: this is the price of lending.
+///
+/// The price of the bound: an active level holds its unused share back even if its
+/// flow is light, so the weights are guarantees, not hints (the default weights of 0.7 /
+/// 0.25 / 0.05 keep 70% of the limit for critical work while any critical work arrives each
+/// `active_ns`; give a light flow a small weight). Per-level counts are updated next to
+/// the exact total (acquire: total then level; release: level then total), so a
+/// concurrent reader sees reservations that err on the safe side. Each level's recent
+/// *demand* (the most it held, or was refused at, decaying by a quarter per window) is
+/// kept for the metrics.
 ///
 /// **Fractional limits.** A limit `L < 1` admits one request at a time and, after each
-/// completion of latency `r`, stays idle for `r·(1/L − 1)`: the dependency is busy `L`
-/// of the time.
+/// completion (`Success` or `Dropped`) of latency `r`, stays idle for `r·(1/L − 1)`: the
+/// dependency is busy `L` of the time. An arrival inside the idle period is refused with
+/// `retry_after` = the idle time left. No admission ever happens inside an idle period,
+/// under any interleaving: a release publishes the idle deadline *before* it frees the
+/// slot, and under a fractional limit the admission word carries a release generation
+/// (in place of the slot count), so an admission CAS that read an older deadline fails.
+/// (Should 2^31 releases wrap the generation between one acquirer's two steps, a check
+/// after its CAS gives the slot back.)
 ///
 /// **Windows.** Latencies are recorded into an [`AtomicLatencyHistogram`] (a log-linear
 /// histogram with the exact latency sum; below ~2.1 ms one `fetch_add` records both) and
@@ -177,7 +196,8 @@ struct FoldState {
 /// latency, min_window_ns, max_window_ns)` and at least `min_samples` samples (or a drop).
 ///
 /// **Progress.** `try_acquire` is lock-free (one CAS loop that retries only when another
-/// thread changed the word); release is wait-free plus, once per window, one fold by the
+/// thread changed the word); release is wait-free (lock-free under a fractional limit:
+/// a CAS loop that frees the slot and bumps the generation) plus, once per window, one fold by the
 /// CAS winner (bounded work: one pass over the histogram); nobody ever waits for the
 /// folder. **Cost**: uncontended single-level acquire + release with a sample below
 /// ~2.1 ms is three atomic read-modify-writes (the admission CAS, the in-flight decrement,
@@ -310,7 +330,9 @@ pub struct LimiterMetrics {
     pub inflight_by_level: [u32; LEVELS],
     /// Guaranteed share per level (`floor(limit × weight)`).
     pub share_by_level: [u32; LEVELS],
-    /// Recent demand per level (the most held or refused lately; decays each window).
+    /// Recent demand per level: the most it held, or was refused at for want of a slot
+    /// (`held + 1`); at each window it decays to `max(held, d − ⌈d/4⌉)`. Informational:
+    /// admission does not depend on it.
     pub demand_by_level: [u32; LEVELS],
     /// Admissions ever (= successes + drops + ignored + in flight).
     pub admitted: u64,
@@ -334,12 +356,6 @@ pub struct LimiterMetrics {
     pub avg_rtt_ns: u64,
     /// p99 latency of the last window (ns).
     pub p99_rtt_ns: u64,
-}
-
-/// How much of its share an active level reserves, given its recent demand (the most it
-/// held, or was refused, lately): the demand plus a quarter for bursts plus one to grow.
-pub const fn reservation_want(demand: u32) -> u32 {
-    demand.saturating_add(demand / 4).saturating_add(1)
 }
 
 fn slots_of(limit: f64) -> u64 {
@@ -471,7 +487,7 @@ impl Limiter {
     }
 
     /// Slots held back for the active levels more important than `lvl`: each reserves
-    /// what it may still want of its share, `min(share, want(demand)) − in_flight`.
+    /// what it does not use of its share, `share − in_flight`.
     #[inline]
     fn reserved_above(&self, now: u64, lvl: usize) -> u64 {
         let mut reserved = 0u64;
@@ -479,16 +495,15 @@ impl Limiter {
             let seen = self.level_seen[q].load(Ordering::Relaxed);
             if seen != 0 && now.saturating_sub(seen) <= self.active_ns {
                 let share = self.level_share[q].load(Ordering::Relaxed);
-                let want = reservation_want(self.level_demand[q].load(Ordering::Relaxed));
                 let used = self.level_inflight[q].load(Ordering::Relaxed);
-                reserved += share.min(want).saturating_sub(used) as u64;
+                reserved += share.saturating_sub(used) as u64;
             }
         }
         reserved
     }
 
-    /// At each window: a level's demand decays by a quarter toward what it holds now, so a
-    /// level whose traffic fell stops reserving slots it no longer uses.
+    /// At each window: a level's demand (a metric) decays by a quarter toward what it
+    /// holds now.
     fn decay_demand(&self) {
         for lvl in 0..self.levels as usize {
             let demand = self.level_demand[lvl].load(Ordering::Relaxed);
@@ -754,8 +769,7 @@ impl Limiter {
         (bits != NO_PIN).then(|| f64::from_bits(bits))
     }
 
-    /// The kill switch (seed 000: "if the controller goes wild, fall back to a static
-    /// limit"): `Some(n)` pins the limit to `n`; `None` hands control back to the
+    /// The kill switch, for when the adaptive controller misbehaves: `Some(n)` pins the limit to `n`; `None` hands control back to the
     /// algorithm's current limit. Takes effect before this call returns unless a window is
     /// being folded at that instant, in which case the folding thread applies it as it
     /// finishes. The algorithm keeps learning while pinned.
@@ -885,44 +899,51 @@ mod tests {
     }
 
     #[test]
-    fn active_important_level_keeps_what_it_uses_of_its_share() {
+    fn active_important_level_keeps_its_whole_share() {
         // limit 10, shares 7 / 2 / 0.
         let l = fixed(10.0, 3);
         let crit: std::vec::Vec<_> =
             (0..4).map(|_| l.try_acquire(MS, Priority::CRITICAL).unwrap()).collect();
-        // Critical holds 4 (demand 4): it reserves min(7, 4 + 1 + 1) - 4 = 2 more.
+        // Critical is active and holds 4: it reserves 7 - 4 = 3 more.
         let bg: std::vec::Vec<_> =
             core::iter::from_fn(|| l.try_acquire(MS, Priority::BACKGROUND).ok()).collect();
-        assert_eq!(bg.len(), 4, "10 - 4 held - 2 reserved");
-        assert!(l.try_acquire(MS, Priority::NORMAL).is_err(), "the 2 are critical's");
+        assert_eq!(bg.len(), 3, "10 - 4 held - 3 reserved");
+        assert!(l.try_acquire(MS, Priority::NORMAL).is_err(), "the 3 are critical's");
         let more: std::vec::Vec<_> =
-            (0..2).map(|_| l.try_acquire(MS, Priority::CRITICAL).unwrap()).collect();
+            (0..3).map(|_| l.try_acquire(MS, Priority::CRITICAL).unwrap()).collect();
         assert_eq!(l.inflight(), 10);
-        // A refused critical arrival raises its demand: freed slots are held back for it.
-        assert!(l.try_acquire(MS, Priority::CRITICAL).is_err());
-        assert_eq!(l.metrics().demand_by_level[0], 7);
+        assert!(l.try_acquire(MS, Priority::CRITICAL).is_err(), "at the limit");
         drop(bg);
+        // Critical holds its share; normal (active: refused above) reserves its 2.
         let bg2: std::vec::Vec<_> =
             core::iter::from_fn(|| l.try_acquire(MS, Priority::BACKGROUND).ok()).collect();
-        // Critical (6 held, demand 7) reserves min(7, 7 + 1 + 1) - 6 = 1; normal, refused
-        // once (demand 1), reserves min(2, 1 + 0 + 1) = 2: 10 - 6 - 1 - 2 = 1 left.
         assert_eq!(bg2.len(), 1);
+        // Beyond its share, critical may use what the others leave free.
         assert!(l.try_acquire(MS, Priority::CRITICAL).is_ok());
         drop((crit, more, bg2));
         assert_eq!(l.inflight(), 0);
     }
 
     #[test]
-    fn a_light_important_level_does_not_idle_its_whole_share() {
-        // Seed 000's weights with a critical flow of one request at a time: critical
-        // reserves 2 slots, not 70 of 100.
-        let l = fixed(100.0, 3);
-        let c = l.try_acquire(MS, Priority::CRITICAL).unwrap();
-        c.release(2 * MS, Outcome::Success);
-        let _c = l.try_acquire(3 * MS, Priority::CRITICAL).unwrap();
-        let normal: std::vec::Vec<_> =
-            core::iter::from_fn(|| l.try_acquire(3 * MS, Priority::NORMAL).ok()).collect();
-        assert_eq!(normal.len(), 98, "100 - 1 held - 1 reserved");
+    fn critical_below_its_share_is_not_starved_by_long_held_background() {
+        // Default weights, limit 10: critical holds 1 and background takes what it can and
+        // keeps it. Critical must still reach its share of 7, however long background
+        // holds its slots (the old demand-bounded rule lent background 8 and refused
+        // critical at 2).
+        let l = fixed(10.0, 3);
+        let first = l.try_acquire(MS, Priority::CRITICAL).unwrap();
+        let bg: std::vec::Vec<_> =
+            core::iter::from_fn(|| l.try_acquire(MS, Priority::BACKGROUND).ok()).collect();
+        let mut crit = std::vec![first];
+        for t in 1..=6u64 {
+            let now = MS + t * 100 * MS;
+            let p = l.try_acquire(now, Priority::CRITICAL);
+            crit.push(p.unwrap_or_else(|_| panic!("critical refused at {t} of its 7")));
+            assert!(l.try_acquire(now, Priority::BACKGROUND).is_err());
+        }
+        assert_eq!(bg.len(), 3, "10 - 1 held - 6 reserved");
+        assert_eq!(l.inflight_of(Priority::CRITICAL), 7);
+        drop((crit, bg));
     }
 
     #[test]
@@ -935,15 +956,15 @@ mod tests {
         let err = l.try_acquire(3 * SEC, Priority::CRITICAL).unwrap_err();
         assert_eq!(err.reason, Reason::LimitReached);
         drop(bg);
-        // Critical is active now, with demand 1 (its refusal): it reserves 2.
+        // Critical (active now: it was refused) reserves its share of 7; normal is idle.
         let bg2: std::vec::Vec<_> =
             core::iter::from_fn(|| l.try_acquire(3 * SEC, Priority::BACKGROUND).ok()).collect();
-        assert_eq!(bg2.len(), 8);
+        assert_eq!(bg2.len(), 3);
         // Once critical has been quiet for longer than active_ns, nothing is held back.
         let late: std::vec::Vec<_> =
             core::iter::from_fn(|| l.try_acquire(3 * SEC + 2 * SEC, Priority::BACKGROUND).ok())
                 .collect();
-        assert_eq!(late.len(), 2);
+        assert_eq!(late.len(), 7);
     }
 
     #[test]
