@@ -1241,14 +1241,16 @@ mod tests {
             ..GateConfig::default()
         };
         let g: Gate<16> = Gate::new(cfg).unwrap();
-        // Critical is active and holds 1 (demand 1): it reserves min(7, 1 + 0 + 1) - 1 = 1.
+        // Critical is active and holds 1: it reserves the rest of its share, 7 - 1 = 6.
         let mut permits = std::vec![admitted(g.arrive(MS, P0, None))];
         let mut bg = Vec::new();
-        for _ in 0..8 {
+        for _ in 0..3 {
             bg.push(admitted(g.arrive(MS, P2, None)));
         }
         let bg_waiter = queued(g.arrive(MS, P2, None));
-        permits.push(admitted(g.arrive(MS, P0, None)));
+        for _ in 0..6 {
+            permits.push(admitted(g.arrive(MS, P0, None)));
+        }
         let crit_waiter = queued(g.arrive(2 * MS, P0, None));
         // A background permit returns: the slot goes to the critical waiter.
         g.release(bg.pop().unwrap(), 3 * MS, Outcome::Success).unwrap();
@@ -1266,10 +1268,10 @@ mod tests {
             ..GateConfig::default()
         };
         let g: Gate<16> = Gate::new(cfg).unwrap();
-        // Critical active with demand 1: it reserves min(7, 1 + 0 + 1) = 2.
+        // Critical is active: it reserves its share of 7.
         let c = admitted(g.arrive(MS, P0, None));
         g.release(c, MS, Outcome::Ignored).unwrap();
-        let bg: Vec<_> = (0..8).map(|_| admitted(g.arrive(MS, P2, None))).collect();
+        let bg: Vec<_> = (0..3).map(|_| admitted(g.arrive(MS, P2, None))).collect();
         let t = queued(g.arrive(MS, P2, None));
         assert!(poll(&g, 2 * MS).0.is_empty(), "critical's reservation holds");
         // Slots are free but refused: the gate asks to be polled again, no release needed.
