@@ -3,7 +3,7 @@
 use crate::limit::{Algorithm, AlgorithmConfig, AnyAlgorithm, Window};
 use crate::stats::{AtomicLatencyHistogram, LatencyCursor, BUCKETS};
 use crate::sync::{fence, next_instance_id, AtomicBool, AtomicU32, AtomicU64, Exclusive, Ordering};
-use crate::time::{AtomicMonotonic, MS, SEC};
+use crate::time::{check_now, AtomicMonotonic, MS, SEC};
 use crate::types::check_range;
 use crate::{ConfigError, Outcome, Priority, Reason, Rejected, UsageError};
 
@@ -257,12 +257,48 @@ pub struct Permit<'a> {
 
 /// A permit detached from the limiter's lifetime, for bindings that keep it in their
 /// own objects. Move-only: release it with [`Limiter::release_raw`] exactly once.
+///
+/// **A dropped `RawPermit` is a lost slot**, so dropping one is loud: it adds one to the
+/// process-wide [`leaked_permits`] counter (always), and with the `std` feature in a
+/// debug build it also panics, unless the thread is already panicking (so a panic that
+/// unwinds past a held permit is not turned into an abort). Without `std` the core cannot
+/// ask whether it is unwinding, so there only the counter is kept. Rust code that wants
+/// release-on-drop holds a [`Permit`] instead. `release_raw` consumes the permit without
+/// counting it, also when it refuses it.
 #[must_use = "a permit holds a slot until released"]
 #[derive(Debug, PartialEq, Eq)]
 pub struct RawPermit {
     owner: u32,
     level: u8,
     started_at: u64,
+}
+
+// A plain process-wide counter, not shared state of any structure: a `core` atomic even
+// under loom (as `sync::next_instance_id`), the `sync` shim's otherwise.
+#[cfg(loom)]
+use core::sync::atomic::AtomicU64 as CounterU64;
+#[cfg(not(loom))]
+use AtomicU64 as CounterU64;
+static LEAKED_PERMITS: CounterU64 = CounterU64::new(0);
+
+/// How many [`RawPermit`]s were dropped without being released, in this process, ever
+/// (each one a slot its limiter never gets back). Tests assert it stays put.
+pub fn leaked_permits() -> u64 {
+    LEAKED_PERMITS.load(Ordering::Relaxed)
+}
+
+impl Drop for RawPermit {
+    fn drop(&mut self) {
+        LEAKED_PERMITS.fetch_add(1, Ordering::Relaxed);
+        #[cfg(all(debug_assertions, feature = "std"))]
+        if !std::thread::panicking() {
+            panic!(
+                "a RawPermit (level {}, started at {} ns) was dropped without release_raw: \
+                 its slot is lost",
+                self.level, self.started_at
+            );
+        }
+    }
 }
 
 impl RawPermit {
@@ -278,16 +314,22 @@ impl RawPermit {
 
 impl<'a> Permit<'a> {
     /// Ends the work: a `Success` latency (`now − start`) becomes a sample, `Dropped`
-    /// is an overload signal, `Ignored` just returns the slot.
+    /// is an overload signal, `Ignored` just returns the slot. A `now` above
+    /// [`MAX_NOW`](crate::time::MAX_NOW) acts at the latest time the limiter has seen.
     #[inline(always)]
     pub fn release(mut self, now: u64, outcome: Outcome) {
         if let Some(raw) = self.raw.take() {
-            // Cannot fail: the permit came from this limiter.
+            let now = match check_now(now) {
+                Ok(now) => now,
+                Err(_) => self.limiter.latest_now(&raw),
+            };
+            // Cannot fail: the permit came from this limiter and `now` is in range.
             let _ = self.limiter.release_raw(raw, now, outcome);
         }
     }
 
     /// Detaches the permit from the limiter's lifetime.
+    #[must_use = "a permit holds a slot until released"]
     pub fn into_raw(mut self) -> RawPermit {
         self.raw.take().expect("a live permit always holds its raw part")
     }
@@ -307,7 +349,7 @@ impl Drop for Permit<'_> {
     #[inline]
     fn drop(&mut self) {
         if let Some(raw) = self.raw.take() {
-            let now = self.limiter.clock.latest().max(raw.started_at);
+            let now = self.limiter.latest_now(&raw);
             let _ = self.limiter.release_raw(raw, now, Outcome::Ignored);
         }
     }
@@ -419,6 +461,7 @@ impl Limiter {
     /// Admits one unit of work at `level`, or says why not. Levels beyond the configured
     /// ones count as the least important level.
     #[inline]
+    #[must_use = "a permit holds a slot until released"]
     pub fn try_acquire(&self, now: u64, level: Priority) -> Result<Permit<'_>, Rejected> {
         self.try_acquire_raw(now, level).map(|raw| Permit { limiter: self, raw: Some(raw) })
     }
@@ -429,6 +472,7 @@ impl Limiter {
     // bindings, benches) where LLVM otherwise often keeps the calls. Cold parts (folding,
     // fractional idling) stay out of line.
     #[inline(always)]
+    #[must_use = "a permit holds a slot until released"]
     pub fn try_acquire_raw(&self, now: u64, level: Priority) -> Result<RawPermit, Rejected> {
         let lvl = level.index().min(self.levels as usize - 1);
         let multi = self.levels > 1;
@@ -532,6 +576,16 @@ impl Limiter {
         Rejected::new(Reason::LimitReached, retry_after)
     }
 
+    /// The latest time seen (at least `permit`'s start), within the accepted range.
+    fn latest_now(&self, permit: &RawPermit) -> u64 {
+        self.clock.latest().max(permit.started_at).min(crate::time::MAX_NOW)
+    }
+
+    /// Whether `permit` was issued by this limiter.
+    pub fn owns(&self, permit: &RawPermit) -> bool {
+        permit.owner == self.id
+    }
+
     /// Marks `level` active at `now` without admitting anything: a queue calls this for
     /// arrivals it holds, so their share is reserved while they wait.
     pub fn note_arrival(&self, now: u64, level: Priority) {
@@ -550,7 +604,11 @@ impl Limiter {
     }
 
     /// Ends an admission made by [`try_acquire_raw`](Self::try_acquire_raw). A permit of
-    /// another limiter is refused with [`UsageError::ForeignHandle`] and changes nothing.
+    /// another limiter is refused with [`UsageError::ForeignHandle`], and a `now` above
+    /// [`MAX_NOW`](crate::time::MAX_NOW) with [`UsageError::TimeOutOfRange`]; a refusal
+    /// changes nothing here, but the permit is consumed (a caller that may hold
+    /// another limiter's permits checks [`owns`](Self::owns) first; the C ABI keeps its
+    /// copy).
     #[inline(always)]
     pub fn release_raw(
         &self,
@@ -558,9 +616,12 @@ impl Limiter {
         now: u64,
         outcome: Outcome,
     ) -> Result<(), UsageError> {
+        // Consumed here on every path, refusals included: never counted as leaked.
+        let permit = core::mem::ManuallyDrop::new(permit);
         if permit.owner != self.id {
             return Err(UsageError::ForeignHandle);
         }
+        check_now(now)?;
         if self.levels > 1 {
             self.level_inflight[permit.level as usize].fetch_sub(1, Ordering::Relaxed);
         }
