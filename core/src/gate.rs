@@ -1212,6 +1212,9 @@ mod tests {
             assert_eq!(tickets(&next), [expect]);
             all.extend(next);
         }
+        for (_, p) in all {
+            g.release(p, 6, Outcome::Ignored).unwrap();
+        }
     }
 
     #[test]
@@ -1258,6 +1261,9 @@ mod tests {
         assert_eq!(tickets(&granted), [crit_waiter]);
         assert_eq!(g.waiting(P2), 1);
         let _ = bg_waiter;
+        for p in permits.into_iter().chain(bg).chain(granted.into_iter().map(|(_, p)| p)) {
+            g.release(p, 4 * MS, Outcome::Ignored).unwrap();
+        }
     }
 
     #[test]
@@ -1287,7 +1293,9 @@ mod tests {
             now = g.next_wakeup(now).unwrap_or(now + MS).max(now + 1);
         }
         assert_eq!(tickets(&granted), [t]);
-        drop(bg);
+        for p in bg.into_iter().chain(granted.into_iter().map(|(_, p)| p)) {
+            g.release(p, now, Outcome::Ignored).unwrap();
+        }
     }
 
     #[test]
@@ -1394,6 +1402,7 @@ mod tests {
         assert_eq!((m.sloughed, m.lifo_switches, m.lifo_levels), (2, 1, 1));
         assert_eq!(g.waiting(P0), 1);
         let _ = f1;
+        g.release(granted.into_iter().next().unwrap().1, 176 * MS, Outcome::Ignored).unwrap();
     }
 
     #[test]
@@ -1420,6 +1429,7 @@ mod tests {
         let (granted, _) = poll(&g, 111 * MS);
         assert_eq!(tickets(&granted), [w[0]]);
         assert_eq!(g.metrics().lifo_levels, 0);
+        g.release(granted.into_iter().next().unwrap().1, 112 * MS, Outcome::Ignored).unwrap();
     }
 
     #[test]
@@ -1456,7 +1466,7 @@ mod tests {
     #[test]
     fn a_timer_at_next_wakeup_expires_the_waiter() {
         let g: Gate<8> = plain(1.0, 1);
-        let _a = admitted(g.arrive(0, P0, None));
+        let a = admitted(g.arrive(0, P0, None));
         let b = queued(g.arrive(0, P0, Some(40 * MS)));
         let c = queued(g.arrive(0, P0, Some(30 * MS)));
         let wake = g.next_wakeup(0).unwrap();
@@ -1465,12 +1475,13 @@ mod tests {
         assert_eq!(poll(&g, wake).1, [(c, Reason::Expired)]);
         assert_eq!(g.next_wakeup(wake), Some(40 * MS + 1));
         let _ = b;
+        g.release(a, wake, Outcome::Ignored).unwrap();
     }
 
     #[test]
     fn full_queue_evicts_less_important_waiters_and_refuses_the_rest() {
         let g: Gate<2> = plain(1.0, 3);
-        let _a = admitted(g.arrive(0, P1, None));
+        let a = admitted(g.arrive(0, P1, None));
         let b1 = queued(g.arrive(1, P2, None));
         let b2 = queued(g.arrive(2, P2, None));
         let r = rejected(g.arrive(3, P2, None));
@@ -1492,6 +1503,7 @@ mod tests {
         assert_eq!((m.evicted, m.queue_full, m.waiting), (2, 2, 2));
         assert_eq!((m.waiting_by_level[0], m.waiting_by_level[1]), (1, 1));
         let _ = (c, n);
+        g.release(a, 8, Outcome::Ignored).unwrap();
     }
 
     #[test]
@@ -1522,6 +1534,7 @@ mod tests {
             p = granted.into_iter().next().unwrap().1;
         }
         assert_eq!(order, [old_bg, n, new_bg]);
+        g.release(p, 530 * MS, Outcome::Ignored).unwrap();
     }
 
     #[test]
@@ -1541,11 +1554,13 @@ mod tests {
         assert!(granted.is_empty());
         assert_eq!(expired, [(n, Reason::Shed)]);
         g.release(a, 4, Outcome::Ignored).unwrap();
-        assert_eq!(tickets(&poll(&g, 4).0), [c], "critical still served");
+        let (granted, _) = poll(&g, 4);
+        assert_eq!(tickets(&granted), [c], "critical still served");
         g.set_shed_level(None);
         assert_eq!(g.state(), GateState::Healthy);
         assert!(matches!(g.arrive(5, P2, None), Arrival::Queued(_)));
         assert_eq!(g.metrics().shed, 3);
+        g.release(granted.into_iter().next().unwrap().1, 6, Outcome::Ignored).unwrap();
     }
 
     #[test]
@@ -1592,6 +1607,9 @@ mod tests {
         let want: Vec<_> = doomed.iter().map(|&t| (t, Reason::Expired)).collect();
         assert_eq!(seen, want);
         assert_eq!(tickets(&grants), [bg]);
+        for (_, p) in grants {
+            g.release(p, 21 * MS, Outcome::Ignored).unwrap();
+        }
     }
 
     #[test]
@@ -1647,7 +1665,7 @@ mod tests {
     fn metrics_report_depth_age_and_state() {
         let g: Gate<4> = plain(1.0, 3);
         assert_eq!(g.state(), GateState::Healthy);
-        let _a = admitted(g.arrive(0, P0, None));
+        let a = admitted(g.arrive(0, P0, None));
         let _t = queued(g.arrive(10 * MS, P1, None));
         let _u = queued(g.arrive(20 * MS, P2, None));
         g.poll(50 * MS, &mut [None]);
@@ -1656,5 +1674,6 @@ mod tests {
         assert_eq!((m.oldest_age_ns, m.capacity, m.queued), (40 * MS, 4, 2));
         assert_eq!(m.limiter.inflight, 1);
         assert_eq!(m.state, GateState::Healthy, "no CoDel, not full, not shedding");
+        g.release(a, 60 * MS, Outcome::Ignored).unwrap();
     }
 }
