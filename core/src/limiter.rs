@@ -604,11 +604,10 @@ impl Limiter {
     }
 
     /// Ends an admission made by [`try_acquire_raw`](Self::try_acquire_raw). A permit of
-    /// another limiter is refused with [`UsageError::ForeignHandle`], and a `now` above
-    /// [`MAX_NOW`](crate::time::MAX_NOW) with [`UsageError::TimeOutOfRange`]; a refusal
-    /// changes nothing here, but the permit is consumed (a caller that may hold
-    /// another limiter's permits checks [`owns`](Self::owns) first; the C ABI keeps its
-    /// copy).
+    /// another limiter is refused with [`UsageError::ForeignHandle`]; a refusal changes
+    /// nothing here, but the permit is consumed without being counted as leaked (a
+    /// caller that may hold another limiter's permits checks [`owns`](Self::owns) first;
+    /// the C ABI keeps its copy).
     #[inline(always)]
     pub fn release_raw(
         &self,
@@ -621,7 +620,6 @@ impl Limiter {
         if permit.owner != self.id {
             return Err(UsageError::ForeignHandle);
         }
-        check_now(now)?;
         if self.levels > 1 {
             self.level_inflight[permit.level as usize].fetch_sub(1, Ordering::Relaxed);
         }
