@@ -156,12 +156,13 @@ struct FoldState {
 /// - lending is work-conserving across activity: the share of a level that saw no
 ///   arrival for `active_ns` is lent to every other level, and a more important level may
 ///   always use slots beyond its share that less important levels leave free;
-/// - **the bound.** Let level `p` be active without a gap from time `t0` on, and let the
-///   limit not fall. Then from `t0` on, no admission of a less important level leaves
-///   fewer than `g[p] − in_flight[p]` slots free, so a `p` arrival at or after `t0` is
-///   refused below its share only while (a) more important levels hold more than their
-///   own shares, or (b) less important work admitted *before* `t0` (lent while `p` was
-///   inactive) still holds slots. However long less important work keeps the slots it
+/// - **the bound.** Take a time `t0` from which on level `p` stays active (no gap longer
+///   than `active_ns` between its arrivals), no more important level becomes active, and
+///   the limit does not change. From `t0` on, no admission of a less important level
+///   leaves fewer than `Σ_{q ≤ p, q active} r[q]` slots free, so a `p` arrival at or after
+///   `t0` is refused below its share only while (a) some more important level holds more
+///   than its own share, or (b) less important work admitted *before* `t0` (lent while
+///   `p`, or a more important level, was inactive) still holds slots. However long less important work keeps the slots it
 ///   takes while `p` is active, it never makes `p` wait below its share. After `p` wakes,
 ///   (b) lasts only until the work borrowed before `t0` ends; each slot it returns goes
 ///   to `p` (and the [`Gate`](crate::gate) queues `p`'s arrival and hands it the next
