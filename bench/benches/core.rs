@@ -3,8 +3,13 @@
 //! Workload simulated: a service calling a dependency — each op is one admission and one
 //! release with a latency sample (500 ns; `_5ms`: 5 ms), the caller passing `now` (a
 //! counter advancing 1 µs per op, so windows fold as they would at ~1 M req/s; the clock
-//! read itself is the caller's and costs ~23 ns here, see research/peer-baselines.md). Uncontended: one thread.
-//! Contended: two threads on one limiter, ns/op = wall time / total ops.
+//! read itself is the caller's). The `_clock` rows read the monotonic clock
+//! (`std::time::Instant`, `clock_gettime(CLOCK_MONOTONIC)` on Linux) at the admission and
+//! again at the release, as the peers do: governor's `check` reads its clock once per
+//! call, congestion-limiter reads `Instant::now()` when it admits and when it releases.
+//! Those rows are the like-for-like comparison with the peers; the counter rows show the
+//! limiter's own cost. Uncontended: one thread. Contended: two threads on one limiter,
+//! ns/op = wall time / total ops.
 //!
 //! Floor: an `AtomicUsize` fetch_add + fetch_sub pair. Peers: tokio `Semaphore`
 //! try_acquire + drop, governor's direct `check`, congestion-limiter's AIMD
@@ -55,6 +60,28 @@ fn cycle_with_latency(l: &Limiter, now: &mut u64, level: Priority, latency: u64)
     }
 }
 
+/// Nanoseconds on the monotonic clock since the benchmark's epoch (read per call).
+#[inline]
+fn clock_ns(epoch: Instant) -> u64 {
+    epoch.elapsed().as_nanos() as u64
+}
+
+/// [`cycle`] with `now` read from the monotonic clock at the admission and at the
+/// release (no sleep in between: the latency is whatever the two reads measure).
+#[inline]
+fn cycle_clock(l: &Limiter, epoch: Instant, level: Priority) {
+    if let Ok(p) = l.try_acquire(clock_ns(epoch), level) {
+        p.release(clock_ns(epoch), Outcome::Success);
+    }
+}
+
+/// One `Instant` epoch for every `_clock` row, so time never goes backwards for a limiter
+/// reused across criterion's samples.
+fn epoch() -> Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
 /// Runs `op` on two threads, `iters / 2` times each, and returns the wall time.
 /// Where each two-thread sample's clock starts: after every `now` used before, so time
 /// keeps moving forward across criterion's samples on the same limiter.
@@ -100,6 +127,16 @@ fn bench_limiter(c: &mut Criterion) {
             b.iter(|| cycle(&l, &mut now, Priority::NORMAL))
         });
     }
+    for (name, alg) in algorithms() {
+        g.bench_function(format!("surgeguard_{name}_1level_clock"), |b| {
+            let l = limiter(alg, 1);
+            b.iter(|| cycle_clock(&l, epoch(), Priority::NORMAL))
+        });
+    }
+    g.bench_function("clock_read_pair", |b| {
+        // The clock's own share of a `_clock` row: two reads.
+        b.iter(|| black_box(clock_ns(epoch())) + black_box(clock_ns(epoch())))
+    });
     g.bench_function("surgeguard_gradient_1level_5ms", |b| {
         let l = limiter(AlgorithmConfig::Gradient(GradientConfig::default()), 1);
         let mut now = 0;
@@ -153,6 +190,14 @@ fn bench_limiter(c: &mut Criterion) {
             let l = Arc::new(limiter(alg, 1));
             b.iter_custom(|iters| {
                 two_threads(l.clone(), iters, |l, now| cycle(l, now, Priority::NORMAL))
+            })
+        });
+    }
+    for (name, alg) in algorithms() {
+        g.bench_function(format!("surgeguard_{name}_1level_clock_2threads"), |b| {
+            let l = Arc::new(limiter(alg, 1));
+            b.iter_custom(|iters| {
+                two_threads(l.clone(), iters, |l, _| cycle_clock(l, epoch(), Priority::NORMAL))
             })
         });
     }

@@ -1294,6 +1294,9 @@ mod tests {
             assert_eq!(tickets(&next), [expect]);
             all.extend(next);
         }
+        for (_, p) in all {
+            g.release(p, 6, Outcome::Ignored).unwrap();
+        }
     }
 
     #[test]
@@ -1323,14 +1326,16 @@ mod tests {
             ..GateConfig::default()
         };
         let g: Gate<16> = Gate::new(cfg).unwrap();
-        // Critical is active and holds 1 (demand 1): it reserves min(7, 1 + 0 + 1) - 1 = 1.
+        // Critical is active and holds 1: it reserves the rest of its share, 7 - 1 = 6.
         let mut permits = std::vec![admitted(g.arrive(MS, P0, None))];
         let mut bg = Vec::new();
-        for _ in 0..8 {
+        for _ in 0..3 {
             bg.push(admitted(g.arrive(MS, P2, None)));
         }
         let bg_waiter = queued(g.arrive(MS, P2, None));
-        permits.push(admitted(g.arrive(MS, P0, None)));
+        for _ in 0..6 {
+            permits.push(admitted(g.arrive(MS, P0, None)));
+        }
         let crit_waiter = queued(g.arrive(2 * MS, P0, None));
         // A background permit returns: the slot goes to the critical waiter.
         g.release(bg.pop().unwrap(), 3 * MS, Outcome::Success).unwrap();
@@ -1338,6 +1343,9 @@ mod tests {
         assert_eq!(tickets(&granted), [crit_waiter]);
         assert_eq!(g.waiting(P2), 1);
         let _ = bg_waiter;
+        for p in permits.into_iter().chain(bg).chain(granted.into_iter().map(|(_, p)| p)) {
+            g.release(p, 4 * MS, Outcome::Ignored).unwrap();
+        }
     }
 
     #[test]
@@ -1348,10 +1356,10 @@ mod tests {
             ..GateConfig::default()
         };
         let g: Gate<16> = Gate::new(cfg).unwrap();
-        // Critical active with demand 1: it reserves min(7, 1 + 0 + 1) = 2.
+        // Critical is active: it reserves its share of 7.
         let c = admitted(g.arrive(MS, P0, None));
         g.release(c, MS, Outcome::Ignored).unwrap();
-        let bg: Vec<_> = (0..8).map(|_| admitted(g.arrive(MS, P2, None))).collect();
+        let bg: Vec<_> = (0..3).map(|_| admitted(g.arrive(MS, P2, None))).collect();
         let t = queued(g.arrive(MS, P2, None));
         assert!(poll(&g, 2 * MS).0.is_empty(), "critical's reservation holds");
         // Slots are free but refused: the gate asks to be polled again, no release needed.
@@ -1367,7 +1375,9 @@ mod tests {
             now = g.next_wakeup(now).unwrap_or(now + MS).max(now + 1);
         }
         assert_eq!(tickets(&granted), [t]);
-        drop(bg);
+        for p in bg.into_iter().chain(granted.into_iter().map(|(_, p)| p)) {
+            g.release(p, now, Outcome::Ignored).unwrap();
+        }
     }
 
     #[test]
@@ -1512,6 +1522,7 @@ mod tests {
         let (granted, _) = poll(&g, 111 * MS);
         assert_eq!(tickets(&granted), [w[0]]);
         assert_eq!(g.metrics().lifo_levels, 0);
+        g.release(granted.into_iter().next().unwrap().1, 112 * MS, Outcome::Ignored).unwrap();
     }
 
     #[test]
@@ -1548,7 +1559,7 @@ mod tests {
     #[test]
     fn a_timer_at_next_wakeup_expires_the_waiter() {
         let g: Gate<8> = plain(1.0, 1);
-        let _a = admitted(g.arrive(0, P0, None));
+        let a = admitted(g.arrive(0, P0, None));
         let b = queued(g.arrive(0, P0, Some(40 * MS)));
         let c = queued(g.arrive(0, P0, Some(30 * MS)));
         let wake = g.next_wakeup(0).unwrap();
@@ -1557,12 +1568,13 @@ mod tests {
         assert_eq!(poll(&g, wake).1, [(c, Reason::Expired)]);
         assert_eq!(g.next_wakeup(wake), Some(40 * MS + 1));
         let _ = b;
+        g.release(a, wake, Outcome::Ignored).unwrap();
     }
 
     #[test]
     fn full_queue_evicts_less_important_waiters_and_refuses_the_rest() {
         let g: Gate<2> = plain(1.0, 3);
-        let _a = admitted(g.arrive(0, P1, None));
+        let a = admitted(g.arrive(0, P1, None));
         let b1 = queued(g.arrive(1, P2, None));
         let b2 = queued(g.arrive(2, P2, None));
         let r = rejected(g.arrive(3, P2, None));
@@ -1584,6 +1596,7 @@ mod tests {
         assert_eq!((m.evicted, m.queue_full, m.waiting), (2, 2, 2));
         assert_eq!((m.waiting_by_level[0], m.waiting_by_level[1]), (1, 1));
         let _ = (c, n);
+        g.release(a, 8, Outcome::Ignored).unwrap();
     }
 
     #[test]
@@ -1614,6 +1627,7 @@ mod tests {
             p = granted.into_iter().next().unwrap().1;
         }
         assert_eq!(order, [old_bg, n, new_bg]);
+        g.release(p, 530 * MS, Outcome::Ignored).unwrap();
     }
 
     #[test]
@@ -1633,11 +1647,13 @@ mod tests {
         assert!(granted.is_empty());
         assert_eq!(expired, [(n, Reason::Shed)]);
         g.release(a, 4, Outcome::Ignored).unwrap();
-        assert_eq!(tickets(&poll(&g, 4).0), [c], "critical still served");
+        let (granted, _) = poll(&g, 4);
+        assert_eq!(tickets(&granted), [c], "critical still served");
         g.set_shed_level(None);
         assert_eq!(g.state(), GateState::Healthy);
         assert!(matches!(g.arrive(5, P2, None), Arrival::Queued(_)));
         assert_eq!(g.metrics().shed, 3);
+        g.release(granted.into_iter().next().unwrap().1, 6, Outcome::Ignored).unwrap();
     }
 
     #[test]
@@ -1684,6 +1700,9 @@ mod tests {
         let want: Vec<_> = doomed.iter().map(|&t| (t, Reason::Expired)).collect();
         assert_eq!(seen, want);
         assert_eq!(tickets(&grants), [bg]);
+        for (_, p) in grants {
+            g.release(p, 21 * MS, Outcome::Ignored).unwrap();
+        }
     }
 
     #[test]
@@ -1744,7 +1763,7 @@ mod tests {
     fn metrics_report_depth_age_and_state() {
         let g: Gate<4> = plain(1.0, 3);
         assert_eq!(g.state(), GateState::Healthy);
-        let _a = admitted(g.arrive(0, P0, None));
+        let a = admitted(g.arrive(0, P0, None));
         let _t = queued(g.arrive(10 * MS, P1, None));
         let _u = queued(g.arrive(20 * MS, P2, None));
         g.poll(50 * MS, &mut [None]);
@@ -1753,5 +1772,6 @@ mod tests {
         assert_eq!((m.oldest_age_ns, m.capacity, m.queued), (40 * MS, 4, 2));
         assert_eq!(m.limiter.inflight, 1);
         assert_eq!(m.state, GateState::Healthy, "no CoDel, not full, not shedding");
+        g.release(a, 60 * MS, Outcome::Ignored).unwrap();
     }
 }

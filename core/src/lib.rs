@@ -34,7 +34,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-#[cfg(test)]
+#[cfg(any(test, feature = "std"))]
 extern crate std;
 
 pub(crate) mod sync;

@@ -3,7 +3,7 @@
 use crate::limit::{Algorithm, AlgorithmConfig, AnyAlgorithm, Window};
 use crate::stats::{AtomicLatencyHistogram, LatencyCursor, BUCKETS};
 use crate::sync::{fence, next_instance_id, AtomicBool, AtomicU32, AtomicU64, Exclusive, Ordering};
-use crate::time::{AtomicMonotonic, MS, SEC};
+use crate::time::{check_now, AtomicMonotonic, MAX_NOW, MS, SEC};
 use crate::types::check_range;
 use crate::{ConfigError, Outcome, Priority, Reason, Rejected, UsageError};
 
@@ -15,13 +15,22 @@ const INFLIGHT_MASK: u64 = 0xFFFF_FFFF;
 const SLOTS_SHIFT: u32 = 32;
 const SLOTS_MASK: u64 = 0x7FFF_FFFF << SLOTS_SHIFT;
 /// Bit 63: the limit is below 1, so one request at a time with idle time between them.
+/// The limit is then one slot, and bits 32..=62 hold a release generation instead.
 const FRACTIONAL_BIT: u64 = 1 << 63;
+/// Under a fractional limit: bits 32..=62 count releases (wrapping), so an admission CAS
+/// that read the idle deadline fails if any release published a newer one since.
+const GEN_MASK: u64 = SLOTS_MASK;
+/// One release in the generation field.
+const GEN_ONE: u64 = 1 << SLOTS_SHIFT;
 /// The most slots a limit can have.
 pub const MAX_SLOTS: u32 = 0x7FFF_FFFF;
 /// `pinned` value meaning "no static limit" (a NaN bit pattern no finite limit has).
 const NO_PIN: u64 = u64::MAX;
 /// A level's last-arrival stamp is refreshed at most this often (saves stores).
 const SEEN_GRANULARITY: u64 = MS;
+/// How far the limiter's clock may trail the latest accepted `now`: it is written at most
+/// once per millisecond (a load on the hot paths, a rare `fetch_max`).
+const CLOCK_GRANULARITY: u64 = MS;
 
 /// How a [`Limiter`] is built.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -31,7 +40,9 @@ pub struct LimiterConfig {
     /// Priority levels in use, 1..=8 (default 3: critical, normal, background).
     pub levels: u8,
     /// Guaranteed share of the limit for each level; the sum must not exceed 1.
-    /// Default 0.7 / 0.25 / 0.05 (seed 000, "The Math Behind the Priority Boost").
+    /// Default 0.7 / 0.25 / 0.05: most of the limit guaranteed to critical work, a quarter
+    /// to normal work, a sliver to background work (unused shares are lent, see
+    /// [`Limiter`]).
     pub weights: [f64; LEVELS],
     /// A window is at least this long (default 100 ms).
     pub min_window_ns: u64,
@@ -138,29 +149,47 @@ struct FoldState {
 /// by up to the number of threads). When the limit falls below in-flight, admissions
 /// stop until enough permits return.
 ///
-/// **Partitions** (demand-aware reservation, DESIGN.md §3, with reservations bounded by
-/// demand). Level `p` is guaranteed `g[p] = floor(limit × weights[p])`. A level is
-/// *active* if it saw an arrival within `active_ns`; its *demand* `d[p]` is the most it
-/// held in flight, or was refused at (`in_flight + 1`), lately — it decays by a quarter
-/// toward what the level holds at each window. An active level reserves
-/// `r[q] = max(0, min(g[q], d[q] + d[q]/4 + 1) − in_flight[q])` (see [`reservation_want`]),
-/// and an arrival at level `p` is admitted iff
-/// `in_flight + Σ_{q more important than p, q active} r[q] < limit`.
-/// So an active level under both its share and its recent demand always finds a slot
-/// while the limit is steady (the less important levels could only take slots beyond its
-/// reservation); a level reserves only what it has recently used, so a light critical
-/// flow does not hold 70% of the limit idle (seed 000's 0.7/0.25/0.05 are caps on what
-/// is held back, not idle allotments); an inactive level's share is lent to everyone;
-/// and lending never makes a more important level wait for a less important one beyond
-/// one window: a refused important arrival raises its demand, so from then on the slots
-/// it wants are held back for it as they free up (and the [`Gate`](crate::gate) queues it
-/// and hands it the next freed slot). Per-level counts are updated next to the exact
-/// total (acquire: total then level; release: level then total), so a concurrent reader
-/// sees reservations that err on the safe side.
+/// **Partitions** (reservation while active). Level `p` is guaranteed
+/// `g[p] = floor(limit × weights[p])`. A level is *active* while it saw an arrival
+/// (admitted, refused, or held by a queue through [`note_arrival`](Self::note_arrival))
+/// within `active_ns`. An active level reserves what it does not use of its share,
+/// `r[q] = max(0, g[q] − in_flight[q])`, and an arrival at level `p` is admitted iff
+/// `in_flight + Σ_{q more important than p, q active} r[q] < limit`. So:
+/// - the limit is exact: nothing is admitted while `in_flight ≥ limit`;
+/// - lending is work-conserving across activity: the share of a level that saw no
+///   arrival for `active_ns` is lent to every other level, and a more important level may
+///   always use slots beyond its share that less important levels leave free;
+/// - **the bound.** Take a time `t0` from which on level `p` stays active (no gap longer
+///   than `active_ns` between its arrivals), no more important level becomes active, and
+///   the limit does not change. From `t0` on, no admission of a less important level
+///   leaves fewer than `Σ_{q ≤ p, q active} r[q]` slots free, so a `p` arrival at or after
+///   `t0` is refused below its share only while (a) some more important level holds more
+///   than its own share, or (b) less important work admitted *before* `t0` (lent while
+///   `p`, or a more important level, was inactive) still holds slots. However long less important work keeps the slots it
+///   takes while `p` is active, it never makes `p` wait below its share. After `p` wakes,
+///   (b) lasts only until the work borrowed before `t0` ends; each slot it returns goes
+///   to `p` (and the [`Gate`](crate::gate) queues `p`'s arrival and hands it the next
+///   freed slot). Lending an idle level's share and exactness cannot both be free at the
+///   instant it wakes: this is the price of lending.
+///
+/// The price of the bound: an active level holds its unused share back even if its
+/// flow is light, so the weights are guarantees, not hints (the default weights of 0.7 /
+/// 0.25 / 0.05 keep 70% of the limit for critical work while any critical work arrives each
+/// `active_ns`; give a light flow a small weight). Per-level counts are updated next to
+/// the exact total (acquire: total then level; release: level then total), so a
+/// concurrent reader sees reservations that err on the safe side. Each level's recent
+/// *demand* (the most it held, or was refused at, decaying by a quarter per window) is
+/// kept for the metrics.
 ///
 /// **Fractional limits.** A limit `L < 1` admits one request at a time and, after each
-/// completion of latency `r`, stays idle for `r·(1/L − 1)`: the dependency is busy `L`
-/// of the time.
+/// completion (`Success` or `Dropped`) of latency `r`, stays idle for `r·(1/L − 1)`: the
+/// dependency is busy `L` of the time. An arrival inside the idle period is refused with
+/// `retry_after` = the idle time left. No admission ever happens inside an idle period,
+/// under any interleaving: a release publishes the idle deadline *before* it frees the
+/// slot, and under a fractional limit the admission word carries a release generation
+/// (in place of the slot count), so an admission CAS that read an older deadline fails.
+/// (Should 2^31 releases wrap the generation between one acquirer's two steps, a check
+/// after its CAS gives the slot back.)
 ///
 /// **Windows.** Latencies are recorded into an [`AtomicLatencyHistogram`] (a log-linear
 /// histogram with the exact latency sum; below ~2.1 ms one `fetch_add` records both) and
@@ -171,7 +200,8 @@ struct FoldState {
 /// latency, min_window_ns, max_window_ns)` and at least `min_samples` samples (or a drop).
 ///
 /// **Progress.** `try_acquire` is lock-free (one CAS loop that retries only when another
-/// thread changed the word); release is wait-free plus, once per window, one fold by the
+/// thread changed the word); release is wait-free (lock-free under a fractional limit:
+/// a CAS loop that frees the slot and bumps the generation) plus, once per window, one fold by the
 /// CAS winner (bounded work: one pass over the histogram); nobody ever waits for the
 /// folder. **Cost**: uncontended single-level acquire + release with a sample below
 /// ~2.1 ms is three atomic read-modify-writes (the admission CAS, the in-flight decrement,
@@ -202,6 +232,9 @@ pub struct Limiter {
     pinned_bits: AtomicU64,
     publish_pending: AtomicBool,
     idle_until: AtomicU64,
+    /// The last generation `publish` saw in the word under a fractional limit (only
+    /// `publish` touches it, one at a time).
+    last_generation: AtomicU64,
     next_fold: AtomicU64,
     max_inflight: AtomicU32,
     hist: AtomicLatencyHistogram,
@@ -228,12 +261,48 @@ pub struct Permit<'a> {
 
 /// A permit detached from the limiter's lifetime, for bindings that keep it in their
 /// own objects. Move-only: release it with [`Limiter::release_raw`] exactly once.
+///
+/// **A dropped `RawPermit` is a lost slot**, so dropping one is loud: it adds one to the
+/// process-wide [`leaked_permits`] counter (always), and with the `std` feature in a
+/// debug build it also panics, unless the thread is already panicking (so a panic that
+/// unwinds past a held permit is not turned into an abort). Without `std` the core cannot
+/// ask whether it is unwinding, so there only the counter is kept. Rust code that wants
+/// release-on-drop holds a [`Permit`] instead. `release_raw` consumes the permit without
+/// counting it, also when it refuses it.
 #[must_use = "a permit holds a slot until released"]
 #[derive(Debug, PartialEq, Eq)]
 pub struct RawPermit {
     owner: u32,
     level: u8,
     started_at: u64,
+}
+
+// A plain process-wide counter, not shared state of any structure: a `core` atomic even
+// under loom (as `sync::next_instance_id`), the `sync` shim's otherwise.
+#[cfg(loom)]
+use core::sync::atomic::AtomicU64 as CounterU64;
+#[cfg(not(loom))]
+use AtomicU64 as CounterU64;
+static LEAKED_PERMITS: CounterU64 = CounterU64::new(0);
+
+/// How many [`RawPermit`]s were dropped without being released, in this process, ever
+/// (each one a slot its limiter never gets back). Tests assert it stays put.
+pub fn leaked_permits() -> u64 {
+    LEAKED_PERMITS.load(Ordering::Relaxed)
+}
+
+impl Drop for RawPermit {
+    fn drop(&mut self) {
+        LEAKED_PERMITS.fetch_add(1, Ordering::Relaxed);
+        #[cfg(all(debug_assertions, feature = "std"))]
+        if !std::thread::panicking() {
+            panic!(
+                "a RawPermit (level {}, started at {} ns) was dropped without release_raw: \
+                 its slot is lost",
+                self.level, self.started_at
+            );
+        }
+    }
 }
 
 impl RawPermit {
@@ -249,16 +318,22 @@ impl RawPermit {
 
 impl<'a> Permit<'a> {
     /// Ends the work: a `Success` latency (`now − start`) becomes a sample, `Dropped`
-    /// is an overload signal, `Ignored` just returns the slot.
+    /// is an overload signal, `Ignored` just returns the slot. A `now` above
+    /// [`MAX_NOW`](crate::time::MAX_NOW) acts at the latest time the limiter has seen.
     #[inline(always)]
     pub fn release(mut self, now: u64, outcome: Outcome) {
         if let Some(raw) = self.raw.take() {
-            // Cannot fail: the permit came from this limiter.
+            let now = match check_now(now) {
+                Ok(now) => now,
+                Err(_) => self.limiter.latest_now(&raw),
+            };
+            // Cannot fail: the permit came from this limiter and `now` is in range.
             let _ = self.limiter.release_raw(raw, now, outcome);
         }
     }
 
     /// Detaches the permit from the limiter's lifetime.
+    #[must_use = "a permit holds a slot until released"]
     pub fn into_raw(mut self) -> RawPermit {
         self.raw.take().expect("a live permit always holds its raw part")
     }
@@ -278,7 +353,7 @@ impl Drop for Permit<'_> {
     #[inline]
     fn drop(&mut self) {
         if let Some(raw) = self.raw.take() {
-            let now = self.limiter.clock.latest().max(raw.started_at);
+            let now = self.limiter.latest_now(&raw);
             let _ = self.limiter.release_raw(raw, now, Outcome::Ignored);
         }
     }
@@ -301,7 +376,9 @@ pub struct LimiterMetrics {
     pub inflight_by_level: [u32; LEVELS],
     /// Guaranteed share per level (`floor(limit × weight)`).
     pub share_by_level: [u32; LEVELS],
-    /// Recent demand per level (the most held or refused lately; decays each window).
+    /// Recent demand per level: the most it held, or was refused at for want of a slot
+    /// (`held + 1`); at each window it decays to `max(held, d − ⌈d/4⌉)`. Informational:
+    /// admission does not depend on it.
     pub demand_by_level: [u32; LEVELS],
     /// Admissions ever (= successes + drops + ignored + in flight).
     pub admitted: u64,
@@ -325,12 +402,6 @@ pub struct LimiterMetrics {
     pub avg_rtt_ns: u64,
     /// p99 latency of the last window (ns).
     pub p99_rtt_ns: u64,
-}
-
-/// How much of its share an active level reserves, given its recent demand (the most it
-/// held, or was refused, lately): the demand plus a quarter for bursts plus one to grow.
-pub const fn reservation_want(demand: u32) -> u32 {
-    demand.saturating_add(demand / 4).saturating_add(1)
 }
 
 fn slots_of(limit: f64) -> u64 {
@@ -369,6 +440,7 @@ impl Limiter {
             pinned_bits: AtomicU64::new(NO_PIN),
             publish_pending: AtomicBool::new(false),
             idle_until: AtomicU64::new(0),
+            last_generation: AtomicU64::new(0),
             next_fold: AtomicU64::new(0),
             max_inflight: AtomicU32::new(0),
             hist: AtomicLatencyHistogram::new(),
@@ -393,6 +465,7 @@ impl Limiter {
     /// Admits one unit of work at `level`, or says why not. Levels beyond the configured
     /// ones count as the least important level.
     #[inline]
+    #[must_use = "a permit holds a slot until released"]
     pub fn try_acquire(&self, now: u64, level: Priority) -> Result<Permit<'_>, Rejected> {
         self.try_acquire_raw(now, level).map(|raw| Permit { limiter: self, raw: Some(raw) })
     }
@@ -403,32 +476,33 @@ impl Limiter {
     // bindings, benches) where LLVM otherwise often keeps the calls. Cold parts (folding,
     // fractional idling) stay out of line.
     #[inline(always)]
+    #[must_use = "a permit holds a slot until released"]
     pub fn try_acquire_raw(&self, now: u64, level: Priority) -> Result<RawPermit, Rejected> {
-        // A `now` above `time::MAX_NOW` is bad input: act at the latest time seen.
-        let now = self.clock.in_range_or_latest(now);
+        let now = self.checked_now(now);
         let lvl = level.index().min(self.levels as usize - 1);
         let multi = self.levels > 1;
         if multi {
             self.note_arrival_at(now, lvl);
         }
-        // Relaxed: the CAS below re-validates the word; admission orders no other memory.
+        // Relaxed: the CAS below re-validates the word; admission orders no other memory
+        // (under a fractional limit `idle_wait` adds the Acquire it needs).
         let mut word = self.state.load(Ordering::Relaxed);
         loop {
             let inflight = word & INFLIGHT_MASK;
-            let slots = (word & SLOTS_MASK) >> SLOTS_SHIFT;
+            let fractional = word & FRACTIONAL_BIT != 0;
+            let slots = if fractional { 1 } else { (word & SLOTS_MASK) >> SLOTS_SHIFT };
             let reserved = if multi && lvl > 0 { self.reserved_above(now, lvl) } else { 0 };
             if inflight + reserved >= slots {
                 if multi {
-                    // A refused arrival is demand too: reserve one more next time.
+                    // A refused arrival is demand too (shown in the metrics).
                     let want = self.level_inflight[lvl].load(Ordering::Relaxed) + 1;
                     self.level_demand[lvl].fetch_max(want, Ordering::Relaxed);
                 }
                 return Err(self.reject(now, lvl, inflight));
             }
-            if word & FRACTIONAL_BIT != 0 {
-                let idle_until = self.idle_until.load(Ordering::Relaxed);
-                if now < idle_until {
-                    return Err(self.reject_for(lvl, idle_until - now));
+            if fractional {
+                if let Some(wait) = self.idle_wait(now) {
+                    return Err(self.reject_for(lvl, wait));
                 }
             }
             match self.state.compare_exchange_weak(
@@ -437,6 +511,13 @@ impl Limiter {
                 Ordering::Relaxed,
                 Ordering::Relaxed,
             ) {
+                Ok(_) if fractional && self.idle_wait(now).is_some() => {
+                    // Only if 2^31 releases wrapped the generation between our reads:
+                    // give the slot back rather than admit inside an idle period.
+                    self.state.fetch_sub(1, Ordering::Relaxed);
+                    let wait = self.idle_wait(now).unwrap_or(MS);
+                    return Err(self.reject_for(lvl, wait));
+                }
                 Ok(_) => break,
                 Err(actual) => word = actual,
             }
@@ -455,7 +536,7 @@ impl Limiter {
     }
 
     /// Slots held back for the active levels more important than `lvl`: each reserves
-    /// what it may still want of its share, `min(share, want(demand)) − in_flight`.
+    /// what it does not use of its share, `share − in_flight`.
     #[inline]
     fn reserved_above(&self, now: u64, lvl: usize) -> u64 {
         let mut reserved = 0u64;
@@ -463,16 +544,15 @@ impl Limiter {
             let seen = self.level_seen[q].load(Ordering::Relaxed);
             if seen != 0 && now.saturating_sub(seen) <= self.active_ns {
                 let share = self.level_share[q].load(Ordering::Relaxed);
-                let want = reservation_want(self.level_demand[q].load(Ordering::Relaxed));
                 let used = self.level_inflight[q].load(Ordering::Relaxed);
-                reserved += share.min(want).saturating_sub(used) as u64;
+                reserved += share.saturating_sub(used) as u64;
             }
         }
         reserved
     }
 
-    /// At each window: a level's demand decays by a quarter toward what it holds now, so a
-    /// level whose traffic fell stops reserving slots it no longer uses.
+    /// At each window: a level's demand (a metric) decays by a quarter toward what it
+    /// holds now.
     fn decay_demand(&self) {
         for lvl in 0..self.levels as usize {
             let demand = self.level_demand[lvl].load(Ordering::Relaxed);
@@ -501,11 +581,21 @@ impl Limiter {
         Rejected::new(Reason::LimitReached, retry_after)
     }
 
+    /// The latest time seen (at least `permit`'s start), within the accepted range.
+    fn latest_now(&self, permit: &RawPermit) -> u64 {
+        self.clock.latest().max(permit.started_at).min(crate::time::MAX_NOW)
+    }
+
+    /// Whether `permit` was issued by this limiter.
+    pub fn owns(&self, permit: &RawPermit) -> bool {
+        permit.owner == self.id
+    }
+
     /// Marks `level` active at `now` without admitting anything: a queue calls this for
     /// arrivals it holds, so their share is reserved while they wait.
     pub fn note_arrival(&self, now: u64, level: Priority) {
         if self.levels > 1 {
-            let now = self.clock.in_range_or_latest(now);
+            let now = self.checked_now(now);
             self.note_arrival_at(now, level.index().min(self.levels as usize - 1));
         }
     }
@@ -520,7 +610,10 @@ impl Limiter {
     }
 
     /// Ends an admission made by [`try_acquire_raw`](Self::try_acquire_raw). A permit of
-    /// another limiter is refused with [`UsageError::ForeignHandle`] and changes nothing.
+    /// another limiter is refused with [`UsageError::ForeignHandle`]; a refusal changes
+    /// nothing here, but the permit is consumed without being counted as leaked (a
+    /// caller that may hold another limiter's permits checks [`owns`](Self::owns) first;
+    /// the C ABI keeps its copy).
     #[inline(always)]
     pub fn release_raw(
         &self,
@@ -528,18 +621,33 @@ impl Limiter {
         now: u64,
         outcome: Outcome,
     ) -> Result<(), UsageError> {
+        // Consumed here on every path, refusals included: never counted as leaked.
+        let permit = core::mem::ManuallyDrop::new(permit);
         if permit.owner != self.id {
             return Err(UsageError::ForeignHandle);
         }
-        // A `now` above `time::MAX_NOW` acts at the latest time seen (refusing it would
-        // lose the permit's slot): no sample, idle period or window comes from it.
-        let now = self.clock.in_range_or_latest(now);
+        // A `now` above `time::MAX_NOW` is refused, but the permit was moved in: its slot
+        // still comes back, as `Ignored` at the latest time recorded (no sample, idle
+        // period or window comes from the bad value), so a bad time never leaks a slot.
+        let (now, outcome, refused) = if now > MAX_NOW {
+            let latest = self.clock.latest().max(permit.started_at).min(MAX_NOW);
+            (latest, Outcome::Ignored, Err(UsageError::TimeOutOfRange))
+        } else {
+            (self.checked_now(now), outcome, Ok(()))
+        };
         if self.levels > 1 {
             self.level_inflight[permit.level as usize].fetch_sub(1, Ordering::Relaxed);
         }
-        // Relaxed: the count is the only thing this publishes; admissions re-check it by CAS.
-        let word = self.state.fetch_sub(1, Ordering::Relaxed);
         let latency = now.saturating_sub(permit.started_at);
+        // Relaxed: only the mode is read here; the slot is freed by an RMW below.
+        if self.state.load(Ordering::Relaxed) & FRACTIONAL_BIT != 0 {
+            self.release_fractional(now, latency, outcome);
+        } else {
+            // Relaxed: the count is the only thing this publishes; admissions re-check it
+            // by CAS. (If a fractional limit was published since the load above, this
+            // release ends work admitted under the whole-number limit: no idle time.)
+            self.state.fetch_sub(1, Ordering::Relaxed);
+        }
         match outcome {
             Outcome::Success => self.hist.record(latency),
             Outcome::Dropped => {
@@ -549,24 +657,73 @@ impl Limiter {
                 self.ignored.fetch_add(1, Ordering::Relaxed);
             }
         }
-        if word & FRACTIONAL_BIT != 0 && outcome != Outcome::Ignored {
-            self.idle_after(now, latency);
-        }
         if outcome != Outcome::Ignored && now >= self.next_fold.load(Ordering::Relaxed) {
             self.try_fold(now);
         }
-        Ok(())
+        refused
     }
 
-    /// Under a limit below 1: stays idle for `latency × (1/limit − 1)` after `now`.
+    /// `now` if it is an accepted time, else the latest time recorded (a `now` above
+    /// [`MAX_NOW`] is bad input and never moves the clock). The clock is written at most
+    /// once per [`CLOCK_GRANULARITY`], so the hot paths read its line and rarely write it.
+    #[inline(always)]
+    fn checked_now(&self, now: u64) -> u64 {
+        let latest = self.clock.latest();
+        if now > MAX_NOW {
+            return latest;
+        }
+        if now >= latest.saturating_add(CLOCK_GRANULARITY) {
+            self.clock.observe(now);
+        }
+        now
+    }
+
+    /// The latest time this limiter has recorded. It trails the latest accepted `now` it
+    /// was given by less than 1 ms (the clock is written once per millisecond at most); a
+    /// `now` above [`MAX_NOW`] acts at this time.
+    pub fn latest_time(&self) -> u64 {
+        self.clock.latest()
+    }
+
+    /// Under a limit below 1: publishes the idle deadline `now + latency × (1/limit − 1)`
+    /// *before* freeing the slot, and frees it with a generation bump, so no acquirer can
+    /// take the slot and miss the deadline (it either sees the deadline, or its CAS fails
+    /// on the new generation).
     #[cold]
     #[inline(never)]
-    fn idle_after(&self, now: u64, latency: u64) {
+    fn release_fractional(&self, now: u64, latency: u64, outcome: Outcome) {
         let limit = f64::from_bits(self.limit_bits.load(Ordering::Relaxed));
-        if limit > 0.0 && limit < 1.0 {
+        if outcome != Outcome::Ignored && limit > 0.0 && limit < 1.0 {
             let idle = (latency as f64 * (1.0 / limit - 1.0)).min(3600.0 * SEC as f64);
             self.idle_until.fetch_max(now.saturating_add(idle as u64), Ordering::Relaxed);
         }
+        let mut word = self.state.load(Ordering::Relaxed);
+        loop {
+            let new = if word & FRACTIONAL_BIT != 0 {
+                let generation = (word & GEN_MASK).wrapping_add(GEN_ONE) & GEN_MASK;
+                ((word - 1) & !GEN_MASK) | generation
+            } else {
+                word - 1 // a whole-number limit was published meanwhile
+            };
+            // Release: pairs with the Acquire fence in `idle_wait`; an acquirer that sees
+            // this slot free also sees the idle deadline stored above.
+            match self.state.compare_exchange_weak(word, new, Ordering::Release, Ordering::Relaxed)
+            {
+                Ok(_) => return,
+                Err(actual) => word = actual,
+            }
+        }
+    }
+
+    /// Under a limit below 1: how long `now` is still inside the idle period, if it is.
+    #[cold]
+    #[inline(never)]
+    fn idle_wait(&self, now: u64) -> Option<u64> {
+        // Acquire: pairs with the Release CAS in `release_fractional`, whose freed slot
+        // (or a later value of the word) the caller has just read.
+        fence(Ordering::Acquire);
+        let idle_until = self.idle_until.load(Ordering::Relaxed);
+        (now < idle_until).then(|| idle_until - now)
     }
 
     /// Folds the current window into the algorithm if it is due and no other thread is
@@ -666,15 +823,32 @@ impl Limiter {
     /// level shares beside it.
     fn publish(&self, limit: f64) {
         let slots = slots_of(limit);
-        let fractional = if limit < 1.0 { FRACTIONAL_BIT } else { 0 };
         // Relaxed: publishes happen one at a time inside the fold cell (whose Acquire /
         // Release order them); admissions only need the word itself.
         let mut word = self.state.load(Ordering::Relaxed);
         loop {
-            let new = (word & INFLIGHT_MASK) | (slots << SLOTS_SHIFT) | fractional;
+            let new = if limit < 1.0 {
+                // Staying fractional keeps the generation; entering takes a fresh one
+                // (one past the last generation left), so no acquirer's stale word
+                // comes back.
+                let generation = if word & FRACTIONAL_BIT != 0 {
+                    word & GEN_MASK
+                } else {
+                    self.last_generation.load(Ordering::Relaxed).wrapping_add(GEN_ONE) & GEN_MASK
+                };
+                (word & INFLIGHT_MASK) | generation | FRACTIONAL_BIT
+            } else {
+                (word & INFLIGHT_MASK) | (slots << SLOTS_SHIFT)
+            };
             match self.state.compare_exchange_weak(word, new, Ordering::Relaxed, Ordering::Relaxed)
             {
-                Ok(_) => break,
+                Ok(_) => {
+                    let seen = if word & FRACTIONAL_BIT != 0 { word } else { new };
+                    if seen & FRACTIONAL_BIT != 0 {
+                        self.last_generation.store(seen & GEN_MASK, Ordering::Relaxed);
+                    }
+                    break;
+                }
                 Err(actual) => word = actual,
             }
         }
@@ -691,8 +865,7 @@ impl Limiter {
         (bits != NO_PIN).then(|| f64::from_bits(bits))
     }
 
-    /// The kill switch (seed 000: "if the controller goes wild, fall back to a static
-    /// limit"): `Some(n)` pins the limit to `n`; `None` hands control back to the
+    /// The kill switch, for when the adaptive controller misbehaves: `Some(n)` pins the limit to `n`; `None` hands control back to the
     /// algorithm's current limit. Takes effect before this call returns unless a window is
     /// being folded at that instant, in which case the folding thread applies it as it
     /// finishes. The algorithm keeps learning while pinned.
@@ -822,44 +995,51 @@ mod tests {
     }
 
     #[test]
-    fn active_important_level_keeps_what_it_uses_of_its_share() {
+    fn active_important_level_keeps_its_whole_share() {
         // limit 10, shares 7 / 2 / 0.
         let l = fixed(10.0, 3);
         let crit: std::vec::Vec<_> =
             (0..4).map(|_| l.try_acquire(MS, Priority::CRITICAL).unwrap()).collect();
-        // Critical holds 4 (demand 4): it reserves min(7, 4 + 1 + 1) - 4 = 2 more.
+        // Critical is active and holds 4: it reserves 7 - 4 = 3 more.
         let bg: std::vec::Vec<_> =
             core::iter::from_fn(|| l.try_acquire(MS, Priority::BACKGROUND).ok()).collect();
-        assert_eq!(bg.len(), 4, "10 - 4 held - 2 reserved");
-        assert!(l.try_acquire(MS, Priority::NORMAL).is_err(), "the 2 are critical's");
+        assert_eq!(bg.len(), 3, "10 - 4 held - 3 reserved");
+        assert!(l.try_acquire(MS, Priority::NORMAL).is_err(), "the 3 are critical's");
         let more: std::vec::Vec<_> =
-            (0..2).map(|_| l.try_acquire(MS, Priority::CRITICAL).unwrap()).collect();
+            (0..3).map(|_| l.try_acquire(MS, Priority::CRITICAL).unwrap()).collect();
         assert_eq!(l.inflight(), 10);
-        // A refused critical arrival raises its demand: freed slots are held back for it.
-        assert!(l.try_acquire(MS, Priority::CRITICAL).is_err());
-        assert_eq!(l.metrics().demand_by_level[0], 7);
+        assert!(l.try_acquire(MS, Priority::CRITICAL).is_err(), "at the limit");
         drop(bg);
+        // Critical holds its share; normal (active: refused above) reserves its 2.
         let bg2: std::vec::Vec<_> =
             core::iter::from_fn(|| l.try_acquire(MS, Priority::BACKGROUND).ok()).collect();
-        // Critical (6 held, demand 7) reserves min(7, 7 + 1 + 1) - 6 = 1; normal, refused
-        // once (demand 1), reserves min(2, 1 + 0 + 1) = 2: 10 - 6 - 1 - 2 = 1 left.
         assert_eq!(bg2.len(), 1);
+        // Beyond its share, critical may use what the others leave free.
         assert!(l.try_acquire(MS, Priority::CRITICAL).is_ok());
         drop((crit, more, bg2));
         assert_eq!(l.inflight(), 0);
     }
 
     #[test]
-    fn a_light_important_level_does_not_idle_its_whole_share() {
-        // Seed 000's weights with a critical flow of one request at a time: critical
-        // reserves 2 slots, not 70 of 100.
-        let l = fixed(100.0, 3);
-        let c = l.try_acquire(MS, Priority::CRITICAL).unwrap();
-        c.release(2 * MS, Outcome::Success);
-        let _c = l.try_acquire(3 * MS, Priority::CRITICAL).unwrap();
-        let normal: std::vec::Vec<_> =
-            core::iter::from_fn(|| l.try_acquire(3 * MS, Priority::NORMAL).ok()).collect();
-        assert_eq!(normal.len(), 98, "100 - 1 held - 1 reserved");
+    fn critical_below_its_share_is_not_starved_by_long_held_background() {
+        // Default weights, limit 10: critical holds 1 and background takes what it can and
+        // keeps it. Critical must still reach its share of 7, however long background
+        // holds its slots (the old demand-bounded rule lent background 8 and refused
+        // critical at 2).
+        let l = fixed(10.0, 3);
+        let first = l.try_acquire(MS, Priority::CRITICAL).unwrap();
+        let bg: std::vec::Vec<_> =
+            core::iter::from_fn(|| l.try_acquire(MS, Priority::BACKGROUND).ok()).collect();
+        let mut crit = std::vec![first];
+        for t in 1..=6u64 {
+            let now = MS + t * 100 * MS;
+            let p = l.try_acquire(now, Priority::CRITICAL);
+            crit.push(p.unwrap_or_else(|_| panic!("critical refused at {t} of its 7")));
+            assert!(l.try_acquire(now, Priority::BACKGROUND).is_err());
+        }
+        assert_eq!(bg.len(), 3, "10 - 1 held - 6 reserved");
+        assert_eq!(l.inflight_of(Priority::CRITICAL), 7);
+        drop((crit, bg));
     }
 
     #[test]
@@ -872,15 +1052,15 @@ mod tests {
         let err = l.try_acquire(3 * SEC, Priority::CRITICAL).unwrap_err();
         assert_eq!(err.reason, Reason::LimitReached);
         drop(bg);
-        // Critical is active now, with demand 1 (its refusal): it reserves 2.
+        // Critical (active now: it was refused) reserves its share of 7; normal is idle.
         let bg2: std::vec::Vec<_> =
             core::iter::from_fn(|| l.try_acquire(3 * SEC, Priority::BACKGROUND).ok()).collect();
-        assert_eq!(bg2.len(), 8);
+        assert_eq!(bg2.len(), 3);
         // Once critical has been quiet for longer than active_ns, nothing is held back.
         let late: std::vec::Vec<_> =
             core::iter::from_fn(|| l.try_acquire(3 * SEC + 2 * SEC, Priority::BACKGROUND).ok())
                 .collect();
-        assert_eq!(late.len(), 2);
+        assert_eq!(late.len(), 7);
     }
 
     #[test]

@@ -1,225 +1,318 @@
-//! quickcheck model test: the Limiter against a sequential reference model of the
-//! demand-aware reservation rule (DESIGN.md §3, reservations bounded by recent demand),
-//! plus the properties the rule promises.
+//! quickcheck model test: the Limiter against a sequential reference model written from
+//! its documented rules (`support/limiter_ref.rs`: slots, fractional idle time, the
+//! partition rule, the static limit, windows and demand), plus the properties the rules
+//! promise, checked on ground truth before the limiter's answer is compared with the
+//! model's: exactness, no admission inside an idle period, and the partition bound (a
+//! level that stays active is refused below its share only because of more important
+//! levels over their shares, or less important work it lent slots to while it was idle).
 #![cfg(not(loom))]
 
+#[path = "support/limiter_ref.rs"]
+mod limiter_ref;
+
+use limiter_ref::{Decision, Reference, MS};
 use quickcheck::{quickcheck, Arbitrary, Gen, TestResult};
 use surgeguard_core::limit::{AlgorithmConfig, FixedConfig};
 use surgeguard_core::{Limiter, LimiterConfig, Outcome, Priority, RawPermit, Reason};
 
-const MS: u64 = 1_000_000;
-const LEVELS: usize = 3;
-const WEIGHTS: [f64; LEVELS] = [0.7, 0.25, 0.05];
+const WEIGHTS: [f64; 3] = [0.7, 0.25, 0.05];
 const ACTIVE_NS: u64 = 1_000 * MS;
+const WINDOW_NS: u64 = 100 * MS;
+/// Limits below 1 whose `1/L − 1` is a whole number, so the model's idle time is exact.
+const FRACTIONS: [f64; 3] = [0.5, 0.25, 0.125];
 
 #[derive(Clone, Debug)]
 enum Op {
     Acquire(u8),
-    Release(usize, u8),
-    Advance(u64),
+    /// Release the held permit at this index (mod held); `true`: only among the permits of
+    /// critical and normal work, so background permits stay held for long.
+    Release(usize, u8, bool),
+    Advance(u16),
     Pin(Option<u8>),
 }
 
 impl Arbitrary for Op {
     fn arbitrary(g: &mut Gen) -> Self {
-        match u8::arbitrary(g) % 10 {
-            0..=4 => Op::Acquire(u8::arbitrary(g) % LEVELS as u8),
-            5..=6 => Op::Release(usize::arbitrary(g), u8::arbitrary(g) % 3),
-            7..=8 => Op::Advance(u64::from(u16::arbitrary(g) % 1_500) * MS),
-            _ => Op::Pin(if bool::arbitrary(g) { Some(1 + u8::arbitrary(g) % 16) } else { None }),
+        match u8::arbitrary(g) % 12 {
+            0..=4 => Op::Acquire(u8::arbitrary(g) % 3),
+            5..=7 => Op::Release(usize::arbitrary(g), u8::arbitrary(g) % 3, bool::arbitrary(g)),
+            8..=9 => Op::Advance(u16::arbitrary(g) % 1_500),
+            10 => Op::Advance(u16::arbitrary(g) % 8),
+            _ => Op::Pin(if bool::arbitrary(g) { Some(u8::arbitrary(g)) } else { None }),
         }
     }
 }
 
-/// A held permit in the model, with what the property checks need to know about it.
+/// A pin from a byte: whole limits 1..=16 and the fractions.
+fn pin_value(b: u8) -> f64 {
+    match b % 20 {
+        x @ 0..=15 => f64::from(x + 1),
+        x => FRACTIONS[(x as usize - 16) % FRACTIONS.len()],
+    }
+}
+
+/// A limit from a byte: mostly whole 1..=24, a quarter of the time a fraction.
+fn base_value(b: u8) -> f64 {
+    if b % 8 >= 6 {
+        FRACTIONS[(b as usize / 8) % FRACTIONS.len()]
+    } else {
+        f64::from(1 + b % 24)
+    }
+}
+
 struct Held {
     raw: RawPermit,
     level: usize,
-    epoch: u64,
+    started: u64,
+    /// The step at which it was admitted.
+    step: u64,
 }
 
-struct Model {
-    base_limit: f64,
-    pin: Option<f64>,
-    epoch: u64,
-    seen: [Option<u64>; LEVELS],
-    n: [u64; LEVELS],
-    demand: [u32; LEVELS],
-    /// For each level p: was the latest admission of a level less important than p made
-    /// while every level <= p was active, and have the shares and the demand-bounded caps
-    /// of the levels <= p not grown since?
-    lower_admission_legit: [bool; LEVELS],
-}
-
-impl Model {
-    fn limit(&self) -> f64 {
-        self.pin.unwrap_or(self.base_limit)
-    }
-    fn slots(&self) -> u64 {
-        (self.limit().floor() as u64).max(1)
-    }
-    fn share(&self, l: usize) -> u64 {
-        (self.limit() * WEIGHTS[l]).floor() as u64
-    }
-    fn active(&self, l: usize, now: u64) -> bool {
-        self.seen[l].is_some_and(|s| now - s <= ACTIVE_NS)
-    }
-    fn total(&self) -> u64 {
-        self.n.iter().sum()
-    }
-    /// What level `l` may hold back: its share, bounded by its recent demand.
-    fn cap(&self, l: usize) -> u64 {
-        let d = u64::from(self.demand[l]);
-        self.share(l).min(d + d / 4 + 1)
-    }
-    fn reserved_above(&self, p: usize, now: u64) -> u64 {
-        (0..p).filter(|&q| self.active(q, now)).map(|q| self.cap(q).saturating_sub(self.n[q])).sum()
-    }
-    fn raise_demand(&mut self, l: usize, to: u64) {
-        let to = to as u32;
-        if to > self.demand[l] {
-            self.demand[l] = to;
-            // A grown cap at level l voids the bound for every p >= l.
-            for p in l..LEVELS {
-                self.lower_admission_legit[p] = false;
+fn limiter(base: f64, levels: usize) -> Limiter {
+    Limiter::new(LimiterConfig {
+        levels: levels as u8,
+        weights: {
+            let mut w = [0.0; 8];
+            w[..levels].copy_from_slice(&WEIGHTS[..levels]);
+            if levels == 1 {
+                w[0] = 1.0;
             }
-        }
-    }
-    /// The limiter's per-window decay: a quarter of the demand, never below what is held.
-    fn decay(&mut self) {
-        for l in 0..LEVELS {
-            let d = self.demand[l];
-            self.demand[l] = (d - d.div_ceil(4)).max(self.n[l] as u32);
-        }
-    }
+            w
+        },
+        active_ns: ACTIVE_NS,
+        min_samples: 1,
+        min_window_ns: WINDOW_NS,
+        max_window_ns: WINDOW_NS,
+        ..LimiterConfig::with_algorithm(AlgorithmConfig::Fixed(FixedConfig {
+            initial_limit: base,
+            min_limit: base.min(1.0),
+            max_limit: base.max(1.0),
+        }))
+    })
+    .unwrap()
 }
 
-fn run(base_limit: u8, ops: Vec<Op>) -> TestResult {
-    let base_limit = f64::from(1 + base_limit % 24);
-    let cfg = LimiterConfig {
-        levels: LEVELS as u8,
-        active_ns: ACTIVE_NS,
-        ..LimiterConfig::with_algorithm(AlgorithmConfig::Fixed(FixedConfig {
-            initial_limit: base_limit,
-            min_limit: 1.0,
-            max_limit: base_limit,
-        }))
-    };
-    let limiter = Limiter::new(cfg).unwrap();
-    let mut m = Model {
-        base_limit,
-        pin: None,
-        epoch: 0,
-        seen: [None; LEVELS],
-        n: [0; LEVELS],
-        demand: [0; LEVELS],
-        lower_admission_legit: [false; LEVELS],
-    };
+/// Drives the limiter and the model with `ops`. `strict`: the limiter must make the
+/// model's every decision and report the model's metrics. Not strict: the model books
+/// what the limiter decided, and only the promised properties are checked (so a limiter
+/// that departs from the rule in a way the properties allow still passes, and one that
+/// breaks a property fails on that property).
+fn run_with(base: u8, three_levels: bool, ops: Vec<Op>, strict: bool) -> TestResult {
+    let levels = if three_levels { 3 } else { 1 };
+    let base = base_value(base);
+    let weights: Vec<f64> = if levels == 1 { vec![1.0] } else { WEIGHTS.to_vec() };
+    let l = limiter(base, levels);
+    let mut m = Reference::new(base, &weights, ACTIVE_NS, WINDOW_NS);
     let mut held: Vec<Held> = Vec::new();
-    let mut now = MS; // whole milliseconds: the limiter refreshes activity stamps per ms
-    let mut admitted = 0u64;
-    for op in ops {
+    let mut now = MS;
+    // For the bound: per level, the step its current run of activity began; the step of
+    // the last limit change.
+    let mut active_from = vec![0u64; levels];
+    let mut limit_changed = 0u64;
+    for (step, op) in ops.into_iter().enumerate() {
+        let step = step as u64 + 1;
         match op {
             Op::Acquire(level) => {
-                let p = level as usize;
-                m.seen[p] = Some(now);
-                let expected = m.total() + m.reserved_above(p, now) < m.slots();
-                let got = limiter.try_acquire_raw(now, Priority::new(level).unwrap());
-                if got.is_ok() != expected {
-                    return TestResult::error(format!(
-                        "level {p} at {now}: limiter {} model {expected} (n={:?} limit={})",
-                        got.is_ok(),
-                        m.n,
-                        m.limit()
-                    ));
+                let p = level as usize % levels;
+                if !m.active(p, now) {
+                    active_from[p] = step;
                 }
-                match got {
-                    Ok(raw) => {
-                        // Exactness: the admission kept the total within the limit.
-                        assert!(m.total() < m.slots());
-                        for q in 0..p {
-                            m.lower_admission_legit[q] = (0..=q).all(|r| m.active(r, now));
-                        }
-                        m.n[p] += 1;
-                        m.raise_demand(p, m.n[p]);
-                        admitted += 1;
-                        held.push(Held { raw, level: p, epoch: m.epoch });
+                let got = l.try_acquire_raw(now, Priority::new(p as u8).unwrap());
+                // Ground truth before the arrival (the permits the limiter really holds,
+                // the idle time its real completions started).
+                let total = m.total();
+                let idle_until = m.idle_until;
+                let expected = m.decide(p, now);
+                let actual = match (&got, expected) {
+                    (Ok(_), _) => Decision::Admit,
+                    (Err(_), Decision::Idle(left)) => Decision::Idle(left),
+                    (Err(_), _) => Decision::NoSlot,
+                };
+                m.book(p, if strict { expected } else { actual });
+                match &got {
+                    Ok(_) => {
+                        assert!(
+                            total < m.slots(),
+                            "admitted at {total} in flight, {} slots",
+                            m.slots()
+                        );
+                        assert!(
+                            m.limit() >= 1.0 || now >= idle_until,
+                            "admitted at {now} inside an idle period until {idle_until}"
+                        );
                     }
                     Err(rej) => {
                         assert_eq!(rej.reason, Reason::LimitReached);
-                        // Work-conserving: refused only at the limit or to keep what an
-                        // active more important level may still want of its share.
-                        let keeps_share = (0..p).any(|q| m.active(q, now) && m.n[q] < m.cap(q));
-                        assert!(m.total() >= m.slots() || keeps_share, "refused with room");
-                        // Priority: an active level under its share and its recent demand
-                        // is refused only if a more important level holds more than its
-                        // cap, or the less important levels got slots while p's share
-                        // was not reserved (or before the caps grew).
-                        let lower: u64 = m.n[p + 1..].iter().sum();
-                        if m.n[p] < m.cap(p) && (lower == 0 || m.lower_admission_legit[p]) {
-                            let over = (0..p).any(|r| m.n[r] > m.cap(r));
-                            assert!(over, "level {p} under its cap refused: n={:?}", m.n);
+                        let below_share = m.n[p] < m.share(p);
+                        let above_over = (0..p).any(|q| m.n[q] > m.share(q));
+                        if below_share && !above_over {
+                            // p has been active since t0 (no more important level woke
+                            // and the limit has not changed since): only work lent
+                            // before t0 may stand in its way.
+                            let t0 =
+                                (0..=p).map(|q| active_from[q]).max().unwrap().max(limit_changed);
+                            let lent = held.iter().any(|h| h.level > p && h.step < t0);
+                            assert!(lent, "level {p} refused below its share {} (holds {:?}) with no slot lent before step {t0}", m.share(p), m.n);
                         }
-                        m.raise_demand(p, m.n[p] + 1);
+                    }
+                }
+                match (got, expected) {
+                    (Ok(raw), Decision::Admit) => {
+                        assert_eq!(raw.level().index(), p);
+                        assert_eq!(raw.started_at(), now);
+                        held.push(Held { raw, level: p, started: now, step });
+                    }
+                    (Ok(raw), _) if !strict => {
+                        held.push(Held { raw, level: p, started: now, step })
+                    }
+                    (Err(_), _) if !strict => {}
+                    (Err(rej), Decision::Idle(left)) => assert_eq!(rej.retry_after, left),
+                    (Err(rej), Decision::NoSlot) => assert!(rej.retry_after >= MS),
+                    (got, expected) => {
+                        return TestResult::error(format!(
+                        "level {p} at {now}: limiter {:?}, model {expected:?} (n={:?} limit={})",
+                        got.map(|_| ()),
+                        m.n,
+                        m.limit()
+                    ))
                     }
                 }
             }
-            Op::Release(i, outcome) if !held.is_empty() => {
-                let h = held.swap_remove(i % held.len());
-                let _ = h.epoch;
-                m.n[h.level] -= 1;
-                let outcome = Outcome::from_u32(u32::from(outcome)).unwrap();
-                let windows = limiter.metrics().windows;
-                limiter.release_raw(h.raw, now + MS, outcome).unwrap();
-                if limiter.metrics().windows > windows {
-                    m.decay();
+            Op::Release(i, outcome, important_only) => {
+                let candidates: Vec<usize> = (0..held.len())
+                    .filter(|&k| !important_only || levels == 1 || held[k].level < 2)
+                    .collect();
+                if candidates.is_empty() {
+                    continue;
                 }
+                let h = held.swap_remove(candidates[i % candidates.len()]);
+                m.release(h.level, h.started, now, outcome);
+                let outcome = Outcome::from_u32(u32::from(outcome)).unwrap();
+                l.release_raw(h.raw, now, outcome).unwrap();
             }
-            Op::Release(..) => {}
-            Op::Advance(dt) => now += dt,
-            Op::Pin(p) => {
-                m.pin = p.map(f64::from);
-                m.epoch += 1;
-                m.lower_admission_legit = [false; LEVELS];
-                limiter.set_static_limit(m.pin).unwrap();
+            Op::Advance(ms) => now += u64::from(ms) * MS,
+            Op::Pin(v) => {
+                m.pin = v.map(pin_value);
+                limit_changed = step;
+                l.set_static_limit(m.pin).unwrap();
             }
         }
-        assert_eq!(u64::from(limiter.inflight()), m.total());
-        for l in 0..LEVELS {
-            assert_eq!(u64::from(limiter.inflight_of(Priority::new(l as u8).unwrap())), m.n[l]);
+        assert_eq!(l.limit(), m.limit());
+        let mt = l.metrics();
+        if !strict {
+            assert_eq!(u64::from(mt.inflight), m.total());
+            continue;
         }
-        assert_eq!(limiter.limit(), m.limit());
-        assert_eq!(&limiter.metrics().demand_by_level[..LEVELS], &m.demand[..]);
+        assert_eq!(u64::from(mt.inflight), m.total());
+        assert_eq!(
+            mt.inflight_by_level[..levels].iter().map(|&x| u64::from(x)).collect::<Vec<_>>(),
+            m.n
+        );
+        for (q, &n) in m.n.iter().enumerate() {
+            assert_eq!(u64::from(l.inflight_of(Priority::new(q as u8).unwrap())), n);
+        }
+        assert_eq!(mt.static_limit, m.pin);
+        if levels > 1 {
+            let shares: Vec<u64> = (0..levels).map(|q| m.share(q)).collect();
+            assert_eq!(
+                mt.share_by_level[..levels].iter().map(|&x| u64::from(x)).collect::<Vec<_>>(),
+                shares
+            );
+            assert_eq!(&mt.demand_by_level[..levels], &m.demand[..]);
+        }
+        assert_eq!(mt.windows, m.windows, "windows");
+        assert_eq!(mt.rejected_by_level[..levels], m.rejected[..]);
+        assert_eq!(
+            (mt.admitted, mt.successes, mt.drops, mt.ignored),
+            (m.admitted, m.successes, m.drops, m.ignored)
+        );
     }
     for h in held.drain(..) {
-        limiter.release_raw(h.raw, now, Outcome::Ignored).unwrap();
+        l.release_raw(h.raw, now, Outcome::Ignored).unwrap();
     }
-    let metrics = limiter.metrics();
-    assert_eq!(limiter.inflight(), 0, "every permit returned");
-    assert_eq!(metrics.admitted, admitted, "no permit lost");
-    assert_eq!(metrics.successes + metrics.drops + metrics.ignored, admitted);
+    assert_eq!(l.inflight(), 0, "every permit returned");
     TestResult::passed()
 }
 
+fn run(base: u8, three_levels: bool, ops: Vec<Op>) -> TestResult {
+    run_with(base, three_levels, ops, true)
+}
+
+fn run_properties(base: u8, three_levels: bool, ops: Vec<Op>) -> TestResult {
+    run_with(base, three_levels, ops, false)
+}
+
 #[test]
-fn limiter_matches_the_reservation_model() {
-    quickcheck(run as fn(u8, Vec<Op>) -> TestResult);
+fn limiter_matches_the_reference_model() {
+    quickcheck(run as fn(u8, bool, Vec<Op>) -> TestResult);
+}
+
+#[test]
+fn long_held_background_never_starves_active_critical_work() {
+    // Default weights, limit 10 (shares 7 / 2 / 0): background takes what it can and keeps
+    // it for the whole run, while critical and normal come and go.
+    // Critical is active (it holds one) before background arrives.
+    let mut ops = vec![Op::Acquire(0)];
+    for _ in 0..12 {
+        ops.push(Op::Acquire(2));
+    }
+    for i in 0..3_000u32 {
+        ops.push(Op::Acquire((i % 2) as u8));
+        if i % 3 == 2 {
+            ops.push(Op::Release(i as usize, (i % 3) as u8, true));
+        }
+        if i % 50 == 0 {
+            ops.push(Op::Advance((i % 900) as u16));
+        }
+    }
+    assert!(!run_properties(9, true, ops.clone()).is_failure());
+    assert!(!run(9, true, ops).is_failure());
+}
+
+#[test]
+fn limiter_keeps_the_promised_properties() {
+    quickcheck(run_properties as fn(u8, bool, Vec<Op>) -> TestResult);
+}
+
+#[test]
+fn fractional_limits_idle_between_requests() {
+    // A limit of 1/4 (and pins of 1/2 and 1/8): one request at a time, each completion of
+    // latency r followed by 3r (or r, or 7r) of idle time, probed every few ms.
+    let mut ops = Vec::new();
+    for i in 0..600u32 {
+        ops.push(Op::Acquire((i % 3) as u8));
+        ops.push(Op::Advance((i % 7) as u16));
+        if i % 4 == 1 {
+            ops.push(Op::Release(0, (i % 3) as u8, false));
+        }
+        if i % 150 == 100 {
+            ops.push(Op::Pin(Some(16 + (i / 150) as u8)));
+        }
+    }
+    assert!(!run(7 + 8, true, ops.clone()).is_failure());
+    assert!(!run(7 + 8, false, ops).is_failure());
 }
 
 #[test]
 fn a_long_saturating_sequence() {
-    // Deterministic stress of the same model: all levels hammering a small limit.
+    // All levels hammering a small limit, with pins and a fractional stretch.
     let mut ops = Vec::new();
-    for i in 0..2_000u32 {
+    for i in 0..3_000u32 {
         ops.push(Op::Acquire((i % 3) as u8));
         if i % 3 == 0 {
-            ops.push(Op::Release(i as usize, (i % 3) as u8));
+            ops.push(Op::Release(i as usize, (i % 3) as u8, false));
         }
         if i % 97 == 0 {
-            ops.push(Op::Advance(u64::from(i % 1_300) * MS));
+            ops.push(Op::Advance((i % 1_300) as u16));
+        }
+        if i % 500 == 250 {
+            ops.push(Op::Pin(Some((i / 500) as u8 + 15)));
+        }
+        if i % 500 == 400 {
+            ops.push(Op::Pin(None));
         }
     }
-    assert!(!run(9, ops).is_failure());
+    assert!(!run(8, true, ops).is_failure());
 }
 
 /// Operations on a limiter driven by an adaptive algorithm.

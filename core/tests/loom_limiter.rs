@@ -183,3 +183,68 @@ fn kill_switch_wins_against_a_concurrent_fold() {
         assert_eq!(l.limit(), 3.0, "a pin is never overwritten by a racing fold");
     });
 }
+
+fn fractional(limit: f64) -> Limiter {
+    let cfg = LimiterConfig {
+        levels: 1,
+        min_samples: 1_000,
+        ..LimiterConfig::with_algorithm(AlgorithmConfig::Fixed(FixedConfig {
+            initial_limit: limit,
+            min_limit: limit,
+            max_limit: 1.0,
+        }))
+    };
+    Limiter::new(cfg).unwrap()
+}
+
+#[test]
+fn fractional_limit_never_admits_inside_an_idle_period() {
+    // Limit 0.5: a completion of latency 10 ms starts 10 ms of idle time. The holder
+    // releases at 10 ms (idle until 20 ms) while another thread tries at 15 ms: the slot is
+    // either still held or inside the idle period, so it must be refused either way.
+    loom::model(|| {
+        let l = Arc::new(fractional(0.5));
+        let p = l.try_acquire_raw(0, Priority::NORMAL).unwrap();
+        let holder = {
+            let l = l.clone();
+            thread::spawn(move || l.release_raw(p, 10 * MS, Outcome::Success).unwrap())
+        };
+        let tried = l.try_acquire(15 * MS, Priority::NORMAL);
+        assert!(tried.is_err(), "admitted at 15 ms, inside the idle period 10..20 ms");
+        holder.join().unwrap();
+        assert_eq!(l.inflight(), 0);
+        assert!(l.try_acquire(20 * MS, Priority::NORMAL).is_ok(), "free after the idle time");
+    });
+}
+
+#[test]
+fn fractional_limit_stale_deadline_is_caught_by_the_cas() {
+    // The slot is free and idle until 20 ms. A second admission and release (at 25 and
+    // 26 ms: idle until 27 ms) race an acquirer at 26.5 ms that may have read the old
+    // deadline: it must never be admitted inside 26..27 ms.
+    loom::model(|| {
+        let l = Arc::new(fractional(0.5));
+        let p = l.try_acquire_raw(0, Priority::NORMAL).unwrap();
+        l.release_raw(p, 10 * MS, Outcome::Success).unwrap();
+        let other = {
+            let l = l.clone();
+            thread::spawn(move || {
+                if let Ok(p) = l.try_acquire_raw(25 * MS, Priority::NORMAL) {
+                    l.release_raw(p, 26 * MS, Outcome::Success).unwrap();
+                    true
+                } else {
+                    false
+                }
+            })
+        };
+        let mine = l.try_acquire_raw(26 * MS + MS / 2, Priority::NORMAL);
+        let other_ran = other.join().unwrap();
+        if let Ok(p) = mine {
+            // Admitted at 26.5 ms: only legal if the other admission had not happened yet
+            // (then the other was refused: the slot was taken, or it came after ours).
+            assert!(!other_ran, "admitted inside the idle period 26..27 ms");
+            l.release_raw(p, 27 * MS, Outcome::Ignored).unwrap();
+        }
+        assert_eq!(l.inflight(), 0);
+    });
+}
