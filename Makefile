@@ -29,6 +29,8 @@ clippy:
 
 unit:
 	RUSTFLAGS=-Dwarnings $(CARGO) test --workspace --quiet
+	# A permit dropped unreleased panics in a debug build with the core's `std` feature.
+	RUSTFLAGS=-Dwarnings $(CARGO) test -p surgeguard-core --features std --quiet --test limiter_permit_drop
 
 # loom models: tiny configs, bounded preemptions, release mode, separate target dir.
 loom:

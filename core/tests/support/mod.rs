@@ -738,3 +738,14 @@ impl Control for Real {
         self.limiter.limit()
     }
 }
+
+impl Drop for Real {
+    /// A run ends with work still in flight: its permits end as `Ignored`, never dropped
+    /// unreleased (which the core counts as leaked).
+    fn drop(&mut self) {
+        let now = self.limiter.latest_time();
+        for (_, permit) in self.permits.drain() {
+            let _ = self.limiter.release_raw(permit, now, surgeguard_core::Outcome::Ignored);
+        }
+    }
+}
