@@ -344,6 +344,18 @@ pub fn usage_err(py: Python<'_>, e: UsageError) -> PyErr {
     }
 }
 
+/// `surgeguard.UsageError` with a binding-level `kind` and message (misuse the core never
+/// sees: entering a permit twice, ending one that holds no slot).
+#[cold]
+pub fn usage_msg(py: Python<'_>, kind: &str, msg: &str) -> PyErr {
+    match errors(py) {
+        Ok(errs) => {
+            PyErr::from_type(errs.usage.bind(py).clone(), (msg.to_string(), kind.to_string()))
+        }
+        Err(err) => err,
+    }
+}
+
 /// Whether `exc_type` (an exception class, or None) is one of `classes` (a tuple).
 #[inline]
 pub fn is_overload(exc_type: &Bound<'_, PyAny>, classes: &Bound<'_, PyTuple>) -> PyResult<bool> {

@@ -138,12 +138,20 @@ pub struct Gate {
     levels: u8,
     pub overload: Py<PyTuple>,
     routes: Mutex<Routes>,
+    /// One callable per asyncio timer (`_aio`): re-arms it; returns False once its loop
+    /// is gone (then it is dropped from the list).
+    timer_hooks: Mutex<Vec<Py<PyAny>>>,
 }
 
 /// How many events one poll takes at most.
 const POLL_BATCH: usize = 16;
 /// A sync waiter whose deadline passed without an event gives up after this much more.
 const GRACE_NS: u64 = 2_000_000;
+/// A blocked thread wakes at least this often to check for signals (Ctrl-C) and for a
+/// re-check the core scheduled meanwhile.
+const SLICE_NS: u64 = 20_000_000;
+/// How many times one pump polls again while a re-check is due at once.
+const PUMP_ROUNDS: u32 = 4;
 
 static AIO_WAIT: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
@@ -252,8 +260,58 @@ impl Gate {
         }
     }
 
-    /// Polls the core and routes every event to its waiter.
+    /// Polls the core and routes every event to its waiter; polls again while the core
+    /// says a re-check is due now (a fractional limit's idle slot, a lapsed refusal), and
+    /// then tells the asyncio timers (`_aio`) when the next one is due, so no waiter is
+    /// left queued with nothing scheduled to look at it again.
     fn pump(&self, py: Option<Python<'_>>, now: u64) {
+        let mut rounds = 0;
+        loop {
+            self.poll_once(py, now);
+            rounds += 1;
+            if on!(&*self.core, g => g.waiting_total()) == 0 {
+                return;
+            }
+            match on!(&*self.core, g => g.next_wakeup(now)) {
+                Some(w) if w <= now && rounds < PUMP_ROUNDS => continue,
+                Some(_) => break,
+                None => return,
+            }
+        }
+        self.kick_timers(py);
+    }
+
+    /// Asks every asyncio timer of this gate to re-arm from `next_wakeup()`.
+    fn kick_timers(&self, py: Option<Python<'_>>) {
+        let call = |py: Python<'_>| {
+            let hooks: Vec<Py<PyAny>> =
+                lock(&self.timer_hooks).iter().map(|h| h.clone_ref(py)).collect();
+            if hooks.is_empty() {
+                return;
+            }
+            let mut dead = Vec::new();
+            for (i, h) in hooks.iter().enumerate() {
+                match h.call0(py) {
+                    Ok(v) if v.is_truthy(py).unwrap_or(true) => {}
+                    Ok(_) => dead.push(i),
+                    Err(e) => e.write_unraisable(py, None),
+                }
+            }
+            if !dead.is_empty() {
+                lock(&self.timer_hooks).retain(|h| !dead.iter().any(|&i| hooks[i].is(h)));
+            }
+        };
+        if lock(&self.timer_hooks).is_empty() {
+            return;
+        }
+        match py {
+            Some(py) => call(py),
+            None => Python::attach(call),
+        }
+    }
+
+    /// One round of polling: routes every event to its waiter.
+    fn poll_once(&self, py: Option<Python<'_>>, now: u64) {
         let mut buf: [Option<Event>; POLL_BATCH] = Default::default();
         loop {
             let n = on!(&*self.core, g => g.poll(now, &mut buf));
@@ -314,47 +372,88 @@ impl Gate {
     }
 
     /// Blocks (GIL released) until the ticket is granted or dropped.
+    ///
+    /// Waits in slices of at most 20 ms and checks for signals between them (as
+    /// `threading.Lock.acquire` does): a `KeyboardInterrupt` (or any exception a signal
+    /// handler raises) withdraws the ticket — a slot granted meanwhile is returned as
+    /// ignored — and propagates, leaving nothing behind.
     pub fn wait_sync(
         &self,
         py: Python<'_>,
         slot: &Arc<WaitSlot>,
         injected: bool,
     ) -> PyResult<RawPermit> {
-        let result = py.detach(|| self.block(slot, injected));
-        result.map_err(|r| rejected_err(py, r))
-    }
-
-    fn block(&self, slot: &WaitSlot, injected: bool) -> Result<RawPermit, Rejected> {
-        // With injected time the deadline is in the caller's clock: wait the timeout in
-        // real time, and poll at the arrival's time (the core clamps it to the latest).
         let start = clock_ns();
         let real_deadline =
             if injected { slot.timeout.map(|t| start.saturating_add(t)) } else { slot.deadline };
         let mut cancelled = false;
         loop {
+            let step = py.detach(|| self.block(slot, injected, real_deadline, &mut cancelled));
+            match step {
+                Some(result) => return result.map_err(|r| rejected_err(py, r)),
+                None => {
+                    if let Err(e) = py.check_signals() {
+                        self.give_up(py, slot);
+                        return Err(e);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Withdraws a sync waiter's ticket after an interrupt; a grant that raced in goes
+    /// back as ignored, and a refusal is dropped.
+    fn give_up(&self, py: Python<'_>, slot: &WaitSlot) {
+        if let Some(Ok(raw)) = self.abandon(slot) {
+            self.release_raw(Some(py), raw, clock_ns(), Outcome::Ignored);
+        }
+    }
+
+    /// Waits one slice: `Some(outcome)` when known, `None` when the slice ran out.
+    fn block(
+        &self,
+        slot: &WaitSlot,
+        injected: bool,
+        real_deadline: Option<u64>,
+        cancelled: &mut bool,
+    ) -> Option<Result<RawPermit, Rejected>> {
+        // With injected time the deadline is in the caller's clock: wait the timeout in
+        // real time, and poll at the arrival's time (the core clamps it to the latest).
+        let slice_end = clock_ns().saturating_add(SLICE_NS);
+        loop {
             if let Some(r) = lock(&slot.state).result.take() {
-                return r;
+                return Some(r);
             }
             let now = clock_ns();
             if let Some(d) = real_deadline {
-                if !cancelled && now >= d.saturating_add(GRACE_NS) {
+                if !*cancelled && now >= d.saturating_add(GRACE_NS) {
                     if self.try_cancel(slot) {
-                        return Err(Rejected::new(Reason::Expired, self.retry_hint()));
+                        return Some(Err(Rejected::new(Reason::Expired, self.retry_hint())));
                     }
                     // An event is on its way: wait for it.
-                    cancelled = true;
+                    *cancelled = true;
                 }
             }
+            if now >= slice_end {
+                return None;
+            }
             let wake = if injected { None } else { on!(&*self.core, g => g.next_wakeup(now)) };
+            if wake.is_some_and(|w| w <= now) {
+                // A re-check is due: act on it now rather than after a sleep.
+                self.pump(None, now);
+                if lock(&slot.state).result.is_some() {
+                    continue;
+                }
+            }
             let until = match (real_deadline.map(|d| d.saturating_add(GRACE_NS)), wake) {
-                (Some(d), Some(w)) => Some(d.min(w)),
-                (d, w) => d.or(w),
-            };
-            let wait = match until {
-                _ if cancelled => Duration::from_millis(1),
-                Some(u) => Duration::from_nanos(u.saturating_sub(now).max(1_000)),
-                // Nothing scheduled: a release notifies; look again now and then.
-                None => Duration::from_millis(50),
+                (Some(d), Some(w)) => d.min(w),
+                (d, w) => d.or(w).unwrap_or(u64::MAX),
+            }
+            .min(slice_end);
+            let wait = if *cancelled {
+                Duration::from_millis(1)
+            } else {
+                Duration::from_nanos(until.saturating_sub(now).max(1_000))
             };
             let st = lock(&slot.state);
             if st.result.is_some() {
@@ -458,6 +557,7 @@ impl Gate {
             levels: cfg.limiter.levels,
             overload: overload_arg(py, overload_exceptions)?,
             routes: Mutex::new(Routes::default()),
+            timer_hooks: Mutex::new(Vec::new()),
         })
     }
 
@@ -508,18 +608,18 @@ impl Gate {
     }
 
     /// Releases `permit` (which must come from this gate) with `outcome`.
-    #[pyo3(signature = (permit, outcome="success", *, now_ns=None))]
+    #[pyo3(signature = (permit, outcome=None, *, now_ns=None))]
     fn release(
         slf: &Bound<'_, Self>,
         permit: &Bound<'_, PyAny>,
-        outcome: &str,
+        outcome: Option<&Bound<'_, PyAny>>,
         now_ns: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let py = slf.py();
-        let permit = permit
-            .cast::<Permit>()
-            .map_err(|_| PyTypeError::new_err("release() takes a Permit"))?;
-        if !permit.borrow().owner().same(&Owner::Gate(slf.clone().unbind())) {
+        let permit = permit.cast::<Permit>().map_err(|_| {
+            PyTypeError::new_err(format!("permit must be a Permit, got {}", type_name(permit)))
+        })?;
+        if !permit.get().owner().same(&Owner::Gate(slf.clone().unbind())) {
             return Err(usage_err(py, UsageError::ForeignHandle));
         }
         permit.call_method(
@@ -686,11 +786,11 @@ impl Gate {
         let result = lock(&ticket.get().slot.state).result.take();
         match result {
             Some(Ok(raw)) => {
-                permit.borrow_mut().finish_wait(Some(raw));
+                permit.get().finish_wait(Some(raw));
                 Ok(())
             }
             Some(Err(r)) => {
-                permit.borrow_mut().finish_wait(None);
+                permit.get().finish_wait(None);
                 Err(rejected_err(py, r))
             }
             None => Err(PyValueError::new_err("the ticket has no outcome yet")),
@@ -711,19 +811,25 @@ impl Gate {
         let slot = &ticket.get().slot;
         match self.abandon(slot) {
             Some(Ok(raw)) if keep => {
-                permit.borrow_mut().finish_wait(Some(raw));
+                permit.get().finish_wait(Some(raw));
                 Ok(true)
             }
             Some(Ok(raw)) => {
-                permit.borrow_mut().finish_wait(None);
+                permit.get().finish_wait(None);
                 self.release_raw(Some(py), raw, 0, Outcome::Ignored);
                 Ok(false)
             }
             _ => {
-                permit.borrow_mut().finish_wait(None);
+                permit.get().finish_wait(None);
                 Ok(false)
             }
         }
+    }
+
+    /// Used by `surgeguard._aio`: registers an asyncio timer's re-arm callable, called
+    /// after every pump that leaves waiters with a re-check scheduled.
+    fn _add_timer_hook(&self, hook: Py<PyAny>) {
+        lock(&self.timer_hooks).push(hook);
     }
 
     /// Used by `surgeguard._aio`: the refusal for an async wait that timed out.
