@@ -141,6 +141,8 @@ pub struct Gate {
     /// One callable per asyncio timer (`_aio`): re-arms it; returns False once its loop
     /// is gone (then it is dropped from the list).
     timer_hooks: Mutex<Vec<Py<PyAny>>>,
+    /// `clock=`: read instead of the native clock.
+    pub clock: Option<Py<PyAny>>,
 }
 
 /// How many events one poll takes at most.
@@ -393,7 +395,7 @@ impl Gate {
                 Some(result) => return result.map_err(|r| rejected_err(py, r)),
                 None => {
                     if let Err(e) = py.check_signals() {
-                        self.give_up(py, slot);
+                        self.give_up(py, slot, injected);
                         return Err(e);
                     }
                 }
@@ -403,9 +405,10 @@ impl Gate {
 
     /// Withdraws a sync waiter's ticket after an interrupt; a grant that raced in goes
     /// back as ignored, and a refusal is dropped.
-    fn give_up(&self, py: Python<'_>, slot: &WaitSlot) {
+    fn give_up(&self, py: Python<'_>, slot: &WaitSlot, injected: bool) {
         if let Some(Ok(raw)) = self.abandon(slot) {
-            self.release_raw(Some(py), raw, clock_ns(), Outcome::Ignored);
+            let now = if injected { slot.arrived } else { clock_ns() };
+            self.release_raw(Some(py), raw, now, Outcome::Ignored);
         }
     }
 
@@ -491,7 +494,7 @@ impl Gate {
         min_window=None, max_window=None, window_rtt_multiple=None, min_samples=None,
         active=None, queue_capacity=None, codel=None, lifo=None, max_wait=None, aging=None,
         initial_service=None, service_alpha=None, fallback_retry_after=None,
-        overload_exceptions=None))]
+        overload_exceptions=None, clock=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -513,7 +516,9 @@ impl Gate {
         service_alpha: Option<&Bound<'_, PyAny>>,
         fallback_retry_after: Option<&Bound<'_, PyAny>>,
         overload_exceptions: Option<&Bound<'_, PyAny>>,
+        clock: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        let clock = clock_arg(clock)?;
         let limiter = limiter_config(
             algorithm,
             limit,
@@ -558,6 +563,7 @@ impl Gate {
             overload: overload_arg(py, overload_exceptions)?,
             routes: Mutex::new(Routes::default()),
             timer_hooks: Mutex::new(Vec::new()),
+            clock,
         })
     }
 
@@ -599,10 +605,10 @@ impl Gate {
         let g = slf.get();
         let p = priority_arg(py, priority, g.levels)?;
         let injected = now_ns.is_some_and(|v| !v.is_none());
-        let now = now_or_clock(now_ns)?;
+        let now = now_from(py, g.clock.as_ref(), now_ns)?;
         let raw = match g.arrive(py, now, p, Some(0))? {
             Waiter::Admitted(raw) => raw,
-            Waiter::Queued(slot) => g.wait_sync(py, &slot, injected)?,
+            Waiter::Queued(slot) => g.wait_sync(py, &slot, injected || g.clock.is_some())?,
         };
         Ok(Permit::admitted(Owner::Gate(slf.clone().unbind()), p, raw, injected))
     }
@@ -715,8 +721,12 @@ impl Gate {
 
     /// Seconds until the gate's timer should fire (`poll`), or `None` when nothing waits.
     #[pyo3(signature = (*, now_ns=None))]
-    fn next_wakeup(&self, now_ns: Option<&Bound<'_, PyAny>>) -> PyResult<Option<f64>> {
-        let now = now_or_clock(now_ns)?;
+    fn next_wakeup(
+        &self,
+        py: Python<'_>,
+        now_ns: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Option<f64>> {
+        let now = now_from(py, self.clock.as_ref(), now_ns)?;
         Ok(on!(&*self.core, g => g.next_wakeup(now)).map(|t| secs(t.saturating_sub(now))))
     }
 
@@ -724,7 +734,7 @@ impl Gate {
     /// call any time). Returns `next_wakeup()`.
     #[pyo3(signature = (*, now_ns=None))]
     fn poll(&self, py: Python<'_>, now_ns: Option<&Bound<'_, PyAny>>) -> PyResult<Option<f64>> {
-        let now = now_or_clock(now_ns)?;
+        let now = now_from(py, self.clock.as_ref(), now_ns)?;
         self.pump(Some(py), now);
         Ok(on!(&*self.core, g => g.next_wakeup(now)).map(|t| secs(t.saturating_sub(now))))
     }

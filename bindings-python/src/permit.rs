@@ -40,6 +40,19 @@ impl Owner {
         }
     }
 
+    /// The owner's `clock=`, if any.
+    fn clock(&self) -> Option<&Py<PyAny>> {
+        match self {
+            Owner::Limiter(l) => l.get().clock.as_ref(),
+            Owner::Gate(g) => g.get().clock.as_ref(),
+        }
+    }
+
+    /// The owner's time now.
+    fn now(&self, py: Python<'_>) -> PyResult<u64> {
+        read_clock(py, self.clock())
+    }
+
     pub fn same(&self, other: &Owner) -> bool {
         match (self, other) {
             (Owner::Limiter(a), Owner::Limiter(b)) => a.is(b),
@@ -221,7 +234,13 @@ impl Permit {
         }
         let now = match this.now {
             Some(n) => n,
-            None => clock_ns(),
+            None => match this.owner.now(py) {
+                Ok(n) => n,
+                Err(e) => {
+                    this.state.store(st::PENDING, Ordering::Release);
+                    return Err(e);
+                }
+            },
         };
         match &this.owner {
             Owner::Limiter(l) => match l.get().core.try_acquire_raw(now, this.priority) {
@@ -235,7 +254,7 @@ impl Permit {
                 }
             },
             Owner::Gate(g) => {
-                let injected = this.now.is_some();
+                let injected = this.now.is_some() || this.owner.clock().is_some();
                 match g.get().arrive(py, now, this.priority, this.timeout_ns) {
                     Ok(Waiter::Admitted(raw)) => {
                         this.hold(raw);
@@ -318,8 +337,11 @@ impl Permit {
             Some(v) if !v.is_none() => Some(now_arg(v)?),
             _ => None,
         };
+        let now = match now.or(self.now) {
+            Some(n) => n,
+            None => self.owner.now(py)?,
+        };
         self.claim(py)?;
-        let now = now.unwrap_or_else(|| self.now.unwrap_or_else(clock_ns));
         self.finish_release(Some(py), outcome, now);
         Ok(())
     }
@@ -354,8 +376,11 @@ impl Permit {
         match self.state.load(Ordering::Acquire) {
             st::IN_BLOCK => {
                 let outcome = self.outcome_of(exc_type)?;
+                let now = match self.now {
+                    Some(n) => n,
+                    None => self.owner.now(py)?,
+                };
                 if self.cas(st::IN_BLOCK, st::RELEASING).is_ok() {
-                    let now = self.now.unwrap_or_else(clock_ns);
                     self.finish_release(Some(py), outcome, now);
                 }
                 // Lost to an explicit end on another thread: it is ended either way.
@@ -501,8 +526,13 @@ impl Permit {
 impl Drop for Permit {
     fn drop(&mut self) {
         if let Some(raw) = self.raw.get_mut().unwrap_or_else(|p| p.into_inner()).take() {
-            // Garbage-collected while held: return the slot, no capacity signal.
-            let now = self.now.unwrap_or_else(clock_ns);
+            // Garbage-collected while held: return the slot, no capacity signal (with a
+            // `clock=`, at the admission's time: no Python call from a destructor).
+            let now = match (self.now, self.owner.clock()) {
+                (Some(n), _) => n,
+                (None, Some(_)) => raw.started_at(),
+                (None, None) => clock_ns(),
+            };
             self.owner.release(None, raw, now, Outcome::Ignored);
         }
     }

@@ -173,13 +173,17 @@ impl PacedDrain {
 
     /// Seconds to drain `backlog` while new work arrives at `produce_per_sec`; `None` if it
     /// never drains.
-    #[pyo3(signature = (backlog, produce_per_sec=0.0))]
+    #[pyo3(signature = (backlog, produce_per_sec=None))]
     fn time_to_drain(
         &self,
         backlog: &Bound<'_, PyAny>,
-        produce_per_sec: f64,
+        produce_per_sec: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Option<f64>> {
         let backlog = uint_arg("backlog", backlog, u64::MAX)?;
+        let produce_per_sec = match produce_per_sec.filter(|v| !v.is_none()) {
+            Some(v) => rate_arg("produce_per_sec", v)?,
+            None => 0.0,
+        };
         Ok(self.core.time_to_drain(backlog, produce_per_sec).map(secs))
     }
 
@@ -209,9 +213,11 @@ impl PacedDrain {
 #[pyfunction]
 pub fn time_to_drain(
     backlog: &Bound<'_, PyAny>,
-    consume_per_sec: f64,
-    produce_per_sec: f64,
+    consume_per_sec: &Bound<'_, PyAny>,
+    produce_per_sec: &Bound<'_, PyAny>,
 ) -> PyResult<Option<f64>> {
     let backlog = uint_arg("backlog", backlog, u64::MAX)?;
+    let consume_per_sec = rate_arg("consume_per_sec", consume_per_sec)?;
+    let produce_per_sec = rate_arg("produce_per_sec", produce_per_sec)?;
     Ok(core_time_to_drain(backlog, consume_per_sec, produce_per_sec).map(secs))
 }

@@ -243,3 +243,174 @@ def test_4_ending_inside_the_block_is_kept():
     with g.acquire() as p:
         p.dropped()
     assert p.outcome == "dropped" and g.inflight == 0
+
+
+# 3. Out-of-range integers are ValueError, never OverflowError.
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: sg.CircuitBreaker(seed=-1),
+        lambda: sg.CircuitBreaker(seed=2**64),
+        lambda: sg.KeyedLimits(4, shards=-1),
+        lambda: sg.KeyedLimits(4, shards=10**30),
+        lambda: sg.KeyedLimits(4, seed=-1),
+        lambda: sg.KeyedLimits(4, hash_seed=-1),
+        lambda: sg.Backoff(seed=-1),
+        lambda: sg.AdaptiveThrottle(seed=-1),
+        lambda: sg.KeyedLimits(4).try_acquire("k", cost=-1),
+        lambda: sg.KeyedLimits(4).try_acquire("k", cost=10**10),
+        lambda: sg.hash_key(-1, "k"),
+        lambda: sg.Gate().poll(now_ns=2**62 + 1),
+        lambda: sg.Gate().try_acquire(now_ns=2**64),
+    ],
+)
+def test_3_out_of_range_ints_are_value_errors(call):
+    with pytest.raises(ValueError) as info:
+        call()
+    assert not isinstance(info.value, OverflowError)
+
+
+def test_3_out_of_range_now_changes_nothing():
+    g = sg.Gate(limit=2)
+    before = g.metrics()
+    for bad in (2**62 + 1, 2**64, -1):
+        with pytest.raises(ValueError, match="now_ns"):
+            g.try_acquire(now_ns=bad)
+    assert g.metrics() == before
+
+
+# 5. An infinite retry_after never reaches the wire.
+
+
+def test_5_infinite_retry_after_is_capped_on_the_wire():
+    table = sg.KeyedLimits(8, rate=1.0, burst=2)
+    with pytest.raises(sg.KeyRate) as info:
+        table.try_acquire("k", cost=5)  # more than the burst: never admitted
+    assert info.value.retry_after == float("inf")
+    a = sg.actionable(info.value)
+    assert a["retry_after_s"] == 86_400
+    assert b"18446744074" not in a["body"]
+    assert sg.actionable("key_rate", float("inf"))["retry_after_s"] == 86_400
+
+
+# 6. Loose or unhelpful argument handling.
+
+
+def test_6_time_to_drain_refuses_nan_and_negative_rates():
+    for args in ((10, float("nan"), 1), (10, 1, float("nan")), (10, -1, 1), (10, float("inf"), 1)):
+        with pytest.raises(ValueError):
+            sg.time_to_drain(*args)
+    assert sg.time_to_drain(10, 1, 2) is None  # never drains: a real answer
+
+
+def test_6_range_errors_print_short_bounds():
+    for kw in ("lifo", "service_alpha"):
+        with pytest.raises(ValueError) as info:
+            sg.Gate(**{kw: 10**300})
+        assert kw in str(info.value) and len(str(info.value)) < 120, str(info.value)
+
+
+def test_6_release_names_its_argument():
+    p = sg.Gate(limit=2).try_acquire()
+    with pytest.raises(TypeError, match="outcome"):
+        p.release(42)
+    assert p.held  # refused arguments change nothing
+    p.release("dropped")
+    assert p.outcome == "dropped"
+
+
+def test_6_retry_on_is_checked_at_decoration():
+    for bad in (42, (ValueError, 42), "ValueError", None):
+        with pytest.raises(TypeError, match="retry_on"):
+            sg.retry(retry_on=bad)
+    with pytest.raises(TypeError, match="sleep"):
+        sg.retry(sleep=3)
+
+
+# 7. @retry does not count a retry it never made.
+
+
+def test_7_retry_given_up_for_max_delay_takes_nothing_from_the_budget():
+    budget = sg.RetryBudget(min_retries_per_sec=1, percent_can_retry=0.0)
+    calls = []
+
+    @sg.retry(attempts=3, budget=budget, max_delay=1.0, sleep=lambda s: None)
+    def call():
+        calls.append(1)
+        raise sg.errors.LimitReached("busy", "limit_reached", 60.0)  # Retry-After: 60 s
+
+    before = budget.available()
+    with pytest.raises(sg.LimitReached):
+        call()
+    assert calls == [1]
+    assert budget.available() == before
+
+
+# 8. A whole object takes a clock: no sleeping in tests.
+
+
+class FakeClock:
+    def __init__(self):
+        self.t = 1_000_000_000
+
+    def __call__(self):
+        return self.t
+
+    def sleep(self, seconds):
+        self.t += int(seconds * 1e9)
+
+
+def test_8_breaker_with_a_clock_opens_and_recovers_without_sleeping():
+    clock = FakeClock()
+    b = sg.CircuitBreaker(window_calls=4, minimum_calls=4, open_duration=30.0, open_jitter=0.0, clock=clock)
+
+    @b
+    def fail():
+        raise ConnectionError("down")
+
+    for _ in range(4):
+        with pytest.raises(ConnectionError):
+            fail()
+    assert b.state() == "open"
+    with pytest.raises(sg.BreakerOpen):
+        with b:
+            pass
+    clock.sleep(31)
+    assert b.state() != "open"
+    with b:
+        pass
+
+
+def test_8_gate_latency_comes_from_its_clock():
+    clock = FakeClock()
+    g = sg.Gate(limit=4, clock=clock)
+    with g.acquire() as p:
+        assert p.started_at_ns == clock.t
+        clock.sleep(0.25)
+    assert abs(g.service_time - 0.25) < 0.05
+    with pytest.raises(TypeError, match="clock"):
+        sg.Gate(clock=5)
+
+
+def test_8_limiter_and_retry_take_a_clock():
+    clock = FakeClock()
+    lim = sg.Limiter(limit=2, clock=clock)
+    p = lim.try_acquire()
+    assert p.started_at_ns == clock.t
+    p.success()
+    budget = sg.RetryBudget()
+    attempts = []
+
+    @sg.retry(attempts=3, budget=budget, sleep=clock.sleep, clock=clock)
+    def flaky():
+        attempts.append(clock.t)
+        if len(attempts) < 3:
+            raise ConnectionError("again")
+        return "ok"
+
+    t0 = time.monotonic()
+    assert flaky() == "ok"
+    assert time.monotonic() - t0 < 0.5  # the fake sleep advanced the fake clock
+    assert attempts[0] < attempts[1] < attempts[2]

@@ -96,13 +96,15 @@ class _Common:
     def _may_retry(self, attempt: int, backoff: Backoff, hint: Optional[float]) -> Optional[float]:
         if attempt >= self.attempts:
             return None
+        # The delay first: a retry given up for its delay was never made, so it must not
+        # be taken from the budget.
+        delay = backoff.next_delay(attempt, hint)
+        if self.max_delay is not None and delay > self.max_delay:
+            return None
         budget = self.budget
         if isinstance(budget, RetryBudget) and not budget.try_withdraw():
             return None
         if isinstance(budget, TokenRetryThrottle) and not budget.try_retry():
-            return None
-        delay = backoff.next_delay(attempt, hint)
-        if self.max_delay is not None and delay > self.max_delay:
             return None
         return delay
 
