@@ -414,3 +414,39 @@ def test_8_limiter_and_retry_take_a_clock():
     assert flaky() == "ok"
     assert time.monotonic() - t0 < 0.5  # the fake sleep advanced the fake clock
     assert attempts[0] < attempts[1] < attempts[2]
+
+
+# 9. The semaphore idiom: a job_queue gate waits its turn; the server Gate's refusals are
+#    its documented semantics (CoDel).
+
+
+def test_9_job_queue_semaphore_idiom_never_refuses_under_steady_load():
+    gate = sg.job_queue(3)
+    refused, done = [], []
+    inflight, peak = [0], [0]
+    lock = threading.Lock()
+
+    def worker():
+        for _ in range(15):
+            try:
+                with gate.acquire():
+                    with lock:
+                        inflight[0] += 1
+                        peak[0] = max(peak[0], inflight[0])
+                    time.sleep(0.02)
+                    with lock:
+                        inflight[0] -= 1
+                done.append(1)
+            except sg.OverloadError as e:
+                refused.append(e)
+
+    ts = [threading.Thread(target=worker) for _ in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert refused == [] and len(done) == 120
+    assert peak[0] <= 3
+    no_leaks(gate)
+    with pytest.raises(ValueError):
+        sg.job_queue(3, queue_capacity=10**9)

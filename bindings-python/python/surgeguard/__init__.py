@@ -85,9 +85,32 @@ from .errors import (
 )
 from .retry import retry
 
+
+def job_queue(limit: int, *, queue_capacity: int = 4096, clock: object = None) -> Gate:
+    """A :class:`Gate` that behaves like a semaphore with a bounded queue (the p-limit /
+    ``asyncio.Semaphore`` idiom): a fixed ``limit``, one priority level, FIFO order, no
+    CoDel and no maximum wait, so ``with gate.acquire():`` waits its turn instead of being
+    refused under steady load. It refuses only when ``queue_capacity`` waiters are
+    already queued (``QueueFull``), or on ``timeout=`` if you pass one.
+
+    Use it for batch work and job runners. For a server, use the default :class:`Gate`:
+    its CoDel and adaptive LIFO refuse work that has queued too long *on purpose*, so
+    a client retries elsewhere instead of waiting for an answer it no longer wants.
+    """
+    return Gate(
+        limit=limit,
+        levels=1,
+        codel=False,
+        lifo="never",
+        queue_capacity=queue_capacity,
+        clock=clock,
+    )
+
+
 __all__ = [
     # admission
     "Gate",
+    "job_queue",
     "Limiter",
     "Permit",
     "KeyedLimits",
