@@ -16,7 +16,7 @@ use crate::common::*;
 /// A circuit breaker (resilience4j semantics): count or time window, failure-rate and
 /// slow-call thresholds, minimum calls, jittered open period (fleets do not probe in
 /// unison), half-open probes through leased slots, then a 10 % → 25 % → 50 % → 100 %
-/// traffic ramp (seed 002). Wait-free on the closed path.
+/// traffic ramp (after Resilience4j's and Envoy's breakers). Wait-free on the closed path.
 ///
 /// Use it as a decorator (`@breaker`), a context manager (`with breaker:`), or explicitly
 /// (`call = breaker.try_acquire(); ...; call.success()`). Exceptions that are instances of

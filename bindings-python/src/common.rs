@@ -1,6 +1,6 @@
 //! What every binding function shares: the native clock, seconds ↔ nanoseconds, priorities,
 //! outcomes, and the one-to-one mapping of core errors to Python exceptions
-//! (`surgeguard.errors`, DESIGN.md §4).
+//! (`surgeguard.errors`).
 
 use std::sync::OnceLock;
 use std::time::Instant;

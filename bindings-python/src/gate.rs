@@ -1,6 +1,6 @@
 //! `Gate`: limiter + priority queue + shed switch, with the binding's waiters.
 //!
-//! The core is an event pump (DESIGN.md §3): `arrive` admits, queues or refuses; `poll`
+//! The core is an event pump: `arrive` admits, queues or refuses; `poll`
 //! reports `Granted`/`Expired` per ticket; the binding owns the waiters. Any thread may
 //! poll (after a release, or when a waiter's timer fires), and the core puts the events
 //! of a concurrent poll in the holder's buffer — so events are routed here by ticket to
@@ -128,7 +128,7 @@ impl Ticket {
     }
 }
 
-/// Limiter + bounded priority queue + shed switch (DESIGN.md §3): admits, queues or
+/// Limiter + bounded priority queue + shed switch: admits, queues or
 /// refuses each arrival, hands freed slots to waiters in priority order (CoDel, adaptive
 /// LIFO, deadlines, eviction of less important waiters), and says whether it is
 /// overloaded — which is not broken.
@@ -568,9 +568,11 @@ impl Gate {
     }
 
     /// `with gate.acquire(priority="normal", timeout=0.2) as permit:` — admits on entry,
-    /// waiting (GIL released) up to `timeout` seconds while queued (`None`: until granted
-    /// or dropped by CoDel, eviction or shedding; `0`: never wait); raises a `Rejected`
-    /// subclass when refused. Releases on exit.
+    /// waiting (GIL released, Ctrl-C interrupts) while queued; raises a `Rejected`
+    /// subclass when refused. Releases on exit. `timeout` is a deadline covering the wait
+    /// and the expected service time (a request that cannot finish in time is refused at
+    /// once); `None` (default): no deadline, wait until granted or dropped by CoDel,
+    /// eviction or shedding; `0`: never wait.
     #[pyo3(signature = (priority=None, timeout=None, *, now_ns=None))]
     fn acquire(
         slf: &Bound<'_, Self>,
@@ -642,7 +644,7 @@ impl Gate {
         Ok(())
     }
 
-    /// The on-call switch (seed 002): refuse every arrival at `priority` or less important
+    /// The on-call switch: refuse every arrival at `priority` or less important
     /// at once (`Shed`) and drop such waiters; `None` turns it off.
     #[pyo3(signature = (priority))]
     fn set_shed_level(&self, py: Python<'_>, priority: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
@@ -936,7 +938,7 @@ fn lifo_arg(v: &Bound<'_, PyAny>) -> PyResult<LifoTrigger> {
     Ok(LifoTrigger::Occupancy(ranged_arg("lifo", v, f64::MIN_POSITIVE, 1.0)?))
 }
 
-/// `aging=`: `True` (seed 000: normal → background after 0.5 s) or
+/// `aging=`: `True` (normal → background after 0.5 s in the queue) or
 /// `(from_priority, to_priority, after_seconds)`.
 fn aging_arg(py: Python<'_>, v: &Bound<'_, PyAny>, levels: u8) -> PyResult<Option<Aging>> {
     if let Ok(b) = v.cast::<pyo3::types::PyBool>() {

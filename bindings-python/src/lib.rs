@@ -1,6 +1,6 @@
 //! `surgeguard._native`: the Python bindings of surgeguard-core (pyo3, abi3).
 //!
-//! Thin by design (DESIGN.md §4, STYLE.md 8): each function converts types (seconds ↔
+//! Thin by design: each function converts types (seconds ↔
 //! nanoseconds, priority names, outcomes), reads the clock natively unless `now_ns=` is
 //! given, calls the core and maps its error to one exception class. Idioms that need
 //! Python — asyncio waiting, ASGI/WSGI middleware, retries, Prometheus text — live in the

@@ -126,14 +126,14 @@ algorithm_class!(FixedLimit, "fixed", FixedConfig, Fixed, Fixed,
     doc = "A static limit (`Limiter(FixedLimit(initial_limit=20))`, or `Limiter(limit=20)`).",
     { initial_limit = initial_limit: Limit, min_limit = min_limit: Limit, max_limit = max_limit: Limit });
 algorithm_class!(AimdLimit, "aimd", AimdConfig, Aimd, Aimd,
-    doc = "Additive increase while latency is under target, multiplicative decrease on overload (seed 002; `netflix_parity=True` reproduces Netflix AIMDLimit).",
+    doc = "Additive increase while latency is under target, multiplicative decrease on overload (`netflix_parity=True` reproduces Netflix AIMDLimit).",
     { initial_limit = initial_limit: Limit, min_limit = min_limit: Limit, max_limit = max_limit: Limit,
       target_latency = target_latency_ns: Secs, latency_percentile = latency_percentile: Real,
       backoff_ratio = backoff_ratio: Real, timeout = timeout_ns: Secs,
       app_limited_fraction = app_limited_fraction: Real, slow_start = slow_start: Flag,
       netflix_parity = netflix_parity: Flag });
 algorithm_class!(HysteresisLimit, "hysteresis_aimd", HysteresisConfig, HysteresisAimd, Hysteresis,
-    doc = "Seed 000's AIMD with healthy / warning / critical zones on the rolling p99, jump detection and cool-off.",
+    doc = "AIMD with healthy / warning / critical zones on the rolling p99, jump detection and cool-off.",
     { initial_limit = initial_limit: Limit, min_limit = min_limit: Limit, max_limit = max_limit: Limit,
       target_latency = target_latency_ns: Secs, healthy_below = healthy_below: Real,
       critical_above = critical_above: Real, critical_factor = critical_factor: Real,
@@ -366,7 +366,7 @@ impl Limiter {
         }
     }
 
-    /// The kill switch (seed 000): pin the limit to `limit`, or `None` to hand control
+    /// The kill switch: pin the limit to `limit`, or `None` to hand control
     /// back to the algorithm.
     fn set_static_limit(&self, py: Python<'_>, limit: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
         let v = match limit.filter(|v| !v.is_none()) {

@@ -126,7 +126,7 @@ impl RateLimiter {
 }
 
 /// Paces the drain of a backlog after an outage: at most `target_per_sec × (1 − headroom)`
-/// items per second start (seed 003: draining at full speed re-saturates the dependency
+/// items per second start (draining at full speed re-saturates the dependency
 /// that just came back).
 #[pyclass(frozen, module = "surgeguard._native")]
 pub struct PacedDrain {
@@ -208,7 +208,7 @@ impl PacedDrain {
     }
 }
 
-/// Seed 004's drain time: seconds to drain `backlog` consumed at `consume_per_sec` while
+/// The drain time: seconds to drain `backlog` consumed at `consume_per_sec` while
 /// produced at `produce_per_sec`; `None` if it never drains.
 #[pyfunction]
 pub fn time_to_drain(

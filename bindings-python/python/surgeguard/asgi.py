@@ -10,13 +10,14 @@ a cheap health check that tells "overloaded" (keep me, send less) from "broken".
 
 Per request (``scope["type"] == "http"``; lifespan and websocket pass through):
 
-1. ``health_path`` (if set) is answered at once, outside the gate (seed 002: health checks
+1. ``health_path`` (if set) is answered at once, outside the gate (health checks
    on a separate, cheap path).
 2. The key (``key_header`` or ``key(scope)``), if any, is checked first: a per-key refusal
    is ``429`` with ``Retry-After`` and the JSON body of :func:`surgeguard.actionable`.
 3. The priority (``X-Request-Priority``: ``critical`` / ``normal`` / ``background`` or an
-   int, or ``priority(scope)``) goes to the gate, which may queue the request up to
-   ``timeout`` seconds; a refusal is ``503`` with ``Retry-After`` and the JSON body.
+   int, or ``priority(scope)``) goes to the gate, which may queue the request; with a
+   ``timeout`` the request must be able to *finish* (wait + expected service) within
+   it; a refusal is ``503`` with ``Retry-After`` and the JSON body.
 4. The app runs; the permit is released in ``finally`` with an outcome from the response
    status: below 400 → success; 429, 502, 503, 504 or an overload exception (timeout) →
    dropped; anything else (other 4xx/5xx, client disconnect, cancellation) → ignored.
@@ -58,9 +59,14 @@ def health(gate: Optional[Gate], broken: Optional[Callable[[], bool]] = None) ->
 
     - ``broken()`` true → ``503 {"status": "broken"}``: remove this instance.
     - gate overloaded → ``200 {"status": "overloaded", "send_less": true}``: keep it, send
-      it less (seeds 002, 003: a busy instance must not fail its health check).
+      it less (a busy instance must not fail its health check, or the
+      balancer moves its load onto the others and they fail in turn).
     - otherwise → ``200 {"status": "ok"}``.
     """
+    if gate is not None and not isinstance(gate, Gate):
+        raise TypeError(f"gate must be a surgeguard.Gate or None, got {type(gate).__name__}")
+    if broken is not None and not callable(broken):
+        raise TypeError(f"broken must be a callable or None, got {type(broken).__name__}")
     if broken is not None and broken():
         return 503, {"status": "broken"}
     if gate is not None and gate.overloaded:
@@ -126,8 +132,13 @@ class OverloadMiddleware:
     Args:
         app: the ASGI app.
         gate: the :class:`~surgeguard.Gate` all requests pass.
-        timeout: seconds a request may wait in the gate's queue (``None``: until granted
-            or dropped by CoDel / eviction / shedding; ``0``: never wait).
+        timeout: the request's deadline in seconds, covering the wait in the queue *and*
+            the expected service time (the gate's ``service_time``): a request that
+            cannot finish in time is refused at once (``DeadlineUnmeetable``), and a
+            waiter is dropped (``Expired``) once its turn would come too late. Give the
+            time your client waits for a whole answer, not a queueing budget. ``None``
+            (default): no deadline — wait until granted or dropped by CoDel, eviction or
+            shedding; ``0``: never wait.
         priority_header: the request header naming the priority.
         priority: ``priority(scope) -> name | int | None`` (overrides the header).
         keyed: a :class:`~surgeguard.KeyedLimits` table for per-key isolation.

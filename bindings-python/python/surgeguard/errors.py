@@ -1,4 +1,4 @@
-"""The exceptions surgeguard raises, one class per core reason (DESIGN.md §4).
+"""The exceptions surgeguard raises, one class per core reason.
 
 Hierarchy::
 

@@ -1,7 +1,8 @@
 """`retry(...)`: retries with a budget, jittered backoff and the server's Retry-After.
 
 A per-call "up to N attempts" multiplies load by N at every layer when a dependency is
-down (seed 004: three layers of 4 attempts make 64×). ``retry`` is bounded twice: by
+down (three layers of 4 attempts make 4³ = 64 calls; Google SRE book, "Handling
+Overload"). ``retry`` is bounded twice: by
 ``attempts`` and by a shared :class:`~surgeguard.RetryBudget` (or
 :class:`~surgeguard.TokenRetryThrottle`), so retries stay a share of traffic however bad
 things get. Delays come from :class:`~surgeguard.Backoff` (jittered) and are never shorter

@@ -91,7 +91,10 @@ class OverloadWSGIMiddleware:
     Args:
         app: the WSGI app.
         gate: the :class:`~surgeguard.Gate`.
-        timeout: seconds a request may wait while queued (the thread blocks, GIL released).
+        timeout: the request's deadline in seconds, covering the wait while queued (the
+            thread blocks, GIL released) *and* the expected service time: a request that
+            cannot finish in time is refused at once (``DeadlineUnmeetable``). ``None``
+            (default): no deadline.
         priority_header / priority: as :class:`surgeguard.asgi.OverloadMiddleware`
             (``priority(environ)``).
         keyed / key_header / key / key_cost: per-key isolation (``key(environ)``).
