@@ -5,11 +5,15 @@ Admission (server side):
 - :class:`Gate` — adaptive concurrency limit + bounded priority queue (CoDel, adaptive
   LIFO, deadlines) + shed switch::
 
-      gate = surgeguard.Gate(limit=64)
+      gate = surgeguard.Gate()              # adaptive (gradient); Gate(limit=N) is fixed
       with gate.acquire(priority="critical", timeout=0.2) as permit:
-          ...                               # waits (GIL released) while queued
+          ...                               # waits (GIL released) while queued;
+                                            # timeout = deadline for wait + service
       async with gate.acquire_async(priority="background") as permit:
           ...
+
+  A server gate refuses work that queued too long (CoDel) on purpose; for a semaphore
+  with a queue (jobs, worker pools) use :func:`job_queue`.
 
 - :class:`Limiter` — the limiter alone (no queue: refusals raise at once).
 - :class:`KeyedLimits` — per-tenant / per-agent caps and rates, shuffle-sharded.

@@ -4,7 +4,7 @@ a cheap health check that tells "overloaded" (keep me, send less) from "broken".
 
 ::
 
-    app = OverloadMiddleware(app, gate=surgeguard.Gate(limit=64),
+    app = OverloadMiddleware(app, gate=surgeguard.Gate(),
                              keyed=surgeguard.KeyedLimits(8), key_header="x-tenant-id")
     # Starlette / FastAPI: app.add_middleware(OverloadMiddleware, gate=gate)
 

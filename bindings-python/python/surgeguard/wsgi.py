@@ -4,7 +4,7 @@ closed — not when the app returns (PEP 3333), so streaming responses hold thei
 
 ::
 
-    app = OverloadWSGIMiddleware(app, gate=surgeguard.Gate(limit=32), timeout=0.5)
+    app = OverloadWSGIMiddleware(app, gate=surgeguard.Gate(), timeout=0.5)
 
 Refusals: ``429`` (per key) or ``503`` (global) with ``Retry-After`` and the JSON body of
 :func:`surgeguard.actionable`. Outcomes from the status as in :mod:`surgeguard.asgi`.
