@@ -450,3 +450,10 @@ def test_9_job_queue_semaphore_idiom_never_refuses_under_steady_load():
     no_leaks(gate)
     with pytest.raises(ValueError):
         sg.job_queue(3, queue_capacity=10**9)
+
+
+def test_6_config_errors_name_the_python_option():
+    with pytest.raises(sg.ConfigError) as info:
+        sg.Gate(min_window=5, max_window=1)
+    assert "min_window > max_window" in str(info.value)
+    assert "_ns" not in str(info.value) and "_ns" not in info.value.field
