@@ -13,6 +13,8 @@ import time
 import pytest
 
 import surgeguard as sg
+import surgeguard.asgi
+import surgeguard.prometheus
 
 
 def settle(g, hold=0.02):
@@ -457,3 +459,19 @@ def test_6_config_errors_name_the_python_option():
         sg.Gate(min_window=5, max_window=1)
     assert "min_window > max_window" in str(info.value)
     assert "_ns" not in str(info.value) and "_ns" not in info.value.field
+
+
+# Found by the sweep (not named in the issue).
+
+
+def test_sweep_found_health_and_render_check_their_arguments():
+    with pytest.raises(TypeError, match="gate"):
+        sg.asgi.health(float("nan"))
+    with pytest.raises(TypeError, match="broken"):
+        sg.asgi.health(None, broken=5)
+    for bad in ({"target": float("nan")}, 5, "ab", [("x",)]):
+        with pytest.raises(TypeError):
+            sg.prometheus.render(bad)
+    with pytest.raises(ValueError, match="prefix"):
+        sg.prometheus.render({}, prefix="bad prefix")
+    assert "surgeguard_gate" in sg.prometheus.render({"api": sg.Gate()})
