@@ -27,8 +27,9 @@ Pipelines: :class:`Credits`, :class:`LagMeter`, :class:`Watermarks`, :class:`Pac
 
 Durations are seconds (floats); priorities are names (``"critical"``, ``"normal"``,
 ``"background"``) or ints (0 = most important); every time-dependent call takes an
-optional ``now_ns=`` (int nanoseconds) to inject time, otherwise the native monotonic
-clock is read (:func:`clock_ns`). Use one or the other per object.
+optional ``now_ns=`` (int nanoseconds, at most 2**62) to inject time, otherwise the
+object's ``clock=`` or the native monotonic clock is read (:func:`clock_ns`). Use one or
+the other per object.
 
 Refusals raise :class:`OverloadError` subclasses carrying ``reason`` and ``retry_after``.
 """

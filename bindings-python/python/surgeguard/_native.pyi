@@ -1,7 +1,9 @@
 """Type stubs of the native module ``surgeguard._native`` (import ``surgeguard`` instead).
 
-Durations are seconds (float); ``now_ns`` injects time (int nanoseconds) instead of the
-native monotonic clock; priorities are names or ints (0 = most important).
+Durations are seconds (float); ``now_ns`` injects time (int nanoseconds in [0, 2**62];
+later is a ``ValueError``) instead of the native monotonic clock, and ``clock=`` (on
+``Gate``, ``Limiter``, ``CircuitBreaker``) replaces that clock for the whole object;
+priorities are names or ints (0 = most important).
 """
 
 from types import TracebackType
