@@ -475,3 +475,22 @@ def test_sweep_found_health_and_render_check_their_arguments():
     with pytest.raises(ValueError, match="prefix"):
         sg.prometheus.render({}, prefix="bad prefix")
     assert "surgeguard_gate" in sg.prometheus.render({"api": sg.Gate()})
+
+
+async def test_0_burst_into_an_adaptive_gate_never_strands_a_waiter():
+    # An adaptive limit falls to fractional values after a burst; every waiter must end
+    # (granted or refused) without anything else happening.
+    g = sg.Gate(sg.GradientLimit(slow_start=False))
+    outcomes = {"ok": 0, "refused": 0}
+
+    async def one(i):
+        try:
+            async with g.acquire_async(("critical", "normal", "background")[i % 3]):
+                await asyncio.sleep(0.002 + (i % 7) * 0.001)
+            outcomes["ok"] += 1
+        except sg.OverloadError:
+            outcomes["refused"] += 1
+
+    await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(286))), 60)
+    assert outcomes["ok"] + outcomes["refused"] == 286 and outcomes["ok"] > 0
+    no_leaks(g)
