@@ -86,3 +86,11 @@ pytest:
 	$(VENV)/bin/python -m pip install -q --disable-pip-version-check ./bindings-python -r bindings-python/tests/requirements.txt
 	@cd bindings-python && rc=0 && ../$(VENV)/bin/python -m pytest -q -p no:cacheprovider || rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest: no tests were collected" >&2; exit 1; fi; exit $$rc
+
+# The Python contract sweep (tests/test_sweep.py) at a larger budget with fresh random
+# examples; `make pytest` runs a short, derandomized slice of it. Run `make pytest` first.
+SG_SWEEP_EXAMPLES ?= 1000
+pytest-sweep:
+	@test -x $(VENV)/bin/python || { echo "run make pytest first" >&2; exit 1; }
+	cd bindings-python && SG_SWEEP_EXAMPLES=$(SG_SWEEP_EXAMPLES) SG_SWEEP_RANDOM=1 \
+	  ../$(VENV)/bin/python -X faulthandler -m pytest -q -p no:cacheprovider tests/test_sweep.py
