@@ -494,3 +494,20 @@ async def test_0_burst_into_an_adaptive_gate_never_strands_a_waiter():
     await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(286))), 60)
     assert outcomes["ok"] + outcomes["refused"] == 286 and outcomes["ok"] > 0
     no_leaks(g)
+
+
+def test_sweep_found_middleware_arguments_checked_at_construction():
+    import surgeguard.wsgi
+
+    gate = sg.Gate()
+    app = lambda *a: None  # noqa: E731
+    for mw in (sg.asgi.OverloadMiddleware, sg.wsgi.OverloadWSGIMiddleware):
+        with pytest.raises(TypeError, match="key_header"):
+            mw(app, gate, key_header=float("nan"))
+        with pytest.raises(TypeError, match="app"):
+            mw(float("nan"), gate)
+        with pytest.raises(ValueError, match="key_cost"):
+            mw(app, gate, key_cost=-1)
+        with pytest.raises(TypeError, match="priority"):
+            mw(app, gate, priority=5)
+        assert gate.inflight == 0 and gate.waiting() == 0

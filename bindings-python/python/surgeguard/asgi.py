@@ -126,6 +126,46 @@ async def _refuse(send: Send, refusal: OverloadError) -> None:
     )
 
 
+def _check_args(
+    app: Any,
+    gate: Any,
+    priority_header: Any,
+    priority: Any,
+    keyed: Any,
+    key_header: Any,
+    key: Any,
+    key_cost: Any,
+    health_path: Any,
+    broken: Any,
+) -> None:
+    """The middleware arguments both middlewares share: wrong types are ``TypeError``,
+    out-of-range values ``ValueError``, all at construction."""
+    if not callable(app):
+        raise TypeError(f"app must be a callable (the wrapped app), got {type(app).__name__}")
+    if not isinstance(gate, Gate):
+        raise TypeError(f"gate must be a surgeguard.Gate, got {type(gate).__name__}")
+    if keyed is not None and not isinstance(keyed, KeyedLimits):
+        raise TypeError(f"keyed must be a surgeguard.KeyedLimits or None, got {type(keyed).__name__}")
+    for name, value, optional in (
+        ("priority_header", priority_header, False),
+        ("key_header", key_header, True),
+        ("health_path", health_path, True),
+    ):
+        if value is None and optional:
+            continue
+        if not isinstance(value, str):
+            raise TypeError(f"{name} must be a str{' or None' if optional else ''}, got {type(value).__name__}")
+        if not value or not value.isascii():
+            raise ValueError(f"{name} must be a non-empty ASCII string, got {value!r}")
+    for name, value in (("priority", priority), ("key", key), ("broken", broken)):
+        if value is not None and not callable(value):
+            raise TypeError(f"{name} must be a callable or None, got {type(value).__name__}")
+    if isinstance(key_cost, bool) or not isinstance(key_cost, int):
+        raise TypeError(f"key_cost must be an int, got {type(key_cost).__name__}")
+    if not 0 <= key_cost <= 2**32 - 1:
+        raise ValueError(f"key_cost must be an int in [0, 2**32 - 1], got {key_cost}")
+
+
 class OverloadMiddleware:
     """Pure ASGI overload middleware (see the module docs).
 
@@ -166,10 +206,13 @@ class OverloadMiddleware:
         broken: Optional[Callable[[], bool]] = None,
         exclude_paths: Iterable[str] = (),
     ) -> None:
-        if not isinstance(gate, Gate):
-            raise TypeError("gate must be a surgeguard.Gate")
-        if keyed is not None and not isinstance(keyed, KeyedLimits):
-            raise TypeError("keyed must be a surgeguard.KeyedLimits")
+        _check_args(app, gate, priority_header, priority, keyed, key_header, key, key_cost, health_path, broken)
+        if isinstance(exclude_paths, (str, bytes)) or not isinstance(exclude_paths, Iterable):
+            raise TypeError(f"exclude_paths must be a collection of paths, got {type(exclude_paths).__name__}")
+        exclude_paths = list(exclude_paths)
+        if not all(isinstance(p, str) for p in exclude_paths):
+            raise TypeError("exclude_paths must hold str paths")
+        gate.acquire_async(None, timeout)  # validates timeout once, here
         self.app = app
         self.gate = gate
         self.timeout = timeout

@@ -16,7 +16,7 @@ import json
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 from ._native import Gate, KeyedLimits, actionable
-from .asgi import _NAMES, _OVERLOAD, health, outcome_for_status
+from .asgi import _NAMES, _OVERLOAD, _check_args, health, outcome_for_status
 from .errors import KeyLimit, KeyRate, OverloadError, Rejected
 
 __all__ = ["OverloadWSGIMiddleware"]
@@ -116,8 +116,8 @@ class OverloadWSGIMiddleware:
         health_path: Optional[str] = None,
         broken: Optional[Callable[[], bool]] = None,
     ) -> None:
-        if not isinstance(gate, Gate):
-            raise TypeError("gate must be a surgeguard.Gate")
+        _check_args(app, gate, priority_header, priority, keyed, key_header, key, key_cost, health_path, broken)
+        gate.acquire(None, timeout)  # validates timeout once, here
         self.app = app
         self.gate = gate
         self.timeout = timeout
