@@ -36,6 +36,11 @@ from hypothesis import strategies as st
 import surgeguard as sg
 from surgeguard import asgi, prometheus, wsgi
 
+try:  # optional dependency: swept when installed (it is, by tests/requirements.txt)
+    from surgeguard import httpx as sg_httpx
+except ImportError:  # pragma: no cover
+    sg_httpx = None
+
 EXAMPLES = int(os.environ.get("SG_SWEEP_EXAMPLES", "25"))
 STUB = Path(sg.__file__).with_name("_native.pyi")
 ALLOWED = (TypeError, ValueError, sg.UsageError, sg.OverloadError)
@@ -264,11 +269,18 @@ def targets() -> List[Target]:
         obj = getattr(sg, name)
         if inspect.isfunction(obj) or inspect.isbuiltin(obj):
             out.append(Target(f"{name}()", (lambda o=obj: o), "", _sig_params(obj)))
-    for mod in (asgi, wsgi, prometheus):
+    for mod in (asgi, wsgi, prometheus, sg_httpx):
+        if mod is None:
+            continue
         for name in mod.__all__:
             obj = getattr(mod, name)
             if callable(obj) and not isinstance(obj, frozenset):
-                out.append(Target(f"{mod.__name__}.{name}", (lambda o=obj: o), "", _sig_params(obj)))
+                params = _sig_params(obj)
+                # Options passed on through **kwargs (the httpx transports' shared ones).
+                for base in getattr(obj, "__mro__", ())[1:]:
+                    if base.__module__ == mod.__name__ and "__init__" in vars(base):
+                        params += [p for p in _sig_params(base.__init__) if p[0] != "self"]
+                out.append(Target(f"{mod.__name__}.{name}", (lambda o=obj: o), "", params))
     return out
 
 
