@@ -99,3 +99,12 @@ pytest:
 SG_FUZZ_CASES ?= 20000
 fuzz:
 	SG_FUZZ_CASES=$(SG_FUZZ_CASES) $(CARGO) test -p surgeguard-core --release --quiet --test gate_fuzz
+
+# The Python contract sweep (tests/test_sweep.py) at a larger budget with fresh random
+# examples; `make pytest` runs a short, derandomized slice of it. Run `make pytest` first.
+SG_SWEEP_EXAMPLES ?= 1000
+.PHONY: pytest-sweep
+pytest-sweep:
+	@test -x $(VENV)/bin/python || { echo "run make pytest first" >&2; exit 1; }
+	cd bindings-python && SG_SWEEP_EXAMPLES=$(SG_SWEEP_EXAMPLES) SG_SWEEP_RANDOM=1 \
+	  ../$(VENV)/bin/python -X faulthandler -m pytest -q -p no:cacheprovider tests/test_sweep.py

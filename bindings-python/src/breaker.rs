@@ -16,7 +16,7 @@ use crate::common::*;
 /// A circuit breaker (resilience4j semantics): count or time window, failure-rate and
 /// slow-call thresholds, minimum calls, jittered open period (fleets do not probe in
 /// unison), half-open probes through leased slots, then a 10 % → 25 % → 50 % → 100 %
-/// traffic ramp (seed 002). Wait-free on the closed path.
+/// traffic ramp (after Resilience4j's and Envoy's breakers). Wait-free on the closed path.
 ///
 /// Use it as a decorator (`@breaker`), a context manager (`with breaker:`), or explicitly
 /// (`call = breaker.try_acquire(); ...; call.success()`). Exceptions that are instances of
@@ -27,6 +27,8 @@ pub struct CircuitBreaker {
     core: CoreBreaker,
     failures: Py<PyTuple>,
     ignored: Py<PyTuple>,
+    /// `clock=`: read instead of the native clock.
+    clock: Option<Py<PyAny>>,
 }
 
 impl CircuitBreaker {
@@ -98,7 +100,7 @@ impl CircuitBreaker {
     #[pyo3(signature = (*, window_calls=None, window_time=None, failure_rate_threshold=None,
         slow_call_rate_threshold=None, slow_call_duration=None, minimum_calls=None,
         open_duration=None, open_jitter=None, half_open_probes=None, probe_lease=None,
-        ramp_duration=None, seed=0, failure_exceptions=None, ignore_exceptions=None))]
+        ramp_duration=None, seed=None, failure_exceptions=None, ignore_exceptions=None, clock=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -113,10 +115,13 @@ impl CircuitBreaker {
         half_open_probes: Option<&Bound<'_, PyAny>>,
         probe_lease: Option<&Bound<'_, PyAny>>,
         ramp_duration: Option<&Bound<'_, PyAny>>,
-        seed: u64,
+        seed: Option<&Bound<'_, PyAny>>,
         failure_exceptions: Option<&Bound<'_, PyAny>>,
         ignore_exceptions: Option<&Bound<'_, PyAny>>,
+        clock: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        let clock = clock_arg(clock)?;
+        let seed = opt_uint_arg("seed", seed, u64::MAX)?.unwrap_or(0);
         let mut cfg = CircuitBreakerConfig { seed, ..CircuitBreakerConfig::default() };
         match (window_calls.filter(|v| !v.is_none()), window_time.filter(|v| !v.is_none())) {
             (Some(_), Some(_)) => {
@@ -170,6 +175,7 @@ impl CircuitBreaker {
             core,
             failures: exc_tuple(py, "failure_exceptions", failure_exceptions, vec![exception])?,
             ignored: exc_tuple(py, "ignore_exceptions", ignore_exceptions, vec![])?,
+            clock,
         })
     }
 
@@ -182,7 +188,7 @@ impl CircuitBreaker {
     ) -> PyResult<BreakerCall> {
         let py = slf.py();
         let injected = now_ns.is_some_and(|v| !v.is_none());
-        let now = now_or_clock(now_ns)?;
+        let now = now_from(py, slf.get().clock.as_ref(), now_ns)?;
         match slf.get().core.try_acquire(now) {
             Ok(p) => Ok(BreakerCall {
                 breaker: slf.clone().unbind(),
@@ -226,14 +232,14 @@ impl CircuitBreaker {
 
     /// `"closed"`, `"ramping"`, `"open"` or `"half_open"`.
     #[pyo3(signature = (*, now_ns=None))]
-    fn state(&self, now_ns: Option<&Bound<'_, PyAny>>) -> PyResult<&'static str> {
-        Ok(state_name(self.core.state(now_or_clock(now_ns)?)))
+    fn state(&self, py: Python<'_>, now_ns: Option<&Bound<'_, PyAny>>) -> PyResult<&'static str> {
+        Ok(state_name(self.core.state(now_from(py, self.clock.as_ref(), now_ns)?)))
     }
 
     /// Whether calls are refused outright now.
     #[pyo3(signature = (*, now_ns=None))]
-    fn is_open(&self, now_ns: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
-        Ok(self.core.is_open(now_or_clock(now_ns)?))
+    fn is_open(&self, py: Python<'_>, now_ns: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
+        Ok(self.core.is_open(now_from(py, self.clock.as_ref(), now_ns)?))
     }
 
     /// A snapshot as a dict.
@@ -243,7 +249,7 @@ impl CircuitBreaker {
         py: Python<'py>,
         now_ns: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let m = self.core.metrics(now_or_clock(now_ns)?);
+        let m = self.core.metrics(now_from(py, self.clock.as_ref(), now_ns)?);
         let d = PyDict::new(py);
         d.set_item("state", state_name(m.state))?;
         d.set_item("admit_fraction", m.admit_permille as f64 / 1000.0)?;
@@ -262,7 +268,9 @@ impl CircuitBreaker {
     }
 
     fn __repr__(&self) -> String {
-        format!("<surgeguard.CircuitBreaker {}>", state_name(self.core.state(clock_ns())))
+        // With a `clock=`, at the latest time seen (no call into Python from repr).
+        let now = if self.clock.is_some() { 0 } else { clock_ns() };
+        format!("<surgeguard.CircuitBreaker {}>", state_name(self.core.state(now)))
     }
 }
 
@@ -288,7 +296,7 @@ impl BreakerCall {
         let now = match now_ns {
             Some(v) if !v.is_none() => now_arg(v)?,
             _ if self.injected => self.started,
-            _ => clock_ns(),
+            _ => read_clock(py, self.breaker.get().clock.as_ref())?,
         };
         let permit = self.permit.lock().unwrap_or_else(|p| p.into_inner()).take();
         let Some(permit) = permit else {
@@ -370,10 +378,17 @@ impl BreakerFunction {
         kwargs: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Py<PyAny>> {
         let b = self.breaker.get();
-        let start = clock_ns();
+        let start = read_clock(py, b.clock.as_ref())?;
         let permit = b.core.try_acquire(start).map_err(|r| rejected_err(py, r))?;
         let result = self.func.bind(py).call(args, kwargs);
-        let end = clock_ns();
+        let end = match read_clock(py, b.clock.as_ref()) {
+            Ok(t) => t,
+            Err(e) => {
+                // The clock failed after the call: report nothing, raise its error.
+                b.core.record(permit, start, Outcome::Ignored, 0);
+                return Err(e);
+            }
+        };
         let outcome = match &result {
             Ok(_) => Outcome::Success,
             Err(e) => b.outcome_of_error(py, e),

@@ -188,15 +188,16 @@ const GOLDEN_GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
 #[pymethods]
 impl AdaptiveThrottle {
     #[new]
-    #[pyo3(signature = (*, k=None, window=None, max_drop_probability=None, form=None, seed=0))]
+    #[pyo3(signature = (*, k=None, window=None, max_drop_probability=None, form=None, seed=None))]
     fn new(
         py: Python<'_>,
         k: Option<&Bound<'_, PyAny>>,
         window: Option<&Bound<'_, PyAny>>,
         max_drop_probability: Option<&Bound<'_, PyAny>>,
-        form: Option<&str>,
-        seed: u64,
+        form: Option<&Bound<'_, PyAny>>,
+        seed: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        let seed = opt_uint_arg("seed", seed, u64::MAX)?.unwrap_or(0);
         let mut cfg = AdaptiveThrottleConfig::default();
         if let Some(v) = k.filter(|v| !v.is_none()) {
             cfg.k = real_arg("k", v)?;
@@ -207,7 +208,21 @@ impl AdaptiveThrottle {
         if let Some(v) = max_drop_probability.filter(|v| !v.is_none()) {
             cfg.max_drop_probability = real_arg("max_drop_probability", v)?;
         }
-        cfg.form = match form {
+        let form = match form.filter(|v| !v.is_none()) {
+            None => None,
+            Some(v) => Some(
+                v.cast::<pyo3::types::PyString>()
+                    .map_err(|_| {
+                        pyo3::exceptions::PyTypeError::new_err(format!(
+                            "form must be 'ring' or 'ema', got {}",
+                            type_name(v)
+                        ))
+                    })?
+                    .to_cow()?
+                    .into_owned(),
+            ),
+        };
+        cfg.form = match form.as_deref() {
             None | Some("ring") => ThrottleForm::Ring,
             Some("ema") => ThrottleForm::Ema,
             Some(other) => {
@@ -327,8 +342,9 @@ impl Backoff {
         multiplier: Option<&Bound<'_, PyAny>>,
         cap: Option<&Bound<'_, PyAny>>,
         jitter: Option<&Bound<'_, PyAny>>,
-        seed: Option<u64>,
+        seed: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        let seed = opt_uint_arg("seed", seed, u64::MAX)?;
         let mut cfg = BackoffConfig::default();
         if let Some(v) = opt_secs_arg("base", base, 86_400.0)? {
             cfg.base = v;

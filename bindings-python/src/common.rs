@@ -1,6 +1,6 @@
 //! What every binding function shares: the native clock, seconds ↔ nanoseconds, priorities,
 //! outcomes, and the one-to-one mapping of core errors to Python exceptions
-//! (`surgeguard.errors`, DESIGN.md §4).
+//! (`surgeguard.errors`).
 
 use std::sync::OnceLock;
 use std::time::Instant;
@@ -25,7 +25,7 @@ pub fn clock_ns() -> u64 {
     origin.elapsed().as_nanos() as u64 + 1
 }
 
-/// `now_ns=` if given (an int in `[0, 2**64)`), else the native clock.
+/// `now_ns=` if given (an int in `[0, 2**62]`), else the native clock.
 #[inline]
 pub fn now_or_clock(now_ns: Option<&Bound<'_, PyAny>>) -> PyResult<u64> {
     match now_ns {
@@ -38,14 +38,60 @@ pub fn now_or_clock(now_ns: Option<&Bound<'_, PyAny>>) -> PyResult<u64> {
 /// Extracts an explicit `now_ns` with a clear message.
 #[cold]
 pub fn now_arg(v: &Bound<'_, PyAny>) -> PyResult<u64> {
+    ns_arg("now_ns", v)
+}
+
+/// `clock=`: a callable returning the time as int nanoseconds (like `time.monotonic_ns`),
+/// read by the object wherever it would read the native clock; `None`: the native clock.
+pub fn clock_arg(v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Py<PyAny>>> {
+    match v.filter(|v| !v.is_none()) {
+        None => Ok(None),
+        Some(c) if c.is_callable() => Ok(Some(c.clone().unbind())),
+        Some(c) => Err(PyTypeError::new_err(format!(
+            "clock must be a callable returning int nanoseconds (like time.monotonic_ns), got {}",
+            type_name(c)
+        ))),
+    }
+}
+
+/// The time from an object's `clock=` (or the native clock).
+pub fn read_clock(py: Python<'_>, clock: Option<&Py<PyAny>>) -> PyResult<u64> {
+    match clock {
+        None => Ok(clock_ns()),
+        Some(c) => ns_arg("the value of clock()", &c.bind(py).call0()?),
+    }
+}
+
+/// `now_ns=` if given, else the object's clock.
+pub fn now_from(
+    py: Python<'_>,
+    clock: Option<&Py<PyAny>>,
+    now_ns: Option<&Bound<'_, PyAny>>,
+) -> PyResult<u64> {
+    match now_ns {
+        Some(v) if !v.is_none() => now_arg(v),
+        _ => read_clock(py, clock),
+    }
+}
+
+/// A time in nanoseconds: an int in `[0, 2**62]`.
+fn ns_arg(name: &str, v: &Bound<'_, PyAny>) -> PyResult<u64> {
     if v.is_instance_of::<PyBool>() || !v.is_instance_of::<PyInt>() {
         return Err(PyTypeError::new_err(format!(
-            "now_ns must be an int (nanoseconds), got {}",
+            "{name} must be an int (nanoseconds), got {}",
             type_name(v)
         )));
     }
-    v.extract::<u64>()
-        .map_err(|_| PyValueError::new_err(format!("now_ns must be an int in [0, 2**64), got {v}")))
+    // The project's accepted range of time: a `now` above 2**62 ns (about 146 years) is
+    // bad input, refused here before the core sees it.
+    v.extract::<u64>().ok().and_then(|n| surgeguard_core::time::check_now(n).ok()).ok_or_else(
+        || {
+            PyValueError::new_err(format!(
+                "{name} must be an int in [0, 2**62] (nanoseconds), got {}",
+                short_repr(v)
+            ))
+        },
+    )
 }
 
 /// The name of `v`'s type, for messages.
@@ -61,14 +107,19 @@ pub fn secs_arg(name: &str, v: &Bound<'_, PyAny>, max_secs: f64) -> PyResult<u64
         return Err(PyValueError::new_err(format!("{name} must be a number of seconds, got nan")));
     }
     if x.is_infinite() {
-        return Err(PyValueError::new_err(format!("{name} must be finite, got {x}")));
+        return Err(PyValueError::new_err(format!("{name} must be finite, got {}", bound_text(x))));
     }
     if x < 0.0 {
-        return Err(PyValueError::new_err(format!("{name} must be >= 0 seconds, got {x}")));
+        return Err(PyValueError::new_err(format!(
+            "{name} must be >= 0 seconds, got {}",
+            bound_text(x)
+        )));
     }
     if x > max_secs {
         return Err(PyValueError::new_err(format!(
-            "{name} must be at most {max_secs} seconds, got {x}"
+            "{name} must be at most {} seconds, got {}",
+            bound_text(max_secs),
+            bound_text(x)
         )));
     }
     Ok((x * SEC_F).round() as u64)
@@ -97,15 +148,22 @@ pub fn real_arg(name: &str, v: &Bound<'_, PyAny>) -> PyResult<f64> {
             type_name(v)
         )));
     }
-    v.extract::<f64>()
-        .map_err(|_| PyValueError::new_err(format!("{name} is out of range for a float: {v}")))
+    v.extract::<f64>().map_err(|_| {
+        PyValueError::new_err(format!("{name} is out of range for a float: {}", short_repr(v)))
+    })
 }
 
 /// A finite real number in `[lo, hi]`.
 pub fn ranged_arg(name: &str, v: &Bound<'_, PyAny>, lo: f64, hi: f64) -> PyResult<f64> {
     let x = real_arg(name, v)?;
     if !x.is_finite() || x < lo || x > hi {
-        return Err(PyValueError::new_err(format!("{name} must be in [{lo}, {hi}], got {x}")));
+        let low =
+            if lo == f64::MIN_POSITIVE { "(0".to_string() } else { format!("[{}", bound_text(lo)) };
+        return Err(PyValueError::new_err(format!(
+            "{name} must be in {low}, {}], got {}",
+            bound_text(hi),
+            bound_text(x)
+        )));
     }
     Ok(x)
 }
@@ -117,8 +175,32 @@ pub fn uint_arg(name: &str, v: &Bound<'_, PyAny>, max: u64) -> PyResult<u64> {
     }
     match v.extract::<u64>() {
         Ok(x) if x <= max => Ok(x),
-        _ => Err(PyValueError::new_err(format!("{name} must be an int in [0, {max}], got {v}"))),
+        _ => Err(PyValueError::new_err(format!(
+            "{name} must be an int in [0, {}], got {}",
+            bound_text(max as f64),
+            short_repr(v)
+        ))),
     }
+}
+
+/// An optional non-negative integer of at most `max`: `None` stays `None`.
+pub fn opt_uint_arg(name: &str, v: Option<&Bound<'_, PyAny>>, max: u64) -> PyResult<Option<u64>> {
+    match v.filter(|v| !v.is_none()) {
+        None => Ok(None),
+        Some(v) => uint_arg(name, v, max).map(Some),
+    }
+}
+
+/// A rate (per second): a finite number `>= 0`.
+pub fn rate_arg(name: &str, v: &Bound<'_, PyAny>) -> PyResult<f64> {
+    let x = real_arg(name, v)?;
+    if !x.is_finite() || x < 0.0 {
+        return Err(PyValueError::new_err(format!(
+            "{name} must be a finite number >= 0 per second, got {}",
+            bound_text(x)
+        )));
+    }
+    Ok(x)
 }
 
 /// A bool argument (strictly `True`/`False`).
@@ -319,11 +401,32 @@ pub fn config_err(py: Python<'_>, what: &str, e: ConfigError) -> PyErr {
         ConfigError::NotFinite(f) | ConfigError::OutOfRange(f) | ConfigError::Inconsistent(f) => f,
         _ => "",
     };
-    let msg = format!("invalid {what} configuration: {e}");
+    // The core names durations in nanoseconds (`min_window_ns`); the Python option is in
+    // seconds without the suffix (`min_window`): name it as the caller spelled it.
+    let msg = py_names(&format!("invalid {what} configuration: {e}"));
+    let field = py_names(field);
     match errors(py) {
         Ok(errs) => PyErr::from_type(errs.config.bind(py).clone(), (msg, field)),
         Err(err) => err,
     }
+}
+
+/// A core message with its field names as the Python options spell them: `_ns` suffixes
+/// dropped (the options take seconds).
+fn py_names(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("_ns") {
+        let after = &rest[i + 3..];
+        let word_ends = after.chars().next().is_none_or(|c| !(c.is_alphanumeric() || c == '_'));
+        out.push_str(&rest[..i]);
+        if !word_ends {
+            out.push_str("_ns");
+        }
+        rest = after;
+    }
+    out.push_str(rest);
+    out
 }
 
 /// `surgeguard.UsageError` (a `RuntimeError`) with a stable `kind`.
@@ -340,6 +443,18 @@ pub fn usage_err(py: Python<'_>, e: UsageError) -> PyErr {
     };
     match errors(py) {
         Ok(errs) => PyErr::from_type(errs.usage.bind(py).clone(), (msg, kind)),
+        Err(err) => err,
+    }
+}
+
+/// `surgeguard.UsageError` with a binding-level `kind` and message (misuse the core never
+/// sees: entering a permit twice, ending one that holds no slot).
+#[cold]
+pub fn usage_msg(py: Python<'_>, kind: &str, msg: &str) -> PyErr {
+    match errors(py) {
+        Ok(errs) => {
+            PyErr::from_type(errs.usage.bind(py).clone(), (msg.to_string(), kind.to_string()))
+        }
         Err(err) => err,
     }
 }
@@ -387,4 +502,31 @@ pub fn overload_arg(py: Python<'_>, v: Option<&Bound<'_, PyAny>>) -> PyResult<Py
         }
     }
     Ok(PyTuple::new(py, items)?.unbind())
+}
+
+/// A bound for a message: exact when short, else as a power of two or in `e` notation
+/// (never a 300-digit number).
+pub fn bound_text(x: f64) -> String {
+    if x == u64::MAX as f64 {
+        return "2**64 - 1".into();
+    }
+    if x == u32::MAX as f64 {
+        return "2**32 - 1".into();
+    }
+    if x != 0.0 && (x.abs() >= 1e9 || x.abs() < 1e-6) {
+        return format!("{x:e}");
+    }
+    format!("{x}")
+}
+
+/// `repr(v)`, shortened to 40 characters (a 300-digit int stays readable).
+pub fn short_repr(v: &Bound<'_, PyAny>) -> String {
+    let s = v.repr().map(|r| r.to_string()).unwrap_or_else(|_| "?".into());
+    if s.chars().count() > 40 {
+        let head: String = s.chars().take(20).collect();
+        let tail: String = s.chars().rev().take(8).collect::<Vec<_>>().into_iter().rev().collect();
+        format!("{head}...{tail} ({} chars)", s.chars().count())
+    } else {
+        s
+    }
 }

@@ -1,4 +1,4 @@
-//! Pipeline backpressure (seed 004): `Credits`, `LagMeter`, `Watermarks`.
+//! Pipeline backpressure: `Credits`, `LagMeter`, `Watermarks`.
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -149,7 +149,7 @@ fn opt_secs(ns: Option<u64>) -> Option<f64> {
 }
 
 /// Consumer lag in seconds and time to drain, from windowed produce and consume rates
-/// (seed 004 §3: "measure lag in seconds, not messages"). Rates are measured over the
+/// (lag is measured in seconds, not messages: a count means nothing without the rate). Rates are measured over the
 /// last 60 buckets of `bucket` seconds. Lock-free.
 #[pyclass(frozen, module = "surgeguard._native")]
 pub struct LagMeter {

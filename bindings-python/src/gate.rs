@@ -1,6 +1,6 @@
 //! `Gate`: limiter + priority queue + shed switch, with the binding's waiters.
 //!
-//! The core is an event pump (DESIGN.md §3): `arrive` admits, queues or refuses; `poll`
+//! The core is an event pump: `arrive` admits, queues or refuses; `poll`
 //! reports `Granted`/`Expired` per ticket; the binding owns the waiters. Any thread may
 //! poll (after a release, or when a waiter's timer fires), and the core puts the events
 //! of a concurrent poll in the holder's buffer — so events are routed here by ticket to
@@ -128,7 +128,7 @@ impl Ticket {
     }
 }
 
-/// Limiter + bounded priority queue + shed switch (DESIGN.md §3): admits, queues or
+/// Limiter + bounded priority queue + shed switch: admits, queues or
 /// refuses each arrival, hands freed slots to waiters in priority order (CoDel, adaptive
 /// LIFO, deadlines, eviction of less important waiters), and says whether it is
 /// overloaded — which is not broken.
@@ -138,12 +138,22 @@ pub struct Gate {
     levels: u8,
     pub overload: Py<PyTuple>,
     routes: Mutex<Routes>,
+    /// One callable per asyncio timer (`_aio`): re-arms it; returns False once its loop
+    /// is gone (then it is dropped from the list).
+    timer_hooks: Mutex<Vec<Py<PyAny>>>,
+    /// `clock=`: read instead of the native clock.
+    pub clock: Option<Py<PyAny>>,
 }
 
 /// How many events one poll takes at most.
 const POLL_BATCH: usize = 16;
 /// A sync waiter whose deadline passed without an event gives up after this much more.
 const GRACE_NS: u64 = 2_000_000;
+/// A blocked thread wakes at least this often to check for signals (Ctrl-C) and for a
+/// re-check the core scheduled meanwhile.
+const SLICE_NS: u64 = 20_000_000;
+/// How many times one pump polls again while a re-check is due at once.
+const PUMP_ROUNDS: u32 = 4;
 
 static AIO_WAIT: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
@@ -252,8 +262,58 @@ impl Gate {
         }
     }
 
-    /// Polls the core and routes every event to its waiter.
+    /// Polls the core and routes every event to its waiter; polls again while the core
+    /// says a re-check is due now (a fractional limit's idle slot, a lapsed refusal), and
+    /// then tells the asyncio timers (`_aio`) when the next one is due, so no waiter is
+    /// left queued with nothing scheduled to look at it again.
     fn pump(&self, py: Option<Python<'_>>, now: u64) {
+        let mut rounds = 0;
+        loop {
+            self.poll_once(py, now);
+            rounds += 1;
+            if on!(&*self.core, g => g.waiting_total()) == 0 {
+                return;
+            }
+            match on!(&*self.core, g => g.next_wakeup(now)) {
+                Some(w) if w <= now && rounds < PUMP_ROUNDS => continue,
+                Some(_) => break,
+                None => return,
+            }
+        }
+        self.kick_timers(py);
+    }
+
+    /// Asks every asyncio timer of this gate to re-arm from `next_wakeup()`.
+    fn kick_timers(&self, py: Option<Python<'_>>) {
+        let call = |py: Python<'_>| {
+            let hooks: Vec<Py<PyAny>> =
+                lock(&self.timer_hooks).iter().map(|h| h.clone_ref(py)).collect();
+            if hooks.is_empty() {
+                return;
+            }
+            let mut dead = Vec::new();
+            for (i, h) in hooks.iter().enumerate() {
+                match h.call0(py) {
+                    Ok(v) if v.is_truthy(py).unwrap_or(true) => {}
+                    Ok(_) => dead.push(i),
+                    Err(e) => e.write_unraisable(py, None),
+                }
+            }
+            if !dead.is_empty() {
+                lock(&self.timer_hooks).retain(|h| !dead.iter().any(|&i| hooks[i].is(h)));
+            }
+        };
+        if lock(&self.timer_hooks).is_empty() {
+            return;
+        }
+        match py {
+            Some(py) => call(py),
+            None => Python::attach(call),
+        }
+    }
+
+    /// One round of polling: routes every event to its waiter.
+    fn poll_once(&self, py: Option<Python<'_>>, now: u64) {
         let mut buf: [Option<Event>; POLL_BATCH] = Default::default();
         loop {
             let n = on!(&*self.core, g => g.poll(now, &mut buf));
@@ -314,47 +374,89 @@ impl Gate {
     }
 
     /// Blocks (GIL released) until the ticket is granted or dropped.
+    ///
+    /// Waits in slices of at most 20 ms and checks for signals between them (as
+    /// `threading.Lock.acquire` does): a `KeyboardInterrupt` (or any exception a signal
+    /// handler raises) withdraws the ticket — a slot granted meanwhile is returned as
+    /// ignored — and propagates, leaving nothing behind.
     pub fn wait_sync(
         &self,
         py: Python<'_>,
         slot: &Arc<WaitSlot>,
         injected: bool,
     ) -> PyResult<RawPermit> {
-        let result = py.detach(|| self.block(slot, injected));
-        result.map_err(|r| rejected_err(py, r))
-    }
-
-    fn block(&self, slot: &WaitSlot, injected: bool) -> Result<RawPermit, Rejected> {
-        // With injected time the deadline is in the caller's clock: wait the timeout in
-        // real time, and poll at the arrival's time (the core clamps it to the latest).
         let start = clock_ns();
         let real_deadline =
             if injected { slot.timeout.map(|t| start.saturating_add(t)) } else { slot.deadline };
         let mut cancelled = false;
         loop {
+            let step = py.detach(|| self.block(slot, injected, real_deadline, &mut cancelled));
+            match step {
+                Some(result) => return result.map_err(|r| rejected_err(py, r)),
+                None => {
+                    if let Err(e) = py.check_signals() {
+                        self.give_up(py, slot, injected);
+                        return Err(e);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Withdraws a sync waiter's ticket after an interrupt; a grant that raced in goes
+    /// back as ignored, and a refusal is dropped.
+    fn give_up(&self, py: Python<'_>, slot: &WaitSlot, injected: bool) {
+        if let Some(Ok(raw)) = self.abandon(slot) {
+            let now = if injected { slot.arrived } else { clock_ns() };
+            self.release_raw(Some(py), raw, now, Outcome::Ignored);
+        }
+    }
+
+    /// Waits one slice: `Some(outcome)` when known, `None` when the slice ran out.
+    fn block(
+        &self,
+        slot: &WaitSlot,
+        injected: bool,
+        real_deadline: Option<u64>,
+        cancelled: &mut bool,
+    ) -> Option<Result<RawPermit, Rejected>> {
+        // With injected time the deadline is in the caller's clock: wait the timeout in
+        // real time, and poll at the arrival's time (the core clamps it to the latest).
+        let slice_end = clock_ns().saturating_add(SLICE_NS);
+        loop {
             if let Some(r) = lock(&slot.state).result.take() {
-                return r;
+                return Some(r);
             }
             let now = clock_ns();
             if let Some(d) = real_deadline {
-                if !cancelled && now >= d.saturating_add(GRACE_NS) {
+                if !*cancelled && now >= d.saturating_add(GRACE_NS) {
                     if self.try_cancel(slot) {
-                        return Err(Rejected::new(Reason::Expired, self.retry_hint()));
+                        return Some(Err(Rejected::new(Reason::Expired, self.retry_hint())));
                     }
                     // An event is on its way: wait for it.
-                    cancelled = true;
+                    *cancelled = true;
                 }
             }
+            if now >= slice_end {
+                return None;
+            }
             let wake = if injected { None } else { on!(&*self.core, g => g.next_wakeup(now)) };
+            if wake.is_some_and(|w| w <= now) {
+                // A re-check is due: act on it now rather than after a sleep.
+                self.pump(None, now);
+                if lock(&slot.state).result.is_some() {
+                    continue;
+                }
+            }
             let until = match (real_deadline.map(|d| d.saturating_add(GRACE_NS)), wake) {
-                (Some(d), Some(w)) => Some(d.min(w)),
-                (d, w) => d.or(w),
-            };
-            let wait = match until {
-                _ if cancelled => Duration::from_millis(1),
-                Some(u) => Duration::from_nanos(u.saturating_sub(now).max(1_000)),
-                // Nothing scheduled: a release notifies; look again now and then.
-                None => Duration::from_millis(50),
+                (Some(d), Some(w)) => d.min(w),
+                (d, w) => d.or(w).unwrap_or(u64::MAX),
+            }
+            .min(slice_end);
+            let wait = if *cancelled {
+                Duration::from_millis(1)
+            } else {
+                Duration::from_nanos(until.saturating_sub(now).max(1_000))
             };
             let st = lock(&slot.state);
             if st.result.is_some() {
@@ -392,7 +494,7 @@ impl Gate {
         min_window=None, max_window=None, window_rtt_multiple=None, min_samples=None,
         active=None, queue_capacity=None, codel=None, lifo=None, max_wait=None, aging=None,
         initial_service=None, service_alpha=None, fallback_retry_after=None,
-        overload_exceptions=None))]
+        overload_exceptions=None, clock=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -414,7 +516,9 @@ impl Gate {
         service_alpha: Option<&Bound<'_, PyAny>>,
         fallback_retry_after: Option<&Bound<'_, PyAny>>,
         overload_exceptions: Option<&Bound<'_, PyAny>>,
+        clock: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        let clock = clock_arg(clock)?;
         let limiter = limiter_config(
             algorithm,
             limit,
@@ -458,13 +562,17 @@ impl Gate {
             levels: cfg.limiter.levels,
             overload: overload_arg(py, overload_exceptions)?,
             routes: Mutex::new(Routes::default()),
+            timer_hooks: Mutex::new(Vec::new()),
+            clock,
         })
     }
 
     /// `with gate.acquire(priority="normal", timeout=0.2) as permit:` — admits on entry,
-    /// waiting (GIL released) up to `timeout` seconds while queued (`None`: until granted
-    /// or dropped by CoDel, eviction or shedding; `0`: never wait); raises a `Rejected`
-    /// subclass when refused. Releases on exit.
+    /// waiting (GIL released, Ctrl-C interrupts) while queued; raises a `Rejected`
+    /// subclass when refused. Releases on exit. `timeout` is a deadline covering the wait
+    /// and the expected service time (a request that cannot finish in time is refused at
+    /// once); `None` (default): no deadline, wait until granted or dropped by CoDel,
+    /// eviction or shedding; `0`: never wait.
     #[pyo3(signature = (priority=None, timeout=None, *, now_ns=None))]
     fn acquire(
         slf: &Bound<'_, Self>,
@@ -499,27 +607,27 @@ impl Gate {
         let g = slf.get();
         let p = priority_arg(py, priority, g.levels)?;
         let injected = now_ns.is_some_and(|v| !v.is_none());
-        let now = now_or_clock(now_ns)?;
+        let now = now_from(py, g.clock.as_ref(), now_ns)?;
         let raw = match g.arrive(py, now, p, Some(0))? {
             Waiter::Admitted(raw) => raw,
-            Waiter::Queued(slot) => g.wait_sync(py, &slot, injected)?,
+            Waiter::Queued(slot) => g.wait_sync(py, &slot, injected || g.clock.is_some())?,
         };
         Ok(Permit::admitted(Owner::Gate(slf.clone().unbind()), p, raw, injected))
     }
 
     /// Releases `permit` (which must come from this gate) with `outcome`.
-    #[pyo3(signature = (permit, outcome="success", *, now_ns=None))]
+    #[pyo3(signature = (permit, outcome=None, *, now_ns=None))]
     fn release(
         slf: &Bound<'_, Self>,
         permit: &Bound<'_, PyAny>,
-        outcome: &str,
+        outcome: Option<&Bound<'_, PyAny>>,
         now_ns: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let py = slf.py();
-        let permit = permit
-            .cast::<Permit>()
-            .map_err(|_| PyTypeError::new_err("release() takes a Permit"))?;
-        if !permit.borrow().owner().same(&Owner::Gate(slf.clone().unbind())) {
+        let permit = permit.cast::<Permit>().map_err(|_| {
+            PyTypeError::new_err(format!("permit must be a Permit, got {}", type_name(permit)))
+        })?;
+        if !permit.get().owner().same(&Owner::Gate(slf.clone().unbind())) {
             return Err(usage_err(py, UsageError::ForeignHandle));
         }
         permit.call_method(
@@ -536,7 +644,7 @@ impl Gate {
         Ok(())
     }
 
-    /// The on-call switch (seed 002): refuse every arrival at `priority` or less important
+    /// The on-call switch: refuse every arrival at `priority` or less important
     /// at once (`Shed`) and drop such waiters; `None` turns it off.
     #[pyo3(signature = (priority))]
     fn set_shed_level(&self, py: Python<'_>, priority: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
@@ -615,8 +723,12 @@ impl Gate {
 
     /// Seconds until the gate's timer should fire (`poll`), or `None` when nothing waits.
     #[pyo3(signature = (*, now_ns=None))]
-    fn next_wakeup(&self, now_ns: Option<&Bound<'_, PyAny>>) -> PyResult<Option<f64>> {
-        let now = now_or_clock(now_ns)?;
+    fn next_wakeup(
+        &self,
+        py: Python<'_>,
+        now_ns: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Option<f64>> {
+        let now = now_from(py, self.clock.as_ref(), now_ns)?;
         Ok(on!(&*self.core, g => g.next_wakeup(now)).map(|t| secs(t.saturating_sub(now))))
     }
 
@@ -624,7 +736,7 @@ impl Gate {
     /// call any time). Returns `next_wakeup()`.
     #[pyo3(signature = (*, now_ns=None))]
     fn poll(&self, py: Python<'_>, now_ns: Option<&Bound<'_, PyAny>>) -> PyResult<Option<f64>> {
-        let now = now_or_clock(now_ns)?;
+        let now = now_from(py, self.clock.as_ref(), now_ns)?;
         self.pump(Some(py), now);
         Ok(on!(&*self.core, g => g.next_wakeup(now)).map(|t| secs(t.saturating_sub(now))))
     }
@@ -686,11 +798,11 @@ impl Gate {
         let result = lock(&ticket.get().slot.state).result.take();
         match result {
             Some(Ok(raw)) => {
-                permit.borrow_mut().finish_wait(Some(raw));
+                permit.get().finish_wait(Some(raw));
                 Ok(())
             }
             Some(Err(r)) => {
-                permit.borrow_mut().finish_wait(None);
+                permit.get().finish_wait(None);
                 Err(rejected_err(py, r))
             }
             None => Err(PyValueError::new_err("the ticket has no outcome yet")),
@@ -711,19 +823,25 @@ impl Gate {
         let slot = &ticket.get().slot;
         match self.abandon(slot) {
             Some(Ok(raw)) if keep => {
-                permit.borrow_mut().finish_wait(Some(raw));
+                permit.get().finish_wait(Some(raw));
                 Ok(true)
             }
             Some(Ok(raw)) => {
-                permit.borrow_mut().finish_wait(None);
+                permit.get().finish_wait(None);
                 self.release_raw(Some(py), raw, 0, Outcome::Ignored);
                 Ok(false)
             }
             _ => {
-                permit.borrow_mut().finish_wait(None);
+                permit.get().finish_wait(None);
                 Ok(false)
             }
         }
+    }
+
+    /// Used by `surgeguard._aio`: registers an asyncio timer's re-arm callable, called
+    /// after every pump that leaves waiters with a re-check scheduled.
+    fn _add_timer_hook(&self, hook: Py<PyAny>) {
+        lock(&self.timer_hooks).push(hook);
     }
 
     /// Used by `surgeguard._aio`: the refusal for an async wait that timed out.
@@ -820,11 +938,11 @@ fn lifo_arg(v: &Bound<'_, PyAny>) -> PyResult<LifoTrigger> {
     Ok(LifoTrigger::Occupancy(ranged_arg("lifo", v, f64::MIN_POSITIVE, 1.0)?))
 }
 
-/// `aging=`: `True` (seed 000: normal → background after 0.5 s) or
+/// `aging=`: `True` (normal → background after 0.5 s in the queue) or
 /// `(from_priority, to_priority, after_seconds)`.
 fn aging_arg(py: Python<'_>, v: &Bound<'_, PyAny>, levels: u8) -> PyResult<Option<Aging>> {
     if let Ok(b) = v.cast::<pyo3::types::PyBool>() {
-        return Ok(b.is_true().then_some(Aging::SEED_000));
+        return Ok(b.is_true().then_some(Aging::NORMAL_TO_BACKGROUND_AFTER_500_MS));
     }
     let t = v.cast::<PyTuple>().map_err(|_| {
         PyTypeError::new_err("aging must be True or a tuple (from_priority, to_priority, seconds)")

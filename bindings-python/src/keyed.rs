@@ -84,20 +84,23 @@ pub fn key_hash_of(seed: u64, key: &Bound<'_, PyAny>) -> PyResult<u64> {
 #[pymethods]
 impl KeyedLimits {
     #[new]
-    #[pyo3(signature = (shard_limit, *, shards=64, shards_per_key=None, limit_retry_after=None,
-        seed=0, rate=None, burst=None, hash_seed=None))]
+    #[pyo3(signature = (shard_limit, *, shards=None, shards_per_key=None, limit_retry_after=None,
+        seed=None, rate=None, burst=None, hash_seed=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         shard_limit: &Bound<'_, PyAny>,
-        shards: usize,
+        shards: Option<&Bound<'_, PyAny>>,
         shards_per_key: Option<&Bound<'_, PyAny>>,
         limit_retry_after: Option<&Bound<'_, PyAny>>,
-        seed: u64,
+        seed: Option<&Bound<'_, PyAny>>,
         rate: Option<&Bound<'_, PyAny>>,
         burst: Option<&Bound<'_, PyAny>>,
-        hash_seed: Option<u64>,
+        hash_seed: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        let shards = opt_uint_arg("shards", shards, u64::MAX)?.unwrap_or(64);
+        let seed = opt_uint_arg("seed", seed, u64::MAX)?.unwrap_or(0);
+        let hash_seed = opt_uint_arg("hash_seed", hash_seed, u64::MAX)?;
         let mut cfg =
             KeyedConfig::new(uint_arg("shard_limit", shard_limit, u32::MAX as u64)? as u32);
         cfg.seed = seed;
@@ -124,7 +127,9 @@ impl KeyedLimits {
             }
             None => {}
         }
-        let core = AnyKeyed::new(shards, cfg)
+        let core = usize::try_from(shards)
+            .ok()
+            .and_then(|n| AnyKeyed::new(n, cfg))
             .ok_or_else(|| {
                 PyValueError::new_err(format!(
                     "shards must be one of {SHARD_COUNTS:?}, got {shards}"
@@ -135,19 +140,20 @@ impl KeyedLimits {
         let hash_seed = hash_seed.unwrap_or_else(|| {
             surgeguard_core::rng::mix(clock_ns() ^ (std::process::id() as u64).rotate_left(32))
         });
-        Ok(Self { core, shards, hash_seed })
+        Ok(Self { core, shards: shards as usize, hash_seed })
     }
 
     /// Takes a slot (and `cost` units of rate) for `key`, or raises `KeyLimit` / `KeyRate`.
-    #[pyo3(signature = (key, cost=1, *, now_ns=None))]
+    #[pyo3(signature = (key, cost=None, *, now_ns=None))]
     fn try_acquire(
         slf: &Bound<'_, Self>,
         key: &Bound<'_, PyAny>,
-        cost: u32,
+        cost: Option<&Bound<'_, PyAny>>,
         now_ns: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<KeyPermit> {
         let py = slf.py();
         let t = slf.get();
+        let cost = opt_uint_arg("cost", cost, u32::MAX as u64)?.unwrap_or(1) as u32;
         let h = t.key_hash(key)?;
         let now = now_or_clock(now_ns)?;
         match on_keyed!(&*t.core, c => c.try_acquire(h, now, cost)) {
@@ -314,7 +320,8 @@ impl Drop for KeyPermit {
 
 /// The seeded 64-bit hash every binding applies to a key (str, bytes).
 #[pyfunction]
-pub fn hash_key(seed: u64, key: &Bound<'_, PyAny>) -> PyResult<u64> {
+pub fn hash_key(seed: &Bound<'_, PyAny>, key: &Bound<'_, PyAny>) -> PyResult<u64> {
+    let seed = uint_arg("seed", seed, u64::MAX)?;
     if key.is_instance_of::<PyInt>() {
         return Err(PyTypeError::new_err("hash_key() takes a str or bytes key"));
     }
@@ -329,10 +336,14 @@ fn reason_of(name: &str) -> PyResult<Reason> {
         .ok_or_else(|| PyValueError::new_err(format!("unknown reason {name:?}")))
 }
 
+/// The largest `Retry-After` written on the wire (one day, in ns).
+pub const MAX_RETRY_AFTER_NS: u64 = 86_400 * 1_000_000_000;
+
 /// What an HTTP edge answers for a refusal: a dict with `status` (429 per key, 503
 /// global), `retry_after_s` (the `Retry-After` value), `reason`, `error` and `body` (the
 /// JSON bytes, identical in every binding). Takes an `OverloadError` or a reason name and
-/// `retry_after` seconds.
+/// `retry_after` seconds. The hint is capped at 86400 s (one day): an infinite
+/// `retry_after` (a cost above the burst) never reaches the wire.
 #[pyfunction]
 #[pyo3(signature = (reason, retry_after=None))]
 pub fn actionable<'py>(
@@ -350,7 +361,13 @@ pub fn actionable<'py>(
         let name: String = reason.getattr("reason").and_then(|r| r.extract()).map_err(|_| {
             PyTypeError::new_err("actionable() takes a reason name or an OverloadError")
         })?;
-        let ra: f64 = reason.getattr("retry_after")?.extract()?;
+        let ra = reason
+            .getattr("retry_after")
+            .ok()
+            .filter(|v| !v.is_none())
+            .map(|v| real_arg("retry_after", &v))
+            .transpose()?
+            .unwrap_or(0.0);
         (name, ra)
     };
     let r = reason_of(&name)?;
@@ -361,7 +378,9 @@ pub fn actionable<'py>(
     } else {
         (ra * SEC_F).ceil() as u64
     };
-    let a = core_actionable(&Rejected::new(r, ns));
+    // Never an unbounded hint on the wire: a refusal that can never succeed (a cost above
+    // the burst: retry_after is infinite) says `Retry-After: 86400`, one day, the cap.
+    let a = core_actionable(&Rejected::new(r, ns.min(MAX_RETRY_AFTER_NS)));
     let mut buf = [0u8; MAX_BODY_LEN];
     let n = a.write_json(&mut buf).map_err(|e| PyValueError::new_err(e.to_string()))?;
     let d = PyDict::new(py);

@@ -1,13 +1,15 @@
 //! `surgeguard._native`: the Python bindings of surgeguard-core (pyo3, abi3).
 //!
-//! Thin by design (DESIGN.md §4, STYLE.md 8): each function converts types (seconds ↔
-//! nanoseconds, priority names, outcomes), reads the clock natively unless `now_ns=` is
+//! Thin by design: each function converts types (seconds ↔ nanoseconds, priority names,
+//! outcomes), reads the clock natively unless `now_ns=` (or the object's `clock=`) is
 //! given, calls the core and maps its error to one exception class. Idioms that need
 //! Python — asyncio waiting, ASGI/WSGI middleware, retries, Prometheus text — live in the
 //! pure-Python package `surgeguard` beside this module.
 //!
-//! Handles over the core's atomics are `#[pyclass(frozen)]`: no borrow flag, and safe
-//! under free-threaded Python. Per-use objects (permits) are ordinary pyclasses.
+//! Every class is `#[pyclass(frozen)]`: no borrow flag, so sharing an object between
+//! threads never raises pyo3's borrow errors, and it is safe under free-threaded Python.
+//! Per-use objects (permits, breaker calls, key permits) keep their state in atomics
+//! (a permit's life is one compare-and-swap state word) or in an uncontended mutex.
 
 mod breaker;
 mod client;

@@ -126,14 +126,14 @@ algorithm_class!(FixedLimit, "fixed", FixedConfig, Fixed, Fixed,
     doc = "A static limit (`Limiter(FixedLimit(initial_limit=20))`, or `Limiter(limit=20)`).",
     { initial_limit = initial_limit: Limit, min_limit = min_limit: Limit, max_limit = max_limit: Limit });
 algorithm_class!(AimdLimit, "aimd", AimdConfig, Aimd, Aimd,
-    doc = "Additive increase while latency is under target, multiplicative decrease on overload (seed 002; `netflix_parity=True` reproduces Netflix AIMDLimit).",
+    doc = "Additive increase while latency is under target, multiplicative decrease on overload (`netflix_parity=True` reproduces Netflix AIMDLimit).",
     { initial_limit = initial_limit: Limit, min_limit = min_limit: Limit, max_limit = max_limit: Limit,
       target_latency = target_latency_ns: Secs, latency_percentile = latency_percentile: Real,
       backoff_ratio = backoff_ratio: Real, timeout = timeout_ns: Secs,
       app_limited_fraction = app_limited_fraction: Real, slow_start = slow_start: Flag,
       netflix_parity = netflix_parity: Flag });
 algorithm_class!(HysteresisLimit, "hysteresis_aimd", HysteresisConfig, HysteresisAimd, Hysteresis,
-    doc = "Seed 000's AIMD with healthy / warning / critical zones on the rolling p99, jump detection and cool-off.",
+    doc = "AIMD with healthy / warning / critical zones on the rolling p99, jump detection and cool-off.",
     { initial_limit = initial_limit: Limit, min_limit = min_limit: Limit, max_limit = max_limit: Limit,
       target_latency = target_latency_ns: Secs, healthy_below = healthy_below: Real,
       critical_above = critical_above: Real, critical_factor = critical_factor: Real,
@@ -288,6 +288,8 @@ pub fn limiter_config(
 pub struct Limiter {
     pub core: CoreLimiter,
     pub overload: Py<PyTuple>,
+    /// `clock=`: read instead of the native clock.
+    pub clock: Option<Py<PyAny>>,
 }
 
 #[pymethods]
@@ -295,7 +297,7 @@ impl Limiter {
     #[new]
     #[pyo3(signature = (algorithm=None, *, limit=None, levels=None, weights=None,
         min_window=None, max_window=None, window_rtt_multiple=None, min_samples=None,
-        active=None, overload_exceptions=None))]
+        active=None, overload_exceptions=None, clock=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -309,7 +311,9 @@ impl Limiter {
         min_samples: Option<&Bound<'_, PyAny>>,
         active: Option<&Bound<'_, PyAny>>,
         overload_exceptions: Option<&Bound<'_, PyAny>>,
+        clock: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        let clock = clock_arg(clock)?;
         let cfg = limiter_config(
             algorithm,
             limit,
@@ -322,7 +326,7 @@ impl Limiter {
             active,
         )?;
         let core = CoreLimiter::new(cfg).map_err(|e| config_err(py, "Limiter", e))?;
-        Ok(Self { core, overload: overload_arg(py, overload_exceptions)? })
+        Ok(Self { core, overload: overload_arg(py, overload_exceptions)?, clock })
     }
 
     /// A context manager: `with limiter.acquire(priority="normal") as permit:` admits on
@@ -355,14 +359,14 @@ impl Limiter {
         let lim = slf.get();
         let p = priority_arg(py, priority, lim.core.levels())?;
         let injected = now_ns.is_some_and(|v| !v.is_none());
-        let now = now_or_clock(now_ns)?;
+        let now = now_from(py, lim.clock.as_ref(), now_ns)?;
         match lim.core.try_acquire_raw(now, p) {
             Ok(raw) => Ok(Permit::admitted(Owner::Limiter(slf.clone().unbind()), p, raw, injected)),
             Err(r) => Err(rejected_err(py, r)),
         }
     }
 
-    /// The kill switch (seed 000): pin the limit to `limit`, or `None` to hand control
+    /// The kill switch: pin the limit to `limit`, or `None` to hand control
     /// back to the algorithm.
     fn set_static_limit(&self, py: Python<'_>, limit: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
         let v = match limit.filter(|v| !v.is_none()) {

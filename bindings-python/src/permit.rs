@@ -1,13 +1,23 @@
 //! `Permit`: one admission, as a context manager (`with`, `async with`) or held explicitly.
 //!
-//! Ends exactly once: `success()`, `dropped()`, `ignore()` (Netflix concurrency-limits'
-//! listener shape, research/bindings.md §4.0) or on leaving the block, where the outcome
-//! comes from the exception: none → success; a configured overload exception (default
-//! `TimeoutError` and `surgeguard.OverloadError`) → dropped; anything else (including
-//! `CancelledError`) → ignored. A permit that is garbage-collected while held is released
-//! as ignored, so nothing leaks.
+//! Ends exactly once: `success()`, `dropped()`, `ignore()` (the listener shape of Netflix
+//! concurrency-limits: `onSuccess`, `onDropped`, `onIgnore`) or on leaving the block,
+//! where the outcome comes from the exception: none → success; a configured overload
+//! exception (default `TimeoutError` and `surgeguard.OverloadError`) → dropped; anything
+//! else (including `CancelledError`) → ignored. A permit that is garbage-collected while
+//! held is released as ignored, so nothing leaks.
+//!
+//! Shared across threads: the permit is a frozen pyclass (no borrow flag). Its life is one
+//! atomic state word; every transition is a compare-and-swap, so of two threads ending it
+//! exactly one wins and the other gets `UsageError`; readers (`held`, `outcome`) only load
+//! the word (wait-free). The admitted slot sits in a mutex that only the thread that won
+//! the state transition touches, so it is never contended (safe under free-threaded
+//! CPython as well).
 
-use pyo3::exceptions::{PyRuntimeError, PyStopIteration, PyTypeError};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use pyo3::exceptions::{PyStopIteration, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use surgeguard_core::{Outcome, Priority, RawPermit};
@@ -30,11 +40,17 @@ impl Owner {
         }
     }
 
-    fn levels(&self) -> u8 {
+    /// The owner's `clock=`, if any.
+    fn clock(&self) -> Option<&Py<PyAny>> {
         match self {
-            Owner::Limiter(l) => l.get().core.levels(),
-            Owner::Gate(g) => g.get().levels(),
+            Owner::Limiter(l) => l.get().clock.as_ref(),
+            Owner::Gate(g) => g.get().clock.as_ref(),
         }
+    }
+
+    /// The owner's time now.
+    fn now(&self, py: Python<'_>) -> PyResult<u64> {
+        read_clock(py, self.clock())
     }
 
     pub fn same(&self, other: &Owner) -> bool {
@@ -57,33 +73,54 @@ impl Owner {
     }
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum State {
-    /// Created by `acquire()`: admission happens on entering the block.
-    Pending,
-    /// Queued in a gate (only while a wait is in progress).
-    Waiting,
-    /// Admitted; holds a slot.
-    Held,
-    /// Ended with this outcome.
-    Released(Outcome),
-    /// Admission failed (the exception was raised).
-    Failed,
+/// The states of a permit (one `AtomicU8`).
+mod st {
+    /// Made by `acquire()`: admission happens on entering the block.
+    pub const PENDING: u8 = 0;
+    /// Entering: admission (or the wait in a gate's queue) is in progress.
+    pub const WAITING: u8 = 1;
+    /// Admitted by `try_acquire()`; not inside a `with` block.
+    pub const HELD: u8 = 2;
+    /// Admitted and inside its `with` block.
+    pub const IN_BLOCK: u8 = 3;
+    /// Being released by the thread that won the transition.
+    pub const RELEASING: u8 = 4;
+    /// Admission failed (the refusal was raised), or the wait was abandoned.
+    pub const FAILED: u8 = 5;
+    /// Released: `RELEASED + outcome index` (success, dropped, ignored).
+    pub const RELEASED: u8 = 8;
+}
+
+fn outcome_code(o: Outcome) -> u8 {
+    match o {
+        Outcome::Success => 0,
+        Outcome::Dropped => 1,
+        Outcome::Ignored => 2,
+    }
+}
+
+fn outcome_of_code(c: u8) -> Outcome {
+    match c {
+        0 => Outcome::Success,
+        1 => Outcome::Dropped,
+        _ => Outcome::Ignored,
+    }
 }
 
 /// What `__next__` answers when the permit is awaited (the `async with` fast path).
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Await {
-    Nothing,
+mod aw {
+    pub const NOTHING: u8 = 0;
     /// `__aenter__` admitted at once: the awaitable finishes with the permit.
-    Entered,
-    /// `__aexit__` released: the awaitable finishes with `None`.
-    Exited,
+    pub const ENTERED: u8 = 1;
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// One admission: use it as `with ... as permit:` / `async with ... as permit:`, or end it
-/// explicitly with `success()`, `dropped()` or `ignore()`.
-#[pyclass(module = "surgeguard._native")]
+/// explicitly with `success()`, `dropped()` or `ignore()`. Safe to share between threads.
+#[pyclass(frozen, module = "surgeguard._native")]
 pub struct Permit {
     owner: Owner,
     priority: Priority,
@@ -92,14 +129,41 @@ pub struct Permit {
     /// `now_ns=` given at acquire: the time of the admission (and of the release, unless
     /// a release gives its own).
     now: Option<u64>,
-    raw: Option<RawPermit>,
-    state: State,
     /// Made by `acquire_async()`: only `async with` may enter it.
     is_async: bool,
-    awaiting: Await,
+    state: AtomicU8,
+    /// The slot; taken only by the thread that won the transition out of `HELD`/`IN_BLOCK`
+    /// (or put in by the one that won `WAITING`), so never contended.
+    raw: Mutex<Option<RawPermit>>,
+    /// Set once admitted (0 before): `started_at_ns`.
+    started: std::sync::atomic::AtomicU64,
+    awaiting: AtomicU8,
 }
 
 impl Permit {
+    fn new(
+        owner: Owner,
+        priority: Priority,
+        timeout_ns: Option<u64>,
+        now: Option<u64>,
+        is_async: bool,
+        state: u8,
+        raw: Option<RawPermit>,
+    ) -> Self {
+        let started = raw.as_ref().map_or(0, |r| r.started_at());
+        Self {
+            owner,
+            priority,
+            timeout_ns,
+            now,
+            is_async,
+            state: AtomicU8::new(state),
+            raw: Mutex::new(raw),
+            started: std::sync::atomic::AtomicU64::new(started),
+            awaiting: AtomicU8::new(aw::NOTHING),
+        }
+    }
+
     /// A permit admitted on entry.
     pub fn pending(
         owner: Owner,
@@ -108,42 +172,51 @@ impl Permit {
         now: Option<u64>,
         is_async: bool,
     ) -> Self {
-        Self {
-            owner,
-            priority,
-            timeout_ns,
-            now,
-            raw: None,
-            state: State::Pending,
-            is_async,
-            awaiting: Await::Nothing,
-        }
+        Self::new(owner, priority, timeout_ns, now, is_async, st::PENDING, None)
     }
 
     /// A permit already admitted.
     pub fn admitted(owner: Owner, priority: Priority, raw: RawPermit, injected: bool) -> Self {
         let now = injected.then(|| raw.started_at());
-        Self {
-            owner,
-            priority,
-            timeout_ns: None,
-            now,
-            raw: Some(raw),
-            state: State::Held,
-            is_async: false,
-            awaiting: Await::Nothing,
-        }
+        Self::new(owner, priority, None, now, false, st::HELD, Some(raw))
     }
 
     pub fn owner(&self) -> &Owner {
         &self.owner
     }
 
+    fn cas(&self, from: u8, to: u8) -> Result<(), u8> {
+        // AcqRel: the winner of a transition sees the slot stored by the previous one.
+        self.state.compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire).map(|_| ())
+    }
+
+    /// Stores the slot of an admission and moves `WAITING` → `IN_BLOCK`.
+    fn hold(&self, raw: RawPermit) {
+        self.started.store(raw.started_at(), Ordering::Relaxed);
+        *lock(&self.raw) = Some(raw);
+        self.state.store(st::IN_BLOCK, Ordering::Release);
+    }
+
+    /// The error for entering a permit in state `s`.
+    fn enter_error(py: Python<'_>, s: u8) -> PyErr {
+        match s {
+            st::IN_BLOCK | st::WAITING => usage_msg(
+                py,
+                "already_entered",
+                "this permit is already inside a `with` block (a permit is entered once)",
+            ),
+            st::FAILED => {
+                usage_msg(py, "not_admitted", "this permit was refused; acquire a new one")
+            }
+            _ => usage_msg(py, "already_released", "permit already released"),
+        }
+    }
+
     /// Admission on entering the block: sync (may block, GIL released) or async (returns a
     /// coroutine to await when queued, `None` when admitted at once).
     fn admit(slf: &Bound<'_, Self>, asynchronous: bool) -> PyResult<Option<Py<PyAny>>> {
         let py = slf.py();
-        let mut this = slf.borrow_mut();
+        let this = slf.get();
         if this.is_async != asynchronous && matches!(this.owner, Owner::Gate(_)) {
             return Err(PyTypeError::new_err(if asynchronous {
                 "Gate.acquire() blocks the thread while queued: use `async with \
@@ -152,67 +225,59 @@ impl Permit {
                 "acquire_async() returns an async context manager: use `async with`"
             }));
         }
-        match this.state {
-            State::Pending => {}
-            State::Held => return Ok(None),
-            State::Released(_) => {
-                return Err(PyRuntimeError::new_err("this permit was already released"))
-            }
-            _ => return Err(PyRuntimeError::new_err("a permit can be entered only once")),
+        // A permit from try_acquire(): entering it just opens the block.
+        if this.cas(st::HELD, st::IN_BLOCK).is_ok() {
+            return Ok(None);
+        }
+        if let Err(s) = this.cas(st::PENDING, st::WAITING) {
+            return Err(Self::enter_error(py, s));
         }
         let now = match this.now {
             Some(n) => n,
-            None => clock_ns(),
+            None => match this.owner.now(py) {
+                Ok(n) => n,
+                Err(e) => {
+                    this.state.store(st::PENDING, Ordering::Release);
+                    return Err(e);
+                }
+            },
         };
         match &this.owner {
             Owner::Limiter(l) => match l.get().core.try_acquire_raw(now, this.priority) {
                 Ok(raw) => {
-                    this.raw = Some(raw);
-                    this.state = State::Held;
+                    this.hold(raw);
                     Ok(None)
                 }
                 Err(r) => {
-                    this.state = State::Failed;
+                    this.state.store(st::FAILED, Ordering::Release);
                     Err(rejected_err(py, r))
                 }
             },
             Owner::Gate(g) => {
-                let (priority, timeout) = (this.priority, this.timeout_ns);
-                let injected = this.now.is_some();
-                let arrival = g.get().arrive(py, now, priority, timeout);
-                match arrival {
+                let injected = this.now.is_some() || this.owner.clock().is_some();
+                match g.get().arrive(py, now, this.priority, this.timeout_ns) {
                     Ok(Waiter::Admitted(raw)) => {
-                        this.raw = Some(raw);
-                        this.state = State::Held;
+                        this.hold(raw);
                         Ok(None)
                     }
                     Ok(Waiter::Queued(wait)) => {
-                        let gate = match &this.owner {
-                            Owner::Gate(g) => g.clone_ref(py),
-                            Owner::Limiter(_) => unreachable!("matched a gate above"),
-                        };
-                        this.state = State::Waiting;
-                        drop(this);
                         if asynchronous {
-                            Gate::wait_async(&gate, py, slf, wait).map(Some)
+                            Gate::wait_async(g, py, slf, wait).map(Some)
                         } else {
-                            let result = gate.get().wait_sync(py, &wait, injected);
-                            let mut this = slf.borrow_mut();
-                            match result {
+                            match g.get().wait_sync(py, &wait, injected) {
                                 Ok(raw) => {
-                                    this.raw = Some(raw);
-                                    this.state = State::Held;
+                                    this.hold(raw);
                                     Ok(None)
                                 }
                                 Err(e) => {
-                                    this.state = State::Failed;
+                                    this.state.store(st::FAILED, Ordering::Release);
                                     Err(e)
                                 }
                             }
                         }
                     }
                     Err(e) => {
-                        this.state = State::Failed;
+                        this.state.store(st::FAILED, Ordering::Release);
                         Err(e)
                     }
                 }
@@ -221,44 +286,71 @@ impl Permit {
     }
 
     /// Called by the async wait when the ticket was granted (`Some`) or dropped (`None`).
-    pub fn finish_wait(&mut self, raw: Option<RawPermit>) {
+    pub fn finish_wait(&self, raw: Option<RawPermit>) {
         match raw {
-            Some(raw) => {
-                self.raw = Some(raw);
-                self.state = State::Held;
+            Some(raw) => self.hold(raw),
+            None => self.state.store(st::FAILED, Ordering::Release),
+        }
+    }
+
+    /// Wins the transition out of `HELD`/`IN_BLOCK` (or reports why not).
+    fn claim(&self, py: Python<'_>) -> PyResult<()> {
+        let mut s = self.state.load(Ordering::Acquire);
+        loop {
+            match s {
+                st::HELD | st::IN_BLOCK => match self.cas(s, st::RELEASING) {
+                    Ok(()) => return Ok(()),
+                    Err(actual) => s = actual,
+                },
+                st::RELEASING => {
+                    return Err(usage_err(py, surgeguard_core::UsageError::AlreadyReleased))
+                }
+                s if s >= st::RELEASED => {
+                    return Err(usage_err(py, surgeguard_core::UsageError::AlreadyReleased))
+                }
+                st::FAILED => {
+                    return Err(usage_msg(
+                        py,
+                        "not_admitted",
+                        "this permit holds no slot: its admission was refused",
+                    ))
+                }
+                _ => {
+                    return Err(usage_msg(
+                        py,
+                        "not_admitted",
+                        "this permit holds no slot yet: enter it (`with permit:`) first",
+                    ))
+                }
             }
-            None => self.state = State::Failed,
         }
     }
 
     fn end(
-        &mut self,
+        &self,
         py: Python<'_>,
         outcome: Outcome,
         now_ns: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        match self.state {
-            State::Held => {}
-            State::Released(_) => {
-                return Err(usage_err(py, surgeguard_core::UsageError::AlreadyReleased))
-            }
-            _ => {
-                return Err(PyRuntimeError::new_err(
-                    "this permit holds no slot (not admitted yet, or admission failed)",
-                ))
-            }
-        }
+        // Validate every argument before touching the state.
         let now = match now_ns {
-            Some(v) if !v.is_none() => now_arg(v)?,
-            _ => self.now.unwrap_or_else(clock_ns),
+            Some(v) if !v.is_none() => Some(now_arg(v)?),
+            _ => None,
         };
-        self.release_now(Some(py), outcome, now);
+        let now = match now.or(self.now) {
+            Some(n) => n,
+            None => self.owner.now(py)?,
+        };
+        self.claim(py)?;
+        self.finish_release(Some(py), outcome, now);
         Ok(())
     }
 
-    fn release_now(&mut self, py: Option<Python<'_>>, outcome: Outcome, now: u64) {
-        if let Some(raw) = self.raw.take() {
-            self.state = State::Released(outcome);
+    /// After `claim`: returns the slot and records the outcome.
+    fn finish_release(&self, py: Option<Python<'_>>, outcome: Outcome, now: u64) {
+        let raw = lock(&self.raw).take();
+        self.state.store(st::RELEASED + outcome_code(outcome), Ordering::Release);
+        if let Some(raw) = raw {
             self.owner.release(py, raw, now, outcome);
         }
     }
@@ -277,14 +369,31 @@ impl Permit {
         })
     }
 
+    /// Leaving the block: releases the slot unless the body already ended the permit.
     #[inline]
-    fn exit(&mut self, exc_type: &Bound<'_, PyAny>) -> PyResult<()> {
-        if self.state == State::Held {
-            let outcome = self.outcome_of(exc_type)?;
-            let now = self.now.unwrap_or_else(clock_ns);
-            self.release_now(Some(exc_type.py()), outcome, now);
+    fn exit(&self, exc_type: &Bound<'_, PyAny>) -> PyResult<()> {
+        let py = exc_type.py();
+        match self.state.load(Ordering::Acquire) {
+            st::IN_BLOCK => {
+                let outcome = self.outcome_of(exc_type)?;
+                let now = match self.now {
+                    Some(n) => n,
+                    None => self.owner.now(py)?,
+                };
+                if self.cas(st::IN_BLOCK, st::RELEASING).is_ok() {
+                    self.finish_release(Some(py), outcome, now);
+                }
+                // Lost to an explicit end on another thread: it is ended either way.
+                Ok(())
+            }
+            // Ended inside the block (`permit.dropped()` ...): nothing left to do.
+            s if s == st::RELEASING || s >= st::RELEASED => Ok(()),
+            _ => Err(usage_msg(
+                py,
+                "not_entered",
+                "__exit__ without a matching __enter__: this permit is not inside a block",
+            )),
         }
-        Ok(())
     }
 }
 
@@ -296,7 +405,7 @@ impl Permit {
     }
 
     fn __exit__(
-        &mut self,
+        &self,
         exc_type: &Bound<'_, PyAny>,
         _exc_value: &Bound<'_, PyAny>,
         _traceback: &Bound<'_, PyAny>,
@@ -309,7 +418,7 @@ impl Permit {
         match Self::admit(&slf, true)? {
             Some(coroutine) => Ok(coroutine),
             None => {
-                slf.borrow_mut().awaiting = Await::Entered;
+                slf.get().awaiting.store(aw::ENTERED, Ordering::Release);
                 Ok(slf.into_any().unbind())
             }
         }
@@ -321,11 +430,8 @@ impl Permit {
         _exc_value: &Bound<'py, PyAny>,
         _traceback: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, Self>> {
-        {
-            let mut this = slf.borrow_mut();
-            this.exit(exc_type)?;
-            this.awaiting = Await::Exited;
-        }
+        slf.get().exit(exc_type)?;
+        slf.get().awaiting.store(aw::NOTHING, Ordering::Release);
         Ok(slf)
     }
 
@@ -335,44 +441,43 @@ impl Permit {
     }
 
     fn __next__(slf: Bound<'_, Self>) -> PyResult<Option<Py<PyAny>>> {
-        let state = {
-            let mut this = slf.borrow_mut();
-            std::mem::replace(&mut this.awaiting, Await::Nothing)
-        };
-        match state {
+        match slf.get().awaiting.swap(aw::NOTHING, Ordering::AcqRel) {
             // StopIteration(permit): the value of `await` (and of `async with ... as`).
-            Await::Entered => Err(PyStopIteration::new_err(slf.into_any().unbind())),
-            Await::Exited | Await::Nothing => Ok(None),
+            aw::ENTERED => Err(PyStopIteration::new_err(slf.into_any().unbind())),
+            _ => Ok(None),
         }
     }
 
     /// Ends the work as a success: its latency is a sample for the limit.
     #[pyo3(signature = (*, now_ns=None))]
-    fn success(&mut self, py: Python<'_>, now_ns: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+    fn success(&self, py: Python<'_>, now_ns: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
         self.end(py, Outcome::Success, now_ns)
     }
 
     /// Ends the work as an overload signal (timeout, 429/503 from below): the limit backs off.
     #[pyo3(signature = (*, now_ns=None))]
-    fn dropped(&mut self, py: Python<'_>, now_ns: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+    fn dropped(&self, py: Python<'_>, now_ns: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
         self.end(py, Outcome::Dropped, now_ns)
     }
 
     /// Ends the work without a capacity signal (cancelled, a 4xx): the slot just returns.
     #[pyo3(signature = (*, now_ns=None))]
-    fn ignore(&mut self, py: Python<'_>, now_ns: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+    fn ignore(&self, py: Python<'_>, now_ns: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
         self.end(py, Outcome::Ignored, now_ns)
     }
 
     /// Ends the work with `outcome` (`"success"`, `"dropped"` or `"ignored"`).
-    #[pyo3(signature = (outcome="success", *, now_ns=None))]
+    #[pyo3(signature = (outcome=None, *, now_ns=None))]
     fn release(
-        &mut self,
+        &self,
         py: Python<'_>,
-        outcome: &str,
+        outcome: Option<&Bound<'_, PyAny>>,
         now_ns: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let o = outcome_arg(&pyo3::types::PyString::new(py, outcome).into_any())?;
+        let o = match outcome.filter(|v| !v.is_none()) {
+            Some(v) => outcome_arg(v)?,
+            None => Outcome::Success,
+        };
         self.end(py, o, now_ns)
     }
 
@@ -385,43 +490,50 @@ impl Permit {
     /// Whether the permit holds a slot now.
     #[getter]
     fn held(&self) -> bool {
-        self.state == State::Held
+        matches!(self.state.load(Ordering::Acquire), st::HELD | st::IN_BLOCK)
     }
 
     /// How it ended (`"success"`, `"dropped"`, `"ignored"`), or `None` while not released.
     #[getter]
     fn outcome(&self) -> Option<&'static str> {
-        match self.state {
-            State::Released(o) => Some(outcome_name(o)),
-            _ => None,
-        }
+        let s = self.state.load(Ordering::Acquire);
+        (s >= st::RELEASED).then(|| outcome_name(outcome_of_code(s - st::RELEASED)))
     }
 
     /// When it was admitted (the clock's nanoseconds), or `None` if not admitted.
     #[getter]
     fn started_at_ns(&self) -> Option<u64> {
-        self.raw.as_ref().map(|r| r.started_at())
+        match self.started.load(Ordering::Relaxed) {
+            0 if !matches!(self.state.load(Ordering::Acquire), st::HELD | st::IN_BLOCK) => None,
+            t => Some(t),
+        }
     }
 
     fn __repr__(&self) -> String {
-        let state = match self.state {
-            State::Pending => "pending".to_string(),
-            State::Waiting => "waiting".to_string(),
-            State::Held => "held".to_string(),
-            State::Released(o) => format!("released ({})", outcome_name(o)),
-            State::Failed => "refused".to_string(),
+        let s = self.state.load(Ordering::Acquire);
+        let state = match s {
+            st::PENDING => "pending".to_string(),
+            st::WAITING => "waiting".to_string(),
+            st::HELD | st::IN_BLOCK => "held".to_string(),
+            st::RELEASING => "releasing".to_string(),
+            st::FAILED => "refused".to_string(),
+            s => format!("released ({})", outcome_name(outcome_of_code(s - st::RELEASED))),
         };
-        let _ = self.owner.levels();
         format!("<surgeguard.Permit priority={} {state}>", self.priority.index())
     }
 }
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        if self.raw.is_some() {
-            // Garbage-collected while held: return the slot, no capacity signal.
-            let now = self.now.unwrap_or_else(clock_ns);
-            self.release_now(None, Outcome::Ignored, now);
+        if let Some(raw) = self.raw.get_mut().unwrap_or_else(|p| p.into_inner()).take() {
+            // Garbage-collected while held: return the slot, no capacity signal (with a
+            // `clock=`, at the admission's time: no Python call from a destructor).
+            let now = match (self.now, self.owner.clock()) {
+                (Some(n), _) => n,
+                (None, Some(_)) => raw.started_at(),
+                (None, None) => clock_ns(),
+            };
+            self.owner.release(None, raw, now, Outcome::Ignored);
         }
     }
 }

@@ -126,7 +126,7 @@ impl RateLimiter {
 }
 
 /// Paces the drain of a backlog after an outage: at most `target_per_sec × (1 − headroom)`
-/// items per second start (seed 003: draining at full speed re-saturates the dependency
+/// items per second start (draining at full speed re-saturates the dependency
 /// that just came back).
 #[pyclass(frozen, module = "surgeguard._native")]
 pub struct PacedDrain {
@@ -173,13 +173,17 @@ impl PacedDrain {
 
     /// Seconds to drain `backlog` while new work arrives at `produce_per_sec`; `None` if it
     /// never drains.
-    #[pyo3(signature = (backlog, produce_per_sec=0.0))]
+    #[pyo3(signature = (backlog, produce_per_sec=None))]
     fn time_to_drain(
         &self,
         backlog: &Bound<'_, PyAny>,
-        produce_per_sec: f64,
+        produce_per_sec: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Option<f64>> {
         let backlog = uint_arg("backlog", backlog, u64::MAX)?;
+        let produce_per_sec = match produce_per_sec.filter(|v| !v.is_none()) {
+            Some(v) => rate_arg("produce_per_sec", v)?,
+            None => 0.0,
+        };
         Ok(self.core.time_to_drain(backlog, produce_per_sec).map(secs))
     }
 
@@ -204,14 +208,16 @@ impl PacedDrain {
     }
 }
 
-/// Seed 004's drain time: seconds to drain `backlog` consumed at `consume_per_sec` while
+/// The drain time: seconds to drain `backlog` consumed at `consume_per_sec` while
 /// produced at `produce_per_sec`; `None` if it never drains.
 #[pyfunction]
 pub fn time_to_drain(
     backlog: &Bound<'_, PyAny>,
-    consume_per_sec: f64,
-    produce_per_sec: f64,
+    consume_per_sec: &Bound<'_, PyAny>,
+    produce_per_sec: &Bound<'_, PyAny>,
 ) -> PyResult<Option<f64>> {
     let backlog = uint_arg("backlog", backlog, u64::MAX)?;
+    let consume_per_sec = rate_arg("consume_per_sec", consume_per_sec)?;
+    let produce_per_sec = rate_arg("produce_per_sec", produce_per_sec)?;
     Ok(core_time_to_drain(backlog, consume_per_sec, produce_per_sec).map(secs))
 }

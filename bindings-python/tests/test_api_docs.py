@@ -80,3 +80,20 @@ def test_exception_hierarchy():
     e2 = pickle.loads(pickle.dumps(e))
     assert type(e2) is sg.Expired and e2.reason == "expired" and e2.retry_after == 0.25
     assert set(errors.BY_REASON) >= {"queue_full", "expired", "shed", "key_limit", "breaker_open"}
+
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_readme_leads_with_the_adaptive_gate_and_states_the_defaults():
+    text = README.read_text()
+    first_block = text.split("```python", 1)[1].split("```", 1)[0]
+    assert "sg.Gate()" in first_block and "limit=" not in first_block
+    for needed in ("max_wait", "job_queue", "clock=", "UsageError", "deadline", "prometheus"):
+        assert needed in text, needed
+    # The numbers the README states are the ones the package uses.
+    g = sg.Gate()
+    m = g.metrics()
+    assert m["capacity"] == 1024 and "| 1024 waiters" in text
+    assert m["limiter"]["algorithm"] == "gradient" and "gradient (adaptive)" in text
+    assert m["limiter"]["levels"] == 3 and "| 3:" in text

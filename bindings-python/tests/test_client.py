@@ -271,3 +271,13 @@ def test_parse_retry_after():
     assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0  # in the past
     assert retry_after_of(sg.Shed("s", "shed", 1.5)) == 1.5
     assert retry_after_of(ValueError()) is None
+
+
+def test_httpx_transport_does_not_count_a_retry_given_up_for_max_delay():
+    budget = sg.RetryBudget(min_retries_per_sec=1, percent_can_retry=0.0)
+    seen, mock = _mock([503, 200], {"retry-after": "60"})
+    t = sghttpx.RetryTransport(mock, budget=budget, max_delay=1.0, sleep=lambda s: None)
+    before = budget.available()
+    with httpx.Client(transport=t) as c:
+        assert c.get("http://test/").status_code == 503
+    assert seen == ["GET"] and budget.available() == before

@@ -5,11 +5,15 @@ Admission (server side):
 - :class:`Gate` — adaptive concurrency limit + bounded priority queue (CoDel, adaptive
   LIFO, deadlines) + shed switch::
 
-      gate = surgeguard.Gate(limit=64)
+      gate = surgeguard.Gate()              # adaptive (gradient); Gate(limit=N) is fixed
       with gate.acquire(priority="critical", timeout=0.2) as permit:
-          ...                               # waits (GIL released) while queued
+          ...                               # waits (GIL released) while queued;
+                                            # timeout = deadline for wait + service
       async with gate.acquire_async(priority="background") as permit:
           ...
+
+  A server gate refuses work that queued too long (CoDel) on purpose; for a semaphore
+  with a queue (jobs, worker pools) use :func:`job_queue`.
 
 - :class:`Limiter` — the limiter alone (no queue: refusals raise at once).
 - :class:`KeyedLimits` — per-tenant / per-agent caps and rates, shuffle-sharded.
@@ -23,8 +27,9 @@ Pipelines: :class:`Credits`, :class:`LagMeter`, :class:`Watermarks`, :class:`Pac
 
 Durations are seconds (floats); priorities are names (``"critical"``, ``"normal"``,
 ``"background"``) or ints (0 = most important); every time-dependent call takes an
-optional ``now_ns=`` (int nanoseconds) to inject time, otherwise the native monotonic
-clock is read (:func:`clock_ns`). Use one or the other per object.
+optional ``now_ns=`` (int nanoseconds, at most 2**62) to inject time, otherwise the
+object's ``clock=`` or the native monotonic clock is read (:func:`clock_ns`). Use one or
+the other per object.
 
 Refusals raise :class:`OverloadError` subclasses carrying ``reason`` and ``retry_after``.
 """
@@ -85,9 +90,32 @@ from .errors import (
 )
 from .retry import retry
 
+
+def job_queue(limit: int, *, queue_capacity: int = 4096, clock: object = None) -> Gate:
+    """A :class:`Gate` that behaves like a semaphore with a bounded queue (the p-limit /
+    ``asyncio.Semaphore`` idiom): a fixed ``limit``, one priority level, FIFO order, no
+    CoDel and no maximum wait, so ``with gate.acquire():`` waits its turn instead of being
+    refused under steady load. It refuses only when ``queue_capacity`` waiters are
+    already queued (``QueueFull``), or on ``timeout=`` if you pass one.
+
+    Use it for batch work and job runners. For a server, use the default :class:`Gate`:
+    its CoDel and adaptive LIFO refuse work that has queued too long *on purpose*, so
+    a client retries elsewhere instead of waiting for an answer it no longer wants.
+    """
+    return Gate(
+        limit=limit,
+        levels=1,
+        codel=False,
+        lifo="never",
+        queue_capacity=queue_capacity,
+        clock=clock,
+    )
+
+
 __all__ = [
     # admission
     "Gate",
+    "job_queue",
     "Limiter",
     "Permit",
     "KeyedLimits",

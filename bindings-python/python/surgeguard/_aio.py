@@ -24,6 +24,9 @@ _timers: "weakref.WeakKeyDictionary[Any, weakref.WeakKeyDictionary[asyncio.Abstr
     weakref.WeakKeyDictionary()
 )
 _timers_lock = threading.Lock()
+#: The thread each loop runs on (a timer is armed directly there, else through
+#: ``call_soon_threadsafe``).
+_loop_thread: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, int]" = weakref.WeakKeyDictionary()
 
 
 def _resolve(fut: "asyncio.Future[None]") -> None:
@@ -72,6 +75,21 @@ class _Timer:
         self.due = due
         self.handle = self.loop.call_at(due, self._fire)
 
+    def kick(self) -> bool:
+        """Called by the gate (any thread) after a pump that left waiters: re-arm from the
+        gate's ``next_wakeup``. Returns False once the loop is closed (then the gate
+        forgets this timer)."""
+        if self.loop.is_closed():
+            return False
+        if _loop_thread.get(self.loop) == threading.get_ident():
+            self.arm()
+        else:
+            try:
+                self.loop.call_soon_threadsafe(self.arm)
+            except RuntimeError:  # closed meanwhile
+                return False
+        return True
+
     def _fire(self) -> None:
         self.handle = None
         gate = self.gate()
@@ -92,6 +110,8 @@ def _timer_for(gate: Any, loop: asyncio.AbstractEventLoop) -> _Timer:
         if timer is None:
             timer = _Timer(gate, loop)
             per_loop[loop] = timer
+            _loop_thread[loop] = threading.get_ident()
+            gate._add_timer_hook(timer.kick)
         return timer
 
 

@@ -4,19 +4,20 @@ a cheap health check that tells "overloaded" (keep me, send less) from "broken".
 
 ::
 
-    app = OverloadMiddleware(app, gate=surgeguard.Gate(limit=64),
+    app = OverloadMiddleware(app, gate=surgeguard.Gate(),
                              keyed=surgeguard.KeyedLimits(8), key_header="x-tenant-id")
     # Starlette / FastAPI: app.add_middleware(OverloadMiddleware, gate=gate)
 
 Per request (``scope["type"] == "http"``; lifespan and websocket pass through):
 
-1. ``health_path`` (if set) is answered at once, outside the gate (seed 002: health checks
+1. ``health_path`` (if set) is answered at once, outside the gate (health checks
    on a separate, cheap path).
 2. The key (``key_header`` or ``key(scope)``), if any, is checked first: a per-key refusal
    is ``429`` with ``Retry-After`` and the JSON body of :func:`surgeguard.actionable`.
 3. The priority (``X-Request-Priority``: ``critical`` / ``normal`` / ``background`` or an
-   int, or ``priority(scope)``) goes to the gate, which may queue the request up to
-   ``timeout`` seconds; a refusal is ``503`` with ``Retry-After`` and the JSON body.
+   int, or ``priority(scope)``) goes to the gate, which may queue the request; with a
+   ``timeout`` the request must be able to *finish* (wait + expected service) within
+   it; a refusal is ``503`` with ``Retry-After`` and the JSON body.
 4. The app runs; the permit is released in ``finally`` with an outcome from the response
    status: below 400 → success; 429, 502, 503, 504 or an overload exception (timeout) →
    dropped; anything else (other 4xx/5xx, client disconnect, cancellation) → ignored.
@@ -58,9 +59,14 @@ def health(gate: Optional[Gate], broken: Optional[Callable[[], bool]] = None) ->
 
     - ``broken()`` true → ``503 {"status": "broken"}``: remove this instance.
     - gate overloaded → ``200 {"status": "overloaded", "send_less": true}``: keep it, send
-      it less (seeds 002, 003: a busy instance must not fail its health check).
+      it less (a busy instance must not fail its health check, or the
+      balancer moves its load onto the others and they fail in turn).
     - otherwise → ``200 {"status": "ok"}``.
     """
+    if gate is not None and not isinstance(gate, Gate):
+        raise TypeError(f"gate must be a surgeguard.Gate or None, got {type(gate).__name__}")
+    if broken is not None and not callable(broken):
+        raise TypeError(f"broken must be a callable or None, got {type(broken).__name__}")
     if broken is not None and broken():
         return 503, {"status": "broken"}
     if gate is not None and gate.overloaded:
@@ -120,14 +126,59 @@ async def _refuse(send: Send, refusal: OverloadError) -> None:
     )
 
 
+def _check_args(
+    app: Any,
+    gate: Any,
+    priority_header: Any,
+    priority: Any,
+    keyed: Any,
+    key_header: Any,
+    key: Any,
+    key_cost: Any,
+    health_path: Any,
+    broken: Any,
+) -> None:
+    """The middleware arguments both middlewares share: wrong types are ``TypeError``,
+    out-of-range values ``ValueError``, all at construction."""
+    if not callable(app):
+        raise TypeError(f"app must be a callable (the wrapped app), got {type(app).__name__}")
+    if not isinstance(gate, Gate):
+        raise TypeError(f"gate must be a surgeguard.Gate, got {type(gate).__name__}")
+    if keyed is not None and not isinstance(keyed, KeyedLimits):
+        raise TypeError(f"keyed must be a surgeguard.KeyedLimits or None, got {type(keyed).__name__}")
+    for name, value, optional in (
+        ("priority_header", priority_header, False),
+        ("key_header", key_header, True),
+        ("health_path", health_path, True),
+    ):
+        if value is None and optional:
+            continue
+        if not isinstance(value, str):
+            raise TypeError(f"{name} must be a str{' or None' if optional else ''}, got {type(value).__name__}")
+        if not value or not value.isascii():
+            raise ValueError(f"{name} must be a non-empty ASCII string, got {value!r}")
+    for name, value in (("priority", priority), ("key", key), ("broken", broken)):
+        if value is not None and not callable(value):
+            raise TypeError(f"{name} must be a callable or None, got {type(value).__name__}")
+    if isinstance(key_cost, bool) or not isinstance(key_cost, int):
+        raise TypeError(f"key_cost must be an int, got {type(key_cost).__name__}")
+    if not 0 <= key_cost <= 2**32 - 1:
+        raise ValueError(f"key_cost must be an int in [0, 2**32 - 1], got {key_cost}")
+
+
 class OverloadMiddleware:
     """Pure ASGI overload middleware (see the module docs).
 
     Args:
         app: the ASGI app.
         gate: the :class:`~surgeguard.Gate` all requests pass.
-        timeout: seconds a request may wait in the gate's queue (``None``: until granted
-            or dropped by CoDel / eviction / shedding; ``0``: never wait).
+        timeout: the request's deadline in seconds, covering the wait in the queue *and*
+            the expected service time (the gate's ``service_time``): a request that
+            cannot finish in time is refused at once (``DeadlineUnmeetable``), and a
+            waiter is dropped (``Expired``) once its turn would come too late. Give the
+            time your client waits for a whole answer, not a queueing budget. ``None``
+            (default): no deadline — wait until granted or dropped by CoDel, eviction or
+            shedding; ``0``: never wait.
         priority_header: the request header naming the priority.
         priority: ``priority(scope) -> name | int | None`` (overrides the header).
         keyed: a :class:`~surgeguard.KeyedLimits` table for per-key isolation.
@@ -155,10 +206,13 @@ class OverloadMiddleware:
         broken: Optional[Callable[[], bool]] = None,
         exclude_paths: Iterable[str] = (),
     ) -> None:
-        if not isinstance(gate, Gate):
-            raise TypeError("gate must be a surgeguard.Gate")
-        if keyed is not None and not isinstance(keyed, KeyedLimits):
-            raise TypeError("keyed must be a surgeguard.KeyedLimits")
+        _check_args(app, gate, priority_header, priority, keyed, key_header, key, key_cost, health_path, broken)
+        if isinstance(exclude_paths, (str, bytes)) or not isinstance(exclude_paths, Iterable):
+            raise TypeError(f"exclude_paths must be a collection of paths, got {type(exclude_paths).__name__}")
+        exclude_paths = list(exclude_paths)
+        if not all(isinstance(p, str) for p in exclude_paths):
+            raise TypeError("exclude_paths must hold str paths")
+        gate.acquire_async(None, timeout)  # validates timeout once, here
         self.app = app
         self.gate = gate
         self.timeout = timeout

@@ -1,4 +1,4 @@
-"""The exceptions surgeguard raises, one class per core reason (DESIGN.md §4).
+"""The exceptions surgeguard raises, one class per core reason.
 
 Hierarchy::
 
@@ -162,11 +162,14 @@ class ConfigError(ValueError):
 
 
 class UsageError(RuntimeError):
-    """A handle was misused (released twice, or given to another object); nothing changed.
+    """A handle was misused; nothing changed.
 
     Attributes:
-        kind: ``"already_released"``, ``"foreign_handle"``, ``"unknown_ticket"`` or
-            ``"bad_level"``.
+        kind: ``"already_released"`` (ended twice), ``"foreign_handle"`` (given to an
+            object that did not issue it), ``"not_admitted"`` (ended before it was
+            admitted, or after its admission was refused), ``"already_entered"``
+            (``with p:`` on a permit already inside its block), ``"not_entered"``
+            (``__exit__`` without ``__enter__``), ``"unknown_ticket"`` or ``"bad_level"``.
     """
 
     kind: str

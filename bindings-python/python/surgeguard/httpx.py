@@ -29,6 +29,11 @@ from .retry import parse_retry_after
 
 __all__ = ["RetryTransport", "AsyncRetryTransport", "IDEMPOTENT_METHODS"]
 
+
+def _check(value: Any, types: Any, name: str, what: str) -> None:
+    if value is not None and not isinstance(value, types):
+        raise TypeError(f"{name} must be {what} or None, got {type(value).__name__}")
+
 #: RFC 9110 §9.2.2 idempotent methods.
 IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
 #: Statuses that say "overloaded or unavailable: try again later".
@@ -53,6 +58,27 @@ class _Common:
     ) -> None:
         if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
             raise ValueError(f"attempts must be an int >= 1, got {attempts!r}")
+        _check(backoff, Backoff, "backoff", "a surgeguard.Backoff")
+        _check(budget, (RetryBudget, TokenRetryThrottle), "budget", "a RetryBudget or a TokenRetryThrottle")
+        _check(throttle, AdaptiveThrottle, "throttle", "a surgeguard.AdaptiveThrottle")
+        _check(breaker, CircuitBreaker, "breaker", "a surgeguard.CircuitBreaker")
+        if isinstance(retry_statuses, (str, bytes)) or not isinstance(retry_statuses, Iterable):
+            raise TypeError(f"retry_statuses must be a collection of ints, got {type(retry_statuses).__name__}")
+        retry_statuses = list(retry_statuses)
+        for s in retry_statuses:
+            if isinstance(s, bool) or not isinstance(s, int):
+                raise TypeError(f"retry_statuses must hold int statuses, got {s!r}"[:120])
+            if not 100 <= s <= 599:
+                raise ValueError(f"retry_statuses must hold HTTP statuses (100-599), got {s}")
+        if not isinstance(retry_non_idempotent, bool):
+            raise TypeError(f"retry_non_idempotent must be a bool, got {type(retry_non_idempotent).__name__}")
+        if max_delay is not None:
+            if isinstance(max_delay, bool) or not isinstance(max_delay, (int, float)):
+                raise TypeError(f"max_delay must be a number of seconds or None, got {type(max_delay).__name__}")
+            if not 0 <= max_delay < float("inf"):
+                raise ValueError(f"max_delay must be a finite number >= 0 seconds, got {max_delay!r}")
+        if sleep is not None and not callable(sleep):
+            raise TypeError(f"sleep must be callable, got {type(sleep).__name__}")
         self.attempts = attempts
         self.backoff = backoff if backoff is not None else Backoff()
         self.budget = budget
@@ -96,13 +122,15 @@ class _Common:
     def _may_retry(self, attempt: int, backoff: Backoff, hint: Optional[float]) -> Optional[float]:
         if attempt >= self.attempts:
             return None
+        # The delay first: a retry given up for its delay was never made, so it must not
+        # be taken from the budget.
+        delay = backoff.next_delay(attempt, hint)
+        if self.max_delay is not None and delay > self.max_delay:
+            return None
         budget = self.budget
         if isinstance(budget, RetryBudget) and not budget.try_withdraw():
             return None
         if isinstance(budget, TokenRetryThrottle) and not budget.try_retry():
-            return None
-        delay = backoff.next_delay(attempt, hint)
-        if self.max_delay is not None and delay > self.max_delay:
             return None
         return delay
 
@@ -111,6 +139,7 @@ class RetryTransport(_Common, httpx.BaseTransport):
     """A sync httpx transport that retries within a budget (see the module docs)."""
 
     def __init__(self, transport: Optional[httpx.BaseTransport] = None, **kwargs: Any) -> None:
+        _check(transport, httpx.BaseTransport, "transport", "an httpx.BaseTransport")
         super().__init__(**kwargs)
         self.transport = transport if transport is not None else httpx.HTTPTransport()
 
@@ -156,6 +185,7 @@ class AsyncRetryTransport(_Common, httpx.AsyncBaseTransport):
     """An async httpx transport that retries within a budget (see the module docs)."""
 
     def __init__(self, transport: Optional[httpx.AsyncBaseTransport] = None, **kwargs: Any) -> None:
+        _check(transport, httpx.AsyncBaseTransport, "transport", "an httpx.AsyncBaseTransport")
         super().__init__(**kwargs)
         self.transport = transport if transport is not None else httpx.AsyncHTTPTransport()
 

@@ -12,6 +12,7 @@ counters (``_total``) for event counts, gauges otherwise; per-level lists get a
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Dict, Iterable, List, Mapping, Tuple, Union
 
 __all__ = ["render", "CONTENT_TYPE"]
@@ -72,6 +73,9 @@ def _fmt(v: float) -> str:
     return repr(float(v))
 
 
+_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+
+
 def _kind_of(obj: Any) -> str:
     for cls in type(obj).__mro__:
         k = _KIND.get(cls.__name__)
@@ -81,7 +85,10 @@ def _kind_of(obj: Any) -> str:
 
 
 def _metrics_of(obj: Any) -> Dict[str, Any]:
-    m = obj.metrics()
+    metrics = getattr(obj, "metrics", None)
+    if not callable(metrics):
+        raise TypeError(f"render() takes surgeguard objects (with metrics()), got {type(obj).__name__}")
+    m = metrics()
     if not isinstance(m, dict):
         raise TypeError(f"{type(obj).__name__}.metrics() did not return a dict")
     return m
@@ -131,10 +138,24 @@ def render(
     prefix: str = "surgeguard",
 ) -> str:
     """Renders ``{name: object}`` (or ``[(name, object), ...]``) as Prometheus text."""
-    items = list(objects.items()) if isinstance(objects, Mapping) else list(objects)
+    if not isinstance(prefix, str):
+        raise TypeError(f"prefix must be a str, got {type(prefix).__name__}")
+    if not _METRIC_NAME.fullmatch(prefix):
+        raise ValueError(f"prefix must be a Prometheus metric name ([a-zA-Z_:][a-zA-Z0-9_:]*), got {prefix!r}")
+    if isinstance(objects, Mapping):
+        items = list(objects.items())
+    elif isinstance(objects, (str, bytes)) or not isinstance(objects, Iterable):
+        raise TypeError(f"objects must be a dict {{name: object}} or (name, object) pairs, got {type(objects).__name__}")
+    else:
+        items = list(objects)
+    for item in items:
+        if not (isinstance(item, tuple) and len(item) == 2):
+            raise TypeError(f"objects must be (name, object) pairs, got {item!r}"[:200])
+    # Every object is read before anything is written: a bad one fails the whole call.
+    read = [(str(name), _kind_of(obj), _metrics_of(obj)) for name, obj in items]
     out = _Families()
-    for name, obj in items:
-        _emit(out, prefix, _kind_of(obj), str(name), _metrics_of(obj))
+    for name, kind, metrics in read:
+        _emit(out, prefix, kind, name, metrics)
     lines: List[str] = []
     for family in out.order:
         mtype = out.types[family]

@@ -1,7 +1,8 @@
 """`retry(...)`: retries with a budget, jittered backoff and the server's Retry-After.
 
 A per-call "up to N attempts" multiplies load by N at every layer when a dependency is
-down (seed 004: three layers of 4 attempts make 64×). ``retry`` is bounded twice: by
+down (three layers of 4 attempts make 4³ = 64 calls; Google SRE book, "Handling
+Overload"). ``retry`` is bounded twice: by
 ``attempts`` and by a shared :class:`~surgeguard.RetryBudget` (or
 :class:`~surgeguard.TokenRetryThrottle`), so retries stay a share of traffic however bad
 things get. Delays come from :class:`~surgeguard.Backoff` (jittered) and are never shorter
@@ -81,7 +82,17 @@ def _never_ran(exc: BaseException) -> bool:
 class _Policy:
     """The shared, immutable part of a retry decorator."""
 
-    __slots__ = ("attempts", "backoff", "budget", "retry_on", "idempotent", "max_delay", "sleep", "on_retry")
+    __slots__ = (
+        "attempts",
+        "backoff",
+        "budget",
+        "retry_on",
+        "idempotent",
+        "max_delay",
+        "sleep",
+        "on_retry",
+        "clock",
+    )
 
     def __init__(
         self,
@@ -93,6 +104,7 @@ class _Policy:
         max_delay: Optional[float],
         sleep: Optional[Callable[[float], Any]],
         on_retry: Optional[Callable[[int, BaseException, float], Any]],
+        clock: Optional[Callable[[], int]] = None,
     ) -> None:
         if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
             raise ValueError(f"attempts must be an int >= 1, got {attempts!r}")
@@ -100,8 +112,17 @@ class _Policy:
             raise TypeError("backoff must be a surgeguard.Backoff")
         if budget is not None and not isinstance(budget, (RetryBudget, TokenRetryThrottle)):
             raise TypeError("budget must be a RetryBudget or a TokenRetryThrottle")
-        if max_delay is not None and not (max_delay >= 0):
-            raise ValueError(f"max_delay must be >= 0 seconds, got {max_delay!r}")
+        if max_delay is not None:
+            if isinstance(max_delay, bool) or not isinstance(max_delay, (int, float)):
+                raise TypeError(f"max_delay must be a number of seconds or None, got {type(max_delay).__name__}")
+            if not (0 <= max_delay < float("inf")):
+                raise ValueError(f"max_delay must be a finite number >= 0 seconds, got {max_delay!r}")
+        retry_on = _exception_classes("retry_on", retry_on)
+        if not isinstance(idempotent, bool):
+            raise TypeError(f"idempotent must be a bool, got {type(idempotent).__name__}")
+        for name, fn in (("sleep", sleep), ("on_retry", on_retry), ("clock", clock)):
+            if fn is not None and not callable(fn):
+                raise TypeError(f"{name} must be callable, got {type(fn).__name__}")
         self.attempts = attempts
         self.backoff = backoff if backoff is not None else Backoff()
         self.budget = budget
@@ -110,10 +131,14 @@ class _Policy:
         self.max_delay = max_delay
         self.sleep = sleep
         self.on_retry = on_retry
+        self.clock = clock
+
+    def _now(self) -> Optional[int]:
+        return None if self.clock is None else self.clock()
 
     def start(self) -> None:
         if isinstance(self.budget, RetryBudget):
-            self.budget.deposit()
+            self.budget.deposit(now_ns=self._now())
 
     def record(self, ok: bool) -> None:
         if isinstance(self.budget, TokenRetryThrottle):
@@ -127,22 +152,34 @@ class _Policy:
             return None
         if not self.idempotent and not _never_ran(exc):
             return None
+        # The delay first: a retry given up for its delay must not be counted against
+        # the budget (it was never made).
+        delay = backoff.next_delay(attempt, retry_after_of(exc))
+        if self.max_delay is not None and delay > self.max_delay:
+            _note(exc, f"surgeguard: not retried, the next attempt is {delay:.3f} s away")
+            return None
         budget = self.budget
         if isinstance(budget, RetryBudget):
-            if not budget.try_withdraw():
+            if not budget.try_withdraw(now_ns=self._now()):
                 _note(exc, "surgeguard: not retried, the retry budget is exhausted")
                 return None
         elif isinstance(budget, TokenRetryThrottle):
             if not budget.try_retry():
                 _note(exc, "surgeguard: not retried, the retry throttle is closed")
                 return None
-        delay = backoff.next_delay(attempt, retry_after_of(exc))
-        if self.max_delay is not None and delay > self.max_delay:
-            _note(exc, f"surgeguard: not retried, the next attempt is {delay:.3f} s away")
-            return None
         if self.on_retry is not None:
             self.on_retry(attempt, exc, delay)
         return delay
+
+
+def _exception_classes(name: str, value: Any) -> Tuple[Type[BaseException], ...]:
+    """Checks an exception class or a tuple of them (refused at decoration, not at the
+    first failure)."""
+    items = value if isinstance(value, tuple) else (value,)
+    for item in items:
+        if not (isinstance(item, type) and issubclass(item, BaseException)):
+            raise TypeError(f"{name} must be an exception class or a tuple of them, got {value!r}"[:200])
+    return items
 
 
 def _note(exc: BaseException, text: str) -> None:
@@ -162,6 +199,7 @@ def retry(
     max_delay: Optional[float] = 30.0,
     sleep: Optional[Callable[[float], Any]] = None,
     on_retry: Optional[Callable[[int, BaseException, float], Any]] = None,
+    clock: Optional[Callable[[], int]] = None,
 ) -> Any:
     """Retries a sync or async callable.
 
@@ -179,10 +217,16 @@ def retry(
         max_delay: give up instead of waiting longer than this (seconds; ``None``: no cap).
         sleep: the sleep function (``time.sleep`` / ``asyncio.sleep`` by default).
         on_retry: called as ``on_retry(attempt, exc, delay)`` before each retry.
+        clock: the time for the budget, as int nanoseconds (like ``time.monotonic_ns``;
+            default: surgeguard's native clock). With ``sleep=`` and a fake clock, tests
+            need not sleep (as tenacity's ``sleep=``).
+
+    Arguments are checked here, at decoration (``retry_on=42`` raises ``TypeError`` at
+    once, not at the first failure).
 
     Use as ``@retry`` or ``@retry(attempts=4, budget=budget)``.
     """
-    policy = _Policy(attempts, backoff, budget, retry_on, idempotent, max_delay, sleep, on_retry)
+    policy = _Policy(attempts, backoff, budget, retry_on, idempotent, max_delay, sleep, on_retry, clock)
 
     def decorate(f: F) -> F:
         if inspect.iscoroutinefunction(f):

@@ -4,7 +4,7 @@ closed — not when the app returns (PEP 3333), so streaming responses hold thei
 
 ::
 
-    app = OverloadWSGIMiddleware(app, gate=surgeguard.Gate(limit=32), timeout=0.5)
+    app = OverloadWSGIMiddleware(app, gate=surgeguard.Gate(), timeout=0.5)
 
 Refusals: ``429`` (per key) or ``503`` (global) with ``Retry-After`` and the JSON body of
 :func:`surgeguard.actionable`. Outcomes from the status as in :mod:`surgeguard.asgi`.
@@ -16,7 +16,7 @@ import json
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 from ._native import Gate, KeyedLimits, actionable
-from .asgi import _NAMES, _OVERLOAD, health, outcome_for_status
+from .asgi import _NAMES, _OVERLOAD, _check_args, health, outcome_for_status
 from .errors import KeyLimit, KeyRate, OverloadError, Rejected
 
 __all__ = ["OverloadWSGIMiddleware"]
@@ -91,7 +91,10 @@ class OverloadWSGIMiddleware:
     Args:
         app: the WSGI app.
         gate: the :class:`~surgeguard.Gate`.
-        timeout: seconds a request may wait while queued (the thread blocks, GIL released).
+        timeout: the request's deadline in seconds, covering the wait while queued (the
+            thread blocks, GIL released) *and* the expected service time: a request that
+            cannot finish in time is refused at once (``DeadlineUnmeetable``). ``None``
+            (default): no deadline.
         priority_header / priority: as :class:`surgeguard.asgi.OverloadMiddleware`
             (``priority(environ)``).
         keyed / key_header / key / key_cost: per-key isolation (``key(environ)``).
@@ -113,8 +116,8 @@ class OverloadWSGIMiddleware:
         health_path: Optional[str] = None,
         broken: Optional[Callable[[], bool]] = None,
     ) -> None:
-        if not isinstance(gate, Gate):
-            raise TypeError("gate must be a surgeguard.Gate")
+        _check_args(app, gate, priority_header, priority, keyed, key_header, key, key_cost, health_path, broken)
+        gate.acquire(None, timeout)  # validates timeout once, here
         self.app = app
         self.gate = gate
         self.timeout = timeout
