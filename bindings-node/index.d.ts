@@ -335,6 +335,7 @@ export interface BackoffOptions {
 
 export declare class Backoff {
   constructor (options?: BackoffOptions)
+  /** `attempt`: 1 = the first retry; 0 is a RangeError. */
   nextDelayMs (attempt: number, retryAfterMs?: number | null): number
   ceilingMs (attempt: number): number
   reset (): void

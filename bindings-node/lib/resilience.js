@@ -165,17 +165,17 @@ class Backoff {
     this._n = call(() => new N.NativeBackoff(o))
   }
 
-  /** The delay before retry `attempt` (1 = first retry), ms; at least `retryAfterMs`. */
+  /** The delay before retry `attempt` (1 = first retry; 0 is refused), ms; at least `retryAfterMs`. */
   nextDelayMs (attempt, retryAfterMs) {
-    v.int('attempt', attempt, 0, 2 ** 32 - 1)
+    v.int('attempt', attempt, 1, 2 ** 32 - 1)
     if (retryAfterMs !== undefined && retryAfterMs !== null) v.ms('retryAfterMs', retryAfterMs)
     else retryAfterMs = undefined
     return call(() => this._n.nextDelayMs(attempt, retryAfterMs))
   }
 
-  /** The ceiling before jitter for retry `attempt`, ms. */
+  /** The ceiling before jitter for retry `attempt` (1 = first retry; 0 is refused), ms. */
   ceilingMs (attempt) {
-    v.int('attempt', attempt, 0, 2 ** 32 - 1)
+    v.int('attempt', attempt, 1, 2 ** 32 - 1)
     return this._n.ceilingMs(attempt)
   }
 

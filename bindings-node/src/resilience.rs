@@ -357,7 +357,8 @@ impl NativeBackoff {
     /// `retryAfterMs` (the server's hint).
     #[napi]
     pub fn next_delay_ms(&self, attempt: f64, retry_after_ms: Option<f64>) -> Result<f64> {
-        let attempt = u32_of("attempt", attempt)?;
+        // 1 = the first retry; 0 is not a retry (refused, as in every binding).
+        let attempt = int_in("attempt", attempt, 1, u32::MAX as u64)? as u32;
         let hint = retry_after_ms.map(|h| ms_to_ns("retryAfterMs", h)).transpose()?;
         let d = self.core.borrow_mut().next_delay(attempt, hint, &mut self.rng.borrow_mut());
         Ok(ns_to_ms(d))
@@ -366,7 +367,9 @@ impl NativeBackoff {
     /// The ceiling before jitter for retry `attempt`, ms.
     #[napi]
     pub fn ceiling_ms(&self, attempt: f64) -> Result<f64> {
-        Ok(ns_to_ms(self.core.borrow().ceiling(u32_of("attempt", attempt)?)))
+        Ok(ns_to_ms(
+            self.core.borrow().ceiling(int_in("attempt", attempt, 1, u32::MAX as u64)? as u32),
+        ))
     }
 
     /// Forgets the previous delay (decorrelated jitter restarts from the base).

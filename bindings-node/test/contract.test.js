@@ -431,3 +431,10 @@ for (const [name, make] of SERVERS) {
     assert.equal(m.drops, 0)
   })
 }
+
+test('backoff attempt 0 is not a retry: a RangeError, as in the C ABI and Python', () => {
+  const b = new sg.Backoff({ seed: 1 })
+  assert.throws(() => b.nextDelayMs(0), RangeError)
+  assert.throws(() => b.ceilingMs(0), RangeError)
+  assert.ok(b.ceilingMs(1) > 0)
+})

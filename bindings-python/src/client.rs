@@ -368,7 +368,7 @@ impl Backoff {
         attempt: &Bound<'_, PyAny>,
         retry_after: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<f64> {
-        let attempt = uint_arg("attempt", attempt, u32::MAX as u64)? as u32;
+        let attempt = attempt_arg(attempt)?;
         let hint = opt_secs_arg("retry_after", retry_after, 86_400.0 * 365.0)?;
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let (b, rng) = &mut *st;
@@ -377,7 +377,7 @@ impl Backoff {
 
     /// The ceiling (seconds) before jitter for retry number `attempt`.
     fn ceiling(&self, attempt: &Bound<'_, PyAny>) -> PyResult<f64> {
-        let attempt = uint_arg("attempt", attempt, u32::MAX as u64)? as u32;
+        let attempt = attempt_arg(attempt)?;
         let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         Ok(secs(st.0.ceiling(attempt)))
     }
@@ -422,5 +422,15 @@ impl Backoff {
     fn build(py: Python<'_>, cfg: BackoffConfig, seed: u64) -> PyResult<Self> {
         let b = CoreBackoff::new(cfg).map_err(|e| config_err(py, "Backoff", e))?;
         Ok(Self { cfg, seed, state: Mutex::new((b, SplitMix64::new(seed))) })
+    }
+}
+
+/// A retry number: 1 = the first retry; 0 is not a retry (refused, as in every binding).
+fn attempt_arg(attempt: &Bound<'_, PyAny>) -> PyResult<u32> {
+    match uint_arg("attempt", attempt, u32::MAX as u64)? {
+        0 => Err(pyo3::exceptions::PyValueError::new_err(
+            "attempt must be an int in [1, 2**32 - 1] (1 = the first retry), got 0",
+        )),
+        n => Ok(n as u32),
     }
 }

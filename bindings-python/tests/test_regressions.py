@@ -511,3 +511,13 @@ def test_sweep_found_middleware_arguments_checked_at_construction():
         with pytest.raises(TypeError, match="priority"):
             mw(app, gate, priority=5)
         assert gate.inflight == 0 and gate.waiting() == 0
+
+
+def test_backoff_attempt_zero_is_not_a_retry():
+    # 1 is the first retry; 0 is refused as in the C ABI and Node, and changes nothing.
+    b = sg.Backoff(seed=1)
+    with pytest.raises(ValueError, match="attempt"):
+        b.next_delay(0)
+    with pytest.raises(ValueError, match="attempt"):
+        b.ceiling(0)
+    assert b.ceiling(1) > 0

@@ -112,7 +112,8 @@ impl Backoff {
     }
 
     /// The ceiling before jitter for retry number `attempt` (1 = first retry):
-    /// `min(cap, base · multiplier^(attempt−1))`.
+    /// `min(cap, base · multiplier^(attempt−1))`. Attempt 0 is not a retry: it counts as
+    /// 1 here, and every binding (C, Python, Node) refuses it as bad input.
     pub fn ceiling(&self, attempt: u32) -> u64 {
         let c = &self.config;
         let exp = attempt.max(1) - 1;
@@ -124,7 +125,8 @@ impl Backoff {
         }
     }
 
-    /// The delay before retry number `attempt` (1 = first retry), ns. Never less than
+    /// The delay before retry number `attempt` (1 = first retry; 0 counts as 1, and the
+    /// bindings refuse it), ns. Never less than
     /// `retry_after_hint` (the server's `Retry-After` or pushback, ns): the cap bounds
     /// only the delay this backoff picks itself.
     pub fn next_delay(

@@ -496,7 +496,7 @@ fn backoff(name: &str, base: u64, mult: f64, cap: u64, jitter: &str, seed: u64, 
                 attempt = 1;
             }
             1 => {
-                sc.op(json!({"op": "ceiling", "attempt": rng.below(80)}));
+                sc.op(json!({"op": "ceiling", "attempt": 1 + rng.below(79)}));
             }
             2..=4 => {
                 let hint = rng.below(3 * cap / 1000) * 1000;
