@@ -32,12 +32,13 @@ pub struct RetryBudget {
 #[pymethods]
 impl RetryBudget {
     #[new]
-    #[pyo3(signature = (*, ttl=None, min_retries_per_sec=None, percent_can_retry=None))]
+    #[pyo3(signature = (*, ttl=None, min_retries_per_sec=None, percent_can_retry=None, retry_ratio=None))]
     fn new(
         py: Python<'_>,
         ttl: Option<&Bound<'_, PyAny>>,
         min_retries_per_sec: Option<&Bound<'_, PyAny>>,
         percent_can_retry: Option<&Bound<'_, PyAny>>,
+        retry_ratio: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let mut cfg = RetryBudgetConfig::default();
         if let Some(v) = opt_secs_arg("ttl", ttl, 3600.0)? {
@@ -46,8 +47,29 @@ impl RetryBudget {
         if let Some(v) = min_retries_per_sec.filter(|v| !v.is_none()) {
             cfg.min_retries_per_sec = uint_arg("min_retries_per_sec", v, 1_000_000)? as u32;
         }
-        if let Some(v) = percent_can_retry.filter(|v| !v.is_none()) {
-            cfg.percent_can_retry = ranged_arg("percent_can_retry", v, 0.0, 1000.0)?;
+        let percent = percent_can_retry.filter(|v| !v.is_none());
+        let ratio = retry_ratio.filter(|v| !v.is_none());
+        if percent.is_some() && ratio.is_some() {
+            return Err(PyTypeError::new_err(
+                "RetryBudget: give percent_can_retry or retry_ratio, not both",
+            ));
+        }
+        // A fraction, as in Finagle's RetryBudget: 0.2 lets retries add 20% to traffic.
+        // Above 1 is refused rather than guessed (10 could mean 10% or 1000%); the same
+        // quantity without the percent-sounding name, up to 1000 as in Finagle, is
+        // `retry_ratio` (as in the Node binding).
+        if let Some(v) = percent {
+            let p = ranged_arg("percent_can_retry", v, 0.0, 1000.0)?;
+            if p > 1.0 {
+                return Err(PyValueError::new_err(format!(
+                    "percent_can_retry is a fraction in [0, 1] (0.2 = 20% of traffic; got {p}); \
+                     for more retries than requests use retry_ratio"
+                )));
+            }
+            cfg.percent_can_retry = p;
+        }
+        if let Some(v) = ratio {
+            cfg.percent_can_retry = ranged_arg("retry_ratio", v, 0.0, 1000.0)?;
         }
         let core = CoreBudget::new(cfg).map_err(|e| config_err(py, "RetryBudget", e))?;
         Ok(Self { core })

@@ -521,3 +521,15 @@ def test_backoff_attempt_zero_is_not_a_retry():
     with pytest.raises(ValueError, match="attempt"):
         b.ceiling(0)
     assert b.ceiling(1) > 0
+
+
+def test_percent_can_retry_is_a_fraction():
+    # 10 could mean 10% or 1000%: refused (as in Node); retry_ratio says "per request".
+    with pytest.raises(ValueError, match="retry_ratio"):
+        sg.RetryBudget(percent_can_retry=10)
+    with pytest.raises(TypeError):
+        sg.RetryBudget(percent_can_retry=0.1, retry_ratio=2)
+    b = sg.RetryBudget(retry_ratio=10, min_retries_per_sec=0)
+    for _ in range(10):
+        b.deposit(now_ns=10**9)
+    assert b.available(now_ns=10**9) >= 100

@@ -189,7 +189,7 @@ def replay_simple(sc: dict[str, Any]) -> int:
         obj: Any = sg.Limiter(algorithm(c), **limiter_kwargs(c))
     elif kind == "retry_budget":
         obj = sg.RetryBudget(ttl=secs(c["ttl_ns"]), min_retries_per_sec=c["min_retries_per_sec"],
-                             percent_can_retry=c["percent_can_retry"])
+                             retry_ratio=c["percent_can_retry"])
     elif kind == "token_throttle":
         obj = sg.TokenRetryThrottle(max_tokens=c["max_tokens"], token_ratio=c["token_ratio"])
     elif kind == "adaptive_throttle":
