@@ -86,3 +86,13 @@ pytest:
 	$(VENV)/bin/python -m pip install -q --disable-pip-version-check ./bindings-python -r bindings-python/tests/requirements.txt
 	@cd bindings-python && rc=0 && ../$(VENV)/bin/python -m pytest -q -p no:cacheprovider || rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest: no tests were collected" >&2; exit 1; fi; exit $$rc
+
+# The limit algorithms' robustness sweep: every algorithm on nine closed-loop scenarios
+# (five it was tuned on, four it was not), 200 seeds each; a min / median table and the
+# goals. SWEEP_SEEDS / SWEEP_THREADS override. A 10-seed slice runs in `make unit`
+# (sim/tests/sweep.rs).
+SWEEP_SEEDS ?= 200
+SWEEP_THREADS ?= 2
+.PHONY: sweep
+sweep:
+	$(CARGO) run --release --quiet -p surgeguard-sim --bin sweep -- $(SWEEP_SEEDS) $(SWEEP_THREADS)

@@ -12,12 +12,14 @@
 //! surgeguard-sim` (= `make demo`) compares protections on them, prints one table and writes
 //! SVG plots to `docs/sim/`.
 
+pub mod closed_loop;
 pub mod engine;
 pub mod metrics;
 pub mod plot;
 pub mod protect;
 pub mod report;
 pub mod scenario;
+pub mod sweep;
 pub mod world;
 
 pub use protect::Protection;
