@@ -66,6 +66,8 @@ impl Service {
     /// Heavy tail: the same median, σ = 0.7 (mean 12.4 ms, so the real capacity is ~81% of
     /// the nominal one, matching the ~80% ceiling the peers hit in limiter-behaviour.md).
     pub const HEAVY: Service = Service::LogNormal { median_ms: 9.69, sigma: 0.7 };
+    /// A longer tail: p50 6.1 ms, p99 61.3 ms (σ = ln(61.3/6.1)/2.326 = 0.992; mean 10 ms).
+    pub const LONG_TAIL: Service = Service::LogNormal { median_ms: 6.1, sigma: 0.992 };
 
     pub fn sample_ns(&self, rng: &mut Rng) -> f64 {
         match *self {
@@ -541,6 +543,12 @@ pub mod scenarios {
     pub fn heavy_tail(seed: u64) -> Scenario {
         let p = Phase { at: 0, rate: OVERLOAD_RATE, slots: SLOTS, slow: 1.0 };
         base("heavy tail", Service::HEAVY, vec![p], 10 * SEC, seed)
+    }
+
+    /// 80% of capacity, [`Service::LONG_TAIL`] service time.
+    pub fn long_tail(seed: u64) -> Scenario {
+        let p = Phase { at: 0, rate: 1280.0, slots: SLOTS, slow: 1.0 };
+        base("long tail 80%", Service::LONG_TAIL, vec![p], 10 * SEC, seed)
     }
 
     /// The simulator's `retry-storm` database, alone: 32 slots of Erlang-2 work (10 ms mean).
