@@ -374,3 +374,95 @@ fn a_long_tail_never_locks_the_limit_low() {
         assert!(r.mean_limit(a, b) >= 12.8, "seed {seed}: {}", r.mean_limit(a, b));
     }
 }
+
+/// Refusals and sloughed waiters of critical work in the first second after a cold start of
+/// a [`Gate`](surgeguard_core::gate::Gate) with its default configuration (the default
+/// algorithm, CoDel on), at 75% of a 16-slot dependency's capacity. Poisson arrivals, ~10 ms
+/// log-normal service, a FIFO in front of the slots; every request is critical.
+fn cold_start_losses(seed: u64) -> (u32, u32) {
+    use std::cmp::Reverse;
+    use std::collections::{BinaryHeap, VecDeque};
+    use surgeguard_core::gate::{Arrival, Event, Gate, GateConfig};
+    use surgeguard_core::{Outcome, Priority, RawPermit};
+
+    #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+    enum Ev {
+        Arrival,
+        Done(usize),
+        Wake,
+    }
+    let gate: Gate<256> = Gate::new(GateConfig::default()).expect("default config");
+    let mut rng = Rng::new(seed);
+    let mut svc = Rng::new(seed ^ 0x5e41_1ce5);
+    let mut heap: BinaryHeap<Reverse<(u64, u64, Ev)>> = BinaryHeap::new();
+    let mut permits: Vec<Option<RawPermit>> = Vec::new();
+    let mut queue: VecDeque<usize> = VecDeque::new();
+    let (mut busy, mut seq) = (0usize, 0u64);
+    let (mut refused, mut sloughed) = (0u32, 0u32);
+    let rate = 0.75 * 1600.0;
+    heap.push(Reverse((rng.exp(SEC as f64 / rate) as u64, 0, Ev::Arrival)));
+    let mut out: [Option<Event>; 64] = std::array::from_fn(|_| None);
+    while let Some(Reverse((now, _, ev))) = heap.pop() {
+        if now >= SEC {
+            break;
+        }
+        let mut admitted: Vec<RawPermit> = Vec::new();
+        match ev {
+            Ev::Arrival => {
+                seq += 1;
+                heap.push(Reverse((now + rng.exp(SEC as f64 / rate) as u64, seq, Ev::Arrival)));
+                match gate.arrive(now, Priority::CRITICAL, None) {
+                    Arrival::Admitted(p) => admitted.push(p),
+                    Arrival::Queued(_) => {}
+                    Arrival::Rejected(_) => refused += 1,
+                }
+            }
+            Ev::Done(i) => {
+                busy -= 1;
+                let p = permits[i].take().expect("released once");
+                gate.release(p, now, Outcome::Success).expect("own permit");
+            }
+            Ev::Wake => {}
+        }
+        loop {
+            let n = gate.poll(now, &mut out);
+            for e in out[..n].iter_mut() {
+                match e.take() {
+                    Some(Event::Granted(_, p)) => admitted.push(p),
+                    Some(Event::Expired(..)) => sloughed += 1,
+                    None => {}
+                }
+            }
+            if n < out.len() {
+                break;
+            }
+        }
+        for p in admitted {
+            permits.push(Some(p));
+            queue.push_back(permits.len() - 1);
+        }
+        while busy < SLOTS {
+            let Some(i) = queue.pop_front() else { break };
+            busy += 1;
+            seq += 1;
+            let s = Service::BASE.sample_ns(&mut svc).max(1.0) as u64;
+            heap.push(Reverse((now + s, seq, Ev::Done(i))));
+        }
+        if let Some(t) = gate.next_wakeup(now) {
+            seq += 1;
+            heap.push(Reverse((t.max(now + 1), seq, Ev::Wake)));
+        }
+    }
+    (refused, sloughed)
+}
+
+/// A service restarted under a modest load must not refuse or slough its critical work
+/// while the limit warms up. Before the default started at 20, the limit of 1 (doubling per
+/// 100 ms window) refused or CoDel-sloughed hundreds of the first second's ~1,200 requests.
+#[test]
+fn a_cold_gate_serves_a_modest_load_from_its_first_second() {
+    for seed in 1..=5 {
+        let (refused, sloughed) = cold_start_losses(seed);
+        assert_eq!((refused, sloughed), (0, 0), "seed {seed}");
+    }
+}

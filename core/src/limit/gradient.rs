@@ -137,9 +137,20 @@ impl Default for GradientConfig {
     /// 2× the new base latency. `buffer 0.1, headroom 0.4` keeps a standing queue of about
     /// `0.1·C + 0.4·sqrt(C)` requests (enough for ~99% goodput under Poisson arrivals at
     /// 150% load), and smoothing 0.3 damps window-to-window noise.
+    ///
+    /// **Warm-up.** The limit starts at 20 (Netflix concurrency-limits' initial limit), so a
+    /// freshly started service admits a modest load at once instead of refusing, or
+    /// queueing and CoDel-sloughing, all but one request of its first second. Slow start
+    /// then doubles it per window (100 ms at least) while latency stays at the baseline.
+    /// If every window the first baseline came from filled those 20 permits, the
+    /// dependency may have been queueing already: when slow start ends, the limit drains
+    /// once to an eighth of that and the baseline is learned again. A service that expects
+    /// `n` concurrent requests sets `initial_limit: n` (a few more for Poisson bursts).
     fn default() -> Self {
         Self {
-            initial_limit: 1.0, // learn the baseline uncongested; slow start doubles it
+            // Netflix concurrency-limits' initial limit: a fresh service admits a modest
+            // load at once; slow start doubles it from there (see "Warm-up" below).
+            initial_limit: 20.0,
             min_limit: 1.0,
             max_limit: 1000.0, // Envoy max_concurrency_limit default
             buffer: 0.1,
@@ -435,8 +446,8 @@ struct Probe {
 ///      dependency itself changed, so old points would make false pairs.
 ///
 ///    So a slowdown costs one short, self-limiting cut, which the controller makes anyway,
-///    instead of Envoy's periodic pin to 3 and its burst of 503s. The baseline is learned
-///    uncongested from the start: the default initial limit is 1 and slow start doubles it.
+///    instead of Envoy's periodic pin to 3 and its burst of 503s. The default starts at 20
+///    (see [`GradientConfig::default`], "Warm-up").
 /// 5. *Gradient*: `g` as above. In probe-free mode `min(B, S)` stands in for `B`, so a
 ///    stale-high baseline cannot double the limit.
 /// 6. *Slow start*: the limit doubles until a window's `S` is clearly (2 SE of the window
@@ -483,9 +494,10 @@ struct Probe {
 ///     p90_ns: p50 * 13 / 10, p99_ns: p50 * 2, max_inflight: inflight, inflight,
 /// };
 /// let l0 = g.limit();
-/// assert!(g.update(&window(100 * ms, 10 * ms, 10)) > l0); // uncongested: slow start grows
+/// assert!(g.update(&window(100 * ms, 10 * ms, 20)) > l0); // uncongested: slow start grows
 /// let l1 = g.limit();
-/// assert!(g.update(&window(200 * ms, 30 * ms, 20)) < l1); // latency tripled: backs off
+/// g.update(&window(200 * ms, 30 * ms, 40)); // latency tripled: the first window holds,
+/// assert!(g.update(&window(300 * ms, 30 * ms, 40)) < l1); // the second backs off
 /// ```
 ///
 /// Progress: not shared (`&mut self`; the [`Limiter`](crate::Limiter) folds windows from one
@@ -517,6 +529,11 @@ pub struct Gradient {
     above_run: u8,
     /// The previous window was congested during slow start.
     ss_congested: bool,
+    /// The least in-flight of the windows the first baseline was learned from (0: none
+    /// pending; checked once, when slow start ends).
+    base_inflight: f32,
+    /// The warm-start check has been armed (it runs at most once).
+    warm_checked: bool,
     /// Upward probe: the pooled starting point, the limit to return to (0: no probe under
     /// way), windows waited for in-flight to rise, and when the next probe may start.
     up_pool: UpPool,
@@ -569,6 +586,8 @@ impl Gradient {
             below_run: 0,
             above_run: 0,
             ss_congested: false,
+            base_inflight: 0.0,
+            warm_checked: false,
             up_pool: UpPool::default(),
             up_from: 0.0,
             up_windows: 0,
@@ -710,6 +729,10 @@ impl Gradient {
         if self.baseline <= 0.0 {
             self.baseline = stat;
             self.baseline_weight = n;
+            if !self.warm_checked {
+                self.warm_checked = true;
+                self.base_inflight = w.max_inflight as f32;
+            }
         } else if mostly_answers {
             // Compare in log space: the window's median and the baseline each have a
             // standard error 1.25·σ/√n, plus the histogram's quantile error. Clearly below
@@ -770,6 +793,9 @@ impl Gradient {
                 // BASELINE_SAMPLES are in, the estimate freezes.
                 self.baseline += (stat - self.baseline) * n / (self.baseline_weight + n);
                 self.baseline_weight += n;
+                if self.base_inflight > 0.0 {
+                    self.base_inflight = self.base_inflight.min(w.max_inflight as f32);
+                }
             }
         }
         if w.samples >= MIN_SAMPLES && dur > 0 {
@@ -1228,6 +1254,23 @@ impl Algorithm for Gradient {
         let far = stat > self.baseline * (1.0 + self.cfg.buffer) * (1.0 + 4.0 * se);
         let first_congested = self.slow_start && congested && !far && !self.ss_congested;
         self.ss_congested = self.slow_start && congested;
+        if self.slow_start && congested && !first_congested && self.probe_free() {
+            // Slow start ends for the first time. If the baseline was learned only in
+            // windows that filled the initial limit (a warm start, which may exceed a small
+            // dependency's capacity), it may hold our own queue: drain to an eighth of that
+            // in-flight and learn it again, once.
+            let learned_at = self.base_inflight as f64;
+            self.base_inflight = 0.0;
+            if learned_at + 1.0 > self.cfg.initial_limit && learned_at >= 2.0 {
+                self.baseline = 0.0;
+                self.baseline_weight = 0.0;
+                self.ss_congested = false;
+                self.clear_history();
+                self.m.rebaselines += 1;
+                self.limit = self.clamp(learned_at / 8.0);
+                return self.limit;
+            }
+        }
         let mut new = if self.slow_start && !congested {
             l * 2.0
         } else if first_congested {
