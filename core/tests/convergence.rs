@@ -172,8 +172,9 @@ fn band(name: &str, c: f64) -> (f64, f64) {
         "aimd (seed 002)" => (0.6 * c * 50.0 / base_ms, 1.1 * c * 50.0 / base_ms),
         // NCL AIMD: loss-based, it grows until client timeouts (100 ms): at most c × 100/10.
         "aimd (netflix)" => (2.0 * c, c * 100.0 / base_ms),
-        // Seed 000: grows while p99 < 0.8 × 50 ms: a queue of up to (40 − 17.3) ms / (10/c).
-        "hysteresis (seed 000)" => (c, c + (40.0 - 17.3) * c / base_ms),
+        // Hysteresis: grows while the p99 is under 0.8 × 50 ms and holds in the dead band up
+        // to 1.5 × 50 ms: a queue of up to (75 − 17.3) ms / (10/c).
+        "hysteresis (seed 000)" => (c, c + (75.0 - 17.3) * c / base_ms),
         // Vegas: a queue between alpha = 3 and beta = 6 requests (for limits below 100).
         "vegas (netflix)" => (c + 3.0, c + 6.0 + 2.0),
         // Gradient2: long RTT × 1.5 tolerance + a queue of 4, smoothed: ~2.5× the optimum
