@@ -3,12 +3,12 @@
 //!
 //! The model (`support/`): Poisson arrivals; a dependency with 16 slots, ~10 ms log-normal
 //! service time (σ 0.25, which reproduces the unloaded p99 of 17.2 ms in
-//! research/limiter-behaviour.md) and an unbounded FIFO queue; clients give up after 100 ms and
+//! the peers' measurement set-up) and an unbounded FIFO queue; clients give up after 100 ms and
 //! report a drop while the dependency still serves the request. Capacity 1,600 req/s, so
 //! Little's law puts the optimum in flight at capacity × base latency = 16. Everything is
 //! virtual time and seeded: runs replay exactly. Assertions are ranges, over several seeds.
 //!
-//! The four scenarios of limiter-behaviour.md, and the best peer's figure in each (its table),
+//! The four scenarios the peers were measured on, and the best peer's figure in each,
 //! which the default algorithm has to reach:
 //!
 //! | scenario | best peer | target here |
@@ -167,18 +167,18 @@ fn band(name: &str, c: f64) -> (f64, f64) {
     let base_ms = 10.0;
     match name {
         "fixed 16" => (16.0, 16.0),
-        // Seed 002: +1 while the mean latency is under its 50 ms target, so it settles where
+        // Target AIMD: +1 while the mean latency is under its 50 ms target, so it settles where
         // the queue makes the mean latency ~50 ms: c × 50/10 (minus its ×0.9 saw-tooth).
-        "aimd (seed 002)" => (0.6 * c * 50.0 / base_ms, 1.1 * c * 50.0 / base_ms),
+        "aimd (target)" => (0.6 * c * 50.0 / base_ms, 1.1 * c * 50.0 / base_ms),
         // NCL AIMD: loss-based, it grows until client timeouts (100 ms): at most c × 100/10.
         "aimd (netflix)" => (2.0 * c, c * 100.0 / base_ms),
         // Hysteresis: grows while the p99 is under 0.8 × 50 ms and holds in the dead band up
         // to 1.5 × 50 ms: a queue of up to (75 − 17.3) ms / (10/c).
-        "hysteresis (seed 000)" => (c, c + (75.0 - 17.3) * c / base_ms),
+        "hysteresis" => (c, c + (75.0 - 17.3) * c / base_ms),
         // Vegas: a queue between alpha = 3 and beta = 6 requests (for limits below 100).
         "vegas (netflix)" => (c + 3.0, c + 6.0 + 2.0),
         // Gradient2: long RTT × 1.5 tolerance + a queue of 4, smoothed: ~2.5× the optimum
-        // (research/limiter-behaviour.md: "tolerates 2.4× the optimal in-flight").
+        // (measured on the peers' set-up: about 2.4× the optimal in-flight).
         "gradient2 (netflix)" | "gradient2 (fixed)" => (2.0 * c, 3.2 * c),
         // Ours: a standing queue of about 0.1·c + 0.4·sqrt(c).
         "gradient (default)" => (c, 1.25 * c + 1.5 * c.sqrt() + 2.0),
@@ -192,9 +192,9 @@ fn algorithms() -> Vec<(&'static str, AlgorithmConfig)> {
     let fixed = FixedConfig { initial_limit: 16.0, ..FixedConfig::default() };
     vec![
         ("fixed 16", A::Fixed(fixed)),
-        ("aimd (seed 002)", A::Aimd(AimdConfig::default())),
+        ("aimd (target)", A::Aimd(AimdConfig::default())),
         ("aimd (netflix)", A::Aimd(AimdConfig::netflix())),
-        ("hysteresis (seed 000)", A::Hysteresis(HysteresisConfig::default())),
+        ("hysteresis", A::Hysteresis(HysteresisConfig::default())),
         ("vegas (netflix)", A::Vegas(VegasConfig::netflix())),
         ("gradient2 (netflix)", A::Gradient2(Gradient2Config::netflix())),
         ("gradient2 (fixed)", A::Gradient2(Gradient2Config::default())),
@@ -228,7 +228,7 @@ fn every_algorithm_settles_in_its_band_and_follows_a_capacity_loss() {
         match name {
             "fixed 16" => assert_eq!(after, before),
             "aimd (netflix)" => {}
-            "hysteresis (seed 000)" => assert!(after <= before, "{name}: {before} -> {after}"),
+            "hysteresis" => assert!(after <= before, "{name}: {before} -> {after}"),
             _ => assert!(after < 0.8 * before, "{name}: {before} -> {after}"),
         }
     }

@@ -9,13 +9,13 @@ use crate::time::{Monotonic, MS, SEC};
 use crate::types::check_range;
 use crate::ConfigError;
 
-// Envoy gradient_controller.cc: the gradient is clamped to [0.5, 2.0] (research/limiters.md §3).
+// Envoy gradient_controller.cc: the gradient is clamped to [0.5, 2.0].
 const MIN_GRADIENT: f64 = 0.5;
 const MAX_GRADIENT: f64 = 2.0;
 // Envoy PR #10647: re-measure minRTT after 5 consecutive windows at the floor.
 const FLOOR_WINDOWS_BEFORE_PROBE: u32 = 5;
 
-// Probe-free baseline (our design, DESIGN.md "Gradient"; constants tuned in convergence.rs).
+// Probe-free baseline (our design; constants tuned in convergence.rs).
 // The baseline is a sample-weighted mean of up to this many samples from windows that are
 // statistically indistinguishable from it, then freezes (so windows with a small queue cannot
 // ratchet it up).
@@ -58,7 +58,7 @@ const UP_WAIT_NS: u64 = 4 * SEC;
 const UP_WAIT_MAX_NS: u64 = 64 * SEC;
 const UP_PROBE_WINDOWS: u8 = 3;
 
-// Drops that do not respond to back-off (our design, DESIGN.md "Gradient"; constants tuned
+// Drops that do not respond to back-off (our design; constants tuned
 // in convergence.rs). A back-off episode pools the windows from where it began until
 // in-flight fell by FLAT_SPAN (up to EPISODE_OUTCOMES outcomes), then the windows there,
 // without further cuts, until EPISODE_OUTCOMES outcomes over EPISODE_WINDOWS windows (the
@@ -172,7 +172,7 @@ impl Default for GradientConfig {
 }
 
 impl GradientConfig {
-    /// Envoy's controller with its defaults (research/limiters.md §3): a min-RTT probe
+    /// Envoy's controller with its defaults (Envoy's adaptive_concurrency filter docs): a min-RTT probe
     /// every `interval_ns` plus up to 15% jitter, pinned at 3 for 50 samples; buffer 25%;
     /// sample p50; limit 3..1000 starting inside a probe; full `sqrt` headroom, no
     /// smoothing; drops, slow start and the app-limited guard off (Envoy has none).
@@ -346,8 +346,8 @@ struct Probe {
     weighted_sum: f64,
 }
 
-/// Envoy's adaptive-concurrency gradient controller (research/limiters.md §3) with a
-/// probe-free baseline (DESIGN.md "Gradient"), the crate's default algorithm.
+/// Envoy's adaptive-concurrency gradient controller with a
+/// probe-free baseline (ours), the crate's default algorithm.
 ///
 /// Each window's sample RTT `S` (a percentile, p50 by default) is compared with a baseline
 /// `B`, the uncongested value of the same statistic:
@@ -503,8 +503,8 @@ struct Probe {
 /// Progress: not shared (`&mut self`; the [`Limiter`](crate::Limiter) folds windows from one
 /// CAS winner). Cost per window: a constant number of float operations, plus a scan of
 /// 8 history points. No allocation; the state is a fixed ~570 bytes. Sources: Envoy
-/// `gradient_controller.cc` and `pinned_gradient_controller.cc` (research/limiters.md §3);
-/// probe-free baseline, DESIGN.md "Gradient" and research/limiters.md §10.8; the episode
+/// `gradient_controller.cc` and `pinned_gradient_controller.cc`;
+/// probe-free baseline, our design; the episode
 /// test and the recall are our design, tuned on `core/tests/convergence.rs` (a dependency
 /// 10× slower with the caller's timeout in its tail, the simulator's `retry-storm`).
 #[derive(Clone, Debug)]

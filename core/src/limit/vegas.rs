@@ -1,5 +1,5 @@
 //! `Vegas`: delay-based limit estimating the queue from the no-load RTT, in parity with
-//! NCL `VegasLimit` (research `limiters.md` §1.2).
+//! Netflix concurrency-limits `VegasLimit`.
 
 use super::common::{
     check_app_limited, check_f64_below, check_positive, clamp_limit, is_app_limited, quantize,
@@ -96,7 +96,7 @@ impl VegasConfig {
 /// comes from a seeded SplitMix64 (`seed`), and probing can be turned off; a drop always
 /// decreases (NCL holds when the dropped sample's RTT is a new minimum); a window with only
 /// drops never touches the no-load RTT (fast rejections do not poison the baseline,
-/// congestion-limiter's fix, research §4.1); an RTT of 0 counts as 1 ns.
+/// congestion-limiter's fix); an RTT of 0 counts as 1 ns.
 ///
 /// ```
 /// use surgeguard_core::limit::{Algorithm, Vegas, VegasConfig, Window};
@@ -343,7 +343,7 @@ mod tests {
         Window { samples: n, ..Window::single(0, rtt, inflight, false) }
     }
 
-    // ---- NCL VegasLimitTest golden values (research limiters.md §1.2) ----
+    // ---- NCL VegasLimitTest golden values ----
 
     #[test]
     fn golden_increase_limit() {
