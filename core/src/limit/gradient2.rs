@@ -17,7 +17,7 @@ const LONG_RTT_RECOVERY_DECAY: f64 = 0.95;
 /// NCL Gradient2Limit: the gradient is clamped to `[0.5, 1.0]`.
 const MIN_GRADIENT: f64 = 0.5;
 /// congestion-limiter Gradient: the queue is added only when the gradient is above 0.9
-/// (concurrency-limits issue); here "at or above".
+/// (the congestion-limiter crate); here "at or above".
 const FIXED_QUEUE_GRADIENT: f64 = 0.9;
 
 /// Configuration of [`Gradient2`].
