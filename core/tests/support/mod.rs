@@ -545,6 +545,18 @@ pub mod scenarios {
         base("heavy tail", Service::HEAVY, vec![p], 10 * SEC, seed)
     }
 
+    /// 8 slots; from 5 s the service time triples for 10 s, no errors (a 1 s timeout);
+    /// 400 req/s: half the capacity before, 150% of it during.
+    pub fn tripled(seed: u64) -> Scenario {
+        let p0 = Phase { at: 0, rate: 400.0, slots: 8, slow: 1.0 };
+        let p1 = Phase { at: 5 * SEC, slow: 3.0, ..p0 };
+        let p2 = Phase { at: 15 * SEC, ..p0 };
+        Scenario {
+            timeout: SEC,
+            ..base("latency x3", Service::BASE, vec![p0, p1, p2], 20 * SEC, seed)
+        }
+    }
+
     /// 80% of capacity, [`Service::LONG_TAIL`] service time.
     pub fn long_tail(seed: u64) -> Scenario {
         let p = Phase { at: 0, rate: 1280.0, slots: SLOTS, slow: 1.0 };
