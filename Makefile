@@ -108,3 +108,13 @@ pytest-sweep:
 	@test -x $(VENV)/bin/python || { echo "run make pytest first" >&2; exit 1; }
 	cd bindings-python && SG_SWEEP_EXAMPLES=$(SG_SWEEP_EXAMPLES) SG_SWEEP_RANDOM=1 \
 	  ../$(VENV)/bin/python -X faulthandler -m pytest -q -p no:cacheprovider tests/test_sweep.py
+
+# The limit algorithms' robustness sweep: every algorithm on nine closed-loop scenarios
+# (five it was tuned on, four it was not), 200 seeds each; a min / median table and the
+# goals. SWEEP_SEEDS / SWEEP_THREADS override. A 10-seed slice runs in `make unit`
+# (sim/tests/sweep.rs).
+SWEEP_SEEDS ?= 200
+SWEEP_THREADS ?= 2
+.PHONY: sweep
+sweep:
+	$(CARGO) run --release --quiet -p surgeguard-sim --bin sweep -- $(SWEEP_SEEDS) $(SWEEP_THREADS)

@@ -3,12 +3,12 @@
 //!
 //! The model (`support/`): Poisson arrivals; a dependency with 16 slots, ~10 ms log-normal
 //! service time (σ 0.25, which reproduces the unloaded p99 of 17.2 ms in
-//! research/limiter-behaviour.md) and an unbounded FIFO queue; clients give up after 100 ms and
+//! the peers' measurement set-up) and an unbounded FIFO queue; clients give up after 100 ms and
 //! report a drop while the dependency still serves the request. Capacity 1,600 req/s, so
 //! Little's law puts the optimum in flight at capacity × base latency = 16. Everything is
 //! virtual time and seeded: runs replay exactly. Assertions are ranges, over several seeds.
 //!
-//! The four scenarios of limiter-behaviour.md, and the best peer's figure in each (its table),
+//! The four scenarios the peers were measured on, and the best peer's figure in each,
 //! which the default algorithm has to reach:
 //!
 //! | scenario | best peer | target here |
@@ -167,17 +167,18 @@ fn band(name: &str, c: f64) -> (f64, f64) {
     let base_ms = 10.0;
     match name {
         "fixed 16" => (16.0, 16.0),
-        // Seed 002: +1 while the mean latency is under its 50 ms target, so it settles where
+        // Target AIMD: +1 while the mean latency is under its 50 ms target, so it settles where
         // the queue makes the mean latency ~50 ms: c × 50/10 (minus its ×0.9 saw-tooth).
-        "aimd (seed 002)" => (0.6 * c * 50.0 / base_ms, 1.1 * c * 50.0 / base_ms),
+        "aimd (target)" => (0.6 * c * 50.0 / base_ms, 1.1 * c * 50.0 / base_ms),
         // NCL AIMD: loss-based, it grows until client timeouts (100 ms): at most c × 100/10.
         "aimd (netflix)" => (2.0 * c, c * 100.0 / base_ms),
-        // Seed 000: grows while p99 < 0.8 × 50 ms: a queue of up to (40 − 17.3) ms / (10/c).
-        "hysteresis (seed 000)" => (c, c + (40.0 - 17.3) * c / base_ms),
+        // Hysteresis: grows while the p99 is under 0.8 × 50 ms and holds in the dead band up
+        // to 1.5 × 50 ms: a queue of up to (75 − 17.3) ms / (10/c).
+        "hysteresis" => (c, c + (75.0 - 17.3) * c / base_ms),
         // Vegas: a queue between alpha = 3 and beta = 6 requests (for limits below 100).
         "vegas (netflix)" => (c + 3.0, c + 6.0 + 2.0),
         // Gradient2: long RTT × 1.5 tolerance + a queue of 4, smoothed: ~2.5× the optimum
-        // (research/limiter-behaviour.md: "tolerates 2.4× the optimal in-flight").
+        // (measured on the peers' set-up: about 2.4× the optimal in-flight).
         "gradient2 (netflix)" | "gradient2 (fixed)" => (2.0 * c, 3.2 * c),
         // Ours: a standing queue of about 0.1·c + 0.4·sqrt(c).
         "gradient (default)" => (c, 1.25 * c + 1.5 * c.sqrt() + 2.0),
@@ -191,9 +192,9 @@ fn algorithms() -> Vec<(&'static str, AlgorithmConfig)> {
     let fixed = FixedConfig { initial_limit: 16.0, ..FixedConfig::default() };
     vec![
         ("fixed 16", A::Fixed(fixed)),
-        ("aimd (seed 002)", A::Aimd(AimdConfig::default())),
+        ("aimd (target)", A::Aimd(AimdConfig::default())),
         ("aimd (netflix)", A::Aimd(AimdConfig::netflix())),
-        ("hysteresis (seed 000)", A::Hysteresis(HysteresisConfig::default())),
+        ("hysteresis", A::Hysteresis(HysteresisConfig::default())),
         ("vegas (netflix)", A::Vegas(VegasConfig::netflix())),
         ("gradient2 (netflix)", A::Gradient2(Gradient2Config::netflix())),
         ("gradient2 (fixed)", A::Gradient2(Gradient2Config::default())),
@@ -227,7 +228,7 @@ fn every_algorithm_settles_in_its_band_and_follows_a_capacity_loss() {
         match name {
             "fixed 16" => assert_eq!(after, before),
             "aimd (netflix)" => {}
-            "hysteresis (seed 000)" => assert!(after <= before, "{name}: {before} -> {after}"),
+            "hysteresis" => assert!(after <= before, "{name}: {before} -> {after}"),
             _ => assert!(after < 0.8 * before, "{name}: {before} -> {after}"),
         }
     }
@@ -353,5 +354,141 @@ fn tail_table() {
                 f.during
             );
         }
+    }
+}
+
+/// A long-tailed dependency (log-normal, p50 6.1 ms, p99 61.3 ms) at 80% load, from a cold
+/// start. The baseline learned from the first small window can be far below the true median;
+/// before the fix, 2 of these 20 seeds stayed far below the load (seed 9: a limit of ~7 with
+/// 16 slots, 46% goodput; seed 7: 72%): a limit that binds without drops and without latency
+/// rising with in-flight must probe upward.
+#[test]
+fn a_long_tail_never_locks_the_limit_low() {
+    for seed in 1..=20 {
+        let s = scenarios::long_tail(seed);
+        let r = run(&s, &mut Real::new(AlgorithmConfig::default(), "default"));
+        let (a, b) = (2 * SEC, s.duration);
+        let goodput = 100.0 * r.good_between(a, b) as f64 / s.capacity_between(a, b);
+        // 80% offered: everything but the Poisson noise of the offered load.
+        assert!(goodput >= 75.0, "seed {seed}: goodput {goodput}");
+        // Little's law: 0.8 × 16 slots in flight on average; the limit must allow that.
+        assert!(r.mean_limit(a, b) >= 12.8, "seed {seed}: {}", r.mean_limit(a, b));
+    }
+}
+
+/// Refusals and sloughed waiters of critical work in the first second after a cold start of
+/// a [`Gate`](surgeguard_core::gate::Gate) with its default configuration (the default
+/// algorithm, CoDel on), at 75% of a 16-slot dependency's capacity. Poisson arrivals, ~10 ms
+/// log-normal service, a FIFO in front of the slots; every request is critical.
+fn cold_start_losses(seed: u64) -> (u32, u32) {
+    use std::cmp::Reverse;
+    use std::collections::{BinaryHeap, VecDeque};
+    use surgeguard_core::gate::{Arrival, Event, Gate, GateConfig};
+    use surgeguard_core::{Outcome, Priority, RawPermit};
+
+    #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+    enum Ev {
+        Arrival,
+        Done(usize),
+        Wake,
+    }
+    let gate: Gate<256> = Gate::new(GateConfig::default()).expect("default config");
+    let mut rng = Rng::new(seed);
+    let mut svc = Rng::new(seed ^ 0x5e41_1ce5);
+    let mut heap: BinaryHeap<Reverse<(u64, u64, Ev)>> = BinaryHeap::new();
+    let mut permits: Vec<Option<RawPermit>> = Vec::new();
+    let mut queue: VecDeque<usize> = VecDeque::new();
+    let (mut busy, mut seq) = (0usize, 0u64);
+    let (mut refused, mut sloughed) = (0u32, 0u32);
+    let rate = 0.75 * 1600.0;
+    heap.push(Reverse((rng.exp(SEC as f64 / rate) as u64, 0, Ev::Arrival)));
+    let mut out: [Option<Event>; 64] = std::array::from_fn(|_| None);
+    while let Some(Reverse((now, _, ev))) = heap.pop() {
+        if now >= SEC {
+            break;
+        }
+        let mut admitted: Vec<RawPermit> = Vec::new();
+        match ev {
+            Ev::Arrival => {
+                seq += 1;
+                heap.push(Reverse((now + rng.exp(SEC as f64 / rate) as u64, seq, Ev::Arrival)));
+                match gate.arrive(now, Priority::CRITICAL, None) {
+                    Arrival::Admitted(p) => admitted.push(p),
+                    Arrival::Queued(_) => {}
+                    Arrival::Rejected(_) => refused += 1,
+                }
+            }
+            Ev::Done(i) => {
+                busy -= 1;
+                let p = permits[i].take().expect("released once");
+                gate.release(p, now, Outcome::Success).expect("own permit");
+            }
+            Ev::Wake => {}
+        }
+        loop {
+            let n = gate.poll(now, &mut out);
+            for e in out[..n].iter_mut() {
+                match e.take() {
+                    Some(Event::Granted(_, p)) => admitted.push(p),
+                    Some(Event::Expired(..)) => sloughed += 1,
+                    None => {}
+                }
+            }
+            if n < out.len() {
+                break;
+            }
+        }
+        for p in admitted {
+            permits.push(Some(p));
+            queue.push_back(permits.len() - 1);
+        }
+        while busy < SLOTS {
+            let Some(i) = queue.pop_front() else { break };
+            busy += 1;
+            seq += 1;
+            let s = Service::BASE.sample_ns(&mut svc).max(1.0) as u64;
+            heap.push(Reverse((now + s, seq, Ev::Done(i))));
+        }
+        if let Some(t) = gate.next_wakeup(now) {
+            seq += 1;
+            heap.push(Reverse((t.max(now + 1), seq, Ev::Wake)));
+        }
+    }
+    (refused, sloughed)
+}
+
+/// A service restarted under a modest load must not refuse or slough its critical work
+/// while the limit warms up. Before the default started at 20, the limit of 1 (doubling per
+/// 100 ms window) refused or CoDel-sloughed hundreds of the first second's ~1,200 requests.
+#[test]
+fn a_cold_gate_serves_a_modest_load_from_its_first_second() {
+    for seed in 1..=5 {
+        let (refused, sloughed) = cold_start_losses(seed);
+        assert_eq!((refused, sloughed), (0, 0), "seed {seed}");
+    }
+}
+
+/// A dependency with 8 slots whose latency triples for 10 s, without errors: by Little's law
+/// a uniformly slower dependency needs the same concurrency, not less. The limit must not
+/// cut below the 8 slots (which would leave the dependency partly idle). A real two-server
+/// testbed showed cuts to 4.6–7.5 in 4 of 9 runs. Here, from 2 s after the onset on, the
+/// limit stays at 8 or more in every seed; in the first 2 s a short cut to ~7.6 remains
+/// (seed 1), the cost of telling a slowdown from our own queue without a probe.
+#[test]
+fn a_uniformly_slower_dependency_keeps_its_concurrency() {
+    for seed in 1..=9 {
+        let s = scenarios::tripled(seed);
+        let r = run(&s, &mut Real::new(AlgorithmConfig::default(), "default"));
+        let (a, b) = (7 * SEC, 15 * SEC);
+        let goodput = 100.0 * r.good_between(a, b) as f64 / s.capacity_between(a, b);
+        let lowest = r
+            .limits
+            .iter()
+            .filter(|(t, _)| *t >= a && *t < b)
+            .map(|x| x.1)
+            .fold(f64::MAX, f64::min);
+        // A small dependency under Poisson load: the standing queue keeps ~96% of it busy.
+        assert!(goodput >= 95.0, "seed {seed}: goodput {goodput:.1}, lowest limit {lowest:.1}");
+        assert!(lowest >= 8.0, "seed {seed}: lowest limit {lowest:.1}, goodput {goodput:.1}");
     }
 }

@@ -8,16 +8,18 @@
 //! purpose, ties broken by insertion order: a run is a pure function of (scenario,
 //! protection, seed).
 //!
-//! The five presets reproduce the seeds' cascades (DESIGN.md §5); `cargo run -p
+//! The five presets reproduce the classic cascades; `cargo run -p
 //! surgeguard-sim` (= `make demo`) compares protections on them, prints one table and writes
 //! SVG plots to `docs/sim/`.
 
+pub mod closed_loop;
 pub mod engine;
 pub mod metrics;
 pub mod plot;
 pub mod protect;
 pub mod report;
 pub mod scenario;
+pub mod sweep;
 pub mod world;
 
 pub use protect::Protection;

@@ -1,5 +1,5 @@
 //! Scenarios: what the world looks like (load, tiers, callers, health checks) and what goes
-//! wrong when. Six presets come from the seeds; any scenario can be loaded from JSON.
+//! wrong when. Six presets reproduce classic overload cascades; any scenario can be loaded from JSON.
 //!
 //! Times in files are seconds (`*_s`) or milliseconds (`*_ms`); the simulator runs in
 //! nanoseconds.
@@ -32,7 +32,7 @@ pub struct Scenario {
     pub client_processes: u32,
     /// Service tiers, outermost first; tier `i` calls tier `i + 1` if it has `call`.
     pub tiers: Vec<TierSpec>,
-    /// Optional load-balancer health checks with ejection and restart (seed 003 loops 2, 3).
+    /// Optional load-balancer health checks with ejection and restart (the metastable-failure pattern (Bronson et al., HotOS 2021) loops 2, 3).
     #[serde(default)]
     pub health: Option<HealthSpec>,
     /// Protections compared by default (see `protect::Protection::parse`).
@@ -67,7 +67,7 @@ impl Span {
 pub struct LoadClass {
     /// Label (`critical`, `normal`, `background`, ...).
     pub name: String,
-    /// Priority level, 0 = most important (seed 000's X-Request-Priority).
+    /// Priority level, 0 = most important (the hysteresis scheme's X-Request-Priority).
     pub priority: u8,
     /// Requests per second outside any change.
     pub rate_per_s: f64,
@@ -98,7 +98,7 @@ pub struct RateChange {
 pub struct CallerSpec {
     /// Per-attempt timeout, ms (the attempt's deadline).
     pub timeout_ms: f64,
-    /// Attempts per call, first included (seed 004: 1 + 3 retries = 4).
+    /// Attempts per call, first included (the overload write-ups: 1 + 3 retries = 4).
     pub max_attempts: u32,
     /// Delay before a retry, ms, unless a protection adds backoff (0 = immediate).
     #[serde(default)]
@@ -142,13 +142,13 @@ pub struct TierChange {
     /// Local work is this many times the normal cost (sampled when work starts).
     #[serde(default = "unit")]
     pub cost_factor: f64,
-    /// Nothing progresses during the span (seed 000's injected pause; a stop-the-world GC).
+    /// Nothing progresses during the span (the hysteresis scheme's injected pause; a stop-the-world GC).
     #[serde(default)]
     pub pause: bool,
 }
 
-/// Load-balancer health checks (seed 003 loop 2, seed 004's "health checks queue behind
-/// real traffic") and what a restart costs (seed 003 loop 3, cold caches).
+/// Load-balancer health checks (the metastable-failure pattern (Bronson et al., HotOS 2021) loop 2, the overload write-ups' "health checks queue behind
+/// real traffic") and what a restart costs (the metastable-failure pattern (Bronson et al., HotOS 2021) loop 3, cold caches).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HealthSpec {
@@ -435,14 +435,14 @@ fn protections(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| s.to_string()).collect()
 }
 
-/// Seed 004, Failure Scenario 1 ("The Busy-but-Useless Service"): 1,500 req/s, capacity
+/// the overload write-ups, Failure Scenario 1 ("The Busy-but-Useless Service"): 1,500 req/s, capacity
 /// 2,500 → 1,250 req/s when an index refresh doubles per-query cost, 64 workers, an
 /// unbounded queue, clients time out at 1 s and retry 3 times. Time is compressed: the
 /// refresh lasts 20 s instead of 2 min.
 pub fn busy_but_useless() -> Scenario {
     Scenario {
         name: "busy-but-useless".into(),
-        source: "seed 004 §Failure Scenarios 1 (The Busy-but-Useless Service)".into(),
+        source: "the overload write-ups §Failure Scenarios 1 (The Busy-but-Useless Service)".into(),
         description:
             "1,500 req/s; an index refresh halves capacity 2,500 -> 1,250 req/s for 20 s; \
                       64 workers; clients: 1 s timeout, 3 immediate retries"
@@ -450,7 +450,7 @@ pub fn busy_but_useless() -> Scenario {
         seed: default_seed(),
         duration_s: 45.0,
         trigger: span(5.0, 25.0),
-        // Priority mix: seed 000's three levels; seed 004 gives none.
+        // Priority mix: the hysteresis scheme's three levels; the overload write-ups gives none.
         load: priority_mix(1500.0, 0.1, 0.6),
         client: caller(1000.0, 4),
         client_processes: 1,
@@ -481,8 +481,8 @@ pub fn busy_but_useless() -> Scenario {
     }
 }
 
-/// Seed 004 ("3 layers each retrying 4 times can turn one user action into 64 database
-/// attempts", quoting the SRE book) and seed 003 loop 1: a database loses most of its
+/// the overload write-ups ("3 layers each retrying 4 times can turn one user action into 64 database
+/// attempts", quoting the SRE book) and the metastable-failure pattern (Bronson et al., HotOS 2021) loop 1: a database loses most of its
 /// capacity for 10 s under client → gateway → service → database, every layer making 4
 /// attempts.
 pub fn retry_storm() -> Scenario {
@@ -498,7 +498,7 @@ pub fn retry_storm() -> Scenario {
     };
     Scenario {
         name: "retry-storm".into(),
-        source: "seed 004 (SRE: 4 attempts x 3 layers = 64x), seed 003 loop 1".into(),
+        source: "the overload write-ups (SRE: 4 attempts x 3 layers = 64x), the metastable-failure pattern (Bronson et al., HotOS 2021) loop 1".into(),
         description: "500 req/s through client -> gateway -> service -> database, 4 attempts \
                       at each of 3 layers; the database slows 10x for 10 s"
             .into(),
@@ -541,13 +541,13 @@ pub fn retry_storm() -> Scenario {
     }
 }
 
-/// Seed 003 ("the database recovered after twelve minutes; the platform did not"): the
+/// the metastable-failure pattern (Bronson et al., HotOS 2021) ("the database recovered after twelve minutes; the platform did not"): the
 /// database slows 10x for 10 s; the app tier's health checks queue behind traffic, hosts
-/// are ejected and come back cold, clients retry. Loops 1–3 of seed 003 together.
+/// are ejected and come back cold, clients retry. Loops 1–3 of the metastable-failure pattern (Bronson et al., HotOS 2021) together.
 pub fn metastable() -> Scenario {
     Scenario {
         name: "metastable".into(),
-        source: "seed 003 (Why the system stays down after the trigger is gone; loops 1-3)".into(),
+        source: "the metastable-failure pattern (Bronson et al., HotOS 2021) (Why the system stays down after the trigger is gone; loops 1-3)".into(),
         description: "2,000 req/s to 4 app hosts (32 workers) over a database; the database \
                       slows 10x for 10 s; queued health checks eject hosts, restarts are cold"
             .into(),
@@ -608,7 +608,7 @@ pub fn metastable() -> Scenario {
     }
 }
 
-/// Seed 000 ("Priority Queuing: Not All Requests Are Created Equal"; 70/25/5 shares): a
+/// the hysteresis scheme ("Priority Queuing: Not All Requests Are Created Equal"; 70/25/5 shares): a
 /// background flood beside critical and normal traffic.
 pub fn priority_flood() -> Scenario {
     let mut load = vec![
@@ -637,7 +637,8 @@ pub fn priority_flood() -> Scenario {
     load[2].changes.push(RateChange { span: span(5.0, 20.0), rate_per_s: 3300.0 });
     Scenario {
         name: "priority-flood".into(),
-        source: "seed 000 (Priority Queuing; never drop a P0 request to serve a P2)".into(),
+        source: "the hysteresis scheme (Priority Queuing; never drop a P0 request to serve a P2)"
+            .into(),
         description: "300 critical + 900 normal + 300 background req/s; background jumps to \
                       3,300 req/s for 15 s; capacity 2,500 req/s"
             .into(),
@@ -663,12 +664,14 @@ pub fn priority_flood() -> Scenario {
     }
 }
 
-/// Seed 000 ("we simulated a cascading failure by intentionally injecting a 10-second pause
+/// the hysteresis scheme ("we simulated a cascading failure by intentionally injecting a 10-second pause
 /// into a core database service"): a stop-the-world pause under an API tier.
 pub fn dependency_pause() -> Scenario {
     Scenario {
         name: "dependency-pause".into(),
-        source: "seed 000 (Real Metrics: a 10-second pause injected into a core database)".into(),
+        source:
+            "the hysteresis scheme (Real Metrics: a 10-second pause injected into a core database)"
+                .into(),
         description: "1,000 req/s to an API (200 workers) over a core database (50 workers); \
                       the database pauses for 10 s"
             .into(),
@@ -709,9 +712,9 @@ pub fn dependency_pause() -> Scenario {
 /// Steady tenants in [`noisy_tenant`].
 pub const STEADY_TENANTS: usize = 20;
 
-/// Seed 004, Failure Scenario 3 ("One Slow Tenant Stalls the Shared Queue": one tenant's
+/// the overload write-ups, Failure Scenario 3 ("One Slow Tenant Stalls the Shared Queue": one tenant's
 /// backlog starves every tenant on a shared queue; fix: "per-tenant concurrency caps" and
-/// "shuffle-sharded queues") and seed 002 (limits "per agent identity" at the gateway, a
+/// "shuffle-sharded queues") and the gateway rate-limit scheme (limits "per agent identity" at the gateway, a
 /// 429 the caller can act on). 21 tenants share one API of 1,000 req/s; 20 send 25 req/s
 /// each (half the capacity together); the 21st jumps from 25 to 8,000 req/s (8x the
 /// capacity) for 10 s. All at the same priority, so only the tenant tells them apart.
@@ -731,7 +734,7 @@ pub fn noisy_tenant() -> Scenario {
     ));
     Scenario {
         name: "noisy-tenant".into(),
-        source: "seed 004 §Failure Scenarios 3 (One Slow Tenant Stalls the Shared Queue), seed 002"
+        source: "the overload write-ups §Failure Scenarios 3 (One Slow Tenant Stalls the Shared Queue), the gateway rate-limit scheme"
             .into(),
         description: "21 tenants share an API (40 workers, 1,000 req/s); 20 send 25 req/s \
                       each, one jumps to 8,000 req/s (8x capacity) for 10 s"

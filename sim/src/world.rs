@@ -728,7 +728,7 @@ impl World<'_> {
             return;
         }
         // An overload signal when the work failed below or finished after its caller's
-        // deadline (DESIGN §3: Dropped = timeout, 503 from below).
+        // deadline (Dropped = timeout, 503 from below).
         let outcome = if ok && now <= j.deadline { Outcome::Success } else { Outcome::Dropped };
         if let Some(p) = j.permit {
             h.admission.release(now, p, outcome);

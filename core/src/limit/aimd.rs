@@ -1,5 +1,5 @@
-//! `Aimd`: additive increase, multiplicative decrease (seed 002), with a Netflix parity
-//! mode (NCL `AIMDLimit`, research `limiters.md` §1.2).
+//! `Aimd`: additive increase, multiplicative decrease (the classic latency-target limiter), with a Netflix parity
+//! mode (Netflix concurrency-limits `AIMDLimit`).
 
 use super::common::{
     check_app_limited, check_duration, check_f64_below, check_whole, clamp_limit, is_app_limited,
@@ -11,7 +11,7 @@ use crate::ConfigError;
 
 /// Configuration of [`Aimd`].
 ///
-/// `Default` is seed 002's limiter (initial 10, floor 1, ceiling 200, ×0.9); see
+/// `Default` is the classic latency-target AIMD (initial 10, floor 1, ceiling 200, ×0.9); see
 /// [`AimdConfig::netflix`] for NCL's `AIMDLimit`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct AimdConfig {
@@ -28,7 +28,7 @@ pub struct AimdConfig {
     /// `0.5`, `0.9` or `0.99` = that percentile. Parity mode uses the mean (NCL's
     /// average window).
     pub latency_percentile: f64,
-    /// The factor applied on overload, in `[0.5, 1)` (NCL's range; seed 002 and NCL: 0.9).
+    /// The factor applied on overload, in `[0.5, 1)` (NCL's range; NCL's default: 0.9).
     pub backoff_ratio: f64,
     /// A window whose latency exceeds this counts as a drop (NCL `timeout`, default 5 s).
     /// ns, in `[1 ns, 1 day]`.
@@ -48,14 +48,14 @@ pub struct AimdConfig {
 impl Default for AimdConfig {
     fn default() -> Self {
         Self {
-            // seed 002 `AdaptiveLimit(initial=10, floor=1, ceiling=200)`
+            // a latency-target AIMD: initial 10, floor 1, ceiling 200
             initial_limit: 10.0,
             min_limit: 1.0,
             max_limit: 200.0,
-            // seed 002 leaves the target to the caller; 50 ms is seed 000's example target
+            // the target is the caller's; 50 ms is a common example target
             target_latency_ns: 50 * MS,
             latency_percentile: 0.0,
-            // seed 002 `int(self.limit * 0.9)`; NCL AIMDLimit backoffRatio default
+            // `int(limit * 0.9)`; NCL AIMDLimit backoffRatio default
             backoff_ratio: 0.9,
             // NCL AIMDLimit DEFAULT_TIMEOUT
             timeout_ns: 5 * SEC,
@@ -83,9 +83,9 @@ impl AimdConfig {
 
 /// Additive-increase / multiplicative-decrease concurrency limit.
 ///
-/// **Seed mode** (default, seed 002): per window, a latency (mean or a percentile) below
+/// **Target mode** (default): per window, a latency (mean or a percentile) below
 /// `target_latency_ns` adds 1; a drop, a latency over the target or over `timeout_ns`
-/// multiplies by `backoff_ratio` (0.9); a latency exactly at the target holds. Seed 002
+/// multiplies by `backoff_ratio` (0.9); a latency exactly at the target holds. The classic rule
 /// truncates with `int(limit × 0.9)`; here the product is kept exact so that fractional
 /// limits below 1 decay smoothly instead of jumping to the floor.
 ///
@@ -242,7 +242,7 @@ mod tests {
         }
     }
 
-    // ---- NCL AIMDLimitTest golden values (research limiters.md §1.2) ----
+    // ---- NCL AIMDLimitTest golden values ----
 
     #[test]
     fn netflix_increase_on_success() {
@@ -287,7 +287,7 @@ mod tests {
         assert!(matches!(Aimd::new(c), Err(ConfigError::Inconsistent(_))));
     }
 
-    // ---- seed 002 mode ----
+    // ---- target mode ----
 
     #[test]
     fn seed_mode_additive_increase_and_multiplicative_decrease() {

@@ -8,13 +8,13 @@
 //!   candidate (impossible by construction, checked anyway) becomes the floor.
 //! - **App-limited guard.** No growth while `max_inflight < app_limited_fraction × limit`:
 //!   a limit nobody is using says nothing about capacity (NCL's rule is `inflight < L/2`,
-//!   i.e. fraction 0.5 — research `limiters.md` §1.2, §9.3). Fraction 0 disables it.
+//!   i.e. fraction 0.5, as in Netflix concurrency-limits). Fraction 0 disables it.
 //! - **Slow start** (opt-in): until the first congestion signal, a window that would grow
 //!   the limit grows it by `min(samples, limit)` instead — TCP's +1 per acknowledgement,
-//!   so at most ×2 per window and about ×2 per round trip (research `limiters.md` §8.5,
-//!   §10.9). It ends for good at the first drop or at the algorithm's own congestion
+//!   so at most ×2 per window and about ×2 per round trip (TCP slow start, RFC 5681).
+//!   It ends for good at the first drop or at the algorithm's own congestion
 //!   condition; each algorithm's docs say which.
-//! - **Integer limits where the anchor has them.** Netflix's limits and seed 000's `C` are
+//! - **Integer limits where the anchor has them.** Netflix's limits and the hysteresis scheme's `C` are
 //!   integers; [`quantize`] truncates values at or above 1 and keeps fractions below 1, so
 //!   parity holds whenever the floor is a whole number ≥ 1 and fractional floors still work.
 

@@ -9,13 +9,13 @@ use crate::time::{Monotonic, MS, SEC};
 use crate::types::check_range;
 use crate::ConfigError;
 
-// Envoy gradient_controller.cc: the gradient is clamped to [0.5, 2.0] (research/limiters.md §3).
+// Envoy gradient_controller.cc: the gradient is clamped to [0.5, 2.0].
 const MIN_GRADIENT: f64 = 0.5;
 const MAX_GRADIENT: f64 = 2.0;
 // Envoy PR #10647: re-measure minRTT after 5 consecutive windows at the floor.
 const FLOOR_WINDOWS_BEFORE_PROBE: u32 = 5;
 
-// Probe-free baseline (our design, DESIGN.md "Gradient"; constants tuned in convergence.rs).
+// Probe-free baseline (our design; constants tuned in convergence.rs).
 // The baseline is a sample-weighted mean of up to this many samples from windows that are
 // statistically indistinguishable from it, then freezes (so windows with a small queue cannot
 // ratchet it up).
@@ -43,7 +43,22 @@ const FLAT_HORIZON_NS: u64 = 4 * SEC;
 const FLAT_SPACING_NS: u64 = 200 * MS;
 const FLAT_STEP: f64 = 0.1;
 
-// Drops that do not respond to back-off (our design, DESIGN.md "Gradient"; constants tuned
+// Upward probe (our design, the counterpart of Envoy's downward minRTT probe): a limit that
+// binds without drops or clear congestion is, after UP_POOL_SAMPLES samples over at least
+// UP_POOL_WINDOWS consecutive such windows, raised
+// by UP_SPAN for a window; if latency did not rise with in-flight (elasticity below
+// FLAT_ELASTICITY, beyond noise) the higher limit stays and the baseline is re-learned at
+// the lower point. A failed probe doubles the wait before the next one, from UP_WAIT_NS up
+// to UP_WAIT_MAX_NS, so a limit at a real knee pays one short probe per minute.
+const UP_SPAN: f64 = 1.3;
+const UP_MIN_SPAN: f64 = 1.2;
+const UP_POOL_SAMPLES: f32 = 300.0;
+const UP_POOL_WINDOWS: u8 = 5;
+const UP_WAIT_NS: u64 = 4 * SEC;
+const UP_WAIT_MAX_NS: u64 = 64 * SEC;
+const UP_PROBE_WINDOWS: u8 = 3;
+
+// Drops that do not respond to back-off (our design; constants tuned
 // in convergence.rs). A back-off episode pools the windows from where it began until
 // in-flight fell by FLAT_SPAN (up to EPISODE_OUTCOMES outcomes), then the windows there,
 // without further cuts, until EPISODE_OUTCOMES outcomes over EPISODE_WINDOWS windows (the
@@ -122,9 +137,20 @@ impl Default for GradientConfig {
     /// 2× the new base latency. `buffer 0.1, headroom 0.4` keeps a standing queue of about
     /// `0.1·C + 0.4·sqrt(C)` requests (enough for ~99% goodput under Poisson arrivals at
     /// 150% load), and smoothing 0.3 damps window-to-window noise.
+    ///
+    /// **Warm-up.** The limit starts at 20 (Netflix concurrency-limits' initial limit), so a
+    /// freshly started service admits a modest load at once instead of refusing, or
+    /// queueing and CoDel-sloughing, all but one request of its first second. Slow start
+    /// then doubles it per window (100 ms at least) while latency stays at the baseline.
+    /// If every window the first baseline came from filled those 20 permits, the
+    /// dependency may have been queueing already: when slow start ends, the limit drains
+    /// once to an eighth of that and the baseline is learned again. A service that expects
+    /// `n` concurrent requests sets `initial_limit: n` (a few more for Poisson bursts).
     fn default() -> Self {
         Self {
-            initial_limit: 1.0, // learn the baseline uncongested; slow start doubles it
+            // Netflix concurrency-limits' initial limit: a fresh service admits a modest
+            // load at once; slow start doubles it from there (see "Warm-up" below).
+            initial_limit: 20.0,
             min_limit: 1.0,
             max_limit: 1000.0, // Envoy max_concurrency_limit default
             buffer: 0.1,
@@ -146,7 +172,7 @@ impl Default for GradientConfig {
 }
 
 impl GradientConfig {
-    /// Envoy's controller with its defaults (research/limiters.md §3): a min-RTT probe
+    /// Envoy's controller with its defaults (Envoy's adaptive_concurrency filter docs): a min-RTT probe
     /// every `interval_ns` plus up to 15% jitter, pinned at 3 for 50 samples; buffer 25%;
     /// sample p50; limit 3..1000 starting inside a probe; full `sqrt` headroom, no
     /// smoothing; drops, slow start and the app-limited guard off (Envoy has none).
@@ -281,6 +307,25 @@ impl Pool {
     }
 }
 
+/// The operating point an upward probe starts from: bound, drop-free windows pooled.
+#[derive(Clone, Copy, Debug, Default)]
+struct UpPool {
+    /// Sum over windows of mean in-flight × samples (Little's law per window).
+    inflight: f32,
+    samples: f32,
+    log_stat: f32,
+    windows: u8,
+}
+
+impl UpPool {
+    fn mean_inflight(&self) -> f64 {
+        (self.inflight / self.samples.max(1.0)) as f64
+    }
+    fn log_mean(&self) -> f64 {
+        (self.log_stat / self.samples.max(1.0)) as f64
+    }
+}
+
 /// One operating point of the flat test: mean in-flight and sample RTT of a window
 /// (`f32`: ratios are all the test needs, and the limiter stores the algorithm by value).
 #[derive(Clone, Copy, Debug, Default)]
@@ -301,8 +346,8 @@ struct Probe {
     weighted_sum: f64,
 }
 
-/// Envoy's adaptive-concurrency gradient controller (research/limiters.md §3) with a
-/// probe-free baseline (DESIGN.md "Gradient"), the crate's default algorithm.
+/// Envoy's adaptive-concurrency gradient controller with a
+/// probe-free baseline (ours), the crate's default algorithm.
 ///
 /// Each window's sample RTT `S` (a percentile, p50 by default) is compared with a baseline
 /// `B`, the uncongested value of the same statistic:
@@ -401,12 +446,14 @@ struct Probe {
 ///      dependency itself changed, so old points would make false pairs.
 ///
 ///    So a slowdown costs one short, self-limiting cut, which the controller makes anyway,
-///    instead of Envoy's periodic pin to 3 and its burst of 503s. The baseline is learned
-///    uncongested from the start: the default initial limit is 1 and slow start doubles it.
+///    instead of Envoy's periodic pin to 3 and its burst of 503s. The default starts at 20
+///    (see [`GradientConfig::default`], "Warm-up").
 /// 5. *Gradient*: `g` as above. In probe-free mode `min(B, S)` stands in for `B`, so a
 ///    stale-high baseline cannot double the limit.
-/// 6. *Slow start*: the limit doubles until a window's `S` is clearly (2 SE) above
-///    `B·(1 + buffer)`, or drops end it. Otherwise the smoothed step applies.
+/// 6. *Slow start*: the limit doubles until a window's `S` is clearly (2 SE of the window
+///    and of the baseline together) above `B·(1 + buffer)` in two windows in a row (or one
+///    beyond 4 SE), or drops (two or more in a window) end it. Otherwise the smoothed step
+///    applies.
 /// 7. *App-limited guard*: no growth while the window's `max_inflight < app_limited_ratio · L`,
 ///    unless it reached every whole permit (`max_inflight + 1 > L`: a limiter admits `⌊L⌋`).
 /// 8. *Recall* (probe-free): the limit before a cut is remembered, with the baseline of
@@ -417,7 +464,21 @@ struct Probe {
 ///    so a dependency that really lost capacity costs at most one overshoot. After a
 ///    slowdown ends, the limit is back at its pre-incident level within a few windows
 ///    instead of the headroom's slow climb.
-/// 9. Clamp to `[min_limit, max_limit]`.
+/// 9. *Upward probe* (probe-free): **no absorbing state below what the dependency handles.**
+///    A limit that binds without drops or clear congestion over at least 5 windows and 300
+///    samples (pooled: mean in-flight by Little's law, log-mean statistic) is raised to
+///    `max(1.3·L, L + 1)`. The first window whose mean in-flight rose by 1.2× decides: if
+///    latency rose by less than `span^0.2` (beyond two standard errors of both sides),
+///    the dependency is below its knee at both points, so the higher limit stays, the
+///    baseline is re-learned as the pooled lower point (if higher) and slow start resumes.
+///    Otherwise (or on any drop) the limit returns to where the probe started and the next
+///    probe waits twice as long (4 s, doubling to 64 s), so a limit at a real knee pays
+///    one short probe a minute. Without it, a baseline learned low (a small first window of
+///    a long tail) made every later window read as congested, and a limit of 1 could never
+///    show the in-flight spread the flat test needs: the limit stayed at 1 for good.
+///    Also: a window with at most one request in flight holds no queue of ours, so it may
+///    refine the baseline at any limit, and two such windows clearly above it restart it.
+/// 10. Clamp to `[min_limit, max_limit]`.
 ///
 /// **Fractional limits.** Below 1 the headroom becomes `x·sqrt(x)` (continuous at 1), so a
 /// congested limit keeps shrinking towards a fractional floor. Envoy's `sqrt` would hold it
@@ -433,16 +494,17 @@ struct Probe {
 ///     p90_ns: p50 * 13 / 10, p99_ns: p50 * 2, max_inflight: inflight, inflight,
 /// };
 /// let l0 = g.limit();
-/// assert!(g.update(&window(100 * ms, 10 * ms, 10)) > l0); // uncongested: slow start grows
+/// assert!(g.update(&window(100 * ms, 10 * ms, 20)) > l0); // uncongested: slow start grows
 /// let l1 = g.limit();
-/// assert!(g.update(&window(200 * ms, 30 * ms, 20)) < l1); // latency tripled: backs off
+/// g.update(&window(200 * ms, 30 * ms, 40)); // latency tripled: the first window holds,
+/// assert!(g.update(&window(300 * ms, 30 * ms, 40)) < l1); // the second backs off
 /// ```
 ///
 /// Progress: not shared (`&mut self`; the [`Limiter`](crate::Limiter) folds windows from one
 /// CAS winner). Cost per window: a constant number of float operations, plus a scan of
-/// 8 history points. No allocation; the state is a fixed ~530 bytes. Sources: Envoy
-/// `gradient_controller.cc` and `pinned_gradient_controller.cc` (research/limiters.md §3);
-/// probe-free baseline, DESIGN.md "Gradient" and research/limiters.md §10.8; the episode
+/// 8 history points. No allocation; the state is a fixed ~570 bytes. Sources: Envoy
+/// `gradient_controller.cc` and `pinned_gradient_controller.cc`;
+/// probe-free baseline, our design; the episode
 /// test and the recall are our design, tuned on `core/tests/convergence.rs` (a dependency
 /// 10× slower with the caller's timeout in its tail, the simulator's `retry-storm`).
 #[derive(Clone, Debug)]
@@ -463,6 +525,22 @@ pub struct Gradient {
     recalling: bool,
     /// Consecutive windows clearly below the baseline.
     below_run: u8,
+    /// Consecutive windows with one request in flight clearly above the baseline.
+    above_run: u8,
+    /// The previous window was congested during slow start.
+    ss_congested: bool,
+    /// The least in-flight of the windows the first baseline was learned from (0: none
+    /// pending; checked once, when slow start ends).
+    base_inflight: f32,
+    /// The warm-start check has been armed (it runs at most once).
+    warm_checked: bool,
+    /// Upward probe: the pooled starting point, the limit to return to (0: no probe under
+    /// way), windows waited for in-flight to rise, and when the next probe may start.
+    up_pool: UpPool,
+    up_from: f32,
+    up_windows: u8,
+    up_wait: u64,
+    up_next_at: u64,
     /// Windows pooled on each side of the back-off episode (`ep_ref` empty: none).
     ep_ref_windows: u8,
     ep_low_windows: u8,
@@ -506,6 +584,15 @@ impl Gradient {
             was_near: false,
             recalling: false,
             below_run: 0,
+            above_run: 0,
+            ss_congested: false,
+            base_inflight: 0.0,
+            warm_checked: false,
+            up_pool: UpPool::default(),
+            up_from: 0.0,
+            up_windows: 0,
+            up_wait: UP_WAIT_NS,
+            up_next_at: 0,
             ep_ref_windows: 0,
             ep_low_windows: 0,
             resume_at: 0.0,
@@ -635,10 +722,17 @@ impl Gradient {
         }
         let sigma = own.max(self.sigma as f64);
         let bound = !self.slow_start && w.max_inflight as f64 + 1.0 > self.limit;
-        let queued = bound && w.max_inflight as f32 > self.flat_upto;
+        // One request in flight cannot queue behind another of ours: such a window shows
+        // the dependency's own latency, whatever the limit.
+        let alone = w.max_inflight <= 1;
+        let queued = bound && w.max_inflight as f32 > self.flat_upto && !alone;
         if self.baseline <= 0.0 {
             self.baseline = stat;
             self.baseline_weight = n;
+            if !self.warm_checked {
+                self.warm_checked = true;
+                self.base_inflight = w.max_inflight as f32;
+            }
         } else if mostly_answers {
             // Compare in log space: the window's median and the baseline each have a
             // standard error 1.25·σ/√n, plus the histogram's quantile error. Clearly below
@@ -651,6 +745,12 @@ impl Gradient {
             let diff = libm::log(stat / self.baseline);
             let below = diff < -2.0 * se;
             self.below_run = if below { self.below_run.saturating_add(1) } else { 0 };
+            // Clearly above with a single request in flight: no queue of ours can explain
+            // it, so the baseline is stale or was learned low (a small first window of a
+            // long-tailed dependency). Two such windows in a row restart it; otherwise a
+            // limit at its floor would read every window as congested and never leave.
+            let above_alone = alone && diff > 2.0 * se;
+            self.above_run = if above_alone { self.above_run.saturating_add(1) } else { 0 };
             let run = if self.intrinsic > 0.0 { 3 } else { 2 };
             if below && (self.below_run >= run || diff < -4.0 * se) {
                 self.below_run = 0;
@@ -675,6 +775,12 @@ impl Gradient {
                     self.remember(self.limit, self.baseline);
                     self.cut_to = (self.limit * libm::exp(diff)) as f32;
                 }
+            } else if above_alone && self.above_run >= 2 {
+                self.above_run = 0;
+                self.baseline = stat;
+                self.baseline_weight = n;
+                self.clear_history();
+                self.m.rebaselines += 1;
             } else if !below
                 && diff <= 2.0 * se
                 && self.baseline_weight < BASELINE_SAMPLES
@@ -687,6 +793,9 @@ impl Gradient {
                 // BASELINE_SAMPLES are in, the estimate freezes.
                 self.baseline += (stat - self.baseline) * n / (self.baseline_weight + n);
                 self.baseline_weight += n;
+                if self.base_inflight > 0.0 {
+                    self.base_inflight = self.base_inflight.min(w.max_inflight as f32);
+                }
             }
         }
         if w.samples >= MIN_SAMPLES && dur > 0 {
@@ -889,6 +998,100 @@ impl Gradient {
         true
     }
 
+    /// Ends an upward probe or the pooling before one (a drop, a congested window, a
+    /// cut, a change of the dependency).
+    fn reset_up(&mut self) {
+        self.up_pool = UpPool::default();
+        self.up_from = 0.0;
+        self.up_windows = 0;
+    }
+
+    /// Probe-free, state machine step 9: the upward probe. `new` is the limit the other
+    /// steps chose; returns the limit to apply.
+    fn probe_up(
+        &mut self,
+        now: u64,
+        dur: u64,
+        w: &Window,
+        stat: f64,
+        congested: bool,
+        new: f64,
+    ) -> f64 {
+        let l = self.limit;
+        let bound = w.max_inflight as f64 + 1.0 > l;
+        let usable = w.samples >= MIN_SAMPLES && dur > 0 && w.drops == 0;
+        if self.up_from > 0.0 {
+            // A probe is under way: wait until in-flight has risen, then decide.
+            if !usable {
+                self.reset_up();
+                return new.min(l);
+            }
+            let n_hi = w.samples as f64 * w.avg_ns as f64 / dur as f64;
+            let lo = self.up_pool;
+            let n_lo = lo.mean_inflight();
+            self.up_windows = self.up_windows.saturating_add(1);
+            if n_hi < UP_MIN_SPAN * n_lo {
+                if self.up_windows < UP_PROBE_WINDOWS && bound {
+                    return l; // in-flight still rising (or the window mostly predates it)
+                }
+                // Demand did not fill the raised limit: nothing learned, no cost.
+                let back = self.up_from as f64;
+                self.reset_up();
+                self.up_next_at = now.saturating_add(self.up_wait);
+                return new.min(back.max(n_hi + 1.0));
+            }
+            let sigma = log_spread(w).max(self.sigma as f64);
+            let (se_hi, se_lo) =
+                (median_se(sigma, w.samples as f64), median_se(sigma, lo.samples as f64));
+            let se = libm::sqrt(se_hi * se_hi + se_lo * se_lo);
+            let ds = libm::log(stat) - lo.log_mean();
+            let flat = ds <= FLAT_ELASTICITY * libm::log(n_hi / n_lo) + 2.0 * se;
+            let back = self.up_from as f64;
+            self.reset_up();
+            if flat {
+                // Latency ignored a 1.2×+ rise of in-flight: below the knee at both points.
+                // The lower point's latency is the dependency's own; keep the higher limit.
+                let base = libm::exp(lo.log_mean());
+                if base > self.baseline {
+                    self.baseline = base;
+                    self.baseline_weight = lo.samples as f64;
+                    self.clear_history();
+                    self.m.rebaselines += 1;
+                }
+                self.up_wait = UP_WAIT_NS;
+                self.up_next_at = now.saturating_add(self.up_wait);
+                // Nothing is known about the load above: find it fast (slow start ends at
+                // the first congested window).
+                self.slow_start = self.cfg.slow_start;
+                return new.max(l);
+            }
+            // Latency rose with in-flight: a knee. Back, and wait longer next time.
+            self.up_wait = (self.up_wait.saturating_mul(2)).min(UP_WAIT_MAX_NS);
+            self.up_next_at = now.saturating_add(self.up_wait);
+            return back;
+        }
+        let quiet = self.intrinsic <= 0.0 && self.recall <= 0.0 && self.ep_ref_windows == 0;
+        if !usable || !bound || congested || self.slow_start || !quiet {
+            self.up_pool = UpPool::default();
+            return new;
+        }
+        let n = w.samples as f32;
+        let inflight = (w.samples as f64 * w.avg_ns as f64 / dur as f64) as f32;
+        self.up_pool.inflight += inflight * n;
+        self.up_pool.samples += n;
+        self.up_pool.log_stat += n * libm::log(stat) as f32;
+        self.up_pool.windows = self.up_pool.windows.saturating_add(1);
+        if self.up_pool.samples >= UP_POOL_SAMPLES
+            && self.up_pool.windows >= UP_POOL_WINDOWS
+            && now >= self.up_next_at
+        {
+            self.up_from = l as f32;
+            self.up_windows = 0;
+            return new.max((l * UP_SPAN).max(l + 1.0));
+        }
+        new
+    }
+
     /// A window without a back-off moves the intrinsic share towards its own (at most up to
     /// the share measured at the hold), so it fades once the dependency stops dropping.
     fn track_intrinsic(&mut self, share: f64, total: u64) {
@@ -950,6 +1153,7 @@ impl Algorithm for Gradient {
         let mut dur = if self.last_at > 0 { now - self.last_at } else { 0 };
         if dur > FLAT_HORIZON_NS {
             dur = 0;
+            self.reset_up();
             self.clear_history();
             self.ep_ref_windows = 0;
             self.ep_low_windows = 0;
@@ -970,7 +1174,17 @@ impl Algorithm for Gradient {
         if self.probe.is_some() && self.fold_probe(now, w) {
             return self.limit;
         }
-        // 2. Drops, and (probe-free) whether they respond to back-off.
+        // 2. Drops during an upward probe are the probe's answer: back to where it
+        //    started (no back-off, no episode), and wait longer before the next one.
+        if self.up_from > 0.0 && w.drops > 0 {
+            self.limit = self.clamp(self.limit.min(self.up_from as f64));
+            self.reset_up();
+            self.up_wait = (self.up_wait.saturating_mul(2)).min(UP_WAIT_MAX_NS);
+            self.up_next_at = now.saturating_add(self.up_wait);
+            self.was_near = false;
+            return self.limit;
+        }
+        //    Drops, and (probe-free) whether they respond to back-off.
         let total = w.samples as u64 + w.drops as u64;
         let allowance = self.drop_allowance(total);
         let stat = if w.samples > 0 { self.stat(w) } else { 0.0 };
@@ -997,8 +1211,11 @@ impl Algorithm for Gradient {
             // nor do the drops of requests admitted under a higher limit before a cut (the
             // window held more in flight than the limit now allows).
             let stale = w.max_inflight as f64 > self.limit + 1.0;
+            self.reset_up();
             self.limit = self.clamp(self.limit * self.cfg.backoff);
-            if total >= MIN_SAMPLES as u64 && !stale {
+            // A lone timeout is consistent with a long tail (a heavy-tailed dependency
+            // times out a call now and then at any concurrency): it takes two.
+            if total >= MIN_SAMPLES as u64 && !stale && w.drops >= 2 {
                 self.slow_start = false;
             }
             self.m.backoffs += 1;
@@ -1025,10 +1242,39 @@ impl Algorithm for Gradient {
         self.m.gradient = g as f32;
         // 6. Slow start (until latency is clearly, not just noisily, above the baseline),
         //    else the smoothed Envoy step.
-        let se = median_se(log_spread(w), w.samples as f64);
+        // Clearly means beyond the noise of both the window and the baseline: a baseline
+        // of one small window (the first, say) must not end slow start on its own error.
+        let sigma = log_spread(w).max(self.sigma as f64);
+        let se_w = median_se(sigma, w.samples as f64);
+        let se_b = 1.2533 * sigma / libm::sqrt(self.baseline_weight.max(1.0));
+        let se = if self.probe_free() { libm::sqrt(se_w * se_w + se_b * se_b) } else { se_w };
         let congested = stat > self.baseline * (1.0 + self.cfg.buffer) * (1.0 + 2.0 * se);
+        // During slow start one congested window of a long-tailed dependency is often noise:
+        // unless far beyond it (4 SE), the first holds the limit and the second ends it.
+        let far = stat > self.baseline * (1.0 + self.cfg.buffer) * (1.0 + 4.0 * se);
+        let first_congested = self.slow_start && congested && !far && !self.ss_congested;
+        self.ss_congested = self.slow_start && congested;
+        if self.slow_start && congested && !first_congested && self.probe_free() {
+            // Slow start ends for the first time. If the baseline was learned only in
+            // windows that filled the initial limit (a warm start, which may exceed a small
+            // dependency's capacity), it may hold our own queue: drain to an eighth of that
+            // in-flight and learn it again, once.
+            let learned_at = self.base_inflight as f64;
+            self.base_inflight = 0.0;
+            if learned_at + 1.0 > self.cfg.initial_limit && learned_at >= 2.0 {
+                self.baseline = 0.0;
+                self.baseline_weight = 0.0;
+                self.ss_congested = false;
+                self.clear_history();
+                self.m.rebaselines += 1;
+                self.limit = self.clamp(learned_at / 8.0);
+                return self.limit;
+            }
+        }
         let mut new = if self.slow_start && !congested {
             l * 2.0
+        } else if first_congested {
+            l
         } else {
             self.slow_start = false;
             let target = l * g + self.cfg.headroom * headroom(l * g);
@@ -1064,7 +1310,12 @@ impl Algorithm for Gradient {
             self.cut_to = 0.0;
             self.slow_start = self.cfg.slow_start;
         }
-        // 9. Clamp.
+        // 9. Upward probe (probe-free): a bound limit with no drops must not be an
+        //    absorbing state below what the dependency handles.
+        if self.probe_free() {
+            new = self.probe_up(now, dur, w, stat, congested, new);
+        }
+        // 10. Clamp.
         self.limit = self.clamp(new);
         if self.limit >= self.recall as f64 {
             self.recall = 0.0;
@@ -1382,6 +1633,57 @@ mod tests {
         // first doubling), not at the ceiling.
         assert!(l <= 20.0, "{l}");
         assert!(l >= 5.0, "{l}");
+    }
+
+    /// A long-tailed dependency (log-normal, σ 1, median 6.1 ms) with 16 slots, far from
+    /// loaded: latency is its own at any in-flight up to 16. Windows of 100 ms hold
+    /// `limit`-bound traffic (the caller always has more work).
+    fn tail_window(now: u64, limit: f64, p50_ms: f64) -> Window {
+        let inflight = libm::floor(limit.max(1.0)) as u32;
+        let p50 = (p50_ms * MS as f64) as u64;
+        Window {
+            now,
+            samples: (inflight * 10).max(10),
+            drops: 0,
+            avg_ns: p50 * 165 / 100, // log-normal σ 1: mean = median · e^0.5
+            min_ns: p50 / 10,
+            p50_ns: p50,
+            p90_ns: p50 * 36 / 10,  // e^1.28
+            p99_ns: p50 * 102 / 10, // e^2.33
+            max_inflight: inflight,
+            inflight,
+        }
+    }
+
+    #[test]
+    fn a_baseline_learned_low_is_not_an_absorbing_state() {
+        // The trace behind the lock at a limit of about 1: the first window (13 samples of a
+        // long tail) reads 3.6 ms against a true median of 6.1 ms; then two timeouts of the
+        // tail end slow start and the back-off takes the limit to its floor. From there
+        // every window at the true median read as congested against the low baseline, and
+        // one request in flight could never show that latency ignores concurrency. (Here a
+        // passing congestion ends slow start and takes the limit to the floor.)
+        let cfg = GradientConfig { initial_limit: 1.0, ..GradientConfig::default() };
+        let mut g = Gradient::new(cfg).unwrap();
+        let mut now = 100 * MS;
+        let first = Window { samples: 13, ..tail_window(now, 1.0, 3.6) };
+        g.update(&first);
+        for _ in 0..20 {
+            now += 100 * MS;
+            g.update(&tail_window(now, 2.0, 20.0)); // a passing congestion: 3x the median
+        }
+        assert_eq!(g.limit(), 1.0, "{:?}", g.metrics());
+        assert!(!g.metrics().slow_start);
+        for _ in 0..200 {
+            now += 100 * MS;
+            g.update(&tail_window(now, g.limit(), 6.1));
+        }
+        // 20 s of a dependency that never queued: the limit left the floor and the baseline
+        // is the dependency's median.
+        let m = g.metrics();
+        assert!(m.limit >= 8.0, "{m:?}");
+        let base_ms = m.baseline_ns as f64 / MS as f64;
+        assert!((5.0..=7.5).contains(&base_ms), "{m:?}");
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! `Gradient2`: NCL `Gradient2Limit` (research `limiters.md` §1.2), with a `fixed` mode
-//! that honours drops and stops the runaway growth of NCL PR #134 (research §4.1, §11).
+//! `Gradient2`: Netflix concurrency-limits `Gradient2Limit`, with a `fixed` mode
+//! that honours drops and stops the runaway growth of NCL PR #134.
 
 use super::common::{
     check_app_limited, check_f64, check_f64_below, check_positive, clamp_limit, is_app_limited,
@@ -17,7 +17,7 @@ const LONG_RTT_RECOVERY_DECAY: f64 = 0.95;
 /// NCL Gradient2Limit: the gradient is clamped to `[0.5, 1.0]`.
 const MIN_GRADIENT: f64 = 0.5;
 /// congestion-limiter Gradient: the queue is added only when the gradient is above 0.9
-/// (research §4.1); here "at or above".
+/// (the congestion-limiter crate); here "at or above".
 const FIXED_QUEUE_GRADIENT: f64 = 0.9;
 
 /// Configuration of [`Gradient2`].
@@ -298,7 +298,7 @@ mod tests {
         (a - b).abs() < 1e-9 * b.abs().max(1.0)
     }
 
-    // ---- parity checks computed by hand from NCL's formula (research §1.2) ----
+    // ---- parity checks computed by hand from NCL's formula ----
 
     #[test]
     fn parity_growth_without_queueing() {

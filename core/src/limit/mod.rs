@@ -115,6 +115,8 @@ impl Default for AlgorithmConfig {
 }
 
 /// Any algorithm, by value: the limiter stores one of these (no `dyn`, no allocation).
+// Boxing the large variants would allocate; the limiter holds exactly one of these.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub enum AnyAlgorithm {

@@ -1,13 +1,13 @@
 //! A deterministic closed-loop simulation of a client protecting a dependency with a limiter.
 //!
-//! Model (research/limiter-behaviour.md): Poisson arrivals; the protected client admits an
+//! Model (the set-up on which Netflix's and Envoy's limiters were measured): Poisson arrivals; the protected client admits an
 //! arrival iff in-flight < limit (otherwise it is rejected at once and counted); an admitted
 //! request joins an unbounded FIFO queue in front of a dependency with `slots` servers and a
 //! random service time; the client gives up after `timeout` and reports `Dropped`, while the
 //! dependency still serves the request (wasted work). A completion before the timeout is a
 //! `Success` with latency = queueing + service.
 //!
-//! Service times are log-normal (the base σ 0.25 reproduces limiter-behaviour.md's unloaded
+//! Service times are log-normal (the base σ 0.25 reproduces the peers' measured unloaded
 //! p99 of 17.2 ms; σ 0.7 is the heavy tail) or exponential. Scenario phases change the offered
 //! rate, the slot count or a service-time multiplier at given times.
 //!
@@ -61,11 +61,13 @@ pub enum Service {
 }
 
 impl Service {
-    /// research/limiter-behaviour.md: ~10 ms; σ = 0.25 reproduces its unloaded p99 (17.2 ms).
+    /// ~10 ms; σ = 0.25 reproduces its unloaded p99 (17.2 ms).
     pub const BASE: Service = Service::LogNormal { median_ms: 9.69, sigma: 0.25 };
     /// Heavy tail: the same median, σ = 0.7 (mean 12.4 ms, so the real capacity is ~81% of
-    /// the nominal one, matching the ~80% ceiling the peers hit in limiter-behaviour.md).
+    /// the nominal one, matching the ~80% ceiling the peers hit there).
     pub const HEAVY: Service = Service::LogNormal { median_ms: 9.69, sigma: 0.7 };
+    /// A longer tail: p50 6.1 ms, p99 61.3 ms (σ = ln(61.3/6.1)/2.326 = 0.992; mean 10 ms).
+    pub const LONG_TAIL: Service = Service::LogNormal { median_ms: 6.1, sigma: 0.992 };
 
     pub fn sample_ns(&self, rng: &mut Rng) -> f64 {
         match *self {
@@ -468,7 +470,7 @@ pub fn run(scenario: &Scenario, control: &mut dyn Control) -> Report {
     rep
 }
 
-/// The four scenarios of research/limiter-behaviour.md, shortened where the result does not
+/// The four scenarios the peers were measured on, shortened where the result does not
 /// depend on length. Capacity 1,600 req/s (16 slots × ~10 ms).
 pub mod scenarios {
     use super::*;
@@ -543,6 +545,24 @@ pub mod scenarios {
         base("heavy tail", Service::HEAVY, vec![p], 10 * SEC, seed)
     }
 
+    /// 8 slots; from 5 s the service time triples for 10 s, no errors (a 1 s timeout);
+    /// 400 req/s: half the capacity before, 150% of it during.
+    pub fn tripled(seed: u64) -> Scenario {
+        let p0 = Phase { at: 0, rate: 400.0, slots: 8, slow: 1.0 };
+        let p1 = Phase { at: 5 * SEC, slow: 3.0, ..p0 };
+        let p2 = Phase { at: 15 * SEC, ..p0 };
+        Scenario {
+            timeout: SEC,
+            ..base("latency x3", Service::BASE, vec![p0, p1, p2], 20 * SEC, seed)
+        }
+    }
+
+    /// 80% of capacity, [`Service::LONG_TAIL`] service time.
+    pub fn long_tail(seed: u64) -> Scenario {
+        let p = Phase { at: 0, rate: 1280.0, slots: SLOTS, slow: 1.0 };
+        base("long tail 80%", Service::LONG_TAIL, vec![p], 10 * SEC, seed)
+    }
+
     /// The simulator's `retry-storm` database, alone: 32 slots of Erlang-2 work (10 ms mean).
     pub const TAIL_SLOTS: usize = 32;
     pub const TAIL_SERVICE: Service = Service::Erlang { mean_ms: 10.0, shape: 2 };
@@ -572,9 +592,9 @@ pub mod scenarios {
     }
 }
 
-/// The figures of research/limiter-behaviour.md's table for one algorithm and seed.
+/// The figures of the peers' comparison table for one algorithm and seed.
 ///
-/// Definitions (the research note gives the columns, not their exact measurement):
+/// Definitions (the peers' comparison gives the columns, not their exact measurement):
 /// - overload: goodput = completions within the timeout from 2 s to the end, as % of the
 ///   dependency's capacity; p99 of client latency over the same span (a timeout counts as
 ///   the timeout);
