@@ -324,7 +324,7 @@ pub struct GateMetrics {
 /// flag and keeps every waiter queued: the gate is never wedged.
 ///
 /// **Time.** Every `now` is nanoseconds on the caller's monotonic clock, at most
-/// [`MAX_NOW`](crate::time::MAX_NOW) (2^62 ns, about 146 years). A `now` earlier than one
+/// [`MAX_NOW`] (2^62 ns, about 146 years). A `now` earlier than one
 /// already seen counts as the latest seen. A `now` above `MAX_NOW` is bad input and never
 /// moves the gate's clock: `arrive`, `try_arrive`, `poll` and `next_wakeup` act at the
 /// latest time seen; `release` refuses it with `TimeOutOfRange` (returning the slot
@@ -706,7 +706,7 @@ impl<const CAP: usize> Gate<CAP> {
     /// sample for the limit algorithm. Then call [`poll`](Self::poll) if anyone waits.
     /// A permit of another gate or limiter is refused with `ForeignHandle`.
     ///
-    /// A `now` above [`MAX_NOW`](crate::time::MAX_NOW) is refused with `TimeOutOfRange`:
+    /// A `now` above [`MAX_NOW`] is refused with `TimeOutOfRange`:
     /// the clock does not move and no sample is taken, but the permit (moved in, so it
     /// cannot be handed back) still returns its slot — as `Ignored`, at the latest time
     /// seen — so a bad time never leaks a slot.
@@ -1799,5 +1799,45 @@ mod tests {
         assert_eq!((m.oldest_age_ns, m.capacity, m.queued), (40 * MS, 4, 2));
         assert_eq!(m.limiter.inflight, 1);
         assert_eq!(m.state, GateState::Healthy, "no CoDel, not full, not shedding");
+    }
+
+    /// The words an admitted arrival or its release writes (the clock clamp, the service
+    /// estimate) share no 128-byte line with each other, with the read-mostly words every
+    /// arrival loads (the shed switch, the LIFO mask, the settings), or with the limiter,
+    /// the queue or CoDel.
+    #[cfg(not(loom))]
+    #[test]
+    fn written_words_sit_on_lines_of_their_own() {
+        use core::mem::{offset_of, size_of};
+        type G = Gate<4>;
+        let line = |off: usize| off / 128;
+        let (clock, service) = (offset_of!(G, clock), offset_of!(G, service));
+        assert_eq!(size_of::<Line<AtomicU64>>(), 128);
+        assert_eq!(clock % 128, 0);
+        assert_eq!(service % 128, 0);
+        assert_ne!(line(clock), line(service));
+        let read_mostly = [
+            offset_of!(G, shed),
+            offset_of!(G, lifo_mask),
+            offset_of!(G, levels),
+            offset_of!(G, codel_on),
+            offset_of!(G, deadline_hint),
+            offset_of!(G, recheck_at),
+        ];
+        for off in read_mostly {
+            assert_ne!(line(off), line(clock), "offset {off} shares the clock's line");
+            assert_ne!(line(off), line(service), "offset {off} shares the estimate's line");
+        }
+        for (start, size) in [
+            (offset_of!(G, limiter), size_of::<Limiter>()),
+            (offset_of!(G, queue), size_of::<WaitQueue<4>>()),
+            (offset_of!(G, codel), size_of::<[Codel; LEVELS]>()),
+        ] {
+            assert_eq!(start % 128, 0, "starts on a line of its own");
+            let (first, last) = (line(start), line(start + size - 1));
+            for w in [clock, service] {
+                assert!(line(w) < first || line(w) > last, "a written word inside a part");
+            }
+        }
     }
 }
