@@ -42,6 +42,30 @@ def main():
                 floor = next((v for k, v in floors.items() if "2threads" not in k), None)
             ratio = f"{ns / floor:.2f}" if floor else "—"
             print(f"| {name} | {ns:.1f} | {ratio} |")
+    if "scaling" in groups:
+        scaling_table(groups["scaling"])
+
+
+def scaling_table(rows):
+    """The `scaling` bench as one table: a row per workload, a column per thread count
+    (ns per op per thread), and the gate's ratio to the limiter alone at each count."""
+    table = {}
+    for name, ns in rows.items():
+        work, _, threads = name.rpartition("/")
+        if threads.endswith("t") and threads[:-1].isdigit():
+            table.setdefault(work, {})[int(threads[:-1])] = ns
+    counts = sorted({t for cols in table.values() for t in cols})
+    print("\n### scaling (ns per op per thread; only thread counts up to the cores ran)\n")
+    print("| workload | " + " | ".join(f"{t} thr" for t in counts) + " |")
+    print("|---|" + "---:|" * len(counts))
+    for work, cols in table.items():
+        cells = " | ".join(f"{cols[t]:.1f}" if t in cols else "—" for t in counts)
+        print(f"| {work} | {cells} |")
+    gate, lim = table.get("gate_admit_release", {}), table.get("limiter_acquire_release", {})
+    ratios = " | ".join(
+        f"{gate[t] / lim[t]:.2f}" if t in gate and t in lim and lim[t] else "—" for t in counts
+    )
+    print(f"| gate ÷ limiter | {ratios} |")
 
 
 if __name__ == "__main__":

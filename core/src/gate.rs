@@ -41,7 +41,7 @@
 use crate::codel::{Codel, CodelConfig, CodelMetrics, CodelMode};
 use crate::queue::{Dispatcher, Ticket, WaitQueue, Waiter, NO_DEADLINE};
 use crate::sync::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use crate::time::{check_now, AtomicMonotonic, MAX_NOW, MS, SEC};
+use crate::time::{check_now, MAX_NOW, MS, SEC};
 use crate::types::check_range;
 use crate::{
     ConfigError, Limiter, LimiterConfig, LimiterMetrics, Outcome, Priority, RawPermit, Reason,
@@ -61,6 +61,19 @@ const SERVICE_FRAC: u32 = 16;
 const MAX_SERVICE_NS: u64 = (1 << (64 - SERVICE_FRAC - 1)) - 1;
 /// 2^32: the unit of `service_alpha_q32`.
 const Q32: u64 = 1 << 32;
+/// A word alone on its cache line (128 bytes: two 64-byte lines, as adjacent-line
+/// prefetchers pair them; the layout crossbeam's `CachePadded` uses on x86-64), so that
+/// writing it does not invalidate the read-mostly words next to it on other cores.
+#[derive(Debug)]
+#[repr(align(128))]
+struct Line<T>(T);
+
+impl<T> core::ops::Deref for Line<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
 
 /// When a level switches from FIFO to LIFO dispatch (adaptive LIFO, "Fail at Scale").
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -311,7 +324,7 @@ pub struct GateMetrics {
 /// flag and keeps every waiter queued: the gate is never wedged.
 ///
 /// **Time.** Every `now` is nanoseconds on the caller's monotonic clock, at most
-/// [`MAX_NOW`](crate::time::MAX_NOW) (2^62 ns, about 146 years). A `now` earlier than one
+/// [`MAX_NOW`] (2^62 ns, about 146 years). A `now` earlier than one
 /// already seen counts as the latest seen. A `now` above `MAX_NOW` is bad input and never
 /// moves the gate's clock: `arrive`, `try_arrive`, `poll` and `next_wakeup` act at the
 /// latest time seen; `release` refuses it with `TimeOutOfRange` (returning the slot
@@ -330,6 +343,19 @@ pub struct GateMetrics {
 /// stores under the dispatch flag. So an arrival that queues and is granted by a poll at
 /// the same `now` costs nine RMWs besides the release that freed the slot (three of them
 /// the clamp and the limiter's acquire; before: twelve).
+///
+/// **Shared cache lines written** by an admitted arrival and its `Success` release, when
+/// every call advances time (a busy server): the limiter's own — its state word (a CAS
+/// and a `fetch_sub`), its per-level in-flight count (with several levels) and its clock
+/// clamp — plus the gate's clock clamp (a `fetch_max` per call that advances time) and the
+/// service-time estimate (a store, skipped when the estimate does not change, as with a
+/// steady latency). CoDel's pass note writes once per dequeue and then once per
+/// `interval / 64` (1.5 ms at the default 100 ms), not per call; the gate's counters are
+/// written only by refusals and by the dispatcher. The clock and the estimate each sit on
+/// a 128-byte line of their own, and the limiter, the queue and CoDel each start on one:
+/// before, the clock and the estimate shared a line with the words every arrival reads
+/// (the shed switch, the LIFO mask, the hints), so each write made the next arrival on
+/// another core miss on them, and the limiter's last line could hold the queue's counts.
 /// Measured figures beside `ArrayQueue` and `Mutex<VecDeque>` are in BENCHMARKS.md
 /// (`gate` bench). `cancel`: one CAS and one count, plus a push on the attention stack.
 /// `metrics()` scans the slots.
@@ -347,9 +373,12 @@ pub struct GateMetrics {
 /// acceptable wait (Little's law), and deadlines dropped at dequeue.
 #[derive(Debug)]
 pub struct Gate<const CAP: usize> {
-    limiter: Limiter,
-    queue: WaitQueue<CAP>,
-    codel: [Codel; LEVELS],
+    // The limiter, the queue and CoDel each start on a line of their own, so that the
+    // words one writes (the limiter's state, the queue's counts) never share a line with
+    // the words another only reads on the admission path.
+    limiter: Line<Limiter>,
+    queue: Line<WaitQueue<CAP>>,
+    codel: Line<[Codel; LEVELS]>,
     codel_on: bool,
     /// CoDel runs the RFC 8289 rule (which reads the waiters behind the dequeued one).
     codel_rfc: bool,
@@ -360,14 +389,16 @@ pub struct Gate<const CAP: usize> {
     /// `service_alpha` in 1/2^32 (at least 1): the estimate is kept in integers.
     service_alpha_q32: u64,
     fallback_retry_after_ns: u64,
-    /// The latest `now` seen (the monotonic clamp).
-    clock: AtomicMonotonic,
+    /// The latest `now` seen (the monotonic clamp). On its own line: it is the one word
+    /// every arrival that advances time writes.
+    clock: Line<AtomicU64>,
     shed: AtomicU8,
     /// Expected service time in 1/65536 ns (Q16); 0 = unknown. Integer, not f64: a
     /// floating-point update that depended on the previous value cost ~50 ns per release
     /// in the `gate/admit_release` bench on the project's VM (cause not pinned down); the
     /// integer update measured no slower than no update at all.
-    service: AtomicU64,
+    /// On its own line: every `Success` release may write it.
+    service: Line<AtomicU64>,
     /// Lower bound of the earliest waiter deadline: arrivals lower it (after their push),
     /// a dispatch round that scanned every waiter raises it to the exact value unless it
     /// was lowered meanwhile.
@@ -439,9 +470,9 @@ impl<const CAP: usize> Gate<CAP> {
             *c = Some(Codel::new(codel_cfg)?);
         }
         Ok(Self {
-            limiter,
-            queue,
-            codel: codels.map(|c| c.expect("filled above")),
+            limiter: Line(limiter),
+            queue: Line(queue),
+            codel: Line(codels.map(|c| c.expect("filled above"))),
             codel_on: cfg.codel.is_some(),
             codel_rfc: codel_cfg.mode == CodelMode::Rfc8289,
             levels: cfg.limiter.levels,
@@ -451,9 +482,11 @@ impl<const CAP: usize> Gate<CAP> {
             // In (0, 1] (validated): the nearest multiple of 1/2^32, never 0.
             service_alpha_q32: ((cfg.service_alpha * Q32 as f64 + 0.5) as u64).clamp(1, Q32),
             fallback_retry_after_ns: cfg.fallback_retry_after_ns,
-            clock: AtomicMonotonic::new(),
+            clock: Line(AtomicU64::new(0)),
             shed: AtomicU8::new(NO_SHED),
-            service: AtomicU64::new(cfg.initial_service_ns.min(MAX_SERVICE_NS) << SERVICE_FRAC),
+            service: Line(AtomicU64::new(
+                cfg.initial_service_ns.min(MAX_SERVICE_NS) << SERVICE_FRAC,
+            )),
             deadline_hint: AtomicU64::new(NO_DEADLINE),
             deadlines_used: AtomicBool::new(false),
             oldest_hint: AtomicU64::new(u64::MAX),
@@ -484,12 +517,21 @@ impl<const CAP: usize> Gate<CAP> {
 
     /// The clock clamp: the latest `now` seen if `now` is earlier, or if `now` is above
     /// [`MAX_NOW`](crate::time::MAX_NOW) (bad input never moves the gate's clock).
+    /// One load, and one `fetch_max` only when time advances.
     #[inline(always)]
     fn observe(&self, now: u64) -> u64 {
-        if now > MAX_NOW {
-            return self.clock.latest();
+        // Relaxed: the clamp orders nothing else; each structure orders its own state.
+        let latest = self.clock.0.load(Ordering::Relaxed);
+        if now <= latest || now > MAX_NOW {
+            return latest;
         }
-        self.clock.observe(now)
+        self.clock.0.fetch_max(now, Ordering::Relaxed).max(now)
+    }
+
+    /// The latest time stored by the clamp.
+    #[inline(always)]
+    fn latest(&self) -> u64 {
+        self.clock.0.load(Ordering::Relaxed)
     }
 
     fn clamp(&self, level: Priority) -> usize {
@@ -499,7 +541,7 @@ impl<const CAP: usize> Gate<CAP> {
     /// Expected service time, ns, rounded to the nearest (0 = unknown).
     pub fn service_ns(&self) -> u64 {
         // Relaxed: the estimate orders nothing else.
-        (self.service.load(Ordering::Relaxed) + (1 << (SERVICE_FRAC - 1))) >> SERVICE_FRAC
+        (self.service.0.load(Ordering::Relaxed) + (1 << (SERVICE_FRAC - 1))) >> SERVICE_FRAC
     }
 
     /// How long `ahead` waiters (plus the one asking) take to drain at the current rate:
@@ -664,17 +706,17 @@ impl<const CAP: usize> Gate<CAP> {
     /// sample for the limit algorithm. Then call [`poll`](Self::poll) if anyone waits.
     /// A permit of another gate or limiter is refused with `ForeignHandle`.
     ///
-    /// A `now` above [`MAX_NOW`](crate::time::MAX_NOW) is refused with `TimeOutOfRange`:
+    /// A `now` above [`MAX_NOW`] is refused with `TimeOutOfRange`:
     /// the clock does not move and no sample is taken, but the permit (moved in, so it
     /// cannot be handed back) still returns its slot — as `Ignored`, at the latest time
     /// seen — so a bad time never leaks a slot.
     pub fn release(&self, permit: RawPermit, now: u64, outcome: Outcome) -> Result<(), UsageError> {
         if let Err(e) = check_now(now) {
-            self.limiter.release_raw(permit, self.clock.latest(), Outcome::Ignored)?;
+            self.limiter.release_raw(permit, self.latest(), Outcome::Ignored)?;
             return Err(e);
         }
         // The clock moves only once the permit is accepted: a refused call changes nothing.
-        let now = now.max(self.clock.latest());
+        let now = now.max(self.latest());
         let latency = now.saturating_sub(permit.started_at());
         self.limiter.release_raw(permit, now, outcome)?;
         self.observe(now);
@@ -690,7 +732,7 @@ impl<const CAP: usize> Gate<CAP> {
     fn record_service(&self, latency: u64) {
         let x = latency.min(MAX_SERVICE_NS) << SERVICE_FRAC;
         // Relaxed: the estimate orders nothing else.
-        let old = self.service.load(Ordering::Relaxed);
+        let old = self.service.0.load(Ordering::Relaxed);
         let new = if old == 0 {
             x
         } else {
@@ -700,7 +742,11 @@ impl<const CAP: usize> Gate<CAP> {
             let step = ((x as i128 - old as i128) * self.service_alpha_q32 as i128) >> 32;
             (old as i128 + step) as u64
         };
-        self.service.store(new, Ordering::Relaxed);
+        // An unchanged estimate (a steady latency has converged) is not written: the line
+        // stays shared in every core's cache.
+        if new != old {
+            self.service.0.store(new, Ordering::Relaxed);
+        }
     }
 
     /// Withdraws a queued ticket. `UnknownTicket` if it already left (granted, expired,
@@ -1115,7 +1161,7 @@ impl<const CAP: usize> Gate<CAP> {
     /// A snapshot of counters and gauges (scans the queue's slots: O(capacity)).
     pub fn metrics(&self) -> GateMetrics {
         let q = self.queue.metrics();
-        let now = self.clock.latest();
+        let now = self.latest();
         let oldest_age_ns = q.oldest_enqueued_at.map_or(0, |t| now.saturating_sub(t));
         let granted = self.granted.load(Ordering::Relaxed);
         let expired = self.expired.load(Ordering::Relaxed);
@@ -1773,5 +1819,45 @@ mod tests {
         assert_eq!(m.limiter.inflight, 1);
         assert_eq!(m.state, GateState::Healthy, "no CoDel, not full, not shedding");
         g.release(a, 60 * MS, Outcome::Ignored).unwrap();
+    }
+
+    /// The words an admitted arrival or its release writes (the clock clamp, the service
+    /// estimate) share no 128-byte line with each other, with the read-mostly words every
+    /// arrival loads (the shed switch, the LIFO mask, the settings), or with the limiter,
+    /// the queue or CoDel.
+    #[cfg(not(loom))]
+    #[test]
+    fn written_words_sit_on_lines_of_their_own() {
+        use core::mem::{offset_of, size_of};
+        type G = Gate<4>;
+        let line = |off: usize| off / 128;
+        let (clock, service) = (offset_of!(G, clock), offset_of!(G, service));
+        assert_eq!(size_of::<Line<AtomicU64>>(), 128);
+        assert_eq!(clock % 128, 0);
+        assert_eq!(service % 128, 0);
+        assert_ne!(line(clock), line(service));
+        let read_mostly = [
+            offset_of!(G, shed),
+            offset_of!(G, lifo_mask),
+            offset_of!(G, levels),
+            offset_of!(G, codel_on),
+            offset_of!(G, deadline_hint),
+            offset_of!(G, recheck_at),
+        ];
+        for off in read_mostly {
+            assert_ne!(line(off), line(clock), "offset {off} shares the clock's line");
+            assert_ne!(line(off), line(service), "offset {off} shares the estimate's line");
+        }
+        for (start, size) in [
+            (offset_of!(G, limiter), size_of::<Limiter>()),
+            (offset_of!(G, queue), size_of::<WaitQueue<4>>()),
+            (offset_of!(G, codel), size_of::<[Codel; LEVELS]>()),
+        ] {
+            assert_eq!(start % 128, 0, "starts on a line of its own");
+            let (first, last) = (line(start), line(start + size - 1));
+            for w in [clock, service] {
+                assert!(line(w) < first || line(w) > last, "a written word inside a part");
+            }
+        }
     }
 }
