@@ -108,9 +108,6 @@ impl Aging {
     /// yields to fresh normal requests instead of holding them up.
     pub const NORMAL_TO_BACKGROUND_AFTER_500_MS: Aging =
         Aging { from: Priority::NORMAL, to: Priority::BACKGROUND, after_ns: 500 * MS };
-    /// The former name of [`NORMAL_TO_BACKGROUND_AFTER_500_MS`](Self::NORMAL_TO_BACKGROUND_AFTER_500_MS).
-    #[doc(hidden)]
-    pub const SEED_000: Aging = Self::NORMAL_TO_BACKGROUND_AFTER_500_MS;
 }
 
 /// How a [`Gate`] is built. `Default`: the default limiter, queue capacity `CAP`, folly
