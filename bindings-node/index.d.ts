@@ -30,6 +30,9 @@ export declare const ALGORITHMS: readonly Algorithm[]
 /** The binding's monotonic clock, ns. */
 export declare function nowNs (): bigint
 
+/** The native addon's version, e.g. "0.1.0" (equals the package's). */
+export declare const version: string
+
 /** Every error surgeguard throws on purpose; `code` is stable (`SG_*`). */
 export declare class OverloadError extends Error {
   readonly code: string
