@@ -86,3 +86,35 @@ pytest:
 	$(VENV)/bin/python -m pip install -q --disable-pip-version-check ./bindings-python -r bindings-python/tests/requirements.txt
 	@cd bindings-python && rc=0 && ../$(VENV)/bin/python -m pytest -q -p no:cacheprovider || rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest: no tests were collected" >&2; exit 1; fi; exit $$rc
+
+# ---- C install (make install PREFIX=/usr/local [DESTDIR=stage] [LIBDIR=...]) ----
+# The header, libsurgeguard.a, the shared library as libsurgeguard.so.X.Y.Z with the links
+# libsurgeguard.so.<SONAME major> (the name programs load) and libsurgeguard.so (for -l),
+# and surgeguard.pc with this prefix. Debug info is stripped from the installed copies.
+PREFIX ?= /usr/local
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+DESTDIR ?=
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
+TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
+# In surgeguard.pc, paths under the prefix are written relative to ${prefix}, so
+# `pkg-config --define-variable=prefix=...` relocates a staged (DESTDIR) tree.
+PC_INCLUDEDIR = $(patsubst $(PREFIX)/%,$${prefix}/%,$(INCLUDEDIR))
+PC_LIBDIR = $(patsubst $(PREFIX)/%,$${prefix}/%,$(LIBDIR))
+.PHONY: install
+install:
+	$(CARGO) build --release --quiet -p surgeguard-ffi
+	install -d "$(DESTDIR)$(INCLUDEDIR)" "$(DESTDIR)$(LIBDIR)/pkgconfig"
+	install -m 644 include/surgeguard.h "$(DESTDIR)$(INCLUDEDIR)/surgeguard.h"
+	install -m 644 $(TARGET_DIR)/release/libsurgeguard.a "$(DESTDIR)$(LIBDIR)/libsurgeguard.a"
+	strip --strip-debug "$(DESTDIR)$(LIBDIR)/libsurgeguard.a"
+	install -m 755 $(TARGET_DIR)/release/libsurgeguard.so "$(DESTDIR)$(LIBDIR)/libsurgeguard.so.$(VERSION)"
+	strip --strip-unneeded "$(DESTDIR)$(LIBDIR)/libsurgeguard.so.$(VERSION)"
+	@soname=$$(readelf -d "$(DESTDIR)$(LIBDIR)/libsurgeguard.so.$(VERSION)" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p'); \
+	  test -n "$$soname" || { echo "install: libsurgeguard.so has no SONAME" >&2; exit 1; }; \
+	  cd "$(DESTDIR)$(LIBDIR)" && ln -sfn "libsurgeguard.so.$(VERSION)" "$$soname" && ln -sfn "$$soname" libsurgeguard.so; \
+	  echo "install: $(DESTDIR)$(LIBDIR)/$$soname -> libsurgeguard.so.$(VERSION)"
+	@{ echo 'prefix=$(PREFIX)'; echo 'includedir=$(PC_INCLUDEDIR)'; echo 'libdir=$(PC_LIBDIR)'; echo; \
+	  grep -E '^(Name|Description|Cflags|Libs|Libs\.private):' include/surgeguard.pc; \
+	  echo "Version: $(VERSION)"; } >"$(DESTDIR)$(LIBDIR)/pkgconfig/surgeguard.pc"
+	@echo "install: surgeguard $(VERSION) into $(DESTDIR)$(PREFIX)"
