@@ -39,12 +39,16 @@ pyb() { (cd bindings-python && maturin build --quiet --release --strip --zig --o
 pyb --compatibility manylinux2014
 pyb --compatibility manylinux2014 --target aarch64-unknown-linux-gnu
 pyb --compatibility musllinux_1_2 --target x86_64-unknown-linux-musl
-(cd bindings-python && maturin sdist --quiet --out "$root/dist/python")
+(cd bindings-python && maturin sdist --out "$root/dist/python" >"$tmp/sdist.log" 2>&1) || { cat "$tmp/sdist.log" >&2; fail "maturin sdist"; }
 w_x86="dist/python/surgeguard-$version-cp310-abi3-manylinux2014_x86_64.manylinux_2_17_x86_64.whl"
 w_arm="dist/python/surgeguard-$version-cp310-abi3-manylinux2014_aarch64.manylinux_2_17_aarch64.whl"
 w_musl="dist/python/surgeguard-$version-cp310-abi3-musllinux_1_2_x86_64.whl"
 sdist="dist/python/surgeguard-$version.tar.gz"
 for f in "$w_x86" "$w_arm" "$w_musl" "$sdist"; do test -f "$f" || fail "missing $f"; done
+# The sdist builds on its own: it carries the core crate it depends on by path.
+tar tzf "$sdist" >"$tmp/sdist.txt"
+grep -qx "surgeguard-$version/core/src/lib.rs" "$tmp/sdist.txt" || fail "$sdist lacks core/src/lib.rs"
+grep -qx "surgeguard-$version/pyproject.toml" "$tmp/sdist.txt" || fail "$sdist lacks pyproject.toml"
 # musl: zig records NEEDED libc.so; musl's loader is libc.musl-<arch>.so.1 (musllinux, PEP 656).
 mkdir -p "$tmp/musl"
 (cd "$tmp/musl" && python -m zipfile -e "$root/$w_musl" .)
