@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# make installtest: the artifacts install and work the way users get them (short: ~1 min warm).
+# make installtest: the artifacts install and work the way users get them (~1-3 min warm on a
+# loaded 2-core machine: a fresh venv per CPython costs ~10 s; the wheel build is cold once).
 #   1. one version: scripts/check_version.py, and a tampered copy of the tree fails it;
 #   2. C: scripts/test_c_install.sh (make install into a temp prefix, example server via pkg-config);
 #   3. Python: the x86_64 manylinux2014 abi3 wheel (built once, into dist/python/) installed into
