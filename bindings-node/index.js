@@ -45,6 +45,8 @@ module.exports = {
   PRIORITY,
   ALGORITHMS,
   nowNs,
+  /** The native addon's version (equals package.json's). */
+  version: N.version(),
   renderPrometheus,
   express: http.express,
   fastify: http.fastify,

@@ -32,7 +32,8 @@ export const {
   express,
   fastify,
   readiness,
-  createFetch
+  createFetch,
+  version
 } = sg
 
 export default sg

@@ -38,6 +38,12 @@ pub mod slab;
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
+/// The addon's version: the workspace version it was built from (the npm package's too).
+#[napi]
+pub fn version() -> &'static str {
+    env!("CARGO_PKG_VERSION")
+}
+
 /// Called once per module load: hangs the raw hot-path functions on `exports.fast`.
 #[napi(module_exports)]
 pub fn init(mut exports: Object, env: Env) -> Result<()> {

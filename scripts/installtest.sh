@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# make installtest: the artifacts install and work the way users get them (~1-3 min warm on a
+# loaded 2-core machine: a fresh venv per CPython costs ~10 s; the wheel build is cold once).
+#   1. one version: scripts/check_version.py, and a tampered copy of the tree fails it;
+#   2. C: scripts/test_c_install.sh (make install into a temp prefix, example server via pkg-config);
+#   3. Python: the x86_64 manylinux2014 abi3 wheel (built once, into dist/python/) installed into
+#      a fresh venv per CPython (this one, and 3.10/3.12/3.13 from pyenv when present) with no
+#      cargo/rustc on PATH; scripts/smoke/smoke.py in each, and the one-version check of
+#      surgeguard.__version__;
+#   4. npm: the main package and surgeguard-linux-x64-gnu packed (scripts/npm_pack.sh) and
+#      installed into a fresh folder with no Rust on PATH; CommonJS and ESM smoke programs, the
+#      addon's version; the main package alone (no prebuilt) fails at require with SG_NO_NATIVE_ADDON.
+# Tools (maturin, ziglang, ...) come from the project-local .dist-venv (make dist-tools).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+venv="$root/.dist-venv"
+clean_path=/usr/bin:/bin
+for t in cargo rustc; do
+    if PATH=$clean_path command -v $t >/dev/null; then echo "installtest: $t is in $clean_path; the no-Rust checks would be void" >&2; exit 1; fi
+done
+
+echo "installtest: 1. one version"
+scripts/check_version.py
+mkdir -p "$tmp/tree" && git ls-files -z -- Cargo.toml '*/Cargo.toml' bindings-python/pyproject.toml \
+    bindings-node/package.json 'bindings-node/npm/*/package.json' include CHANGELOG.md | xargs -0 cp --parents -t "$tmp/tree"
+sed -i 's/"version": "\([0-9.]*\)"/"version": "\1-tampered"/' "$tmp/tree/bindings-node/npm/linux-x64-gnu/package.json"
+if scripts/check_version.py --root "$tmp/tree" >"$tmp/tamper.log" 2>&1; then
+    echo "installtest: check_version.py accepted a tampered version" >&2; exit 1
+fi
+grep -q 'linux-x64-gnu/package.json version' "$tmp/tamper.log"
+
+echo "installtest: 2. C install (at ${SECONDS} s)"
+scripts/test_c_install.sh | tail -n 2
+
+echo "installtest: 3. Python wheel (at ${SECONDS} s)"
+(cd bindings-python && PATH="$venv/bin:$PATH" maturin build --quiet --release --strip --zig --compatibility manylinux2014 \
+    --out "$root/dist/python" >"$tmp/maturin.log" 2>&1) || { cat "$tmp/maturin.log" >&2; exit 1; }
+version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
+wheel="$root/dist/python/surgeguard-$version-cp310-abi3-manylinux2014_x86_64.manylinux_2_17_x86_64.whl"
+test -f "$wheel" || { echo "installtest: no wheel $wheel" >&2; exit 1; }
+"$venv/bin/auditwheel" show "$wheel" | tr '\n' ' ' | grep -q 'consistent with the following platform tag: "manylinux_2_17_x86_64"' \
+    || { echo "installtest: auditwheel does not accept $wheel as manylinux_2_17_x86_64" >&2; exit 1; }
+pythons=("$(command -v python3)")
+pyenv_root="$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")"
+for v in 3.10 3.12 3.13; do
+    exe=$(ls -d "$pyenv_root"/versions/$v.*/bin/python3 2>/dev/null | sort -V | tail -n 1 || true)
+    if [ -n "$exe" ]; then pythons+=("$exe"); else echo "installtest: no CPython $v under $pyenv_root/versions: skipped"; fi
+done
+for py in "${pythons[@]}"; do
+    v="$tmp/venv-$(basename "$(dirname "$(dirname "$py")")")-$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+    "$py" -m venv "$v"
+    env -i PATH="$v/bin:$clean_path" HOME="$HOME" pip install -q --no-index --disable-pip-version-check "$wheel"
+    (cd "$tmp" && env -i PATH="$v/bin:$clean_path" HOME="$HOME" python "$root/scripts/smoke/smoke.py")
+    scripts/check_version.py --python "$v/bin/python" >/dev/null
+done
+
+echo "installtest: 4. npm packages (at ${SECONDS} s)"
+(
+    cd bindings-node
+    [ -d node_modules/@napi-rs/cli ] || npm ci --no-audit --no-fund --ignore-scripts >/dev/null
+    npx napi build --platform --release --output-dir native --js binding.js --dts binding.d.ts >"$tmp/napi.log" 2>&1 \
+        || { cat "$tmp/napi.log" >&2; exit 1; }
+)
+cp bindings-node/native/surgeguard.linux-x64-gnu.node bindings-node/npm/linux-x64-gnu/
+strip --strip-unneeded bindings-node/npm/linux-x64-gnu/surgeguard.linux-x64-gnu.node
+scripts/npm_pack.sh "$tmp/npm" >"$tmp/packed.txt"
+npm_env=(env -i PATH="$clean_path" HOME="$HOME" npm_config_update_notifier=false npm_config_fund=false npm_config_audit=false)
+app="$tmp/app"
+mkdir -p "$app" && cp scripts/smoke/smoke.cjs scripts/smoke/smoke.mjs "$app/"
+(cd "$app" && "${npm_env[@]}" npm init -y >/dev/null \
+    && "${npm_env[@]}" npm install --prefer-offline --loglevel=error "$tmp/npm/surgeguard-$version.tgz" "$tmp/npm/surgeguard-linux-x64-gnu-$version.tgz" \
+    && "${npm_env[@]}" node smoke.cjs && "${npm_env[@]}" node smoke.mjs)
+scripts/check_version.py --node-dir "$app" >/dev/null
+bare="$tmp/bare"
+mkdir -p "$bare"
+(cd "$bare" && "${npm_env[@]}" npm init -y >/dev/null \
+    && "${npm_env[@]}" npm install --prefer-offline --loglevel=error --omit=optional "$tmp/npm/surgeguard-$version.tgz")
+if (cd "$bare" && "${npm_env[@]}" node -e "require('surgeguard')") 2>"$tmp/bare.err"; then
+    echo "installtest: the main package without a prebuilt loaded an addon" >&2; exit 1
+fi
+grep -q 'surgeguard: no native addon for this platform (linux-x64).*build' "$tmp/bare.err" \
+    || { echo "installtest: no clear message without a prebuilt:" >&2; cat "$tmp/bare.err" >&2; exit 1; }
+echo "installtest: without a prebuilt, require fails with: $(grep -o 'surgeguard: no native addon[^.]*' "$tmp/bare.err")"
+echo "installtest: all checks passed in ${SECONDS} s"

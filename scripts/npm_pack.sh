@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Packs the npm packages the napi-rs way (used by make dist and make installtest):
+#   - each per-platform package bindings-node/npm/<platform>/ whose addon
+#     surgeguard.<platform>.node is present, from a staged copy, by `npm pack`;
+#   - the main package from a staged copy of what `npm pack` would ship, without any .node
+#     file, with `optionalDependencies` on every per-platform package at this version (what
+#     `napi prepublish` adds) and no scripts: installing runs nothing and compiles nothing.
+#     With no matching prebuilt, require('surgeguard') throws SG_NO_NATIVE_ADDON, whose
+#     message names the prebuilt platforms and says how to build from source (lib/native.js).
+# Usage: scripts/npm_pack.sh OUTDIR    (prints the tarballs' paths)
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+out="$(mkdir -p "$1" && cd "$1" && pwd)"
+pkg="$root/bindings-node"
+stage="$(mktemp -d)"
+trap 'rm -rf "$stage"' EXIT
+test -f "$pkg/native/binding.js" || { echo "npm_pack: $pkg/native/binding.js missing (run npm run build there first)" >&2; exit 1; }
+
+for dir in "$pkg"/npm/*/; do
+    platform=$(basename "$dir")
+    node_file="$dir/surgeguard.$platform.node"
+    [ -f "$node_file" ] || continue
+    mkdir -p "$stage/$platform"
+    cp "$dir/package.json" "$dir/README.md" "$node_file" "$stage/$platform/"
+    (cd "$stage/$platform" && npm pack --ignore-scripts --silent --pack-destination "$out" >/dev/null)
+    echo "$out/surgeguard-$platform-$(node -p "require('$dir/package.json').version").tgz"
+done
+
+mkdir -p "$stage/main"
+(cd "$pkg" && npm pack --dry-run --json --ignore-scripts 2>/dev/null) \
+    | node -e 'for (const f of JSON.parse(require("fs").readFileSync(0))[0].files) console.log(f.path)' \
+    | grep -v '\.node$' | while read -r f; do install -D -m 644 "$pkg/$f" "$stage/main/$f"; done
+node - "$stage/main/package.json" "$pkg" <<'JS'
+const fs = require('fs')
+const path = require('path')
+const [file, pkg] = process.argv.slice(2)
+const p = JSON.parse(fs.readFileSync(file))
+p.optionalDependencies = {}
+for (const d of fs.readdirSync(path.join(pkg, 'npm')).sort()) {
+  const sub = path.join(pkg, 'npm', d, 'package.json')
+  if (!fs.existsSync(sub)) continue
+  const s = JSON.parse(fs.readFileSync(sub))
+  if (s.version !== p.version) throw new Error(`${sub}: version ${s.version} != ${p.version}`)
+  p.optionalDependencies[s.name] = s.version
+}
+delete p.scripts
+fs.writeFileSync(file, JSON.stringify(p, null, 2) + '\n')
+JS
+if find "$stage/main" -name '*.node' | grep -q .; then echo "npm_pack: a .node file in the main package" >&2; exit 1; fi
+(cd "$stage/main" && npm pack --ignore-scripts --silent --pack-destination "$out" >/dev/null)
+echo "$out/surgeguard-$(node -p "require('$pkg/package.json').version").tgz"
