@@ -5,19 +5,20 @@
 //! unused share, an idle level's share is lent).
 //!
 //! [`run`] drives random sequences of arrive / release / poll / cancel / advance-time /
-//! shed-level on a real `Gate` (fixed limit, three levels, capacity 4; zero weights, the
-//! default 0.7 / 0.25 / 0.05 or random weights in eighths; FIFO or LIFO by occupancy or by
-//! CoDel; folly CoDel or none; aging or none; a maximum wait or none) and on the model.
+//! shed-level / static-limit on a real `Gate` (fixed limit, three levels, capacity 4; zero
+//! weights, the default 0.7 / 0.25 / 0.05 or random weights in eighths; FIFO or LIFO by
+//! occupancy or by CoDel; folly CoDel or none; aging or none; a maximum wait or none) and
+//! on the model. Background permits are often held for long while critical work arrives.
 //! Bad input is mixed in: a `now` above `MAX_NOW` (the call must act at the latest time
 //! the gate has seen, or be refused with `TimeOutOfRange`), forged and foreign tickets,
-//! foreign permits; the model takes the call as the rule says and nothing else changes.
-//! After every step the two must agree on each decision (admitted / queued / rejected and
-//! why), on the events a poll reports, on queue depth per level and on in-flight; and the
-//! invariants must hold: in-flight ≤ limit, queue ≤ capacity, no lost wake-up after a poll
-//! (a waiter is left only while every slot is taken, or while the limiter holds the free
-//! slots back for more important active levels — and then a wake-up is set), each ticket
-//! reported at most once (never both granted and expired), a cancelled ticket never
-//! reported.
+//! foreign permits, bad static limits; the model takes each call as the rules say and
+//! nothing else changes. After every step the two must agree on each decision (admitted
+//! / queued / rejected and why), on the events a poll reports, on queue depth per level
+//! and on in-flight; and the invariants must hold: nothing admitted or granted above the
+//! limit, queue ≤ capacity, no lost wake-up after a poll (a waiter is left only while
+//! every slot is taken, or while the limiter holds the free slots back for more important
+//! active levels — and then a wake-up is set), each ticket reported at most once (never
+//! both granted and expired), a cancelled ticket never reported.
 //!
 //! Activity times: the limiter refreshes a level's activity stamp at most once per ms.
 //! Here every time is a whole number of ms plus a few ns (one per arrival), and the
@@ -90,6 +91,9 @@ pub enum Op {
     ForeignCancel {
         flip: Option<u64>,
     },
+    /// The kill switch: pin the limit to a whole 1..=10, hand it back (`None`), or a bad
+    /// value (NaN, ±inf, 0, negative: refused, nothing changes).
+    Pin(Option<u8>),
 }
 
 fn bad_now(g: &mut Gen) -> u64 {
@@ -102,7 +106,7 @@ fn bad_now(g: &mut Gen) -> u64 {
 
 impl Arbitrary for Op {
     fn arbitrary(g: &mut Gen) -> Self {
-        match u8::arbitrary(g) % 24 {
+        match u8::arbitrary(g) % 25 {
             0..=5 => Op::Arrive {
                 level: u8::arbitrary(g) % 4, // 3 is beyond the levels: counts as the last
                 deadline_ms: if bool::arbitrary(g) { Some(u8::arbitrary(g) % 40) } else { None },
@@ -127,6 +131,7 @@ impl Arbitrary for Op {
             20 => Op::BadPoll { bad_now: bad_now(g) },
             21 => Op::BadRelease { idx: u8::arbitrary(g), bad_now: bad_now(g) },
             22 => Op::ForeignRelease,
+            23 => Op::Pin(bool::arbitrary(g).then(|| u8::arbitrary(g) % 14)),
             _ => {
                 Op::ForeignCancel { flip: bool::arbitrary(g).then(|| 1 + u64::arbitrary(g) % 255) }
             }
@@ -295,7 +300,6 @@ impl MCodel {
 /// The sequential reference model.
 struct Model {
     now: u64,
-    limit: u32,
     /// The limiter: slots, per-level in-flight, activity and the partition rule.
     lim: Reference,
     /// The level each granted ticket's permit belongs to.
@@ -335,7 +339,7 @@ impl Model {
     }
 
     fn drain_time(&self, ahead: usize) -> u64 {
-        let t = (ahead as f64 + 1.0) * self.service_ns() as f64 / f64::from(self.limit);
+        let t = (ahead as f64 + 1.0) * self.service_ns() as f64 / self.lim.limit();
         t.min(3600e9) as u64
     }
 
@@ -528,7 +532,6 @@ pub fn run(params: Params, ops: Vec<Op>) -> bool {
         // Times start past 1 ms: the limiter takes a level's activity stamp only once the
         // clock has reached 1 ms (an arrival before that leaves the level inactive).
         now: MS,
-        limit: u32::from(params.limit),
         lim: Reference::new(limit, &weights, active_ns, 100 * MS),
         granted_level: HashMap::new(),
         service: (u64::from(params.initial_service_ms) * MS) << 16,
@@ -569,6 +572,8 @@ pub fn run(params: Params, ops: Vec<Op>) -> bool {
                 match (&want, got) {
                     (Decision::Admitted, Arrival::Admitted(p)) => {
                         m.lim.book(lvl, limiter_ref::Decision::Admit);
+                        let inflight = u64::from(gate.limiter().inflight());
+                        assert!(inflight <= m.lim.slots(), "admitted above the limit");
                         if let Some(c) = m.codel.as_mut() {
                             c[lvl].pass(m.now);
                         }
@@ -674,10 +679,15 @@ pub fn run(params: Params, ops: Vec<Op>) -> bool {
                 }
                 let want: HashMap<_, _> = want.into_iter().collect();
                 assert_eq!(got, want, "poll at {}", m.now);
+                if got.values().any(Option::is_none) {
+                    let inflight = u64::from(gate.limiter().inflight());
+                    assert!(inflight <= m.lim.slots(), "granted above the limit");
+                }
                 // No lost wake-up: whoever still waits, waits because every slot is taken,
                 // or because the free ones are reserved for more important active levels
                 // (which lapses with time: a wake-up is set).
-                if gate.waiting_total() > 0 && gate.limiter().inflight() < m.limit {
+                if gate.waiting_total() > 0 && u64::from(gate.limiter().inflight()) < m.lim.slots()
+                {
                     let first = (0..LEVELS).find(|&l| !m.levels[l].is_empty()).unwrap();
                     assert!(
                         m.lim.total() + m.lim.reserved_above(first, m.now) >= m.lim.slots(),
@@ -709,6 +719,22 @@ pub fn run(params: Params, ops: Vec<Op>) -> bool {
             }
             Op::Advance { ms } => m.now += u64::from(ms) * MS,
             Op::Lapse => m.now += 1000 * MS,
+            Op::Pin(v) => {
+                let value = v.map(|b| match b {
+                    10 => f64::NAN,
+                    11 => f64::INFINITY,
+                    12 => 0.0,
+                    13 => -1.0,
+                    b => f64::from(b + 1),
+                });
+                let got = gate.limiter().set_static_limit(value);
+                if v.is_some_and(|b| b >= 10) {
+                    assert!(got.is_err(), "bad static limit {value:?} accepted");
+                } else {
+                    assert_eq!(got, Ok(()));
+                    m.lim.pin = value;
+                }
+            }
             Op::Shed { level } => {
                 m.shed = level.map(usize::from);
                 gate.set_shed_level(level.and_then(Priority::new));
@@ -724,7 +750,6 @@ pub fn run(params: Params, ops: Vec<Op>) -> bool {
             );
         }
         assert_eq!(u64::from(gate.limiter().inflight()), m.lim.total(), "in-flight");
-        assert!(m.lim.total() <= u64::from(m.limit), "in-flight above the limit");
         assert!(m.waiting() + m.unreclaimed <= CAP, "queue above capacity");
         assert!(gate.metrics().waiting as usize <= CAP);
         // The timer: never in the past, and no later than the first waiter's expiry.
