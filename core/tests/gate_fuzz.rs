@@ -15,8 +15,21 @@
 //! cancelled; never two of them), and after a final drain nothing waits, nothing is in
 //! flight, and every place of the queue can be taken again (no slot leaked).
 //!
+//! The same kind of hostile sequences also run against the sequential reference model of
+//! the Gate's documented rules (`support/gate_ref.rs`, partitions from the limiter's
+//! reference model `support/limiter_ref.rs`), on the configs it covers (three levels,
+//! capacity 4, a fixed limit; zero, default or random weights; CoDel, LIFO, aging,
+//! maximum wait): longer sequences than the model test's, decision for decision, with a
+//! bad `now`, foreign permits and forged or foreign tickets mixed in.
+//!
 //! A bounded slice runs in `cargo test`; `make fuzz` runs many more cases
-//! (`SG_FUZZ_CASES`, default 100).
+//! (`SG_FUZZ_CASES`, default 100 for the twin and 200 against the model).
+
+#[path = "support/gate_ref.rs"]
+mod gate_ref;
+#[path = "support/limiter_ref.rs"]
+#[allow(dead_code)]
+mod limiter_ref;
 
 use quickcheck::{Arbitrary, Gen, QuickCheck};
 use std::collections::HashMap;
@@ -522,4 +535,14 @@ fn gate_survives_hostile_op_sequences_like_its_twin() {
         .tests(cases)
         .max_tests(cases * 2)
         .quickcheck(run as fn(Params, Vec<Op>) -> bool);
+}
+
+#[test]
+fn gate_matches_the_reference_model_under_hostile_op_sequences() {
+    let cases = std::env::var("SG_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(200);
+    QuickCheck::new()
+        .rng(Gen::new(300))
+        .tests(cases)
+        .max_tests(cases * 2)
+        .quickcheck(gate_ref::run as fn(gate_ref::Params, Vec<gate_ref::Op>) -> bool);
 }
