@@ -604,7 +604,9 @@ impl Limiter {
     fn note_arrival_at(&self, now: u64, lvl: usize) {
         let now = now.max(1); // 0 means "never seen"
         let seen = self.level_seen[lvl].load(Ordering::Relaxed);
-        if now >= seen.saturating_add(SEEN_GRANULARITY) {
+        // A level never seen becomes active at its first arrival, whenever that is (the
+        // granularity only spares rewriting a stamp that is already recent).
+        if seen == 0 || now >= seen.saturating_add(SEEN_GRANULARITY) {
             self.level_seen[lvl].fetch_max(now, Ordering::Relaxed);
         }
     }

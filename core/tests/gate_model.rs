@@ -26,7 +26,6 @@ fn gate_matches_the_reference_model() {
 /// stamp only once `now` is at least 1 ms past the stamp, and the stamp starts at 0, so an
 /// arrival before 1 ms never makes its level active (9 background arrivals admitted).
 #[test]
-#[ignore = "known limiter defect: an arrival before 1 ms does not make its level active"]
 fn an_arrival_before_1_ms_makes_its_level_active() {
     use surgeguard_core::gate::{Arrival, Gate, GateConfig};
     use surgeguard_core::limit::{AlgorithmConfig, FixedConfig};
