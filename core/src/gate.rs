@@ -64,8 +64,11 @@ const Q32: u64 = 1 << 32;
 /// A word alone on its cache line (128 bytes: two 64-byte lines, as adjacent-line
 /// prefetchers pair them; the layout crossbeam's `CachePadded` uses on x86-64), so that
 /// writing it does not invalidate the read-mostly words next to it on other cores.
+///
+/// Not under loom: its model threads run on 32 KiB stacks, there is no cache to share, and
+/// the padding around loom's larger atomics overflowed them.
 #[derive(Debug)]
-#[repr(align(128))]
+#[cfg_attr(not(loom), repr(align(128)))]
 struct Line<T>(T);
 
 impl<T> core::ops::Deref for Line<T> {
