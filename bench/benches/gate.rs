@@ -202,7 +202,7 @@ fn bench_gate(c: &mut Criterion) {
             });
             // Leave the gate empty for the next sample.
             let mut out: [Option<Event>; 8] = Default::default();
-            let now = u64::MAX / 2;
+            let now = surgeguard_core::time::MAX_NOW; // the latest accepted time
             while g.waiting_total() > 0 {
                 let k = g.poll(now, &mut out);
                 for e in out.iter_mut().take(k) {
