@@ -20,12 +20,12 @@
 //! assert_eq!(manual.now_ns(), 5_001_000);
 //! ```
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use surgeguard_core::time::{check_now, MAX_NOW};
 use surgeguard_core::UsageError;
+use surgeguard_core::time::{MAX_NOW, check_now};
 
 /// A source of `now`: monotonic nanoseconds, never above
 /// [`MAX_NOW`](surgeguard_core::time::MAX_NOW) (2^62 ns, about 146 years).

@@ -40,7 +40,7 @@ use surgeguard_core::queue::Ticket;
 use surgeguard_core::time::MAX_NOW;
 use surgeguard_core::{ConfigError, Outcome, Priority, RawPermit, Rejected};
 
-use crate::clock::{after, Clock, MonotonicClock};
+use crate::clock::{Clock, MonotonicClock, after};
 use crate::permit::{Issuer, Permit};
 
 /// Events taken per core poll.

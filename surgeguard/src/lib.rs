@@ -86,11 +86,13 @@ mod tests {
         assert!(boxed(ConfigError::OutOfRange("limit")).to_string().contains("limit"));
         assert!(boxed(UsageError::TimeOutOfRange).to_string().contains("out of range"));
         assert!(Limiter::fixed(f64::NAN).is_err());
-        assert!(Gate::<clock::MonotonicClock, 8>::new(GateConfig {
-            queue_capacity: Some(9),
-            ..GateConfig::default()
-        })
-        .is_err());
+        assert!(
+            Gate::<clock::MonotonicClock, 8>::new(GateConfig {
+                queue_capacity: Some(9),
+                ..GateConfig::default()
+            })
+            .is_err()
+        );
     }
 }
 

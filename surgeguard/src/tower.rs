@@ -47,10 +47,10 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use http::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
 use http::{Request, Response, StatusCode};
 use surgeguard_core::backoff::{Backoff, BackoffConfig};
-use surgeguard_core::keyed::{actionable, MAX_BODY_LEN};
+use surgeguard_core::keyed::{MAX_BODY_LEN, actionable};
 use surgeguard_core::retry::{RetryBudget, RetryBudgetConfig};
 use surgeguard_core::rng::SplitMix64;
 use surgeguard_core::time::MS;
@@ -58,8 +58,8 @@ use surgeguard_core::{ConfigError, Outcome, Priority, Rejected};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::clock::{Clock, MonotonicClock};
 use crate::Gate;
+use crate::clock::{Clock, MonotonicClock};
 
 mod client;
 mod keyed;
@@ -367,11 +367,7 @@ pub fn outcome_of<RB>(res: &Response<RB>) -> Outcome {
             return Outcome::Dropped;
         }
     }
-    if (400..500).contains(&s) {
-        Outcome::Ignored
-    } else {
-        Outcome::Success
-    }
+    if (400..500).contains(&s) { Outcome::Ignored } else { Outcome::Success }
 }
 
 /// A tower [`Layer`] putting a [`Gate`] in front of an HTTP or gRPC service (see the

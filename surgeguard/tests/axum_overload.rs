@@ -14,20 +14,20 @@
 //! ends. Assertions are ranges on the last second (two seconds after the slowdown).
 #![cfg(feature = "tower")]
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
-use axum::Router;
 use http_body_util::Empty;
 use hyper::body::Bytes;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use surgeguard::tower::{GateLayer, ServerConfig};
 use surgeguard::Gate;
+use surgeguard::tower::{GateLayer, ServerConfig};
 
 const RATE_PER_S: u64 = 100;
 const RUN: Duration = Duration::from_secs(4);

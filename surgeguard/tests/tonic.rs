@@ -15,8 +15,8 @@ use http_body_util::Empty;
 use hyper::body::Bytes;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use surgeguard::tower::GateLayer;
 use surgeguard::Gate;
+use surgeguard::tower::GateLayer;
 
 /// `demo.Slow/Call`: answers OK (trailers-only) after 200 ms.
 #[derive(Clone)]

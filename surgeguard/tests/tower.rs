@@ -4,8 +4,8 @@
 #![cfg(feature = "tower")]
 
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use http_body_util::BodyExt;
@@ -13,7 +13,7 @@ use surgeguard::core::backoff::{BackoffConfig, Jitter};
 use surgeguard::core::retry::RetryBudgetConfig;
 use surgeguard::tower::{GateLayer, GuardBody, RetryPolicy, ServerConfig};
 use surgeguard::{Gate, Priority};
-use tower::{service_fn, Layer, ServiceExt};
+use tower::{Layer, ServiceExt, service_fn};
 
 type Req = http::Request<String>;
 type Res = http::Response<String>;
@@ -221,9 +221,9 @@ async fn keyed_layer_answers_429_per_key_and_frees_the_slot() {
 
 #[tokio::test]
 async fn client_layer_opens_its_breaker_and_refuses_locally() {
+    use surgeguard::Reason;
     use surgeguard::core::breaker::{BreakerWindow, CircuitBreakerConfig};
     use surgeguard::tower::{ClientError, ClientLayer};
-    use surgeguard::Reason;
     let calls = Arc::new(AtomicUsize::new(0));
     let c = calls.clone();
     let down = service_fn(move |_req: Req| {

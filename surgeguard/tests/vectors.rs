@@ -13,11 +13,11 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value, json};
 use surgeguard::clock::ManualClock;
 use surgeguard::core::time::MAX_NOW;
 use surgeguard::{Acquire, Gate, GateState, Outcome, Permit, Priority, UsageError};
-use surgeguard_vectors::{gate_config, GATE_CAP};
+use surgeguard_vectors::{GATE_CAP, gate_config};
 
 type G = Gate<ManualClock, GATE_CAP>;
 

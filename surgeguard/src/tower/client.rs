@@ -3,8 +3,8 @@
 //! optional, refusing locally (no request sent) with a [`ClientError::Rejected`].
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use http::{Request, Response};
@@ -15,9 +15,9 @@ use surgeguard_core::{ConfigError, Outcome, Priority, Rejected};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use super::{outcome_of, ResponseFuture};
-use crate::clock::{Clock, MonotonicClock};
+use super::{ResponseFuture, outcome_of};
 use crate::Limiter;
+use crate::clock::{Clock, MonotonicClock};
 
 /// A client call that failed: refused locally (nothing was sent), or the inner service's
 /// error.

@@ -7,12 +7,12 @@ use std::task::{Context, Poll};
 
 use http::header::HeaderName;
 use http::{Request, Response};
-use surgeguard_core::keyed::{hash_key, KeyPermit, KeyedConfig, KeyedLimits};
+use surgeguard_core::keyed::{KeyPermit, KeyedConfig, KeyedLimits, hash_key};
 use surgeguard_core::{ConfigError, Outcome};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use super::{outcome_of, rejection_response, GuardBody, ResponseFuture};
+use super::{GuardBody, ResponseFuture, outcome_of, rejection_response};
 use crate::clock::{Clock, MonotonicClock};
 
 /// Finds the key of a request, hashed with [`hash_key`] (`None`: the request has no key
