@@ -41,7 +41,7 @@
 use crate::codel::{Codel, CodelConfig, CodelMetrics, CodelMode};
 use crate::queue::{Dispatcher, Ticket, WaitQueue, Waiter, NO_DEADLINE};
 use crate::sync::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use crate::time::{check_now, MAX_NOW, MS, SEC};
+use crate::time::{check_now, AtomicMonotonic, MAX_NOW, MS, SEC};
 use crate::types::check_range;
 use crate::{
     ConfigError, Limiter, LimiterConfig, LimiterMetrics, Outcome, Priority, RawPermit, Reason,
@@ -391,7 +391,7 @@ pub struct Gate<const CAP: usize> {
     fallback_retry_after_ns: u64,
     /// The latest `now` seen (the monotonic clamp). On its own line: it is the one word
     /// every arrival that advances time writes.
-    clock: Line<AtomicU64>,
+    clock: Line<AtomicMonotonic>,
     shed: AtomicU8,
     /// Expected service time in 1/65536 ns (Q16); 0 = unknown. Integer, not f64: a
     /// floating-point update that depended on the previous value cost ~50 ns per release
@@ -482,7 +482,7 @@ impl<const CAP: usize> Gate<CAP> {
             // In (0, 1] (validated): the nearest multiple of 1/2^32, never 0.
             service_alpha_q32: ((cfg.service_alpha * Q32 as f64 + 0.5) as u64).clamp(1, Q32),
             fallback_retry_after_ns: cfg.fallback_retry_after_ns,
-            clock: Line(AtomicU64::new(0)),
+            clock: Line(AtomicMonotonic::new()),
             shed: AtomicU8::new(NO_SHED),
             service: Line(AtomicU64::new(
                 cfg.initial_service_ns.min(MAX_SERVICE_NS) << SERVICE_FRAC,
@@ -520,18 +520,13 @@ impl<const CAP: usize> Gate<CAP> {
     /// One load, and one `fetch_max` only when time advances.
     #[inline(always)]
     fn observe(&self, now: u64) -> u64 {
-        // Relaxed: the clamp orders nothing else; each structure orders its own state.
-        let latest = self.clock.0.load(Ordering::Relaxed);
-        if now <= latest || now > MAX_NOW {
-            return latest;
-        }
-        self.clock.0.fetch_max(now, Ordering::Relaxed).max(now)
+        self.clock.observe(now)
     }
 
     /// The latest time stored by the clamp.
     #[inline(always)]
     fn latest(&self) -> u64 {
-        self.clock.0.load(Ordering::Relaxed)
+        self.clock.latest()
     }
 
     fn clamp(&self, level: Priority) -> usize {
