@@ -9,7 +9,9 @@
 #      surgeguard.__version__;
 #   4. npm: the main package and surgeguard-linux-x64-gnu packed (scripts/npm_pack.sh) and
 #      installed into a fresh folder with no Rust on PATH; CommonJS and ESM smoke programs, the
-#      addon's version; the main package alone (no prebuilt) fails at require with SG_NO_NATIVE_ADDON.
+#      addon's version; the main package alone (no prebuilt): the install fails with a clear
+#      message when there is no Rust, installs without an addon under SURGEGUARD_SKIP_BUILD=1
+#      (require throws SG_NO_NATIVE_ADDON), and builds the addon from source with cargo on PATH.
 # Tools (maturin, ziglang, ...) come from the project-local .dist-venv (make dist-tools).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -74,14 +76,42 @@ mkdir -p "$app" && cp scripts/smoke/smoke.cjs scripts/smoke/smoke.mjs "$app/"
     && "${npm_env[@]}" npm install --prefer-offline --loglevel=error "$tmp/npm/surgeguard-$version.tgz" "$tmp/npm/surgeguard-linux-x64-gnu-$version.tgz" \
     && "${npm_env[@]}" node smoke.cjs && "${npm_env[@]}" node smoke.mjs)
 scripts/check_version.py --node-dir "$app" >/dev/null
+# No prebuilt (--omit=optional): with no Rust on PATH the install fails and says what to do;
+# SURGEGUARD_SKIP_BUILD=1 installs without an addon and require throws SG_NO_NATIVE_ADDON;
+# with cargo on PATH the install script builds the addon from the shipped sources (into the
+# project's target directory, so registry crates already built by `make nodetest` are reused).
 bare="$tmp/bare"
 mkdir -p "$bare"
+(cd "$bare" && "${npm_env[@]}" npm init -y >/dev/null)
+if (cd "$bare" && "${npm_env[@]}" npm install --prefer-offline --loglevel=error --omit=optional "$tmp/npm/surgeguard-$version.tgz") >"$tmp/bare-install.log" 2>&1; then
+    echo "installtest: with no prebuilt and no Rust on PATH, npm install succeeded silently" >&2; exit 1
+fi
+grep -q 'surgeguard: no prebuilt addon for linux-x64.*Rust toolchain' "$tmp/bare-install.log" \
+    || { echo "installtest: no clear install message without a prebuilt or Rust:" >&2; cat "$tmp/bare-install.log" >&2; exit 1; }
+echo "installtest: without a prebuilt or Rust, npm install fails with: $(grep -o 'surgeguard: no prebuilt addon for [^.]*' "$tmp/bare-install.log" | head -n 1)"
+rm -rf "$bare" && mkdir -p "$bare"
 (cd "$bare" && "${npm_env[@]}" npm init -y >/dev/null \
-    && "${npm_env[@]}" npm install --prefer-offline --loglevel=error --omit=optional "$tmp/npm/surgeguard-$version.tgz")
+    && "${npm_env[@]}" SURGEGUARD_SKIP_BUILD=1 npm install --prefer-offline --loglevel=error --omit=optional "$tmp/npm/surgeguard-$version.tgz")
 if (cd "$bare" && "${npm_env[@]}" node -e "require('surgeguard')") 2>"$tmp/bare.err"; then
     echo "installtest: the main package without a prebuilt loaded an addon" >&2; exit 1
 fi
 grep -q 'surgeguard: no native addon for this platform (linux-x64).*build' "$tmp/bare.err" \
     || { echo "installtest: no clear message without a prebuilt:" >&2; cat "$tmp/bare.err" >&2; exit 1; }
-echo "installtest: without a prebuilt, require fails with: $(grep -o 'surgeguard: no native addon[^.]*' "$tmp/bare.err")"
+echo "installtest: SURGEGUARD_SKIP_BUILD=1, no prebuilt: require fails with: $(grep -o 'surgeguard: no native addon[^.]*' "$tmp/bare.err")"
+src="$tmp/src"
+mkdir -p "$src" && cp scripts/smoke/smoke.cjs scripts/smoke/smoke.mjs "$src/"
+cargo_bin="$(dirname "$(command -v cargo)")"
+(cd "$src" && "${npm_env[@]}" npm init -y >/dev/null \
+    && env -i PATH="$cargo_bin:$clean_path" HOME="$HOME" CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}" npm_config_update_notifier=false \
+        npm_config_fund=false npm_config_audit=false \
+        npm install --prefer-offline --loglevel=error --omit=optional --foreground-scripts "$tmp/npm/surgeguard-$version.tgz" \
+        >"$tmp/src-install.log" 2>&1) || { echo "installtest: the source build failed:" >&2; cat "$tmp/src-install.log" >&2; exit 1; }
+grep -q 'surgeguard: built native/surgeguard.linux-x64-gnu.node from source' "$tmp/src-install.log" \
+    || { echo "installtest: the source build did not say what it built:" >&2; cat "$tmp/src-install.log" >&2; exit 1; }
+test ! -e "$src/node_modules/surgeguard-linux-x64-gnu" || { echo "installtest: the source-build case installed the prebuilt" >&2; exit 1; }
+(cd "$src" && "${npm_env[@]}" node smoke.cjs && "${npm_env[@]}" node smoke.mjs)
+scripts/check_version.py --node-dir "$src" >/dev/null
+echo "installtest: no prebuilt, cargo on PATH: built from source, CommonJS and ESM smoke passed"
+# A prebuilt that matches compiles nothing: the first install put no addon into native/.
+if ls "$app/node_modules/surgeguard/native/"*.node >/dev/null 2>&1; then echo "installtest: the install with a prebuilt built an addon" >&2; exit 1; fi
 echo "installtest: all checks passed in ${SECONDS} s"

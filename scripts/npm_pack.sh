@@ -4,9 +4,10 @@
 #     surgeguard.<platform>.node is present, from a staged copy, by `npm pack`;
 #   - the main package from a staged copy of what `npm pack` would ship, without any .node
 #     file, with `optionalDependencies` on every per-platform package at this version (what
-#     `napi prepublish` adds) and no scripts: installing runs nothing and compiles nothing.
-#     With no matching prebuilt, require('surgeguard') throws SG_NO_NATIVE_ADDON, whose
-#     message names the prebuilt platforms and says how to build from source (lib/native.js).
+#     `napi prepublish` adds), the addon's Rust sources in rust/ (the core and the addon crate
+#     in a two-member workspace with the lock file) and one script, `install`
+#     (bindings-node/scripts/install.js): it compiles nothing when a prebuilt addon loads, and
+#     otherwise builds the addon from rust/ with cargo, or fails saying what to do.
 # Usage: scripts/npm_pack.sh OUTDIR    (prints the tarballs' paths)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -43,8 +44,23 @@ for (const d of fs.readdirSync(path.join(pkg, 'npm')).sort()) {
   if (s.version !== p.version) throw new Error(`${sub}: version ${s.version} != ${p.version}`)
   p.optionalDependencies[s.name] = s.version
 }
-delete p.scripts
+p.scripts = { install: 'node install.js' }
+p.files = [...p.files, 'install.js', 'rust/']
 fs.writeFileSync(file, JSON.stringify(p, null, 2) + '\n')
+JS
+install -m 644 "$pkg/scripts/install.js" "$stage/main/install.js"
+# The source build's workspace: the root manifest with only the two members it needs.
+mkdir -p "$stage/main/rust"
+(cd "$root" && git ls-files -z -- core/Cargo.toml core/src bindings-node/Cargo.toml bindings-node/build.rs bindings-node/src \
+    | xargs -0 cp --parents -t "$stage/main/rust")
+cp "$root/Cargo.lock" "$stage/main/rust/Cargo.lock"
+node - "$root/Cargo.toml" "$stage/main/rust/Cargo.toml" <<'JS'
+const fs = require('fs')
+const [from, to] = process.argv.slice(2)
+const text = fs.readFileSync(from, 'utf8')
+const members = /^members = \[[\s\S]*?^\]/m
+if (!members.test(text)) throw new Error(`${from}: no members = [...]`)
+fs.writeFileSync(to, text.replace(members, 'members = ["core", "bindings-node"]'))
 JS
 if find "$stage/main" -name '*.node' | grep -q .; then echo "npm_pack: a .node file in the main package" >&2; exit 1; fi
 (cd "$stage/main" && npm pack --ignore-scripts --silent --pack-destination "$out" >/dev/null)
