@@ -85,13 +85,20 @@ demo:
 bench:
 	$(CARGO) bench -p surgeguard-bench
 
-# Python package: a project-local venv, `pip install ./bindings-python` (maturin builds the
-# native module), test deps, then pytest. Exit 5 (no tests collected) is a failure here.
+# Python package: a project-local venv; the manylinux2014 x86_64 wheel (`make wheel`, the one
+# `make installtest` checks too, so it is built once) installed into it with the test deps,
+# then pytest. Exit 5 (no tests collected) is a failure here.
 PYTHON ?= python3
 VENV := .venv
-pytest:
+WHEEL = dist/python/surgeguard-$(VERSION)-cp310-abi3-manylinux2014_x86_64.manylinux_2_17_x86_64.whl
+.PHONY: wheel
+wheel: dist-tools
+	cd bindings-python && PATH="$(CURDIR)/$(DIST_VENV)/bin:$$PATH" maturin build --quiet --release --strip --zig \
+	  --compatibility manylinux2014 --out "$(CURDIR)/dist/python"
+pytest: wheel
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/python -m pip install -q --disable-pip-version-check ./bindings-python -r bindings-python/tests/requirements.txt
+	$(VENV)/bin/python -m pip install -q --disable-pip-version-check -r bindings-python/tests/requirements.txt
+	$(VENV)/bin/python -m pip install -q --disable-pip-version-check --force-reinstall --no-deps $(WHEEL)
 	@cd bindings-python && rc=0 && ../$(VENV)/bin/python -m pytest -q -p no:cacheprovider || rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest: no tests were collected" >&2; exit 1; fi; exit $$rc
 
@@ -177,5 +184,5 @@ dist-qemu: dist
 
 # The artifacts install and work without a Rust toolchain (scripts/installtest.sh: one version,
 # C install + pkg-config example, the x86_64 wheel on each CPython here, the npm tarballs).
-installtest: dist-tools
-	scripts/installtest.sh
+installtest: wheel
+	SG_WHEEL_BUILT=1 scripts/installtest.sh

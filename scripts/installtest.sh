@@ -38,8 +38,11 @@ echo "installtest: 2. C install (at ${SECONDS} s)"
 scripts/test_c_install.sh | tail -n 2
 
 echo "installtest: 3. Python wheel (at ${SECONDS} s)"
-(cd bindings-python && PATH="$venv/bin:$PATH" maturin build --quiet --release --strip --zig --compatibility manylinux2014 \
-    --out "$root/dist/python" >"$tmp/maturin.log" 2>&1) || { cat "$tmp/maturin.log" >&2; exit 1; }
+# `make installtest` builds it first (`make wheel`, shared with `make pytest`) and says so.
+if [ "${SG_WHEEL_BUILT:-}" != 1 ]; then
+    (cd bindings-python && PATH="$venv/bin:$PATH" maturin build --quiet --release --strip --zig --compatibility manylinux2014 \
+        --out "$root/dist/python" >"$tmp/maturin.log" 2>&1) || { cat "$tmp/maturin.log" >&2; exit 1; }
+fi
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 wheel="$root/dist/python/surgeguard-$version-cp310-abi3-manylinux2014_x86_64.manylinux_2_17_x86_64.whl"
 test -f "$wheel" || { echo "installtest: no wheel $wheel" >&2; exit 1; }
