@@ -102,3 +102,12 @@ def test_readme_leads_with_the_adaptive_gate_and_states_the_defaults():
     assert m["capacity"] == 1024 and "| 1024 waiters" in text
     assert m["limiter"]["algorithm"] == "gradient" and "gradient (adaptive)" in text
     assert m["limiter"]["levels"] == 3 and "| 3:" in text
+
+
+def test_readme_deadline_and_degradation_examples_run():
+    text = README.read_text()
+    section = text.split("## Deadlines and degradation", 1)[1].split("\n## ", 1)[0]
+    blocks = [b.split("```", 1)[0] for b in section.split("```python")[1:]]
+    assert len(blocks) >= 3
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), {"__name__": "readme"})

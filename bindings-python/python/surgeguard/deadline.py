@@ -30,9 +30,9 @@ Headers (read by :mod:`surgeguard.asgi` / :mod:`surgeguard.wsgi`, sent by
 - ``x-envoy-expected-rq-timeout-ms`` — set by Envoy for its upstreams;
 - one more header of your choice (milliseconds, like ``surgeguard-timeout-ms``).
 
-The smallest valid budget wins. A malformed, negative or absurd value is ignored (never a
-failed request, never an unbounded deadline) and counted by reason in
-:class:`DeadlineStats`.
+The smallest valid budget wins. A malformed, negative or absurd (above one hour) value is
+ignored — never a failed request, never an unbounded deadline — and counted by reason
+(``malformed``, ``negative``, ``too_large``) in :class:`DeadlineStats`.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ import math
 import threading
 from typing import Any, Dict, Iterable, Iterator, Optional, Tuple, Union
 
+from . import _native
 from ._native import clock_ns
 from .errors import DeadlineExceeded
 
@@ -200,6 +201,9 @@ class DeadlineStats:
         self._lock = threading.Lock()
         self._counts: Dict[str, int] = {
             "accepted": 0,
+            "ignored_malformed": 0,
+            "ignored_negative": 0,
+            "ignored_too_large": 0,
             "defaulted": 0,
             "capped": 0,
             "expired": 0,
@@ -225,9 +229,10 @@ class DeadlineStats:
 HeaderPairs = Iterable[Tuple[Union[str, bytes], Union[str, bytes]]]
 
 
-def _parse(name: str, value: Union[str, bytes]) -> Tuple[Optional[int], Optional[str]]:
-    """One header value: ``(budget_ns, None)`` or ``(None, reason)`` (the core's parser)."""
-    raise NotImplementedError  # replaced below once the native parser is bound
+def _format(name: str, deadline_ns: int, margin_ns: int, now_ns: int) -> Optional[str]:
+    """The outgoing value of header ``name`` (the core's formatter: rounded down), or
+    ``None`` when nothing worth sending remains."""
+    return _native.format_deadline_header(name, deadline_ns, margin_ns, now_ns)  # type: ignore[no-any-return]
 
 
 class _ServerPolicy:
@@ -268,13 +273,12 @@ class _ServerPolicy:
 
     def budget_ns(self, values: Iterable[Tuple[str, Union[str, bytes]]]) -> Optional[int]:
         best: Optional[int] = None
-        if self.enabled:
-            for name, raw in values:
-                ns, reason = _parse(name, raw)
-                if ns is None:
-                    self.stats.count(f"ignored_{reason or 'malformed'}")
-                elif best is None or ns < best:
-                    best = ns
+        if self.enabled and values:
+            # The core combines them: the smallest valid budget wins; each ignored
+            # header comes back with its reason.
+            best, ignored = _native.parse_deadline_headers(values)
+            for _name, reason in ignored:
+                self.stats.count(f"ignored_{reason}")
         if best is None:
             best = self.default_ns
             if best is not None:

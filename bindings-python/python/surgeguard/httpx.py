@@ -220,20 +220,26 @@ class _Common:
         d = _dl.current()
         if d is None:
             return None
-        left = d - clock_ns()
+        now = clock_ns()
+        left = d - now
         usable = left - self.margin_ns
         if left <= 0:
             raise DeadlineExceeded("the deadline passed before the request was sent")
         expected = self.expected()
-        if usable <= 0 or (expected is not None and usable < expected * _SEC):
+        values = [(name, _dl._format(name, d, self.margin_ns, now)) for name in self.deadline_headers]
+        if (
+            usable <= 0
+            or (expected is not None and usable < expected * _SEC)
+            or any(v is None for _, v in values)
+        ):
             raise InsufficientBudget(
                 f"{max(usable, 0) / _SEC:.3f} s left is less than the {expected or 0:.3f} s "
                 f"the call is expected to take; not sent",
                 remaining=max(usable, 0) / _SEC,
                 expected=expected or 0.0,
             )
-        for name in self.deadline_headers:
-            request.headers[name] = _dl._format(name, usable)
+        for name, value in values:
+            request.headers[name] = value
         timeouts = request.extensions.get("timeout")
         cap = left / _SEC
         if isinstance(timeouts, dict):
