@@ -2,9 +2,10 @@
 
 ``python e2e_two_hop.py dep`` — the dependency: a gate of 2 slots in front of a slow
 handler (``SLOW`` seconds). Each started request is logged: when its handler started
-(``clock_ns``), the deadline the middleware propagated to it (``None`` without a header)
-and when the original caller gave up (the test's ``x-test-give-up-ns`` header, on the same
-monotonic clock). ``/_log`` returns the log, ``/_reset`` clears it.
+(``time.monotonic_ns``, ``CLOCK_MONOTONIC``, the same clock in every process), when the
+original caller gave up (the test's ``x-test-give-up-ns`` header, on that clock), and the
+deadline the middleware propagated to it (``None`` without a header; on
+``surgeguard.clock_ns``, with the start on that clock beside it). ``/_log`` returns the log, ``/_reset`` clears it.
 
 ``python e2e_two_hop.py svc <dep-url>`` — the service the test calls: ``/on`` calls the
 dependency through :class:`surgeguard.httpx.AsyncRetryTransport` with deadline
@@ -18,6 +19,7 @@ import asyncio
 import json
 import socket
 import sys
+import time
 
 import httpx
 import uvicorn
@@ -27,6 +29,8 @@ from surgeguard.asgi import OverloadMiddleware
 from surgeguard.httpx import AsyncRetryTransport
 
 SLOW = 0.1
+#: What the service keeps of its budget for the way to the dependency and back.
+MARGIN = 0.05
 GIVE_UP = b"x-test-give-up-ns"
 
 
@@ -64,7 +68,8 @@ def dependency():
             return
         give_up = header(scope, GIVE_UP)
         log.append({
-            "start_ns": sg.clock_ns(),
+            "start_ns": time.monotonic_ns(),  # CLOCK_MONOTONIC: comparable across processes
+            "start_clock_ns": sg.clock_ns(),  # the clock the deadline is on (this process)
             "deadline_ns": sg.deadline.current(),
             "give_up_ns": int(give_up) if give_up else None,
         })
@@ -79,7 +84,8 @@ def service(dep_url):
     budget = sg.RetryBudget()
     on = httpx.AsyncClient(
         base_url=dep_url, timeout=10, limits=limits,
-        transport=AsyncRetryTransport(httpx.AsyncHTTPTransport(limits=limits), budget=budget),
+        transport=AsyncRetryTransport(httpx.AsyncHTTPTransport(limits=limits), budget=budget, margin=MARGIN,
+                                       expected_latency=SLOW),
     )
     off = httpx.AsyncClient(
         base_url=dep_url, timeout=10, limits=limits,

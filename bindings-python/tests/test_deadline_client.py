@@ -55,13 +55,14 @@ def test_the_remaining_budget_minus_the_margin_goes_out():
     rec = Recorder()
     c = client(rec, deadline_headers=("surgeguard-timeout-ms", "grpc-timeout"), margin=0.05)
     with deadline.scope(1.0) as d:
+        before = sg.clock_ns()
         c.get("/")
     h = rec.seen[0]["headers"]
     sent_ms = int(h["surgeguard-timeout-ms"])
-    left_ms = (d - rec.seen[0]["at"]) / 1e6
-    assert left_ms - 50 - 5 <= sent_ms <= left_ms - 50  # rounded down, never more
+    # the time left when it was formatted, minus the margin, rounded down: never more
+    assert (d - rec.seen[0]["at"]) / 1e6 - 50 - 1 <= sent_ms <= (d - before) / 1e6 - 50
     budget, ignored = sg._native.parse_deadline_headers([("grpc-timeout", h["grpc-timeout"])])
-    assert ignored == [] and budget <= (d - rec.seen[0]["at"]) - 50_000_000
+    assert ignored == [] and d - rec.seen[0]["at"] - 50_000_000 - 10**6 <= budget <= d - before - 50_000_000
     # httpx's own timeouts are cut to the time left
     assert all(v is not None and v <= 1.0 for v in rec.seen[0]["timeout"].values())
 
@@ -130,7 +131,7 @@ def test_a_timeout_past_the_deadline_is_deadline_exceeded():
 
 @settings(max_examples=25, deadline=None)
 @given(
-    budget_ms=st.integers(20, 200),
+    budget_ms=st.integers(50, 250),
     retry_after=st.sampled_from([None, "0", "0.02", "0.05", "0.3"]),
     expected=st.sampled_from([None, 0.0, 0.01, 0.04]),
     attempts=st.integers(1, 4),
@@ -145,13 +146,18 @@ def test_no_retry_starts_that_cannot_finish_and_no_sleep_passes_the_deadline(bud
         time.sleep(delay)
 
     c = client(rec, attempts=attempts, sleep=sleep, expected_latency=expected,
-               backoff=sg.Backoff(base=0.005, cap=0.02), margin=0.002)
+               backoff=sg.Backoff(base=0.005, cap=0.02), margin=0.01)
     with deadline.scope(budget_ms / 1000) as d:
-        r = c.get("/")
-    assert r.status_code == 503  # the last answer, as is
-    assert 1 <= len(rec.seen) <= attempts
+        try:
+            r = c.get("/")
+        except sg.DeadlineExceeded:
+            r = None  # the time ran out before an attempt could be sent
+    if r is not None:
+        assert r.status_code == 503  # the last answer, as is
+    assert len(rec.seen) <= attempts
     for at, delay in sleeps:
-        assert at + delay * SEC + (expected or 0) * SEC < d  # the retry could still finish
+        # each sleep, and the attempt after it, fit before the deadline
+        assert at + delay * SEC + (expected or 0) * SEC < d
     for s in rec.seen[1:]:
         assert s["at"] + (expected or 0) * SEC < d
 

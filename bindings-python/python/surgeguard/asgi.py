@@ -353,7 +353,7 @@ class OverloadMiddleware:
             outcome = "ignored"
             stale_token = _stale_cell.set(stale)
             try:
-                with _dl.scope(deadline_ns=min(arrival + budget, 1 << 62) if budget else None):
+                with _dl.scope(deadline_ns=_dl._at(budget, arrival) if budget else None):
                     await self.app(scope, receive, send_wrapper)
                 outcome = outcome_for_status(status[0]) if status else "ignored"
             except DeadlineExceeded:

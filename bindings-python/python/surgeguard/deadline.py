@@ -7,8 +7,9 @@ Overload": check the deadline before starting work, and propagate it downstream)
 
 The deadline of the current request lives in a :mod:`contextvars` variable, so each
 asyncio task and each thread sees its own. It is an absolute time on the native monotonic
-clock (:func:`surgeguard.clock_ns`, ``CLOCK_MONOTONIC``), so it means the same in every
-thread and process on the host. The middlewares set it from the request's headers::
+clock (:func:`surgeguard.clock_ns`, the same for every thread of the process); between
+processes only the *remaining* budget travels, in a header. The middlewares set it from
+the request's headers::
 
     async def handler(request):
         left = surgeguard.deadline.remaining()     # seconds left, or None (no deadline)
@@ -227,6 +228,11 @@ class DeadlineStats:
 
 
 HeaderPairs = Iterable[Tuple[Union[str, bytes], Union[str, bytes]]]
+
+
+def _at(budget_ns: int, arrival_ns: int) -> int:
+    """The absolute deadline ``arrival + budget``, saturating at 2**62 (the core's rule)."""
+    return _native.deadline_at(budget_ns, arrival_ns)  # type: ignore[no-any-return]
 
 
 def _format(name: str, deadline_ns: int, margin_ns: int, now_ns: int) -> Optional[str]:

@@ -215,7 +215,7 @@ class OverloadWSGIMiddleware:
         ctx = contextvars.copy_context()
         ctx.run(_stale_cell.set, stale)
         if budget:
-            ctx.run(_dl._deadline.set, min(arrival + budget, 1 << 62))
+            ctx.run(_dl._deadline.set, _dl._at(budget, arrival))
 
         def start(status: str, headers: List[Tuple[str, str]], exc_info: Any = None) -> Any:
             try:
