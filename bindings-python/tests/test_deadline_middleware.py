@@ -336,3 +336,30 @@ def test_wsgi_stale_warning():
     assert "warning" not in wsgi_call(mw, path="/ok")["headers"]
     r = wsgi_call(mw, path="/fail")
     assert r["body"] == b"fresh" and r["headers"]["warning"] == '110 - "Response is Stale"'
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    values=st.dictionaries(
+        st.sampled_from(["surgeguard-timeout-ms", "grpc-timeout", "x-envoy-expected-rq-timeout-ms"]),
+        st.one_of(st.text(max_size=16), st.from_regex(r"\A-?[0-9]{0,11}[HMSmun]?\Z")),
+    )
+)
+def test_wsgi_any_header_text_never_fails_the_request(values):
+    seen = []
+    gate = sg.Gate(limit=2)
+    mw = OverloadWSGIMiddleware(wsgi_app(seen), gate)
+    r = wsgi_call(mw, list(values.items()))
+    valid = [
+        b for b in (_reference_budget(n.encode(), v.encode("latin-1")) if v.isascii() else None
+                    for n, v in values.items())
+        if b is not None
+    ]
+    if valid and min(valid) == 0:
+        assert r["status"] == 503 and seen == []
+    else:
+        assert r["status"] == 200 and r["body"] == b"ok"
+        rem = seen[0]["remaining"]
+        assert (rem is None) == (not valid)
+        assert rem is None or rem <= min(valid) / 1e9 <= HOUR
+    assert gate.inflight == 0
