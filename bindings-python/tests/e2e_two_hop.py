@@ -1,14 +1,14 @@
 """The two services of the two-hop end-to-end test (run as subprocesses).
 
-``python e2e_two_hop.py dep`` — the dependency: a gate of 2 slots in front of a slow
+``python e2e_two_hop.py dep`` — the dependency: a gate of 1 slot in front of a slow
 handler (``SLOW`` seconds). Each started request is logged: when its handler started
 (``time.monotonic_ns``, ``CLOCK_MONOTONIC``, the same clock in every process), when the
 original caller gave up (the test's ``x-test-give-up-ns`` header, on that clock), and the
 deadline the middleware propagated to it (``None`` without a header; on
 ``surgeguard.clock_ns``, with the start on that clock beside it). ``/_log`` returns the log, ``/_reset`` clears it.
 
-``python e2e_two_hop.py svc <dep-url>`` — the service the test calls: ``/on`` calls the
-dependency through :class:`surgeguard.httpx.AsyncRetryTransport` with deadline
+``python e2e_two_hop.py svc <dep-url>`` — the service the test calls (``/warm/on`` and
+``/warm/off`` open connections to the dependency): ``/on`` calls the dependency through :class:`surgeguard.httpx.AsyncRetryTransport` with deadline
 propagation; ``/off`` through the same transport with ``propagate=False`` (what a service
 without deadline propagation does). Both forward ``x-test-give-up-ns``.
 
@@ -30,7 +30,7 @@ from surgeguard.httpx import AsyncRetryTransport
 
 SLOW = 0.1
 #: What the service keeps of its budget for the way to the dependency and back.
-MARGIN = 0.05
+MARGIN = 0.1
 GIVE_UP = b"x-test-give-up-ns"
 
 
@@ -49,7 +49,7 @@ async def respond(send, status, body):
 
 
 def dependency():
-    gate = sg.Gate(limit=2, levels=1, codel=False, queue_capacity=512, initial_service=SLOW)
+    gate = sg.Gate(limit=1, levels=1, codel=False, queue_capacity=512, initial_service=SLOW)
     log = []
 
     async def app(scope, receive, send):
@@ -95,7 +95,12 @@ def service(dep_url):
     async def app(scope, receive, send):
         if scope["type"] != "http":
             return
-        client = on if scope["path"] == "/on" else off
+        path = scope["path"]
+        client = on if path.endswith("/on") else off
+        if path.startswith("/warm/"):  # opens connections to the dependency, cheaply
+            r = await client.get("/_log")
+            await respond(send, r.status_code, b"{}")
+            return
         give_up = header(scope, GIVE_UP)
         r = await client.get("/work", headers={GIVE_UP.decode(): give_up} if give_up else {})
         await respond(send, r.status_code, r.content)
