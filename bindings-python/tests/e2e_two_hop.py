@@ -115,7 +115,8 @@ def main() -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False))
+    server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False,
+                                           timeout_keep_alive=60))  # pools stay warm
 
     async def serve():
         task = asyncio.create_task(server.serve(sockets=[sock]))
