@@ -319,3 +319,20 @@ def test_optional_rejects_bad_input():
 
 def test_mark_stale_outside_a_middleware_is_a_no_op():
     degrade.mark_stale()
+
+
+async def test_optional_follows_the_gates_dimmer():
+    gate = sg.Gate(limit=1, levels=1, queue_capacity=10, codel=False)
+    rnd = random.Random(3)
+    assert gate.brownout() == 0.0
+    assert all(sg.optional(gate, rnd.random) for _ in range(200))  # idle: always run
+    held = gate.try_acquire()
+    waiters = [asyncio.ensure_future(gate.acquire_async().__aenter__()) for _ in range(9)]
+    while gate.waiting() < 9:
+        await asyncio.sleep(0.001)
+    # the queue is 90% full: past the top of the occupancy ramp, optional work is off
+    assert gate.brownout() == 1.0
+    assert not any(sg.optional(gate, rnd.random) for _ in range(200))
+    held.success()
+    for w in waiters:
+        (await w).success()
