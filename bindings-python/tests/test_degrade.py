@@ -336,3 +336,18 @@ async def test_optional_follows_the_gates_dimmer():
     held.success()
     for w in waiters:
         (await w).success()
+
+
+def test_stale_if_error_and_deadline_stats_render_as_prometheus():
+    cache = sg.StaleIfError(max_entries=8, clock=Clock())
+    cache.get("k", lambda: 1)
+    cache.get("k", raiser(ConnectionError()))
+    stats = sg.deadline.DeadlineStats()
+    stats.count("ignored_negative")
+    text = sg.prometheus.render({"prices": cache, "api": stats})
+    assert "# TYPE surgeguard_stale_if_error_served_stale_total counter" in text
+    assert 'surgeguard_stale_if_error_served_stale_total{name="prices"} 1' in text
+    assert 'surgeguard_stale_if_error_entries{name="prices"} 1' in text
+    assert "# TYPE surgeguard_deadline_ignored_negative_total counter" in text
+    assert 'surgeguard_deadline_ignored_negative_total{name="api"} 1' in text
+    assert 'surgeguard_deadline_ignored_malformed_total{name="api"} 0' in text
