@@ -8,7 +8,7 @@ import surgeguard as sg
 import surgeguard._native as native
 import importlib
 
-from surgeguard import asgi, errors, prometheus, wsgi
+from surgeguard import asgi, deadline, degrade, errors, prometheus, wsgi
 from surgeguard import httpx as sg_httpx
 
 retry = importlib.import_module("surgeguard.retry")  # `surgeguard.retry` is the decorator
@@ -33,7 +33,7 @@ def test_every_public_name_has_a_docstring():
             for mname, member in public_members(obj):
                 if not (getattr(member, "__doc__", None) or "").strip():
                     missing.append(f"{name}.{mname}")
-    for module in (asgi, wsgi, retry, prometheus, errors, sg_httpx):
+    for module in (asgi, wsgi, retry, prometheus, errors, sg_httpx, deadline, degrade):
         assert (module.__doc__ or "").strip(), module.__name__
         for name in module.__all__:
             obj = getattr(module, name)
@@ -54,6 +54,8 @@ def test_stubs_cover_the_native_module():
             stub_names[node.name] = members
         elif isinstance(node, ast.FunctionDef):
             stub_names[node.name] = None
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            stub_names[node.target.id] = None  # a module constant
     runtime = {n for n in dir(native) if not n.startswith("__")}
     assert runtime <= set(stub_names) | {"Priority"}, runtime - set(stub_names)
     for cls_name, members in stub_names.items():
@@ -73,6 +75,11 @@ def test_exception_hierarchy():
     assert issubclass(sg.BreakerOpen, sg.OverloadError) and not issubclass(sg.BreakerOpen, sg.Rejected)
     assert issubclass(sg.RetryBudgetExhausted, sg.OverloadError)
     assert issubclass(sg.ConfigError, ValueError) and issubclass(sg.UsageError, RuntimeError)
+    assert issubclass(sg.InsufficientBudget, sg.DeadlineExceeded)
+    assert issubclass(sg.DeadlineExceeded, sg.OverloadError) and not issubclass(sg.DeadlineExceeded, sg.Rejected)
+    d = sg.InsufficientBudget("short", remaining=0.01, expected=0.2)
+    assert (d.reason, d.remaining, d.expected) == ("insufficient_budget", 0.01, 0.2)
+    assert sg.DeadlineExceeded().reason == "deadline_exceeded"
     e = sg.Expired("late", "expired", 0.25)
     assert (str(e), e.reason, e.retry_after) == ("late", "expired", 0.25)
     import pickle
@@ -97,3 +104,12 @@ def test_readme_leads_with_the_adaptive_gate_and_states_the_defaults():
     assert m["capacity"] == 1024 and "| 1024 waiters" in text
     assert m["limiter"]["algorithm"] == "gradient" and "gradient (adaptive)" in text
     assert m["limiter"]["levels"] == 3 and "| 3:" in text
+
+
+def test_readme_deadline_and_degradation_examples_run():
+    text = README.read_text()
+    section = text.split("## Deadlines and degradation", 1)[1].split("\n## ", 1)[0]
+    blocks = [b.split("```", 1)[0] for b in section.split("```python")[1:]]
+    assert len(blocks) >= 3
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), {"__name__": "readme"})

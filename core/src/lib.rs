@@ -42,6 +42,8 @@ pub(crate) mod sync;
 pub mod backoff;
 pub mod breaker;
 pub mod codel;
+pub mod deadline;
+pub mod dimmer;
 pub mod flow;
 pub mod gate;
 pub mod keyed;

@@ -23,6 +23,11 @@ Client side: :class:`RetryBudget`, :class:`TokenRetryThrottle`,
 :class:`AdaptiveThrottle`, :class:`Backoff`, :func:`retry`, :class:`CircuitBreaker`,
 :class:`RateLimiter`, and :mod:`surgeguard.httpx` (an httpx transport).
 
+Deadlines and degradation: :mod:`surgeguard.deadline` (the caller's remaining time,
+read by the middlewares and sent by the httpx transports), :func:`run` /
+:func:`run_async` (fallbacks on refusal), :class:`StaleIfError` (the last good value),
+:func:`optional` (the brownout dimmer: skip optional work before the gate sheds).
+
 Pipelines: :class:`Credits`, :class:`LagMeter`, :class:`Watermarks`, :class:`PacedDrain`.
 
 Durations are seconds (floats); priorities are names (``"critical"``, ``"normal"``,
@@ -36,7 +41,7 @@ Refusals raise :class:`OverloadError` subclasses carrying ``reason`` and ``retry
 
 from __future__ import annotations
 
-from . import errors, prometheus
+from . import deadline, errors, prometheus
 from ._native import (
     AdaptiveThrottle,
     AimdLimit,
@@ -67,13 +72,16 @@ from ._native import (
     time_to_drain,
 )
 from .breaker import CircuitBreaker
+from .degrade import Served, StaleIfError, mark_stale, optional, run, run_async
 from .errors import (
     BreakerOpen,
     Cancelled,
     CodelSlough,
     ConfigError,
+    DeadlineExceeded,
     DeadlineUnmeetable,
     Evicted,
+    InsufficientBudget,
     Expired,
     KeyLimit,
     KeyRate,
@@ -136,6 +144,14 @@ __all__ = [
     "BreakerCall",
     "BreakerFunction",
     "RateLimiter",
+    # deadlines and degradation
+    "deadline",
+    "run",
+    "run_async",
+    "StaleIfError",
+    "Served",
+    "optional",
+    "mark_stale",
     # pipelines
     "Credits",
     "LagMeter",
@@ -166,6 +182,8 @@ __all__ = [
     "Cancelled",
     "BreakerOpen",
     "RetryBudgetExhausted",
+    "DeadlineExceeded",
+    "InsufficientBudget",
     "ConfigError",
     "UsageError",
     "__version__",

@@ -18,9 +18,23 @@ Per request (``scope["type"] == "http"``; lifespan and websocket pass through):
    int, or ``priority(scope)``) goes to the gate, which may queue the request; with a
    ``timeout`` the request must be able to *finish* (wait + expected service) within
    it; a refusal is ``503`` with ``Retry-After`` and the JSON body.
-4. The app runs; the permit is released in ``finally`` with an outcome from the response
-   status: below 400 → success; 429, 502, 503, 504 or an overload exception (timeout) →
-   dropped; anything else (other 4xx/5xx, client disconnect, cancellation) → ignored.
+   The request's deadline (below) goes with it.
+4. The app runs with the deadline in :mod:`surgeguard.deadline` (``remaining()``); the
+   permit is released in ``finally`` with an outcome from the response status: below
+   400 → success; 429, 502, 503, 504 or an overload exception (timeout) → dropped;
+   anything else (other 4xx/5xx, client disconnect, cancellation, a
+   :class:`~surgeguard.DeadlineExceeded`) → ignored.
+
+Deadlines: the caller's remaining budget is read from ``surgeguard-timeout-ms``,
+``grpc-timeout``, ``x-envoy-expected-rq-timeout-ms`` and ``deadline_header`` (the smallest
+valid one wins; bad values are ignored and counted in ``deadline_stats``); without one,
+``default_budget`` applies; ``timeout`` caps both. At arrival the budget becomes an
+absolute deadline that the gate enforces (refused at once if it cannot be met, dropped
+from the queue once its turn would come too late) and the handler reads. A budget already
+spent on arrival is refused (``503``, ``deadline_unmeetable``). A
+:class:`~surgeguard.DeadlineExceeded` escaping the app before it answered becomes ``504``.
+A handler that served a stale value (:class:`surgeguard.StaleIfError`) gets
+``Warning: 110 - "Response is Stale"`` on its response.
 """
 
 from __future__ import annotations
@@ -29,8 +43,10 @@ import asyncio
 import json
 from typing import Any, Awaitable, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
-from ._native import Gate, KeyedLimits, actionable
-from .errors import KeyLimit, KeyRate, OverloadError, Rejected
+from . import deadline as _dl
+from ._native import Gate, KeyedLimits, actionable, clock_ns
+from .degrade import STALE_WARNING, _stale_cell
+from .errors import DeadlineExceeded, DeadlineUnmeetable, KeyLimit, KeyRate, OverloadError, Rejected
 
 __all__ = ["OverloadMiddleware", "health", "outcome_for_status", "DROPPED_STATUSES"]
 
@@ -43,6 +59,21 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 DROPPED_STATUSES = frozenset({429, 502, 503, 504})
 #: Exceptions from the app that count as overload (timeouts, surgeguard's own refusals).
 _OVERLOAD: Tuple[type, ...] = (TimeoutError, asyncio.TimeoutError, OverloadError)
+#: The answer when the app raised :class:`~surgeguard.DeadlineExceeded` before answering.
+_DEADLINE_BODY = b'{"error":"deadline exceeded","reason":"deadline_exceeded"}'
+_STALE = (STALE_WARNING[0].encode(), STALE_WARNING[1].encode())
+
+
+def _exception_outcome(exc: BaseException) -> str:
+    """A caller that gave up is not a capacity signal; other overload errors are."""
+    if isinstance(exc, DeadlineExceeded):
+        return "ignored"
+    return "dropped" if isinstance(exc, _OVERLOAD) else "ignored"
+
+
+def _expired_on_arrival(stats: "_dl.DeadlineStats") -> DeadlineUnmeetable:
+    stats.count("expired")
+    return DeadlineUnmeetable("the caller's deadline had passed on arrival", "deadline_unmeetable", 0.0)
 
 
 def outcome_for_status(status: int) -> str:
@@ -166,6 +197,17 @@ def _check_args(
         raise ValueError(f"key_cost must be an int in [0, 2**32 - 1], got {key_cost}")
 
 
+def _budget_and_timeout(
+    policy: "_dl._ServerPolicy", values: List[Tuple[str, Any]], timeout: Optional[float]
+) -> Tuple[Optional[int], Optional[float]]:
+    budget = policy.budget_ns(values)
+    if budget is None:
+        return None, None
+    if budget == policy.max_ns and timeout == 0:
+        return None, 0.0  # the server's `timeout=0`: never wait (no deadline)
+    return budget, budget / 1e9
+
+
 class OverloadMiddleware:
     """Pure ASGI overload middleware (see the module docs).
 
@@ -188,6 +230,15 @@ class OverloadMiddleware:
         health_path: a path answered by :func:`health` outside the gate.
         broken: ``broken() -> bool`` for the health answer.
         exclude_paths: paths that bypass the gate (e.g. metrics).
+        read_deadlines: read the caller's deadline from the request headers (default
+            True; False ignores them all).
+        deadline_header: one more header holding the remaining budget in milliseconds.
+        default_budget: seconds given to a request that carries no valid deadline header
+            (``None``: no deadline, unless ``timeout``).
+        deadline_stats: a :class:`~surgeguard.deadline.DeadlineStats` to count in (one
+            is made otherwise; read it as ``middleware.deadline_stats``).
+
+    ``timeout`` is also the largest budget a caller can ask for.
     """
 
     def __init__(
@@ -205,6 +256,10 @@ class OverloadMiddleware:
         health_path: Optional[str] = None,
         broken: Optional[Callable[[], bool]] = None,
         exclude_paths: Iterable[str] = (),
+        read_deadlines: bool = True,
+        deadline_header: Optional[str] = None,
+        default_budget: Optional[float] = None,
+        deadline_stats: Optional[_dl.DeadlineStats] = None,
     ) -> None:
         _check_args(app, gate, priority_header, priority, keyed, key_header, key, key_cost, health_path, broken)
         if isinstance(exclude_paths, (str, bytes)) or not isinstance(exclude_paths, Iterable):
@@ -213,6 +268,9 @@ class OverloadMiddleware:
         if not all(isinstance(p, str) for p in exclude_paths):
             raise TypeError("exclude_paths must hold str paths")
         gate.acquire_async(None, timeout)  # validates timeout once, here
+        self._deadlines = _dl._ServerPolicy(read_deadlines, deadline_header, default_budget, timeout, deadline_stats)
+        self.deadline_stats = self._deadlines.stats
+        self._deadline_names = {n.encode("latin-1"): n for n in self._deadlines.names}
         self.app = app
         self.gate = gate
         self.timeout = timeout
@@ -234,6 +292,13 @@ class OverloadMiddleware:
         if self.keyed is not None and self.key_header is not None:
             return _header(scope, self.key_header)
         return None
+
+    def _budget(self, scope: Scope) -> Tuple[Optional[int], Optional[float]]:
+        """The request's budget in ns (``None``: no deadline; ``0``: already spent) and
+        the gate's timeout in seconds."""
+        names = self._deadline_names
+        values = [(names[k.lower()], v) for k, v in scope.get("headers") or () if k.lower() in names]
+        return _budget_and_timeout(self._deadlines, values, self.timeout)
 
     def _priority_of(self, scope: Scope) -> Union[str, int, None]:
         if self.priority is not None:
@@ -264,29 +329,42 @@ class OverloadMiddleware:
                     await _refuse(send, refusal)
                     return
         try:
+            arrival = clock_ns()
+            budget, timeout = self._budget(scope)
             try:
-                permit = await self.gate.acquire_async(self._priority_of(scope), self.timeout).__aenter__()
+                if budget == 0:
+                    raise _expired_on_arrival(self.deadline_stats)
+                permit = await self.gate.acquire_async(self._priority_of(scope), timeout).__aenter__()
             except Rejected as refusal:
                 if key is not None and self.keyed is not None:
                     self.keyed.record_rejection(key)
                 await _refuse(send, refusal)
                 return
             status: List[int] = []
+            stale = [False]
 
             async def send_wrapper(message: Dict[str, Any]) -> None:
                 if message["type"] == "http.response.start":
                     status.append(message["status"])
+                    if stale[0]:
+                        message = {**message, "headers": [*message.get("headers", ()), _STALE]}
                 await send(message)
 
             outcome = "ignored"
+            stale_token = _stale_cell.set(stale)
             try:
-                await self.app(scope, receive, send_wrapper)
+                with _dl.scope(deadline_ns=_dl._at(budget, arrival) if budget else None):
+                    await self.app(scope, receive, send_wrapper)
                 outcome = outcome_for_status(status[0]) if status else "ignored"
+            except DeadlineExceeded:
+                if status:
+                    raise
+                await _respond(send_wrapper, 504, [(b"content-type", b"application/json")], _DEADLINE_BODY)
             except BaseException as exc:
-                if isinstance(exc, _OVERLOAD):
-                    outcome = "dropped"
+                outcome = _exception_outcome(exc)
                 raise
             finally:
+                _stale_cell.reset(stale_token)
                 if permit.held:
                     permit.release(outcome)
         finally:

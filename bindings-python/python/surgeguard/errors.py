@@ -17,7 +17,9 @@ Hierarchy::
     │   ├── NoCredit              the consumer granted no credit (pipelines)
     │   └── Cancelled             the waiter was cancelled
     ├── BreakerOpen               the circuit breaker is open
-    └── RetryBudgetExhausted      the retry budget has no room for another retry
+    ├── RetryBudgetExhausted      the retry budget has no room for another retry
+    └── DeadlineExceeded          the caller's deadline has passed (nothing was sent)
+        └── InsufficientBudget    the time left is below the dependency's expected latency
 
     ConfigError(ValueError)       a configuration value cannot be used (``field`` names it)
     UsageError(RuntimeError)      a handle was misused: released twice, or of another object
@@ -48,6 +50,8 @@ __all__ = [
     "Cancelled",
     "BreakerOpen",
     "RetryBudgetExhausted",
+    "DeadlineExceeded",
+    "InsufficientBudget",
     "ConfigError",
     "UsageError",
     "BY_REASON",
@@ -142,6 +146,47 @@ class BreakerOpen(OverloadError):
 
 class RetryBudgetExhausted(OverloadError):
     """The retry budget has no room for another retry: fail instead of retrying."""
+
+
+class DeadlineExceeded(OverloadError):
+    """The deadline propagated from the caller (or set with
+    :func:`surgeguard.deadline.scope`) has passed: the work was not started, because
+    whoever asked for it has given up. ``reason`` is ``"deadline_exceeded"``.
+
+    Retrying cannot help (the budget is gone): :func:`surgeguard.retry` and the httpx
+    transports never retry it. :func:`surgeguard.run` serves its fallback for it.
+    """
+
+    def __init__(self, message: str = "the deadline has passed", reason: str = "deadline_exceeded",
+                 retry_after: float = 0.0):
+        super().__init__(message, reason, retry_after)
+
+
+class InsufficientBudget(DeadlineExceeded):
+    """Failing fast: the time left before the deadline is shorter than the dependency's
+    expected latency (configured, or learned from its recent answers), so the call
+    would finish too late. Nothing was sent. ``reason`` is ``"insufficient_budget"``.
+
+    Attributes:
+        remaining: seconds that were left.
+        expected: the latency the call was expected to take (seconds).
+    """
+
+    remaining: float
+    expected: float
+
+    def __init__(self, message: str = "not enough time left for the call", reason: str = "insufficient_budget",
+                 retry_after: float = 0.0, *, remaining: float = 0.0, expected: float = 0.0):
+        super().__init__(message, reason, retry_after)
+        self.remaining = float(remaining)
+        self.expected = float(expected)
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (_insufficient, (self.args, self.remaining, self.expected))
+
+
+def _insufficient(args: tuple, remaining: float, expected: float) -> "InsufficientBudget":
+    return InsufficientBudget(*args, remaining=remaining, expected=expected)
 
 
 class ConfigError(ValueError):

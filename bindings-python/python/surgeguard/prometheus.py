@@ -34,6 +34,8 @@ _KIND = {
     "LagMeter": "lag",
     "Watermarks": "watermarks",
     "KeyedLimits": "keyed",
+    "DeadlineStats": "deadline",
+    "StaleIfError": "stale_if_error",
 }
 
 _COUNTERS = {
@@ -52,7 +54,10 @@ _COUNTERS = {
     "lag": {"produced", "consumed"},
     "watermarks": {"pauses", "resumes", "time_paused"},
     "keyed": {"admitted", "rejected_key_limit", "rejected_key_rate", "foreign_releases"},
+    "stale_if_error": {"served_stale", "evicted"},
 }
+#: Kinds whose every field is a counter (deadline headers: accepted, ignored_<reason>, ...).
+_ALL_COUNTERS = {"deadline"}
 
 _LIST_LABEL = {"shard_in_flight": "shard"}
 
@@ -115,7 +120,7 @@ def _emit(out: _Families, prefix: str, kind: str, name: str, metrics: Mapping[st
     counters = _COUNTERS.get(kind, set())
     for field, value in metrics.items():
         family = f"{prefix}_{kind}_{field}"
-        mtype = "counter" if field in counters else "gauge"
+        mtype = "counter" if field in counters or kind in _ALL_COUNTERS else "gauge"
         base = {"name": name}
         if isinstance(value, dict):
             sub = field if field in _KIND.values() else f"{kind}_{field}"

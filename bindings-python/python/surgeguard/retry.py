@@ -9,6 +9,9 @@ things get. Delays come from :class:`~surgeguard.Backoff` (jittered) and are nev
 than the server's ``Retry-After`` (an exception's ``retry_after`` attribute, or an
 ``httpx.HTTPStatusError``'s response header).
 
+Under a deadline (:mod:`surgeguard.deadline`), no retry is made whose backoff delay would
+end after it, and :class:`~surgeguard.DeadlineExceeded` is never retried.
+
 Non-idempotent work (``idempotent=False``) is retried only when the failure proves the
 work never ran: a local refusal (:class:`~surgeguard.OverloadError` raised by surgeguard
 itself) or a refused connection.
@@ -23,8 +26,9 @@ import inspect
 import time
 from typing import Any, Callable, Optional, Tuple, Type, TypeVar, Union
 
-from ._native import Backoff, RetryBudget, TokenRetryThrottle
-from .errors import OverloadError, RetryBudgetExhausted
+from . import deadline as _dl
+from ._native import Backoff, RetryBudget, TokenRetryThrottle, clock_ns
+from .errors import DeadlineExceeded, OverloadError, RetryBudgetExhausted
 
 __all__ = ["retry", "retry_after_of", "parse_retry_after"]
 
@@ -146,7 +150,7 @@ class _Policy:
 
     def delay_for(self, attempt: int, exc: BaseException, backoff: Backoff) -> Optional[float]:
         """Seconds to wait before the next attempt, or None to give up (re-raise)."""
-        if not isinstance(exc, self.retry_on) or isinstance(exc, RetryBudgetExhausted):
+        if not isinstance(exc, self.retry_on) or isinstance(exc, (RetryBudgetExhausted, DeadlineExceeded)):
             return None
         if attempt >= self.attempts:
             return None
@@ -157,6 +161,10 @@ class _Policy:
         delay = backoff.next_delay(attempt, retry_after_of(exc))
         if self.max_delay is not None and delay > self.max_delay:
             _note(exc, f"surgeguard: not retried, the next attempt is {delay:.3f} s away")
+            return None
+        d = _dl.current()
+        if d is not None and clock_ns() + delay * 1e9 >= d:
+            _note(exc, "surgeguard: not retried, the next attempt would start after the deadline")
             return None
         budget = self.budget
         if isinstance(budget, RetryBudget):

@@ -8,16 +8,35 @@ closed — not when the app returns (PEP 3333), so streaming responses hold thei
 
 Refusals: ``429`` (per key) or ``503`` (global) with ``Retry-After`` and the JSON body of
 :func:`surgeguard.actionable`. Outcomes from the status as in :mod:`surgeguard.asgi`.
+
+Deadlines as in :mod:`surgeguard.asgi`: the caller's budget from the request headers (or
+``default_budget``, capped by ``timeout``) becomes the gate's deadline and the one
+:func:`surgeguard.deadline.remaining` reads, both while the app runs and while its
+response is iterated; a stale value served by the handler adds
+``Warning: 110 - "Response is Stale"``; a :class:`~surgeguard.DeadlineExceeded` raised
+by the app before it started the response becomes ``504``.
 """
 
 from __future__ import annotations
 
+import contextvars
 import json
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
-from ._native import Gate, KeyedLimits, actionable
-from .asgi import _NAMES, _OVERLOAD, _check_args, health, outcome_for_status
-from .errors import KeyLimit, KeyRate, OverloadError, Rejected
+from . import deadline as _dl
+from ._native import Gate, KeyedLimits, actionable, clock_ns
+from .asgi import (
+    _DEADLINE_BODY,
+    _NAMES,
+    _budget_and_timeout,
+    _check_args,
+    _exception_outcome,
+    _expired_on_arrival,
+    health,
+    outcome_for_status,
+)
+from .degrade import STALE_WARNING, _stale_cell
+from .errors import DeadlineExceeded, KeyLimit, KeyRate, OverloadError, Rejected
 
 __all__ = ["OverloadWSGIMiddleware"]
 
@@ -25,7 +44,7 @@ Environ = Dict[str, Any]
 StartResponse = Callable[..., Any]
 WSGIApp = Callable[[Environ, StartResponse], Iterable[bytes]]
 
-_REASONS = {200: "OK", 429: "Too Many Requests", 503: "Service Unavailable"}
+_REASONS = {200: "OK", 429: "Too Many Requests", 503: "Service Unavailable", 504: "Gateway Timeout"}
 
 
 def _environ_key(header: str) -> str:
@@ -49,33 +68,34 @@ def _refuse(start_response: StartResponse, refusal: OverloadError) -> List[bytes
 class _Closing:
     """Wraps the app's iterable; ends the permit exactly once when closed."""
 
-    __slots__ = ("_it", "_iter", "_done")
+    __slots__ = ("_it", "_iter", "_done", "_ctx")
 
-    def __init__(self, it: Iterable[bytes], done: Callable[[str], None]) -> None:
+    def __init__(self, it: Iterable[bytes], done: Callable[[str], None], ctx: contextvars.Context) -> None:
         self._it = it
         self._iter: Optional[Iterator[bytes]] = None
         self._done: Optional[Callable[[str], None]] = done
+        self._ctx = ctx  # the request's deadline and stale mark, also while iterating
 
     def __iter__(self) -> Iterator[bytes]:
-        self._iter = iter(self._it)
+        self._iter = self._ctx.run(iter, self._it)
         return self
 
     def __next__(self) -> bytes:
         if self._iter is None:
-            self._iter = iter(self._it)
+            self._iter = self._ctx.run(iter, self._it)
         try:
-            return next(self._iter)
+            return self._ctx.run(next, self._iter)
         except StopIteration:
             raise
         except BaseException as exc:
-            self._finish("dropped" if isinstance(exc, _OVERLOAD) else "ignored")
+            self._finish(_exception_outcome(exc))
             raise
 
     def close(self) -> None:
         try:
             close = getattr(self._it, "close", None)
             if close is not None:
-                close()
+                self._ctx.run(close)
         finally:
             self._finish(None)
 
@@ -99,6 +119,9 @@ class OverloadWSGIMiddleware:
             (``priority(environ)``).
         keyed / key_header / key / key_cost: per-key isolation (``key(environ)``).
         health_path / broken: the health answer outside the gate.
+        read_deadlines / deadline_header / default_budget / deadline_stats: the caller's
+            deadline, as :class:`surgeguard.asgi.OverloadMiddleware` (``timeout`` is
+            also the largest budget a caller can ask for).
     """
 
     def __init__(
@@ -115,9 +138,16 @@ class OverloadWSGIMiddleware:
         key_cost: int = 1,
         health_path: Optional[str] = None,
         broken: Optional[Callable[[], bool]] = None,
+        read_deadlines: bool = True,
+        deadline_header: Optional[str] = None,
+        default_budget: Optional[float] = None,
+        deadline_stats: Optional[_dl.DeadlineStats] = None,
     ) -> None:
         _check_args(app, gate, priority_header, priority, keyed, key_header, key, key_cost, health_path, broken)
         gate.acquire(None, timeout)  # validates timeout once, here
+        self._deadlines = _dl._ServerPolicy(read_deadlines, deadline_header, default_budget, timeout, deadline_stats)
+        self.deadline_stats = self._deadlines.stats
+        self._deadline_env = [(n, _environ_key(n)) for n in self._deadlines.names]
         self.app = app
         self.gate = gate
         self.timeout = timeout
@@ -166,8 +196,13 @@ class OverloadWSGIMiddleware:
                     key_permit = self.keyed.try_acquire(key, self.key_cost)
                 except (KeyLimit, KeyRate) as refusal:
                     return _refuse(start_response, refusal)
+        arrival = clock_ns()
+        values = [(n, environ[k]) for n, k in self._deadline_env if k in environ]
+        budget, timeout = _budget_and_timeout(self._deadlines, values, self.timeout)
         try:
-            permit = self.gate.acquire(self._priority_of(environ), self.timeout).__enter__()
+            if budget == 0:
+                raise _expired_on_arrival(self.deadline_stats)
+            permit = self.gate.acquire(self._priority_of(environ), timeout).__enter__()
         except Rejected as refusal:
             if key_permit is not None:
                 key_permit.release()
@@ -176,12 +211,19 @@ class OverloadWSGIMiddleware:
             return _refuse(start_response, refusal)
 
         seen: List[int] = []
+        stale = [False]
+        ctx = contextvars.copy_context()
+        ctx.run(_stale_cell.set, stale)
+        if budget:
+            ctx.run(_dl._deadline.set, _dl._at(budget, arrival))
 
         def start(status: str, headers: List[Tuple[str, str]], exc_info: Any = None) -> Any:
             try:
                 seen.append(int(status.split(" ", 1)[0]))
             except ValueError:
                 pass
+            if stale[0]:
+                headers = [*headers, STALE_WARNING]
             if exc_info is not None:
                 return start_response(status, headers, exc_info)
             return start_response(status, headers)
@@ -195,8 +237,18 @@ class OverloadWSGIMiddleware:
                     key_permit.release()
 
         try:
-            result = self.app(environ, start)
+            result = ctx.run(self.app, environ, start)
+        except DeadlineExceeded:
+            if seen:
+                done("ignored")
+                raise
+            done("ignored")
+            start_response(
+                "504 Gateway Timeout",
+                [("Content-Type", "application/json"), ("Content-Length", str(len(_DEADLINE_BODY)))],
+            )
+            return [_DEADLINE_BODY]
         except BaseException as exc:
-            done("dropped" if isinstance(exc, _OVERLOAD) else "ignored")
+            done(_exception_outcome(exc))
             raise
-        return _Closing(result, done)
+        return _Closing(result, done, ctx)
