@@ -12,7 +12,11 @@
 //!   `gate.acquire(priority).deadline(t).await` and no background task to spawn.
 //! - `tower` (feature `tower`): a server layer for axum, hyper and tonic (503 +
 //!   `Retry-After`, or gRPC `RESOURCE_EXHAUSTED` + `grpc-retry-pushback-ms`) and a retry
-//!   policy backed by a retry budget and backoff.
+//!   policy backed by a retry budget and backoff; deadline propagation in and out.
+//! - [`deadline`] (feature `tokio`): the request's deadline for the handler (a task-local
+//!   the server layer sets; the client layer propagates it).
+//! - [`degrade`]: fallbacks that run on refusals, open breakers and deadlines (never on
+//!   bugs), and a bounded stale-if-error cache.
 //!
 //! The whole engine is re-exported as [`surgeguard::core`](crate::core) (the
 //! `surgeguard-core` crate: `no_std`, allocation-free, lock-free, time as an argument);
@@ -40,6 +44,9 @@
 #![warn(missing_docs)]
 
 pub mod clock;
+#[cfg(feature = "tokio")]
+pub mod deadline;
+pub mod degrade;
 mod gate;
 mod permit;
 #[cfg(feature = "tower")]
