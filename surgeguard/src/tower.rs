@@ -65,7 +65,7 @@ use surgeguard_core::keyed::{MAX_BODY_LEN, actionable};
 use surgeguard_core::retry::{RetryBudget, RetryBudgetConfig};
 use surgeguard_core::rng::SplitMix64;
 use surgeguard_core::time::MS;
-use surgeguard_core::{ConfigError, Outcome, Priority, Rejected};
+use surgeguard_core::{ConfigError, Outcome, Priority, Reason, Rejected};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -633,6 +633,14 @@ where
                 Ok(p) => p,
                 Err(r) => return Ok(rejection_response(&r, grpc)),
             };
+            if let Some((_, d)) = request_deadline {
+                // The grant and this task's turn may be apart on a busy machine: the work
+                // starts only if its caller still waits.
+                if d.is_expired() {
+                    permit.ignored();
+                    return Ok(rejection_response(&Rejected::new(Reason::Expired, 0), grpc));
+                }
+            }
             let served = match request_deadline {
                 // The handler (and its client calls) see the deadline.
                 // (`call` runs inside the scope too: some services work there.)
