@@ -448,8 +448,10 @@ pub fn outcome_of<RB>(res: &Response<RB>) -> Outcome {
 }
 
 /// A tower [`Layer`] putting a [`Gate`] in front of an HTTP or gRPC service (see the
-/// module docs). Per request: a header parse, the gate's admission (lock-free when a slot
-/// is free; a queued request takes the gate's registry mutex briefly), one boxed future,
+/// module docs). Per request: the priority and deadline headers parsed (one pass over
+/// their bytes; the deadline counters are wait-free atomic increments), the gate's
+/// admission (lock-free when a slot is free; a queued request takes the gate's registry
+/// mutex briefly), one boxed future, the handler run in the deadline's task-local scope,
 /// and the release when the response head arrives.
 ///
 /// ```

@@ -437,3 +437,56 @@ async fn retries_stay_within_the_deadline() {
     svc.oneshot(http::Request::new(String::new())).await.unwrap();
     assert_eq!(calls.load(Ordering::Relaxed), 11);
 }
+
+/// What a client does with a caller's deadline `left_ms` away, for any margin and expected
+/// latency: it sends at most what is left minus the margin (both headers), and refuses
+/// exactly when less than the expected latency (or under 1 ms) would be left.
+fn client_sends_what_is_left_or_refuses(left_us: u32, margin_us: u16, expected_us: u16) -> bool {
+    let (left, margin, expected) = (
+        u64::from(left_us % 3_000_000) * 1_000,
+        u64::from(margin_us % 50_000) * 1_000,
+        u64::from(expected_us % 50_000) * 1_000,
+    );
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let layer = ClientLayer::new().deadlines(
+        ClientDeadlines::default()
+            .margin(Duration::from_nanos(margin))
+            .expected_latency(Duration::from_nanos(expected)),
+    );
+    let client = layer.layer(echo(calls.clone()));
+    let t0 = surgeguard::clock::monotonic_ns();
+    let d = Deadline::at_ns(t0 + left);
+    let mut req = request(&[("content-type", b"application/grpc")]);
+    req.extensions_mut().insert(d);
+    let r = rt.block_on(client.oneshot(req));
+    let t1 = surgeguard::clock::monotonic_ns();
+    // What was left for the callee at the earliest (t1) and latest (t0) moment of the call.
+    let least = (t0 + left).saturating_sub(t1).saturating_sub(margin);
+    let most = left.saturating_sub(margin);
+    match r {
+        Ok(res) => {
+            assert_eq!(calls.load(Ordering::Relaxed), 1);
+            assert!(most >= expected.max(MS), "sent with {most} ns left, expected {expected}");
+            let (ms, grpc) = res.body().split_once('|').unwrap();
+            let ms: u64 = ms.parse().unwrap();
+            let grpc = surgeguard::tower::parse_grpc_timeout(grpc).unwrap();
+            assert!(ms * MS <= most && grpc <= most, "sent {ms} ms / {grpc} ns > {most} ns");
+            assert!(ms >= 1 && grpc > 0);
+        }
+        Err(ClientError::Rejected(r)) => {
+            assert_eq!(calls.load(Ordering::Relaxed), 0, "a refused call is not sent");
+            assert!(matches!(r.reason, Reason::DeadlineUnmeetable | Reason::Expired));
+            assert!(least < expected.max(MS), "refused with {least} ns left, expected {expected}");
+        }
+        Err(ClientError::Inner(e)) => panic!("{e}"),
+    }
+    true
+}
+
+#[test]
+fn quickcheck_client_deadline_budget() {
+    QuickCheck::new()
+        .tests(300)
+        .quickcheck(client_sends_what_is_left_or_refuses as fn(u32, u16, u16) -> bool);
+}

@@ -169,6 +169,9 @@ impl ServerDeadlines {
 /// configured name), `grpc-timeout` on gRPC requests, and the extra header if set. A
 /// request that already carries a smaller valid value keeps it.
 ///
+/// Cost per call: a task-local read, one clock read, each value formatted on the stack
+/// and copied into the header map, a wait-free counter.
+///
 /// ```
 /// use std::time::Duration;
 /// use surgeguard::tower::{ClientDeadlines, ClientLayer};
