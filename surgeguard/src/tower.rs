@@ -93,6 +93,10 @@ pub const GRPC_RETRY_PUSHBACK_MS: &str = "grpc-retry-pushback-ms";
 /// How a [`GateLayer`] reads requests. Grows without breaking users: build it with
 /// `ServerConfig::default()` and the setters.
 ///
+/// The request's deadline is `arrival + budget`: on the gate's clock for the queue, and on
+/// the monotonic clock for the handler's [`deadline::current`] (the two are the same
+/// clock unless the gate runs on a test clock).
+///
 /// ```
 /// use std::time::Duration;
 /// use surgeguard::tower::ServerConfig;
@@ -126,7 +130,8 @@ pub struct ServerConfig {
     /// deadline).
     pub default_budget: Option<Duration>,
     /// The most budget a caller may grant a request (default none: up to the headers' own
-    /// cap of one hour).
+    /// cap of one hour). A longer one is cut to it (counted as `capped`); zero would
+    /// refuse every request that carries a deadline header.
     pub max_budget: Option<Duration>,
 }
 
