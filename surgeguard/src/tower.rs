@@ -699,6 +699,8 @@ pub struct RetryPolicy<C: Clock = MonotonicClock> {
     attempt: u32,
     max_retries: u32,
     expected_latency: Duration,
+    /// Retries not made because they could not finish before the deadline (shared).
+    past_deadline: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl<C: Clock> fmt::Debug for RetryPolicy<C> {
@@ -750,6 +752,7 @@ impl<C: Clock> RetryPolicy<C> {
             attempt: 0,
             max_retries,
             expected_latency: Duration::ZERO,
+            past_deadline: Arc::default(),
         })
     }
 
@@ -776,6 +779,17 @@ impl<C: Clock> RetryPolicy<C> {
     /// ```
     pub fn budget(&self) -> &RetryBudget {
         &self.budget
+    }
+
+    /// Retries not made because the backoff would have outlasted the request's deadline
+    /// (shared by the policy's clones).
+    ///
+    /// ```
+    /// let p = surgeguard::tower::RetryPolicy::new(Default::default(), Default::default(), 2).unwrap();
+    /// assert_eq!(p.denied_by_deadline(), 0);
+    /// ```
+    pub fn denied_by_deadline(&self) -> u64 {
+        self.past_deadline.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// `Some(hint)` (ns; 0 = none) if `res` is worth retrying.
@@ -828,7 +842,10 @@ where
                 u64::try_from(self.expected_latency.as_nanos()).unwrap_or(u64::MAX),
             );
             if ready >= d.as_ns() {
-                return None; // it could not finish in time: no retry, no token spent
+                // It could not finish in time: no retry, no token spent. (Relaxed: a
+                // count read on its own.)
+                self.past_deadline.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return None;
             }
         }
         self.budget.try_withdraw(self.clock.now_ns()).ok()?;

@@ -431,6 +431,8 @@ async fn retries_stay_within_the_deadline() {
     // (fewer if the machine is slow). Scheduling delays aside, no backoff outlasts it.
     assert!((2..=4).contains(&n), "{n} calls within a 150 ms deadline");
     assert!(t.elapsed() < Duration::from_millis(250), "{:?}", t.elapsed());
+    assert_eq!(policy.denied_by_deadline(), 1);
+    assert_eq!(policy.budget().metrics().retries_allowed, n as u64 - 1, "no token spent on it");
     // Without a deadline the same policy makes all 10 retries.
     calls.store(0, Ordering::Relaxed);
     tokio::time::pause();
