@@ -194,7 +194,8 @@ impl std::error::Error for DeadlineExceeded {}
 
 /// Runs `fut` until the [`current`] deadline: `Err(DeadlineExceeded)` at once if it has
 /// passed (`fut` is not polled: no work starts for a caller that gave up), or when it
-/// passes (`fut` is dropped). Without a deadline, runs `fut` to the end.
+/// passes (`fut` is dropped). Without a deadline, runs `fut` to the end. Uses tokio's
+/// timer (the runtime must have it enabled, as `#[tokio::main]` does).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {

@@ -401,6 +401,37 @@ async fn client_fails_fast_when_too_little_is_left() {
 }
 
 #[tokio::test]
+async fn client_stops_waiting_at_the_deadline() {
+    let slow = service_fn(|_req: Req| async {
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        Ok::<_, Infallible>(http::Response::new(String::new()))
+    });
+    let lim = surgeguard::Limiter::fixed(4.0).unwrap();
+    let layer = ClientLayer::new().deadlines(ClientDeadlines::default()).limiter(lim.clone());
+    let client = layer.layer(slow);
+    let t = std::time::Instant::now();
+    let r =
+        deadline::scope(Deadline::after(Duration::from_millis(30)), client.oneshot(request(&[])))
+            .await;
+    assert!(matches!(r, Err(ClientError::DeadlineExceeded)), "{r:?}");
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    assert_eq!(layer.deadline_metrics().timed_out, 1);
+    // The slot came back as an overload signal.
+    assert_eq!((lim.inflight(), lim.core().metrics().drops), (0, 1));
+    // Without enforcement the caller waits for the answer (here: cut by the test).
+    let patient = ClientLayer::new().deadlines(ClientDeadlines::default().enforce(false)).layer(
+        service_fn(|_req: Req| async {
+            tokio::time::sleep(Duration::from_millis(60)).await;
+            Ok::<_, Infallible>(http::Response::new(String::new()))
+        }),
+    );
+    let r =
+        deadline::scope(Deadline::after(Duration::from_millis(30)), patient.oneshot(request(&[])))
+            .await;
+    assert!(r.is_ok());
+}
+
+#[tokio::test]
 async fn retries_stay_within_the_deadline() {
     let calls = Arc::new(AtomicUsize::new(0));
     let c = calls.clone();
@@ -449,7 +480,7 @@ fn client_sends_what_is_left_or_refuses(left_us: u32, margin_us: u16, expected_u
         u64::from(margin_us % 50_000) * 1_000,
         u64::from(expected_us % 50_000) * 1_000,
     );
-    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
     let layer = ClientLayer::new().deadlines(
         ClientDeadlines::default()
@@ -481,7 +512,7 @@ fn client_sends_what_is_left_or_refuses(left_us: u32, margin_us: u16, expected_u
             assert!(matches!(r.reason, Reason::DeadlineUnmeetable | Reason::Expired));
             assert!(least < expected.max(MS), "refused with {least} ns left, expected {expected}");
         }
-        Err(ClientError::Inner(e)) => panic!("{e}"),
+        Err(e) => panic!("{e}"),
     }
     true
 }

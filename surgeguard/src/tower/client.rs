@@ -21,8 +21,8 @@ use super::{ResponseFuture, outcome_of};
 use crate::Limiter;
 use crate::clock::{Clock, MonotonicClock};
 
-/// A client call that failed: refused locally (nothing was sent), or the inner service's
-/// error.
+/// A client call that failed: refused locally (nothing was sent), given up at the
+/// caller's deadline, or the inner service's error.
 ///
 /// ```
 /// use surgeguard::tower::ClientError;
@@ -32,11 +32,15 @@ use crate::clock::{Clock, MonotonicClock};
 /// let _: &dyn std::error::Error = &e;
 /// ```
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum ClientError<E> {
     /// Refused before sending: `Expired` or `DeadlineUnmeetable` (too little of the
     /// caller's deadline left: see [`ClientDeadlines`]), `Throttled`, `BreakerOpen` or
     /// `LimitReached`.
     Rejected(Rejected),
+    /// The caller's deadline passed before the answer came (the call was dropped; see
+    /// [`ClientDeadlines`]).
+    DeadlineExceeded,
     /// The inner service failed.
     Inner(E),
 }
@@ -45,6 +49,7 @@ impl<E: fmt::Display> fmt::Display for ClientError<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Rejected(r) => write!(f, "refused locally: {r}"),
+            Self::DeadlineExceeded => f.write_str("deadline exceeded waiting for the answer"),
             Self::Inner(e) => write!(f, "{e}"),
         }
     }
@@ -54,6 +59,7 @@ impl<E: std::error::Error + 'static> std::error::Error for ClientError<E> {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Self::Rejected(r) => Some(r),
+            Self::DeadlineExceeded => None,
             Self::Inner(e) => Some(e),
         }
     }
@@ -347,10 +353,12 @@ where
         let refuse = |r: Rejected| -> Self::Future {
             Box::pin(async move { Err(ClientError::Rejected(r)) })
         };
+        let mut wait_until = None;
         if let Some(d) = &l.deadlines {
             // First: a doomed call takes no throttle, breaker or limiter turn.
-            if let Err(r) = d.0.apply(&mut req, &d.1) {
-                return refuse(r);
+            match d.0.apply(&mut req, &d.1) {
+                Ok(until) => wait_until = until.map(|t| (t, d.clone())),
+                Err(r) => return refuse(r),
             }
         }
         if let Some(t) = &l.throttle {
@@ -380,7 +388,18 @@ where
         let throttle = l.throttle.clone();
         let clock = l.clock.clone();
         Box::pin(async move {
-            let res = inner.call(req).await;
+            let res = match wait_until {
+                None => inner.call(req).await.map_err(ClientError::Inner),
+                Some((until, d)) => {
+                    match tokio::time::timeout(until.remaining(), inner.call(req)).await {
+                        Ok(r) => r.map_err(ClientError::Inner),
+                        Err(_) => {
+                            d.1.timed_out.fetch_add(1, Ordering::Relaxed);
+                            Err(ClientError::DeadlineExceeded)
+                        }
+                    }
+                }
+            };
             let outcome = match &res {
                 Ok(r) => outcome_of(r),
                 Err(_) => Outcome::Dropped,
@@ -394,7 +413,7 @@ where
             if let Some(p) = permit {
                 p.release(outcome);
             }
-            res.map_err(ClientError::Inner)
+            res
         })
     }
 }

@@ -167,7 +167,10 @@ impl ServerDeadlines {
 /// (`Expired` once the deadline has passed, else `DeadlineUnmeetable`) and nothing is sent.
 /// Otherwise the headers carry `remaining`, rounded down: `surgeguard-timeout-ms` (or the
 /// configured name), `grpc-timeout` on gRPC requests, and the extra header if set. A
-/// request that already carries a smaller valid value keeps it.
+/// request that already carries a smaller valid value keeps it. The caller waits for the
+/// answer until the deadline, no longer ([`enforce`](Self::enforce), on by default, as
+/// gRPC clients do): past it the call is dropped and ends as
+/// [`ClientError::DeadlineExceeded`](super::ClientError) (an overload signal, `Dropped`).
 ///
 /// Cost per call: a task-local read, one clock read, each value formatted on the stack
 /// and copied into the header map, a wait-free counter.
@@ -197,6 +200,9 @@ pub struct ClientDeadlines {
     /// Another millisecond header to write (e.g. `x-envoy-upstream-rq-timeout-ms` toward
     /// an Envoy sidecar; default none).
     pub extra_header: Option<HeaderName>,
+    /// Stop waiting for the answer at the deadline (default true). Uses tokio's timer:
+    /// the runtime must have it enabled (`#[tokio::main]` does).
+    pub enforce: bool,
 }
 
 impl Default for ClientDeadlines {
@@ -207,6 +213,7 @@ impl Default for ClientDeadlines {
             header: Some(HeaderName::from_static(core_deadline::SURGEGUARD_TIMEOUT_MS)),
             grpc_timeout: true,
             extra_header: None,
+            enforce: true,
         }
     }
 }
@@ -242,6 +249,17 @@ impl ClientDeadlines {
         self
     }
 
+    /// Whether the caller stops waiting at the deadline.
+    ///
+    /// ```
+    /// let c = surgeguard::tower::ClientDeadlines::default().enforce(false);
+    /// assert!(!c.enforce);
+    /// ```
+    pub fn enforce(mut self, on: bool) -> Self {
+        self.enforce = on;
+        self
+    }
+
     /// Another millisecond header to write. Panics on an invalid name.
     pub fn extra_header(mut self, name: &'static str) -> Self {
         self.extra_header = Some(HeaderName::from_static(name));
@@ -249,18 +267,18 @@ impl ClientDeadlines {
     }
 
     /// Checks the budget of an outgoing request and writes its headers, or says why it
-    /// must not be sent.
+    /// must not be sent. `Ok(Some(deadline))`: wait for the answer until then.
     pub(crate) fn apply<B>(
         &self,
         req: &mut http::Request<B>,
         counters: &ClientDeadlineCounters,
-    ) -> Result<(), Rejected> {
+    ) -> Result<Option<Deadline>, Rejected> {
         let Some(d) = req.extensions().get::<Deadline>().copied().or_else(crate::deadline::current)
         else {
-            return Ok(());
+            return Ok(None);
         };
         if d.as_ns() >= MAX_NOW {
-            return Ok(()); // "never": no header
+            return Ok(None); // "never": no header
         }
         let now = monotonic_ns();
         let refuse = |reason| {
@@ -273,7 +291,7 @@ impl ClientDeadlines {
         let left = match core_deadline::remaining(d.as_ns(), now, ns(self.margin)) {
             Ok(left) => left,
             Err(FormatError::Exhausted) => return refuse(Reason::DeadlineUnmeetable),
-            Err(_) => return Ok(()), // no deadline
+            Err(_) => return Ok(None), // no deadline
         };
         if left < ns(self.expected_latency) {
             return refuse(Reason::DeadlineUnmeetable);
@@ -310,7 +328,7 @@ impl ClientDeadlines {
             }
         }
         counters.propagated.fetch_add(1, Ordering::Relaxed);
-        Ok(())
+        Ok(self.enforce.then_some(d))
     }
 }
 
@@ -327,12 +345,15 @@ pub struct ClientDeadlineMetrics {
     pub propagated: u64,
     /// Calls refused locally: too little of the caller's budget was left.
     pub failed_fast: u64,
+    /// Calls given up at the deadline, the answer not in yet.
+    pub timed_out: u64,
 }
 
 #[derive(Default)]
 pub(crate) struct ClientDeadlineCounters {
     propagated: AtomicU64,
     failed_fast: AtomicU64,
+    pub(crate) timed_out: AtomicU64,
 }
 
 impl ClientDeadlineCounters {
@@ -340,6 +361,7 @@ impl ClientDeadlineCounters {
         ClientDeadlineMetrics {
             propagated: self.propagated.load(Ordering::Relaxed),
             failed_fast: self.failed_fast.load(Ordering::Relaxed),
+            timed_out: self.timed_out.load(Ordering::Relaxed),
         }
     }
 }
