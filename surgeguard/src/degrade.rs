@@ -9,7 +9,9 @@
 //!   stale — when the origin fails that way (RFC 5861's `stale-if-error`, as a library).
 //!
 //! Both are the "degrade gracefully" advice of the Google SRE book ("Addressing Cascading
-//! Failures") and Netflix Hystrix's fallbacks.
+//! Failures") and Netflix Hystrix's fallbacks; the brownout dimmer
+//! ([`Gate::brownout`](crate::Gate::brownout), [`Gate::serve_optional`](crate::Gate::serve_optional))
+//! says *when* to switch optional work off, before the gate has to refuse requests.
 //!
 //! ```
 //! use surgeguard::degrade::with_fallback;

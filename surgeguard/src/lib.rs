@@ -9,7 +9,9 @@
 //! - [`Permit`]: owned, `Send + 'static`, ends on `Drop` (as `Ignored`, or as you choose).
 //! - [`Limiter`]: an `Arc`-shared adaptive limiter with owned permits.
 //! - [`Gate`]: limiter + priority queue + shed switch, with a cancel-safe
-//!   `gate.acquire(priority).deadline(t).await` and no background task to spawn.
+//!   `gate.acquire(priority).deadline(t).await` and no background task to spawn; its
+//!   brownout dimmer ([`Gate::brownout`], [`Gate::serve_optional`]) dims optional work
+//!   before the gate has to refuse requests.
 //! - `tower` (feature `tower`): a server layer for axum, hyper and tonic (503 +
 //!   `Retry-After`, or gRPC `RESOURCE_EXHAUSTED` + `grpc-retry-pushback-ms`) and a retry
 //!   policy backed by a retry budget and backoff; deadline propagation in and out.
