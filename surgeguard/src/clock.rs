@@ -28,7 +28,7 @@ use surgeguard_core::UsageError;
 use surgeguard_core::time::{MAX_NOW, check_now};
 
 /// A source of `now`: monotonic nanoseconds, never above
-/// [`MAX_NOW`](surgeguard_core::time::MAX_NOW) (2^62 ns, about 146 years).
+/// [`MAX_NOW`] (2^62 ns, about 146 years).
 ///
 /// ```
 /// use surgeguard::clock::Clock;

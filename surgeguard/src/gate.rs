@@ -28,21 +28,22 @@ use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::AtomicU64;
-#[cfg(feature = "tokio")]
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use surgeguard_core::gate::{Arrival, Event, GateConfig, GateMetrics, GateState};
 use surgeguard_core::queue::Ticket;
+use surgeguard_core::rng::SplitMix64;
 use surgeguard_core::time::MAX_NOW;
 use surgeguard_core::{ConfigError, Outcome, Priority, RawPermit, Rejected};
 
 use crate::clock::{Clock, MonotonicClock, after};
 use crate::permit::{Issuer, Permit};
 
+/// SplitMix64's increment (the golden ratio in 64 bits).
+const GOLDEN_GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
 /// Events taken per core poll.
 const BATCH: usize = 16;
 /// No timer armed.
@@ -72,6 +73,8 @@ pub(crate) struct GateInner<C, const CAP: usize> {
     /// This gate, for the timer task (which must not keep it alive).
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     me: Weak<Self>,
+    /// The state of a SplitMix64 stream shared by every caller of `serve_optional`.
+    optional_rng: AtomicU64,
 }
 
 impl<C: Clock, const CAP: usize> Issuer for GateInner<C, CAP> {
@@ -268,6 +271,7 @@ impl<C: Clock, const CAP: usize> Gate<C, CAP> {
                 registry: Mutex::new(HashMap::new()),
                 timer_at: AtomicU64::new(NO_TIMER),
                 me: me.clone(),
+                optional_rng: AtomicU64::new(crate::clock::monotonic_ns()),
             }),
         })
     }
@@ -353,6 +357,52 @@ impl<C: Clock, const CAP: usize> Gate<C, CAP> {
     pub fn set_shed_level(&self, level: Option<Priority>) {
         self.inner.core.set_shed_level(level);
         self.pump();
+    }
+
+    /// The brownout dimmer now: `d` in `[0, 1]` — how much *optional* work (recommendations,
+    /// previews, personalisation) to skip: serve it with probability `1 − d`. It rises
+    /// before the gate has to refuse requests — with the queue's occupancy, CoDel's
+    /// queueing delay and the refusals of the last second — and falls back slowly (Klein
+    /// et al., "Brownout: building more robust cloud applications", ICSE 2014; the rule is
+    /// the core's, `surgeguard::core::dimmer`). Degradation order: optional features first
+    /// (`d > 0`), then background work (the gate's priorities refuse it first), then normal
+    /// work (the gate's own shedding).
+    ///
+    /// Reads the gate and never changes its decisions. Progress: wait-free.
+    ///
+    /// ```
+    /// # let gate: surgeguard::Gate = surgeguard::Gate::fixed(4.0).unwrap();
+    /// assert_eq!(gate.brownout(), 0.0); // idle: serve everything
+    /// gate.set_shed_level(Some(surgeguard::Priority::BACKGROUND));
+    /// assert_eq!(gate.brownout(), 1.0); // the on-call switch dims fully
+    /// ```
+    pub fn brownout(&self) -> f64 {
+        self.inner.core.brownout(self.inner.clock.now_ns())
+    }
+
+    /// Whether to serve this request's optional work: `true` with probability
+    /// `1 − brownout()` (always when the dimmer is 0, never at 1), drawn from a SplitMix64
+    /// stream the gate's callers share. Progress: wait-free (the dimmer, then one
+    /// `fetch_add`).
+    ///
+    /// ```
+    /// # let gate: surgeguard::Gate = surgeguard::Gate::fixed(4.0).unwrap();
+    /// if gate.serve_optional() {
+    ///     // ... add the recommendations ...
+    /// }
+    /// ```
+    pub fn serve_optional(&self) -> bool {
+        let d = self.brownout();
+        if d <= 0.0 {
+            return true;
+        }
+        if d >= 1.0 {
+            return false;
+        }
+        // Relaxed: only the draws' independence matters, not their order.
+        let state = self.inner.optional_rng.fetch_add(GOLDEN_GAMMA, Ordering::Relaxed);
+        // The stream's next output: SplitMix64 from the state before the add.
+        SplitMix64::new(state).next_f64() >= d
     }
 
     /// A snapshot of counters and gauges.

@@ -9,10 +9,16 @@
 //! - [`Permit`]: owned, `Send + 'static`, ends on `Drop` (as `Ignored`, or as you choose).
 //! - [`Limiter`]: an `Arc`-shared adaptive limiter with owned permits.
 //! - [`Gate`]: limiter + priority queue + shed switch, with a cancel-safe
-//!   `gate.acquire(priority).deadline(t).await` and no background task to spawn.
+//!   `gate.acquire(priority).deadline(t).await` and no background task to spawn; its
+//!   brownout dimmer ([`Gate::brownout`], [`Gate::serve_optional`]) dims optional work
+//!   before the gate has to refuse requests.
 //! - `tower` (feature `tower`): a server layer for axum, hyper and tonic (503 +
 //!   `Retry-After`, or gRPC `RESOURCE_EXHAUSTED` + `grpc-retry-pushback-ms`) and a retry
-//!   policy backed by a retry budget and backoff.
+//!   policy backed by a retry budget and backoff; deadline propagation in and out.
+//! - [`deadline`] (feature `tokio`): the request's deadline for the handler (a task-local
+//!   the server layer sets; the client layer propagates it).
+//! - [`degrade`]: fallbacks that run on refusals, open breakers and deadlines (never on
+//!   bugs), and a bounded stale-if-error cache.
 //!
 //! The whole engine is re-exported as [`surgeguard::core`](crate::core) (the
 //! `surgeguard-core` crate: `no_std`, allocation-free, lock-free, time as an argument);
@@ -40,6 +46,9 @@
 #![warn(missing_docs)]
 
 pub mod clock;
+#[cfg(feature = "tokio")]
+pub mod deadline;
+pub mod degrade;
 mod gate;
 mod permit;
 #[cfg(feature = "tower")]

@@ -7,15 +7,26 @@
 //!   every surgeguard binding writes), or for gRPC (`content-type: application/grpc*`) a
 //!   trailers-only `RESOURCE_EXHAUSTED` with `grpc-retry-pushback-ms`. The priority comes
 //!   from a [`Priority`] request extension, else the `x-request-priority` header
-//!   (`critical`, `normal`, `background` or a level number), else the configured default;
-//!   the deadline from `grpc-timeout` (gRPC) or the configured queue timeout.
+//!   (`critical`, `normal`, `background` or a level number), else the configured default.
+//!   **Deadlines:** the caller's remaining budget comes from `grpc-timeout`,
+//!   `x-envoy-expected-rq-timeout-ms`, `surgeguard-timeout-ms` (the project's own header:
+//!   whole milliseconds) and a header you name; the smallest valid one wins, cut to the
+//!   server's maximum, else the server's default. It becomes an absolute deadline at
+//!   arrival: the gate refuses at once a deadline it cannot meet and drops a waiter whose
+//!   time ran out, and the handler reads it with [`deadline::remaining`]. A malformed,
+//!   negative or absurd (above one hour) header is ignored and counted by reason
+//!   ([`GateLayer::deadline_metrics`]); it never fails the request.
+//! - [`ClientLayer`] with [`ClientDeadlines`]: passes the deadline on to the next hop
+//!   (minus a margin) and fails fast when too little of it is left.
 //! - [`KeyedLayer`]: per-key (tenant, API key, agent) caps with a key extractor, answering
 //!   `429` + `Retry-After` + the same JSON body.
-//! - [`ClientLayer`]: for outbound calls, an adaptive limiter, a circuit breaker and the
-//!   adaptive client-side throttle, refusing locally with [`ClientError::Rejected`].
+//! - [`ClientLayer`]: for outbound calls, deadline propagation, an adaptive limiter, a
+//!   circuit breaker and the adaptive client-side throttle, refusing locally with
+//!   [`ClientError::Rejected`].
 //! - [`RetryPolicy`]: a tower retry [`Policy`](::tower::retry::Policy) backed by a
 //!   [`RetryBudget`] (retries are at most a share of traffic) and a [`Backoff`] that never
-//!   retries sooner than the server's `Retry-After` / `grpc-retry-pushback-ms`.
+//!   retries sooner than the server's `Retry-After` / `grpc-retry-pushback-ms`, nor when
+//!   the backoff would outlast the request's deadline.
 //!
 //! The response's status decides how the permit ends: `429`, `503` and `504` (and gRPC
 //! `RESOURCE_EXHAUSTED`, `UNAVAILABLE`, `DEADLINE_EXCEEDED` in the headers) and service
@@ -54,17 +65,21 @@ use surgeguard_core::keyed::{MAX_BODY_LEN, actionable};
 use surgeguard_core::retry::{RetryBudget, RetryBudgetConfig};
 use surgeguard_core::rng::SplitMix64;
 use surgeguard_core::time::MS;
-use surgeguard_core::{ConfigError, Outcome, Priority, Rejected};
+use surgeguard_core::{ConfigError, Outcome, Priority, Reason, Rejected};
 use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::Gate;
 use crate::clock::{Clock, MonotonicClock};
+use crate::deadline::{self, Deadline};
 
 mod client;
+mod deadline_headers;
 mod keyed;
 
 pub use client::{ClientError, ClientLayer, ClientService};
+pub use deadline_headers::{ClientDeadlineMetrics, ClientDeadlines, DeadlineMetrics};
+use deadline_headers::{DeadlineCounters, ServerDeadlines};
 pub use keyed::{HeaderKey, KeyExtractor, KeyedLayer, KeyedService};
 
 /// The header the priority is read from by default (`critical`, `normal`, `background`,
@@ -77,6 +92,10 @@ pub const GRPC_RETRY_PUSHBACK_MS: &str = "grpc-retry-pushback-ms";
 
 /// How a [`GateLayer`] reads requests. Grows without breaking users: build it with
 /// `ServerConfig::default()` and the setters.
+///
+/// The request's deadline is `arrival + budget`: on the gate's clock for the queue, and on
+/// the monotonic clock for the handler's [`deadline::current`] (the two are the same
+/// clock unless the gate runs on a test clock).
 ///
 /// ```
 /// use std::time::Duration;
@@ -96,11 +115,24 @@ pub struct ServerConfig {
     pub priority_header: Option<HeaderName>,
     /// Priority of a request that names none (default `normal`).
     pub default_priority: Priority,
-    /// Longest wait in the queue when the request carries no deadline (`grpc-timeout`);
-    /// `None` (default): until granted or dropped by CoDel, eviction or the shed switch.
+    /// Longest wait in the queue (the request's own deadline applies too, whichever is
+    /// earlier); `None` (default): until granted, or dropped by the deadline, CoDel,
+    /// eviction or the shed switch.
     pub queue_timeout: Option<Duration>,
-    /// Read `grpc-timeout` as the request's deadline (default true).
+    /// Read `grpc-timeout` as the request's budget (default true).
     pub grpc_timeout: bool,
+    /// Read `x-envoy-expected-rq-timeout-ms` and `surgeguard-timeout-ms` (default true).
+    pub deadline_headers: bool,
+    /// One more header carrying the budget (whole milliseconds; gRPC's format if it is
+    /// named `grpc-timeout`); default none.
+    pub deadline_header: Option<HeaderName>,
+    /// The budget of a request without a valid deadline header (default none: no
+    /// deadline).
+    pub default_budget: Option<Duration>,
+    /// The most budget a caller may grant a request (default none: up to the headers' own
+    /// cap of one hour). A longer one is cut to it (counted as `capped`); zero would
+    /// refuse every request that carries a deadline header.
+    pub max_budget: Option<Duration>,
 }
 
 impl Default for ServerConfig {
@@ -110,6 +142,10 @@ impl Default for ServerConfig {
             default_priority: Priority::NORMAL,
             queue_timeout: None,
             grpc_timeout: true,
+            deadline_headers: true,
+            deadline_header: None,
+            default_budget: None,
+            max_budget: None,
         }
     }
 }
@@ -172,10 +208,69 @@ impl ServerConfig {
         self.grpc_timeout = on;
         self
     }
+
+    /// Whether `x-envoy-expected-rq-timeout-ms` and `surgeguard-timeout-ms` set the
+    /// budget.
+    ///
+    /// ```
+    /// let cfg = surgeguard::tower::ServerConfig::default().deadline_headers(false);
+    /// assert!(!cfg.deadline_headers);
+    /// ```
+    pub fn deadline_headers(mut self, on: bool) -> Self {
+        self.deadline_headers = on;
+        self
+    }
+
+    /// Reads the budget from header `name` as well (panics on an invalid header name: a
+    /// programming error, caught at startup).
+    ///
+    /// ```
+    /// let cfg = surgeguard::tower::ServerConfig::default().deadline_header("x-budget-ms");
+    /// assert_eq!(cfg.deadline_header.unwrap(), "x-budget-ms");
+    /// ```
+    pub fn deadline_header(mut self, name: &'static str) -> Self {
+        self.deadline_header = Some(HeaderName::from_static(name));
+        self
+    }
+
+    /// The budget of requests without a valid deadline header.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let cfg = surgeguard::tower::ServerConfig::default().default_budget(Some(Duration::from_secs(2)));
+    /// # drop(cfg);
+    /// ```
+    pub fn default_budget(mut self, budget: Option<Duration>) -> Self {
+        self.default_budget = budget;
+        self
+    }
+
+    /// The most budget a caller may grant.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let cfg = surgeguard::tower::ServerConfig::default().max_budget(Some(Duration::from_secs(10)));
+    /// # drop(cfg);
+    /// ```
+    pub fn max_budget(mut self, budget: Option<Duration>) -> Self {
+        self.max_budget = budget;
+        self
+    }
+
+    fn deadlines(&self) -> ServerDeadlines {
+        ServerDeadlines {
+            grpc_timeout: self.grpc_timeout,
+            standard_headers: self.deadline_headers,
+            header: self.deadline_header.clone(),
+            default_budget: self.default_budget,
+            max_budget: self.max_budget,
+        }
+    }
 }
 
 /// Parses a `grpc-timeout` value (gRPC over HTTP/2: 1–8 digits and a unit `H`, `M`, `S`,
-/// `m`, `u`, `n`) into nanoseconds; `None` if malformed.
+/// `m`, `u`, `n`) into nanoseconds; `None` if malformed, negative or above one hour
+/// (`surgeguard_core::deadline::parse_grpc_timeout` says which).
 ///
 /// ```
 /// use surgeguard::tower::parse_grpc_timeout;
@@ -183,23 +278,10 @@ impl ServerConfig {
 /// assert_eq!(parse_grpc_timeout("1H"), Some(3_600_000_000_000));
 /// assert_eq!(parse_grpc_timeout("123456789S"), None); // more than 8 digits
 /// assert_eq!(parse_grpc_timeout("-1S"), None);
+/// assert_eq!(parse_grpc_timeout("2H"), None); // absurd: ignored, never unbounded
 /// ```
 pub fn parse_grpc_timeout(v: &str) -> Option<u64> {
-    let (digits, unit) = v.split_at(v.len().checked_sub(1)?);
-    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let n: u64 = digits.parse().ok()?;
-    let mult = match unit {
-        "H" => 3_600_000_000_000,
-        "M" => 60_000_000_000,
-        "S" => 1_000_000_000,
-        "m" => 1_000_000,
-        "u" => 1_000,
-        "n" => 1,
-        _ => return None,
-    };
-    n.checked_mul(mult)
+    surgeguard_core::deadline::parse_grpc_timeout(v.as_bytes()).ok()
 }
 
 /// The request's priority: a [`Priority`] extension, else the header (a name or a level
@@ -371,8 +453,10 @@ pub fn outcome_of<RB>(res: &Response<RB>) -> Outcome {
 }
 
 /// A tower [`Layer`] putting a [`Gate`] in front of an HTTP or gRPC service (see the
-/// module docs). Per request: a header parse, the gate's admission (lock-free when a slot
-/// is free; a queued request takes the gate's registry mutex briefly), one boxed future,
+/// module docs). Per request: the priority and deadline headers parsed (one pass over
+/// their bytes; the deadline counters are wait-free atomic increments), the gate's
+/// admission (lock-free when a slot is free; a queued request takes the gate's registry
+/// mutex briefly), one boxed future, the handler run in the deadline's task-local scope,
 /// and the release when the response head arrives.
 ///
 /// ```
@@ -383,7 +467,21 @@ pub fn outcome_of<RB>(res: &Response<RB>) -> Outcome {
 /// ```
 pub struct GateLayer<C: Clock = MonotonicClock, const CAP: usize = 1024> {
     gate: Gate<C, CAP>,
-    cfg: Arc<ServerConfig>,
+    cfg: Arc<Shared>,
+}
+
+/// A layer's settings and counters, shared by the services it makes.
+#[derive(Debug)]
+struct Shared {
+    cfg: ServerConfig,
+    deadlines: ServerDeadlines,
+    counters: DeadlineCounters,
+}
+
+impl Shared {
+    fn new(cfg: ServerConfig) -> Arc<Self> {
+        Arc::new(Self { deadlines: cfg.deadlines(), cfg, counters: DeadlineCounters::default() })
+    }
 }
 
 impl<C: Clock, const CAP: usize> Clone for GateLayer<C, CAP> {
@@ -394,7 +492,7 @@ impl<C: Clock, const CAP: usize> Clone for GateLayer<C, CAP> {
 
 impl<C: Clock, const CAP: usize> fmt::Debug for GateLayer<C, CAP> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("GateLayer").field("gate", &self.gate).field("cfg", &self.cfg).finish()
+        f.debug_struct("GateLayer").field("gate", &self.gate).field("cfg", &self.cfg.cfg).finish()
     }
 }
 
@@ -419,7 +517,19 @@ impl<C: Clock, const CAP: usize> GateLayer<C, CAP> {
     /// # drop(layer);
     /// ```
     pub fn with_config(gate: Gate<C, CAP>, cfg: ServerConfig) -> Self {
-        Self { gate, cfg: Arc::new(cfg) }
+        Self { gate, cfg: Shared::new(cfg) }
+    }
+
+    /// The deadline headers read so far by this layer's services: requests with a
+    /// deadline, defaulted or capped budgets, and ignored headers by reason.
+    ///
+    /// ```
+    /// let gate: surgeguard::Gate = surgeguard::Gate::fixed(4.0).unwrap();
+    /// let layer = surgeguard::tower::GateLayer::new(gate);
+    /// assert_eq!(layer.deadline_metrics().ignored_total(), 0);
+    /// ```
+    pub fn deadline_metrics(&self) -> DeadlineMetrics {
+        self.cfg.counters.snapshot()
     }
 }
 
@@ -443,7 +553,7 @@ impl<S, C: Clock, const CAP: usize> Layer<S> for GateLayer<C, CAP> {
 pub struct GateService<S, C: Clock = MonotonicClock, const CAP: usize = 1024> {
     inner: S,
     gate: Gate<C, CAP>,
-    cfg: Arc<ServerConfig>,
+    cfg: Arc<Shared>,
 }
 
 impl<S, C: Clock> GateService<S, C, 1024> {
@@ -457,7 +567,7 @@ impl<S, C: Clock> GateService<S, C, 1024> {
     /// # drop(svc);
     /// ```
     pub fn new(inner: S, gate: Gate<C, 1024>) -> Self {
-        Self { inner, gate, cfg: Arc::new(ServerConfig::default()) }
+        Self { inner, gate, cfg: Shared::new(ServerConfig::default()) }
     }
 }
 
@@ -506,26 +616,45 @@ where
         // as tower's own middleware does.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        let level = priority_of(&req, &self.cfg);
+        let level = priority_of(&req, &self.cfg.cfg);
         let grpc = is_grpc(&req);
         let now = self.gate.clock().now_ns();
-        let timeout = self
-            .cfg
-            .grpc_timeout
-            .then(|| req.headers().get("grpc-timeout")?.to_str().ok().and_then(parse_grpc_timeout))
-            .flatten()
-            .map(Duration::from_nanos)
-            .or(self.cfg.queue_timeout);
+        // The caller's budget → an absolute deadline at arrival, on the gate's clock (for
+        // the queue) and on the monotonic clock (for the handler).
+        let budget = self.cfg.deadlines.budget(req.headers(), &self.cfg.counters);
+        let request_deadline = budget.map(|b| {
+            let b = Duration::from_nanos(b);
+            (crate::clock::after(now, b), Deadline::after(b))
+        });
+        let queue_deadline = self.cfg.cfg.queue_timeout.map(|t| crate::clock::after(now, t));
+        let gate_deadline = match (request_deadline, queue_deadline) {
+            (Some((r, _)), Some(q)) => Some(r.min(q)),
+            (r, q) => r.map(|r| r.0).or(q),
+        };
         let mut acquire = self.gate.acquire(level);
-        if let Some(t) = timeout {
-            acquire = acquire.deadline(crate::clock::after(now, t));
+        if let Some(t) = gate_deadline {
+            acquire = acquire.deadline(t);
         }
         Box::pin(async move {
             let permit = match acquire.await {
                 Ok(p) => p,
                 Err(r) => return Ok(rejection_response(&r, grpc)),
             };
-            match inner.call(req).await {
+            if let Some((_, d)) = request_deadline {
+                // The grant and this task's turn may be apart on a busy machine: the work
+                // starts only if its caller still waits.
+                if d.is_expired() {
+                    permit.ignored();
+                    return Ok(rejection_response(&Rejected::new(Reason::Expired, 0), grpc));
+                }
+            }
+            let served = match request_deadline {
+                // The handler (and its client calls) see the deadline.
+                // (`call` runs inside the scope too: some services work there.)
+                Some((_, d)) => deadline::scope(d, async move { inner.call(req).await }).await,
+                None => inner.call(req).await,
+            };
+            match served {
                 Ok(res) => {
                     permit.release(outcome_of(&res));
                     Ok(res.map(GuardBody::inner))
@@ -544,7 +673,12 @@ where
 /// while the shared [`RetryBudget`] allows it (Finagle / SRE book: retries are at most a
 /// share of requests), waiting a [`Backoff`] delay that is never shorter than the answer's
 /// `Retry-After` (seconds) or `grpc-retry-pushback-ms`. Each first attempt deposits into
-/// the budget. Requests are cloned only when their body type is `Clone`; a policy per call
+/// the budget. **Within the deadline:** when the request has one (its
+/// [`Deadline`] extension, else [`deadline::current`]), a retry is made only if the
+/// backoff ends at least [`expected_latency`](RetryPolicy::expected_latency) before it —
+/// a retry that cannot finish in time is not worth a budget token. Put the retry layer
+/// outside a [`ClientLayer`] with [`ClientDeadlines`], so every attempt carries what is
+/// left of the deadline. Requests are cloned only when their body type is `Clone`; a policy per call
 /// (`Clone`) holds its attempt count and jitter generator, and shares the budget. It
 /// retries whatever it is given: put it on idempotent calls only.
 ///
@@ -564,6 +698,9 @@ pub struct RetryPolicy<C: Clock = MonotonicClock> {
     clock: C,
     attempt: u32,
     max_retries: u32,
+    expected_latency: Duration,
+    /// Retries not made because they could not finish before the deadline (shared).
+    past_deadline: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl<C: Clock> fmt::Debug for RetryPolicy<C> {
@@ -614,7 +751,24 @@ impl<C: Clock> RetryPolicy<C> {
             clock,
             attempt: 0,
             max_retries,
+            expected_latency: Duration::ZERO,
+            past_deadline: Arc::default(),
         })
+    }
+
+    /// The least time an attempt needs (default 0): no retry whose backoff would leave
+    /// less than this before the request's deadline.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let p = surgeguard::tower::RetryPolicy::new(Default::default(), Default::default(), 2)
+    ///     .unwrap()
+    ///     .expected_latency(Duration::from_millis(20));
+    /// # drop(p);
+    /// ```
+    pub fn expected_latency(mut self, d: Duration) -> Self {
+        self.expected_latency = d;
+        self
     }
 
     /// The shared budget (metrics: retries allowed and denied).
@@ -625,6 +779,17 @@ impl<C: Clock> RetryPolicy<C> {
     /// ```
     pub fn budget(&self) -> &RetryBudget {
         &self.budget
+    }
+
+    /// Retries not made because the backoff would have outlasted the request's deadline
+    /// (shared by the policy's clones).
+    ///
+    /// ```
+    /// let p = surgeguard::tower::RetryPolicy::new(Default::default(), Default::default(), 2).unwrap();
+    /// assert_eq!(p.denied_by_deadline(), 0);
+    /// ```
+    pub fn denied_by_deadline(&self) -> u64 {
+        self.past_deadline.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// `Some(hint)` (ns; 0 = none) if `res` is worth retrying.
@@ -657,7 +822,7 @@ where
 
     fn retry(
         &mut self,
-        _req: &mut Request<B>,
+        req: &mut Request<B>,
         result: &mut Result<Response<RB>, E>,
     ) -> Option<Self::Future> {
         let hint = match result {
@@ -667,10 +832,25 @@ where
         if self.attempt >= self.max_retries {
             return None;
         }
+        let hint = (hint > 0).then_some(hint);
+        // The delay is drawn on a copy: a retry refused below leaves the jitter untouched.
+        let mut rng = self.rng;
+        let delay = self.backoff.next_delay(self.attempt + 1, hint, &mut rng);
+        let deadline = req.extensions().get::<Deadline>().copied().or_else(deadline::current);
+        if let Some(d) = deadline {
+            let ready = crate::clock::monotonic_ns().saturating_add(delay).saturating_add(
+                u64::try_from(self.expected_latency.as_nanos()).unwrap_or(u64::MAX),
+            );
+            if ready >= d.as_ns() {
+                // It could not finish in time: no retry, no token spent. (Relaxed: a
+                // count read on its own.)
+                self.past_deadline.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return None;
+            }
+        }
         self.budget.try_withdraw(self.clock.now_ns()).ok()?;
         self.attempt += 1;
-        let hint = (hint > 0).then_some(hint);
-        let delay = self.backoff.next_delay(self.attempt, hint, &mut self.rng);
+        self.rng = rng;
         Some(tokio::time::sleep(Duration::from_nanos(delay)))
     }
 

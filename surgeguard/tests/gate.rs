@@ -360,3 +360,62 @@ mod model {
         QuickCheck::new().tests(500).quickcheck(run as fn(u8, Vec<Op>) -> bool);
     }
 }
+
+/// The documented rule's occupancy term: `ramp(waiting / capacity, 0.2, 0.8)`.
+fn occupancy_term(waiting: usize, capacity: usize) -> f64 {
+    ((waiting as f64 / capacity as f64 - 0.2) / 0.6).clamp(0.0, 1.0)
+}
+
+#[test]
+fn the_dimmer_rises_with_the_queue_before_any_refusal_and_gates_optional_work() {
+    // One slot, a queue of 10, no CoDel and a still clock: the dimmer is the occupancy
+    // term alone while nothing is refused.
+    let cfg = GateConfig { queue_capacity: Some(10), ..fixed_cfg(1.0) };
+    let clock = ManualClock::new(1_000_000_000);
+    let gate: Gate<ManualClock, 64> = Gate::with_clock(cfg, clock).unwrap();
+    assert_eq!(gate.brownout(), 0.0);
+    assert!((0..100).all(|_| gate.serve_optional()), "an idle gate serves everything");
+    let held = gate.try_acquire(Priority::NORMAL).unwrap();
+    let mut waiters = Vec::new();
+    let mut last = 0.0;
+    for k in 1..=10 {
+        let mut f = gate.acquire(Priority::NORMAL);
+        assert!(poll_once(&mut f).is_pending());
+        waiters.push(f);
+        let d = gate.brownout();
+        assert!((0.0..=1.0).contains(&d) && d >= last, "{d} after {k} waiters");
+        assert!((d - occupancy_term(k, 10)).abs() < 1e-9, "{d} vs the rule at {k}/10");
+        last = d;
+    }
+    // Full dimming while the gate has refused nothing yet.
+    assert_eq!(last, 1.0);
+    let m = gate.metrics();
+    assert_eq!((m.queue_full, m.shed, m.expired, m.deadline_unmeetable), (0, 0, 0, 0));
+    assert!((0..100).all(|_| !gate.serve_optional()), "a dimmed gate serves no optional work");
+
+    // Back to half the queue: the dimmer falls only with time (here: none passes).
+    waiters.truncate(5);
+    assert_eq!(gate.brownout(), 1.0);
+    drop(waiters);
+    drop(held);
+}
+
+#[test]
+fn serve_optional_draws_with_probability_one_minus_the_dimmer() {
+    let cfg = GateConfig { queue_capacity: Some(10), ..fixed_cfg(1.0) };
+    let gate: Gate<ManualClock, 64> =
+        Gate::with_clock(cfg, ManualClock::new(1_000_000_000)).unwrap();
+    let held = gate.try_acquire(Priority::NORMAL).unwrap();
+    let mut waiters: Vec<_> = (0..5).map(|_| gate.acquire(Priority::NORMAL)).collect();
+    for f in &mut waiters {
+        assert!(poll_once(f).is_pending());
+    }
+    let d = gate.brownout();
+    assert!((d - 0.5).abs() < 1e-9, "{d}");
+    const N: usize = 20_000;
+    let served = (0..N).filter(|_| gate.serve_optional()).count();
+    // Binomial(20 000, 0.5): sd ≈ 71; 5 sd either way.
+    assert!((N / 2 - 355..=N / 2 + 355).contains(&served), "{served} of {N}");
+    drop(waiters);
+    held.success();
+}

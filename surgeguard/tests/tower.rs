@@ -250,7 +250,7 @@ async fn client_layer_opens_its_breaker_and_refuses_locally() {
                 assert_eq!(r.reason, Reason::BreakerOpen);
                 refused += 1;
             }
-            Err(ClientError::Inner(e)) => match e {},
+            Err(e) => panic!("{e}"),
         }
     }
     assert_eq!(calls.load(Ordering::Relaxed), 10, "the breaker opened after its window");

@@ -6,7 +6,8 @@
 //! gate's `queued` counter); the events of a step are the pending futures that completed
 //! during it; `release` = `Permit::release`; `cancel` = drop the pending future; `shed` and
 //! `static` go to the core gate (the wrapper's `set_shed_level` also pumps at once, which
-//! reports shed waiters one step earlier than the recorded core sequence).
+//! reports shed waiters one step earlier than the recorded core sequence); `brownout` =
+//! `Gate::brownout` at the step's time.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -151,6 +152,17 @@ impl Replay {
                     "queue_full": m.queue_full,
                     "deadline_unmeetable": m.deadline_unmeetable, "aged": m.aged,
                 })
+            }
+            "brownout" => {
+                let now = u(st, "now");
+                let d = if now > MAX_NOW {
+                    // No clock shows such a time (see above): the core is asked directly.
+                    self.gate.core().brownout(now)
+                } else {
+                    self.gate.brownout()
+                };
+                assert!(!d.is_nan());
+                json!({"dimmer": if d.is_finite() { json!(d) } else { Value::Null }})
             }
             op => panic!("unknown gate op {op}"),
         }

@@ -1,6 +1,7 @@
-//! [`ClientLayer`]: overload control for outbound calls — an adaptive concurrency
-//! [`Limiter`], a [`CircuitBreaker`] and the SRE book's adaptive client-side throttle, each
-//! optional, refusing locally (no request sent) with a [`ClientError::Rejected`].
+//! [`ClientLayer`]: overload control for outbound calls — deadline propagation, an
+//! adaptive concurrency [`Limiter`], a [`CircuitBreaker`] and the SRE book's adaptive
+//! client-side throttle, each optional, refusing locally (no request sent) with a
+//! [`ClientError::Rejected`].
 
 use std::fmt;
 use std::sync::Arc;
@@ -15,12 +16,13 @@ use surgeguard_core::{ConfigError, Outcome, Priority, Rejected};
 use tower_layer::Layer;
 use tower_service::Service;
 
+use super::deadline_headers::{ClientDeadlineCounters, ClientDeadlineMetrics, ClientDeadlines};
 use super::{ResponseFuture, outcome_of};
 use crate::Limiter;
 use crate::clock::{Clock, MonotonicClock};
 
-/// A client call that failed: refused locally (nothing was sent), or the inner service's
-/// error.
+/// A client call that failed: refused locally (nothing was sent), given up at the
+/// caller's deadline, or the inner service's error.
 ///
 /// ```
 /// use surgeguard::tower::ClientError;
@@ -30,9 +32,15 @@ use crate::clock::{Clock, MonotonicClock};
 /// let _: &dyn std::error::Error = &e;
 /// ```
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum ClientError<E> {
-    /// Refused before sending: `BreakerOpen`, `Throttled` or `LimitReached`.
+    /// Refused before sending: `Expired` or `DeadlineUnmeetable` (too little of the
+    /// caller's deadline left: see [`ClientDeadlines`]), `Throttled`, `BreakerOpen` or
+    /// `LimitReached`.
     Rejected(Rejected),
+    /// The caller's deadline passed before the answer came (the call was dropped; see
+    /// [`ClientDeadlines`]).
+    DeadlineExceeded,
     /// The inner service failed.
     Inner(E),
 }
@@ -41,6 +49,7 @@ impl<E: fmt::Display> fmt::Display for ClientError<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Rejected(r) => write!(f, "refused locally: {r}"),
+            Self::DeadlineExceeded => f.write_str("deadline exceeded waiting for the answer"),
             Self::Inner(e) => write!(f, "{e}"),
         }
     }
@@ -50,14 +59,16 @@ impl<E: std::error::Error + 'static> std::error::Error for ClientError<E> {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Self::Rejected(r) => Some(r),
+            Self::DeadlineExceeded => None,
             Self::Inner(e) => Some(e),
         }
     }
 }
 
 /// A layer for outbound HTTP / gRPC calls (each part lock-free in the core; no queue: a
-/// call is refused at once, never parked). Each part is optional; in order: the adaptive
-/// throttle (SRE book ch. 21: refuse locally with probability
+/// call is refused at once, never parked). Each part is optional; in order: deadline
+/// propagation ([`ClientDeadlines`]: fail fast when too little of the caller's deadline is
+/// left, else pass it on in the headers), the adaptive throttle (SRE book ch. 21: refuse locally with probability
 /// `max(0, (requests − K·accepts) / (requests + 1))`), the circuit breaker, the
 /// concurrency limiter. The answer's status ends each: `429` / `503` / `504` / gRPC
 /// overload codes and transport errors are failures (not accepted, `Dropped`), other `4xx`
@@ -81,6 +92,7 @@ impl<E: std::error::Error + 'static> std::error::Error for ClientError<E> {
 /// # }
 /// ```
 pub struct ClientLayer<C: Clock = MonotonicClock> {
+    deadlines: Option<Arc<(ClientDeadlines, ClientDeadlineCounters)>>,
     limiter: Option<Limiter<C>>,
     breaker: Option<Arc<CircuitBreaker>>,
     throttle: Option<Arc<AdaptiveThrottle>>,
@@ -91,6 +103,7 @@ pub struct ClientLayer<C: Clock = MonotonicClock> {
 impl<C: Clock> Clone for ClientLayer<C> {
     fn clone(&self) -> Self {
         Self {
+            deadlines: self.deadlines.clone(),
             limiter: self.limiter.clone(),
             breaker: self.breaker.clone(),
             throttle: self.throttle.clone(),
@@ -103,6 +116,7 @@ impl<C: Clock> Clone for ClientLayer<C> {
 impl<C: Clock> fmt::Debug for ClientLayer<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ClientLayer")
+            .field("deadlines", &self.deadlines.as_deref().map(|d| &d.0))
             .field("limiter", &self.limiter.is_some())
             .field("breaker", &self.breaker.is_some())
             .field("throttle", &self.throttle.is_some())
@@ -137,7 +151,48 @@ impl<C: Clock> ClientLayer<C> {
     /// # drop(layer);
     /// ```
     pub fn with_clock(clock: C) -> Self {
-        Self { limiter: None, breaker: None, throttle: None, clock, level: Priority::NORMAL }
+        Self {
+            deadlines: None,
+            limiter: None,
+            breaker: None,
+            throttle: None,
+            clock,
+            level: Priority::NORMAL,
+        }
+    }
+
+    /// Propagates the caller's deadline (the request's [`Deadline`](crate::deadline::Deadline)
+    /// extension, else [`deadline::current`](crate::deadline::current)) to the next hop,
+    /// and fails fast when too little of it is left (see [`ClientDeadlines`]). Deadlines are
+    /// on the monotonic clock whatever this layer's clock.
+    ///
+    /// ```
+    /// use surgeguard::deadline::{self, Deadline};
+    /// use surgeguard::tower::{ClientDeadlines, ClientLayer};
+    /// use std::time::Duration;
+    /// use tower::{service_fn, Layer, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let client = ClientLayer::new().deadlines(ClientDeadlines::default()).layer(service_fn(
+    ///     |req: http::Request<String>| async move {
+    ///         let sent = req.headers()["surgeguard-timeout-ms"].to_str().unwrap().to_owned();
+    ///         Ok::<_, std::io::Error>(http::Response::new(sent))
+    ///     },
+    /// ));
+    /// let d = Deadline::after(Duration::from_millis(500));
+    /// let res = deadline::scope(d, client.oneshot(http::Request::new(String::new()))).await;
+    /// let sent: u64 = res.unwrap().into_body().parse().unwrap();
+    /// assert!(sent <= 495); // what is left, minus the 5 ms margin, rounded down
+    /// # }
+    /// ```
+    pub fn deadlines(mut self, config: ClientDeadlines) -> Self {
+        self.deadlines = Some(Arc::new((config, ClientDeadlineCounters::default())));
+        self
+    }
+
+    /// Counters of the deadline propagation (zero without it).
+    pub fn deadline_metrics(&self) -> ClientDeadlineMetrics {
+        self.deadlines.as_deref().map(|d| d.1.snapshot()).unwrap_or_default()
     }
 
     /// Adds a concurrency limiter (it reads its own clock).
@@ -290,7 +345,7 @@ where
         self.inner.poll_ready(cx).map_err(ClientError::Inner)
     }
 
-    fn call(&mut self, req: Request<B>) -> Self::Future {
+    fn call(&mut self, mut req: Request<B>) -> Self::Future {
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let l = &self.layer;
@@ -298,6 +353,14 @@ where
         let refuse = |r: Rejected| -> Self::Future {
             Box::pin(async move { Err(ClientError::Rejected(r)) })
         };
+        let mut wait_until = None;
+        if let Some(d) = &l.deadlines {
+            // First: a doomed call takes no throttle, breaker or limiter turn.
+            match d.0.apply(&mut req, &d.1) {
+                Ok(until) => wait_until = until.map(|t| (t, d.clone())),
+                Err(r) => return refuse(r),
+            }
+        }
         if let Some(t) = &l.throttle {
             if let Err(r) = t.should_throttle(now, self.rng.next_u64()) {
                 return refuse(r);
@@ -325,7 +388,18 @@ where
         let throttle = l.throttle.clone();
         let clock = l.clock.clone();
         Box::pin(async move {
-            let res = inner.call(req).await;
+            let res = match wait_until {
+                None => inner.call(req).await.map_err(ClientError::Inner),
+                Some((until, d)) => {
+                    match tokio::time::timeout(until.remaining(), inner.call(req)).await {
+                        Ok(r) => r.map_err(ClientError::Inner),
+                        Err(_) => {
+                            d.1.timed_out.fetch_add(1, Ordering::Relaxed);
+                            Err(ClientError::DeadlineExceeded)
+                        }
+                    }
+                }
+            };
             let outcome = match &res {
                 Ok(r) => outcome_of(r),
                 Err(_) => Outcome::Dropped,
@@ -339,7 +413,7 @@ where
             if let Some(p) = permit {
                 p.release(outcome);
             }
-            res.map_err(ClientError::Inner)
+            res
         })
     }
 }
