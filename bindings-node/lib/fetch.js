@@ -138,6 +138,9 @@ function createFetch (options) {
     expectedLatencyMs: (w, x) => (x === 'learned' ? undefined : typeof x === 'string' ? v.oneOf('learned')(w, x) : v.ms(w, x))
   })
   const fetchFn = o.fetch || globalThis.fetch
+  // Node loads its fetch (undici) on first use of these globals, which can take longer
+  // than a short deadline: load it now, while setting up, not inside a request's budget.
+  const HeadersClass = globalThis.Headers
   const budget = o.budget === undefined ? new RetryBudget() : o.budget
   const backoff = o.backoff || new Backoff()
   const breaker = o.breaker
@@ -162,7 +165,7 @@ function createFetch (options) {
     const expected = latency.expected()
     const usable = Math.max(0, left - marginMs)
     if (usable <= 0 || usable < expected) return new D.DeadlineTooShortError(usable, expected || undefined)
-    const headers = new Headers((init && init.headers) || (isRequest ? input.headers : undefined))
+    const headers = new HeadersClass((init && init.headers) || (isRequest ? input.headers : undefined))
     for (const name of deadlineHeaders) {
       const value = H.format(name, deadlineNs, now, marginNs)
       if (value === 'exhausted') return new D.DeadlineTooShortError(usable, expected || undefined)

@@ -172,12 +172,12 @@ for (const [name, make] of [['express', expressServer], ['fastify', fastifyServe
     try {
       let r = await get(srv.url, { 'surgeguard-timeout-ms': '500' })
       assert.equal(r.status, 200)
-      assert.ok(r.json.before > 400 && r.json.before <= 500, JSON.stringify(r.json))
+      assert.ok(r.json.before > 200 && r.json.before <= 500, JSON.stringify(r.json))
       assert.ok(r.json.after < r.json.before, 'counts down across an await')
       r = await get(srv.url, { 'grpc-timeout': '2S', 'x-envoy-expected-rq-timeout-ms': '300', 'surgeguard-timeout-ms': '900' })
-      assert.ok(r.json.before > 200 && r.json.before <= 300, JSON.stringify(r.json))
+      assert.ok(r.json.before > 100 && r.json.before <= 300, JSON.stringify(r.json))
       r = await get(srv.url, { 'surgeguard-timeout-ms': '900', 'x-my-timeout-ms': '250' })
-      assert.ok(r.json.before > 150 && r.json.before <= 250, JSON.stringify(r.json))
+      assert.ok(r.json.before > 50 && r.json.before <= 250, JSON.stringify(r.json))
       const before = sg.deadline.metrics()
       for (const bad of ['-5', 'soon', '3600001', '1.5', '']) {
         r = await get(srv.url, { 'surgeguard-timeout-ms': bad })
@@ -188,7 +188,7 @@ for (const [name, make] of [['express', expressServer], ['fastify', fastifyServe
       assert.equal(r.json.before, null)
       // A bad header beside a good one: the good one holds.
       r = await get(srv.url, { 'grpc-timeout': 'x', 'surgeguard-timeout-ms': '400' })
-      assert.ok(r.json.before > 300 && r.json.before <= 400)
+      assert.ok(r.json.before > 100 && r.json.before <= 400)
       const after = sg.deadline.metrics()
       const d = (k) => after.ignoredByReason[k] - before.ignoredByReason[k]
       assert.equal(d('negative'), 1)
@@ -205,9 +205,9 @@ for (const [name, make] of [['express', expressServer], ['fastify', fastifyServe
     let srv = await make({ gate, defaultBudgetMs: 300, timeoutMs: 1000 }, reporter())
     try {
       let r = await get(srv.url)
-      assert.ok(r.json.before > 200 && r.json.before <= 300, JSON.stringify(r.json))
+      assert.ok(r.json.before > 100 && r.json.before <= 300, JSON.stringify(r.json))
       r = await get(srv.url, { 'surgeguard-timeout-ms': '5000' })
-      assert.ok(r.json.before > 900 && r.json.before <= 1000, 'timeoutMs caps a longer header')
+      assert.ok(r.json.before > 500 && r.json.before <= 1000, 'timeoutMs caps a longer header')
       r = await get(srv.url, { 'surgeguard-timeout-ms': '100' })
       assert.ok(r.json.before <= 100)
     } finally {
@@ -225,17 +225,17 @@ for (const [name, make] of [['express', expressServer], ['fastify', fastifyServe
   test(`${name}: an exhausted budget is refused at arrival; an expired waiter is dropped unstarted`, async () => {
     const gate = new sg.Gate({ algorithm: 'fixed', initialLimit: 1, codel: false, initialServiceMs: 50 })
     const started = []
-    const srv = await make({ gate }, reporter(80, started))
+    const srv = await make({ gate }, reporter(300, started))
     try {
       let r = await get(srv.url, { 'grpc-timeout': '0m' })
       assert.equal(r.status, 503)
       assert.equal(JSON.parse(r.text).reason, 'deadline_unmeetable')
       assert.equal(started.length, 0)
-      // One slot; the first holds it 80 ms; a second with 100 ms of budget cannot start in
-      // time (80 + 50 > 100): dropped from the queue without running.
+      // One slot, held 300 ms by the first request; a second with 150 ms of budget cannot
+      // start in time: refused or dropped from the queue, never run.
       const first = get(srv.url)
-      await sleep(10)
-      r = await get(srv.url, { 'surgeguard-timeout-ms': '100' })
+      while (started.length === 0) await sleep(5)
+      r = await get(srv.url, { 'surgeguard-timeout-ms': '150' })
       assert.equal(r.status, 503)
       assert.ok(['expired', 'deadline_unmeetable'].includes(JSON.parse(r.text).reason), r.text)
       assert.equal((await first).status, 200)
