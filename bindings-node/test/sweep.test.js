@@ -84,7 +84,7 @@ function optionsOf (keys) {
   })
 }
 
-const CALL_KEYS = ['priority', 'nowNs', 'timeoutMs', 'classify', 'signal']
+const CALL_KEYS = ['priority', 'nowNs', 'timeoutMs', 'deadlineNs', 'classify', 'signal']
 const arg = fc.oneof({ weight: 4, arbitrary: scalar }, { weight: 1, arbitrary: optionsOf(CALL_KEYS) })
 const args = fc.array(arg, { maxLength: 4 })
 
@@ -338,6 +338,25 @@ test('sweep: the Fastify plugin with hostile options refuses them through regist
       await app.close()
     }
   }), { numRuns: Math.max(5, RUNS / 4) })
+})
+
+test('sweep: sg.deadline\'s methods with hostile arguments', async () => {
+  const members = Object.getOwnPropertyNames(Object.getPrototypeOf(sg.deadline)).filter((n) => n !== 'constructor')
+  assert.ok(members.length >= 7, members.join())
+  await fc.assert(fc.asyncProperty(fc.constantFrom(...members), args, async (m, a) => {
+    const before = JSON.stringify(sg.deadline.metrics())
+    let out
+    try {
+      out = sg.deadline[m](...a)
+    } catch (e) {
+      assert.ok(allowed(e), `deadline.${m}(${a.map(describeOpts).join(', ')}) threw ${describe(e)}`)
+      assert.equal(JSON.stringify(sg.deadline.metrics()), before)
+      return
+    }
+    if (out instanceof Promise) await out.catch((e) => assert.ok(allowed(e), describe(e)))
+    // Outside a scope, nothing is left behind.
+    assert.equal(sg.deadline.current(), undefined)
+  }), { numRuns: RUNS * 2 })
 })
 
 test('sweep: gate.levels (of, fromHeader, name) with hostile input', () => {
