@@ -202,3 +202,51 @@ for (const name of ['express', 'fastify']) {
     }
   })
 }
+
+/** mulberry32: a small seeded PRNG in [0, 1). */
+function seeded (seed) {
+  let a = seed >>> 0
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0
+    let t = a
+    t = Math.imul(t ^ (t >>> 15), t | 1)
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
+  }
+}
+
+test('optional: runs with probability 1 − d, deterministically for a seeded source', async () => {
+  const gate = new sg.Gate()
+  let d = 0
+  gate.brownout = () => d // the dimmer's value, set by hand here
+  fc.assert(fc.property(fc.double({ min: 0, max: 1, noNaN: true }), fc.integer(), (dim, seed) => {
+    d = dim
+    const a = sg.optional(gate, { random: seeded(seed) })
+    const b = sg.optional(gate, { random: seeded(seed) })
+    const runs = Array.from({ length: 400 }, () => a.enabled())
+    assert.deepEqual(Array.from({ length: 400 }, () => b.enabled()), runs, 'same seed, same decisions')
+    const served = runs.filter(Boolean).length
+    // Binomial(400, 1 − d): within 5 standard deviations (+1 for rounding).
+    const sd = Math.sqrt(400 * dim * (1 - dim))
+    assert.ok(Math.abs(served - 400 * (1 - dim)) <= 5 * sd + 1, `d=${dim}: ${served} of 400`)
+    if (dim === 0) assert.equal(served, 400)
+    if (dim === 1) assert.equal(served, 0)
+    assert.deepEqual(a.metrics(), { served, dimmed: 400 - served })
+  }), { numRuns: RUNS })
+  d = 1
+  let called = 0
+  const o = sg.optional(gate)
+  assert.equal(await o.run(() => { called++; return 'full' }, 'lite'), 'lite')
+  assert.equal(await o.run(() => { called++; return 'full' }, () => 'computed'), 'computed')
+  d = 0
+  assert.equal(await o.run(() => { called++; return 'full' }, 'lite'), 'full')
+  assert.equal(called, 1)
+  assert.match(sg.renderPrometheus({ extras: o }), /^surgeguard_optional_dimmed_total\{name="extras"\} 2$/m)
+  // Bad input: refused, nothing counted.
+  assert.throws(() => sg.optional({}), invalid)
+  assert.throws(() => sg.optional(gate, { random: 5 }), invalid)
+  const bad = sg.optional(gate, { random: () => 1.5 })
+  assert.throws(() => bad.enabled(), invalid)
+  await assert.rejects(o.run('x', 'lite'), invalid)
+  assert.deepEqual(bad.metrics(), { served: 0, dimmed: 0 })
+})
