@@ -635,7 +635,7 @@ export declare function createFetch (options?: FetchOptions): typeof globalThis.
 export interface DeadlineMetrics {
   /** Requests that arrived with a usable deadline header. */
   headerDeadlines: number
-  /** Requests given the server's `defaultBudgetMs`. */
+  /** Requests with no usable header given a budget by the server (`defaultBudgetMs`, `timeoutMs`). */
   defaultDeadlines: number
   /** Requests served without any deadline. */
   noDeadline: number

@@ -81,7 +81,7 @@ function msToNs (ms) {
 const counts = {
   /** Requests that arrived with a usable deadline header. */
   headerDeadlines: 0,
-  /** Requests that got the server's `defaultBudgetMs` (no usable header). */
+  /** Requests with no usable header that got a budget from the server (`defaultBudgetMs`, `timeoutMs`). */
   defaultDeadlines: 0,
   /** Requests served without any deadline. */
   noDeadline: 0,
