@@ -42,6 +42,7 @@ pub(crate) mod sync;
 pub mod backoff;
 pub mod breaker;
 pub mod codel;
+pub mod deadline;
 pub mod flow;
 pub mod gate;
 pub mod keyed;
