@@ -671,6 +671,12 @@ export declare const deadline: {
   runUntil<A extends unknown[], T> (deadlineNs: bigint, fn: (...args: A) => T, ...args: A): T
   /** An AbortSignal aborting at the deadline (reason: DeadlineExceededError), or undefined. */
   signal (): AbortSignal | undefined
+  /**
+   * Outgoing headers for another client: `names` (default ['surgeguard-timeout-ms']) set
+   * to the remaining budget minus `marginMs` (default 5); `{}` without a deadline; throws
+   * `DeadlineTooShortError` when nothing is left.
+   */
+  headers (options?: { marginMs?: number, names?: string[] }): Record<string, string>
   /** The budget the deadline headers carry (smallest valid), and those ignored. */
   parseHeaders (
     headers: Record<string, string | string[] | undefined> | Headers,

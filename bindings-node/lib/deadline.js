@@ -158,6 +158,38 @@ class Deadlines {
   }
 
   /**
+   * The outgoing deadline headers for a client other than `createFetch` (undici, axios,
+   * a gRPC call): `{ [name]: value }` for each of `names` (default
+   * `['surgeguard-timeout-ms']`) carrying the remaining budget minus `marginMs` (default
+   * 5), rounded down; `{}` without a deadline. Throws `DeadlineTooShortError` when nothing
+   * is left after the margin: send nothing.
+   */
+  headers (options) {
+    const o = v.options('deadline.headers', options, {
+      marginMs: 'ms',
+      names: (w, x) => {
+        if (!Array.isArray(x)) throw v.typeErr(`${w} must be an array of header names`)
+        return x.map((h, i) => headerName(`${w}[${i}]`, h))
+      }
+    })
+    const s = als.getStore()
+    if (s === undefined || s.deadlineNs === undefined) return {}
+    const marginMs = o.marginMs === undefined ? 5 : o.marginMs
+    const now = N.nowNs()
+    const out = {}
+    for (const name of o.names || ['surgeguard-timeout-ms']) {
+      const value = H.format(name, s.deadlineNs, now, msToNs(marginMs))
+      if (value === 'exhausted') {
+        counts.failedFast++
+        const left = s.deadlineNs > now ? Number(s.deadlineNs - now) / NS_PER_MS : 0
+        throw new DeadlineTooShortError(Math.max(0, left - marginMs))
+      }
+      out[name] = value
+    }
+    return out
+  }
+
+  /**
    * The budget the deadline headers of `headers` (a Node `IncomingHttpHeaders` object or a
    * `Headers`) carry: `{ budgetMs, ignored: [{ header, reason }] }`, `budgetMs` undefined
    * when no header is usable. `grpc-timeout`, `x-envoy-expected-rq-timeout-ms`,
@@ -166,7 +198,7 @@ class Deadlines {
    */
   parseHeaders (headers, header) {
     if (headers === null || typeof headers !== 'object') throw v.typeErr(`deadline.parseHeaders needs a headers object (got ${v.show(headers)})`)
-    const names = header === undefined ? H.HEADERS : H.HEADERS.concat(v.string('header', header).toLowerCase())
+    const names = header === undefined ? H.HEADERS : H.HEADERS.concat(headerName('deadline.parseHeaders: header', header))
     const r = readBudget(headers, names)
     return { budgetMs: r.budgetNs === undefined ? undefined : Number(r.budgetNs) / NS_PER_MS, ignored: r.ignored }
   }
@@ -182,6 +214,13 @@ function enter (deadlineNs, fn, args) {
   const d = earlier(outer === undefined ? undefined : outer.deadlineNs, deadlineNs)
   const s = new Scope(d, outer === undefined ? undefined : outer.res)
   return als.run(s, fn, ...args)
+}
+
+/** An HTTP header name (a token), lowercased. */
+function headerName (what, x) {
+  v.string(what, x)
+  if (!/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(x)) throw v.rangeErr(`${what} must be an HTTP header name (got ${v.show(x)})`)
+  return x.toLowerCase()
 }
 
 /** One header's value from Node's headers object or a WHATWG `Headers`. */
@@ -268,5 +307,6 @@ module.exports = {
   scope,
   readBudget,
   msToNs,
+  headerName,
   NS_PER_MS
 }

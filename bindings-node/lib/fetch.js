@@ -128,11 +128,7 @@ function createFetch (options) {
     deadlines: 'bool',
     deadlineHeaders: (w, x) => {
       if (!Array.isArray(x)) throw v.typeErr(`${w} must be an array of header names`)
-      return x.map((h, i) => {
-        v.string(`${w}[${i}]`, h)
-        if (!/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(h)) throw v.rangeErr(`${w}[${i}] must be an HTTP header name (got ${v.show(h)})`)
-        return h.toLowerCase()
-      })
+      return x.map((h, i) => D.headerName(`${w}[${i}]`, h))
     },
     deadlineMarginMs: 'ms',
     expectedLatencyMs: (w, x) => (x === 'learned' ? undefined : typeof x === 'string' ? v.oneOf('learned')(w, x) : v.ms(w, x))

@@ -50,11 +50,7 @@ function config (type, options) {
     keyCost: (w, x) => (typeof x === 'function' ? x : v.int(w, x, 0, 2 ** 32 - 1)),
     timeoutMs: 'ms',
     deadlines: 'bool',
-    deadlineHeader: (w, x) => {
-      v.string(w, x)
-      if (!/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(x)) throw v.rangeErr(`${w} must be an HTTP header name (got ${v.show(x)})`)
-      return x.toLowerCase()
-    },
+    deadlineHeader: D.headerName,
     defaultBudgetMs: 'ms',
     outcome: 'fn',
     skip: 'fn',

@@ -45,6 +45,23 @@ test('deadline.run: remaining counts down; nested scopes keep the earlier deadli
   assert.equal(sg.deadline.current(), undefined)
 })
 
+test('deadline.headers: the outgoing values for another client', () => {
+  assert.deepEqual(sg.deadline.headers(), {})
+  sg.deadline.run(500, () => {
+    const h = sg.deadline.headers({ marginMs: 20, names: ['surgeguard-timeout-ms', 'GRPC-Timeout'] })
+    assert.deepEqual(Object.keys(h), ['surgeguard-timeout-ms', 'grpc-timeout'])
+    const ms = Number(h['surgeguard-timeout-ms'])
+    assert.ok(Number.isInteger(ms) && ms > 200 && ms <= 480, h['surgeguard-timeout-ms'])
+    assert.match(h['grpc-timeout'], /^\d{1,8}[mun]$/)
+    // What the server side reads back is no more than what was sent.
+    assert.ok(sg.deadline.parseHeaders(h).budgetMs <= 480)
+    assert.throws(() => sg.deadline.headers({ marginMs: 600 }), (e) => e instanceof sg.DeadlineTooShortError && e.code === 'SG_DEADLINE_TOO_SHORT')
+    for (const bad of [{ marginMs: -1 }, { names: 'x' }, { names: ['a b'] }, { other: 1 }, 5]) {
+      assert.throws(() => sg.deadline.headers(bad), invalid, JSON.stringify(bad))
+    }
+  })
+})
+
 test('deadline.signal aborts at the deadline with a DeadlineExceededError', async () => {
   const signal = sg.deadline.run(20, () => sg.deadline.signal())
   assert.equal(signal.aborted, false)

@@ -78,6 +78,7 @@ const parsed = sg.deadline.parseHeaders({ 'grpc-timeout': '250m' }, 'x-my-timeou
 const firstIgnored: sg.IgnoreReason | undefined = parsed.ignored[0]?.reason
 const ignoredMalformed: number = sg.deadline.metrics().ignoredByReason.malformed
 const deadlineSignal: AbortSignal | undefined = sg.deadline.signal()
+const outHeaders: Record<string, string> = sg.deadline.headers({ marginMs: 10, names: ['grpc-timeout'] })
 const withDeadlines = createFetch({ deadlineHeaders: ['surgeguard-timeout-ms', 'grpc-timeout'], deadlineMarginMs: 10, expectedLatencyMs: 'learned' })
 const mwDeadlines = sg.express({ gate, deadlineHeader: 'x-my-timeout-ms', defaultBudgetMs: 2000, timeoutMs: 5000 })
 const inner: Promise<Permit> = gate.acquire({ deadlineNs: sg.deadline.current(), priority: 'normal' })
@@ -100,4 +101,4 @@ async function degrade (): Promise<string> {
   return `${v} ${w} ${price} ${extra.length} ${opt.enabled()} ${sg.STALE_WARNING}`
 }
 
-export { left, at, scoped, until, firstIgnored, ignoredMalformed, deadlineSignal, mwDeadlines, inner, degrade }
+export { left, at, scoped, until, outHeaders, firstIgnored, ignoredMalformed, deadlineSignal, mwDeadlines, inner, degrade }
