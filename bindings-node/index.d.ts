@@ -309,6 +309,8 @@ export declare class Gate {
   /** The on-call switch: refuse every level ≥ `priority`; null (only null) turns it off. */
   setShedLevel (priority: Priority | null): void
   readonly shedLevel: number | null
+  /** The brownout dimmer in [0, 1]: serve optional content with probability `1 - d` (0: all, 1: none). */
+  brownout (nowNs?: bigint): number
   readonly state: 'healthy' | 'overloaded'
   readonly waiting: number
   readonly limit: number

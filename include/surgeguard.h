@@ -1672,6 +1672,15 @@ sg_status sg_gate_cancel(struct sg_gate *gate, uint64_t ticket);
 // (never earlier than `now`); `SG_NEVER` when nothing waits.
 sg_status sg_gate_next_wakeup(const struct sg_gate *gate, uint64_t now, uint64_t *next_wakeup_out);
 
+// The brownout dimmer at `now`: `*dimmer_out` in `[0, 1]`; serve optional content
+// (recommendations, previews, ...) with probability `1 − d` — 0 serves everything, 1
+// none. It rises before the gate refuses anything (from queue occupancy and CoDel's
+// queueing delay), follows the refusals of the last second, and falls back by at most
+// 1/2 per second. Degradation order: optional features (this), then background work,
+// then normal work (the gate's own shedding). Reads the gate and changes none of its
+// decisions; wait-free. `SG_TIME_OUT_OF_RANGE` for a `now` above `SG_MAX_NOW`.
+sg_status sg_gate_brownout(const struct sg_gate *gate, uint64_t now, double *dimmer_out);
+
 // The on-call shed switch: refuse every arrival at `level` or less important at
 // once (`SG_REASON_SHED`), and expire such waiters at the next poll.
 sg_status sg_gate_set_shed_level(struct sg_gate *gate, uint32_t level);

@@ -310,6 +310,19 @@ class Gate {
     return this._n.shedLevel()
   }
 
+  /**
+   * The brownout dimmer, a number in [0, 1]: serve optional content (recommendations,
+   * previews, ...) with probability `1 - d`; 0 serves everything, 1 none. It rises before
+   * the gate refuses anything (queue occupancy, CoDel's queueing delay), follows the
+   * refusals of the last second, and falls back by at most 1/2 per second. Degradation
+   * order: optional features (this), then background, then normal work (the gate's own
+   * shedding). Reads the gate; changes none of its decisions.
+   */
+  brownout (nowNs) {
+    const now = v.nowNs(nowNs)
+    return call(() => (now === undefined ? this._n.brownout() : this._n.brownout(now)))
+  }
+
   /** `healthy` or `overloaded` — overloaded is not broken (keep it in rotation). */
   get state () {
     return this._n.state()

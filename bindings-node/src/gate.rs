@@ -345,6 +345,13 @@ impl NativeGate {
         })
     }
 
+    /// The brownout dimmer in [0, 1] (serve optional content with probability `1 − d`).
+    #[napi]
+    pub fn brownout(&self, now_ns: Option<BigInt>) -> Result<f64> {
+        let now = resolve_now(now_ns)?;
+        Ok(self.inner.core.brownout(now))
+    }
+
     /// The on-call switch: shed every level ≥ `level`; `null` turns it off.
     #[napi]
     pub fn set_shed_level(&self, level: Option<f64>) -> Result<()> {

@@ -721,6 +721,19 @@ impl Gate {
         Ok(())
     }
 
+    /// The brownout dimmer, a float in [0, 1]: serve optional content (recommendations,
+    /// previews, ...) with probability `1 - d`; 0 serves everything, 1 none. It rises
+    /// before the gate refuses anything (queue occupancy, CoDel's queueing delay), follows
+    /// the refusals of the last second, and falls back by at most 1/2 per second.
+    /// Degradation order: optional features (this), then background, then normal work
+    /// (the gate's own shedding). Reads the gate's clock (or `now_ns`); changes none of
+    /// its decisions.
+    #[pyo3(signature = (*, now_ns=None))]
+    fn brownout(&self, py: Python<'_>, now_ns: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
+        let now = now_from(py, self.clock.as_ref(), now_ns)?;
+        Ok(on!(&*self.core, g => g.brownout(now)))
+    }
+
     /// Seconds until the gate's timer should fire (`poll`), or `None` when nothing waits.
     #[pyo3(signature = (*, now_ns=None))]
     fn next_wakeup(

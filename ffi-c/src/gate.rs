@@ -484,6 +484,29 @@ pub unsafe extern "C" fn sg_gate_next_wakeup(
     })
 }
 
+/// The brownout dimmer at `now`: `*dimmer_out` in `[0, 1]`; serve optional content
+/// (recommendations, previews, ...) with probability `1 − d` — 0 serves everything, 1
+/// none. It rises before the gate refuses anything (from queue occupancy and CoDel's
+/// queueing delay), follows the refusals of the last second, and falls back by at most
+/// 1/2 per second. Degradation order: optional features (this), then background work,
+/// then normal work (the gate's own shedding). Reads the gate and changes none of its
+/// decisions; wait-free. `SG_TIME_OUT_OF_RANGE` for a `now` above `SG_MAX_NOW`.
+#[no_mangle]
+pub unsafe extern "C" fn sg_gate_brownout(
+    gate: *const sg_gate,
+    now: u64,
+    dimmer_out: *mut f64,
+) -> sg_status {
+    ffi(|| {
+        let now = crate::time::check_now(now)?;
+        let dimmer_out = out(dimmer_out)?;
+        // SAFETY: the crate's contract for `gate`.
+        let d = unsafe { with(gate, |o| Ok(each!(&o.inner, q => q.brownout(now))))? };
+        dimmer_out.write(d);
+        Ok(())
+    })
+}
+
 /// The on-call shed switch: refuse every arrival at `level` or less important at
 /// once (`SG_REASON_SHED`), and expire such waiters at the next poll.
 #[no_mangle]

@@ -321,9 +321,66 @@ static void test_expiry_and_eviction(void) {
     sg_gate_free(g);
 }
 
+/* The brownout dimmer: 0 when idle, rises with the queue's occupancy before anything is
+ * refused, falls back slowly; bad input writes nothing. */
+static void test_brownout(void) {
+    sg_gate_config cfg;
+    sg_gate *g = NULL;
+    sg_permit held, p;
+    sg_gate_event ev[16];
+    uint64_t t = 0;
+    size_t n = 0;
+    double d = -1.0, prev = 0.0;
+    int i;
+
+    plain_config(&cfg, 1.0, 1, 10);
+    OK(sg_gate_new(&cfg, &g));
+    OK(sg_gate_brownout(g, 0, &d));
+    CHECK(d == 0.0);
+    OK(sg_gate_arrive(g, 1 * SEC, 0, SG_NO_DEADLINE, &held, &t, NULL));
+    /* Waiters 1..8 of 10: 0 up to a fifth of the queue, then rising to 1 at 8 of 10. */
+    for (i = 1; i <= 8; i++) {
+        EXPECT(sg_gate_arrive(g, 1 * SEC + (uint64_t)i, 0, SG_NO_DEADLINE, &p, &t, NULL), SG_QUEUED);
+        OK(sg_gate_brownout(g, 1 * SEC + (uint64_t)i, &d));
+        CHECK(d >= 0.0 && d <= 1.0 && d >= prev);
+        if (i <= 2) CHECK(d == 0.0);
+        if (i > 2) CHECK(d > 0.0);
+        prev = d;
+    }
+    CHECK(d == 1.0);
+    /* Nothing refused so far. */
+    {
+        sg_gate_metrics m;
+        OK(sg_gate_metrics_get(g, &m));
+        CHECK(m.queue_full == 0 && m.expired == 0 && m.shed == 0);
+    }
+    /* Drain: every waiter granted and released at once. */
+    OK(sg_gate_release(g, &held, 2 * SEC, SG_OUTCOME_SUCCESS));
+    for (i = 0; i < 8; i++) {
+        OK(sg_gate_poll(g, 2 * SEC, ev, 16, &n));
+        CHECK(n == 1 && ev[0].kind == SG_EVENT_GRANTED);
+        OK(sg_gate_release(g, &ev[0].permit, 2 * SEC, SG_OUTCOME_SUCCESS));
+    }
+    /* Falls by at most 1/2 per second. */
+    OK(sg_gate_brownout(g, 2 * SEC, &d));
+    CHECK(d > 0.0 && d < 1.0);
+    OK(sg_gate_brownout(g, 4 * SEC, &d));
+    CHECK(d == 0.0);
+
+    /* Bad input: nothing written. */
+    d = -1.0;
+    EXPECT(sg_gate_brownout(g, SG_MAX_NOW + 1, &d), SG_TIME_OUT_OF_RANGE);
+    EXPECT(sg_gate_brownout(g, 5 * SEC, NULL), SG_NULL_ARGUMENT);
+    EXPECT(sg_gate_brownout(NULL, 5 * SEC, &d), SG_NULL_ARGUMENT);
+    EXPECT(sg_gate_brownout((const sg_gate *)&cfg, 5 * SEC, &d), SG_INVALID_HANDLE);
+    CHECK(d == -1.0);
+    sg_gate_free(g);
+}
+
 int main(void) {
     test_configs();
     test_pump();
     test_expiry_and_eviction();
+    test_brownout();
     return SUMMARY("gate");
 }
