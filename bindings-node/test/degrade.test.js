@@ -250,3 +250,24 @@ test('optional: runs with probability 1 − d, deterministically for a seeded so
   await assert.rejects(o.run('x', 'lite'), invalid)
   assert.deepEqual(bad.metrics(), { served: 0, dimmed: 0 })
 })
+
+test('optional over a real gate: optional work dims as the queue fills, before the gate refuses anything', async () => {
+  const gate = new sg.Gate({ algorithm: 'fixed', initialLimit: 1, queueCapacity: 10, codel: false })
+  const extras = sg.optional(gate, { random: seeded(7) })
+  const share = () => Array.from({ length: 200 }, () => extras.enabled()).filter(Boolean).length / 200
+  const held = gate.tryAcquire()
+  assert.equal(share(), 1, 'idle: every optional feature on')
+  const waiters = []
+  const shares = []
+  for (let i = 0; i < 9; i++) {
+    waiters.push(gate.acquire().catch((e) => e))
+    shares.push(share())
+  }
+  const m = gate.metrics()
+  assert.equal(m.queueFull + m.shed + m.evicted + m.expired + m.sloughed, 0, 'nothing refused yet')
+  assert.ok(shares[shares.length - 1] < 0.05, `full queue: ${shares}`)
+  for (let i = 1; i < shares.length; i++) assert.ok(shares[i] <= shares[i - 1] + 0.1, `dims monotonically: ${shares}`)
+  held.success()
+  for (const w of waiters) (await w).success()
+  assert.equal(gate.livePermits, 0)
+})
