@@ -155,6 +155,8 @@ async function expressServer (opts, route) {
 async function fastifyServer (opts, route) {
   const fastify = require('fastify')({ logger: false })
   await fastify.register(sg.fastify, opts)
+  // An application's own async hook between admission and the handler keeps the scope.
+  fastify.addHook('preHandler', async () => { await sleep(1) })
   // The same handler as Express's: (req, res) on the raw objects, through reply.
   fastify.get('/', (request, reply) => route(request, {
     json: (body) => reply.send(body),

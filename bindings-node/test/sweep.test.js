@@ -404,9 +404,11 @@ test('sweep: HTTP headers from a hostile client never make a 500 (Express and Fa
     }).on('error', reject)
   })
   try {
-    await fc.assert(fc.asyncProperty(header, fc.option(header), fc.constantFrom(...ports), async (priority, tenant, port) => {
+    const deadlineHeader = fc.option(fc.tuple(fc.constantFrom('grpc-timeout', 'x-envoy-expected-rq-timeout-ms', 'surgeguard-timeout-ms'), header))
+    await fc.assert(fc.asyncProperty(header, fc.option(header), deadlineHeader, fc.constantFrom(...ports), async (priority, tenant, deadline, port) => {
       const headers = { 'x-request-priority': priority }
       if (tenant !== null) headers['x-tenant-id'] = tenant
+      if (deadline !== null) headers[deadline[0]] = deadline[1]
       const status = await get(port, headers)
       assert.ok([200, 429, 503].includes(status), `status ${status} for ${JSON.stringify(headers)}`)
     }), { numRuns: RUNS })
