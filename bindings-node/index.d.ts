@@ -41,6 +41,7 @@ export declare const version: string
 export type ErrorCode =
   | 'SG_INVALID_ARG' | 'SG_REJECTED' | 'SG_ALREADY_RELEASED' | 'SG_FOREIGN_HANDLE'
   | 'SG_UNKNOWN_TICKET' | 'SG_BAD_LEVEL' | 'SG_USAGE'
+  | 'SG_DEADLINE_TOO_SHORT' | 'SG_DEADLINE_EXCEEDED'
 export declare const ERROR_CODES: readonly ErrorCode[]
 
 /** Every error surgeguard throws on purpose except argument errors; `code` is stable (`SG_*`). */
@@ -53,6 +54,28 @@ export declare class RejectedError extends OverloadError {
   readonly code: 'SG_REJECTED'
   readonly reason: Reason
   readonly retryAfterMs: number
+}
+
+/**
+ * The caller's deadline does not cover the call: `SG_DEADLINE_TOO_SHORT` (refused before
+ * anything was sent) or `SG_DEADLINE_EXCEEDED` (aborted at the deadline).
+ */
+export declare class DeadlineError extends OverloadError {
+  readonly code: 'SG_DEADLINE_TOO_SHORT' | 'SG_DEADLINE_EXCEEDED'
+  /** Budget left when it was decided, ms (after the margin; 0 when none). */
+  readonly remainingMs: number
+  /** The latency the call needs (fixed or learned), ms, if known. */
+  readonly expectedMs: number | undefined
+}
+
+/** Too little budget left to start the call: failed fast, nothing was sent. */
+export declare class DeadlineTooShortError extends DeadlineError {
+  readonly code: 'SG_DEADLINE_TOO_SHORT'
+}
+
+/** The budget ran out while the call was in flight; `cause` is the abort error. */
+export declare class DeadlineExceededError extends DeadlineError {
+  readonly code: 'SG_DEADLINE_EXCEEDED'
 }
 
 /**
@@ -220,6 +243,11 @@ export interface AcquireOptions extends AcquireNowOptions {
    * queued (`expired`) when it could not finish in time. 0 = no wait at all.
    */
   timeoutMs?: number
+  /**
+   * An absolute deadline, ns on the `nowNs()` clock (e.g. `deadline.current()`), with the
+   * same effect as `timeoutMs`; with both, the earlier holds.
+   */
+  deadlineNs?: bigint
   /** Aborting cancels the ticket; the Promise rejects with the signal's reason. */
   signal?: AbortSignal
 }
@@ -271,8 +299,8 @@ export interface Levels {
 /** Limiter + bounded priority admission queue + shed switch. */
 export declare class Gate {
   constructor (options?: GateOptions)
-  /** A permit now or null; never queues (sync). */
-  tryAcquire (options?: AcquireNowOptions): Permit | null
+  /** A permit now or null; never queues (sync); with `deadlineNs`, refused if it cannot be met. */
+  tryAcquire (options?: AcquireNowOptions & { deadlineNs?: bigint }): Permit | null
   readonly lastRejection: Rejection | null
   /** A permit, waiting in the queue if needed; rejects with RejectedError or the abort reason. */
   acquire (options?: AcquireOptions): Promise<Permit>
@@ -542,6 +570,17 @@ export interface HttpOptions<Req extends RequestLike = RequestLike> {
    * time alone. Default: none.
    */
   timeoutMs?: number
+  /**
+   * Read the caller's deadline from `grpc-timeout`, `x-envoy-expected-rq-timeout-ms` and
+   * `surgeguard-timeout-ms` (default true; the smallest valid one wins, capped by
+   * `timeoutMs`). A malformed, negative or absurd (> 1 h) value is ignored and counted in
+   * `deadline.metrics().ignoredByReason`.
+   */
+  deadlines?: boolean
+  /** One more deadline header, whole milliseconds, e.g. 'x-request-timeout-ms'. */
+  deadlineHeader?: string
+  /** The budget of a request without a usable deadline header, ms (default: none). */
+  defaultBudgetMs?: number
   /** The outcome from the response status (default: <400 success, 429/503/504 dropped, else ignore). */
   outcome?: (status: number) => Outcome
   /** Requests to leave out of admission control (health checks, metrics). */
@@ -578,7 +617,127 @@ export interface FetchOptions {
   methods?: string[]
   /** A longer Retry-After returns the response instead of waiting (default 30 000). */
   maxRetryAfterMs?: number
+  /** Propagate the current deadline (`deadline`) to each attempt (default true). */
+  deadlines?: boolean
+  /** Headers that carry the budget out: 'surgeguard-timeout-ms' (default), 'grpc-timeout', or any ms header. */
+  deadlineHeaders?: string[]
+  /** Subtracted from the budget sent on (transit, the callee's own margin), ms (default 5). */
+  deadlineMarginMs?: number
+  /**
+   * Fail fast (`DeadlineTooShortError`) when the budget left is below this, ms; `'learned'`
+   * (default): an EWMA of this client's answered calls, after 5 of them.
+   */
+  expectedLatencyMs?: number | 'learned'
 }
 
 /** `fetch` with budgeted, jittered retries that honour Retry-After, idempotency and AbortSignal. */
 export declare function createFetch (options?: FetchOptions): typeof globalThis.fetch
+
+/** Counters of deadline handling, process-wide. */
+export interface DeadlineMetrics {
+  /** Requests that arrived with a usable deadline header. */
+  headerDeadlines: number
+  /** Requests with no usable header given a budget by the server (`defaultBudgetMs`, `timeoutMs`). */
+  defaultDeadlines: number
+  /** Requests served without any deadline. */
+  noDeadline: number
+  /** Deadline headers ignored, by reason. */
+  ignoredByReason: { malformed: number, negative: number, too_large: number }
+  /** Outgoing calls that carried the budget. */
+  propagated: number
+  /** Outgoing calls refused locally (`DeadlineTooShortError`). */
+  failedFast: number
+  /** Outgoing calls aborted at the deadline (`DeadlineExceededError`). */
+  exceeded: number
+  /** Retries not made because they would not fit in the budget. */
+  retriesSkipped: number
+}
+
+export type IgnoreReason = 'malformed' | 'negative' | 'too_large'
+
+/**
+ * The current request's deadline (AsyncLocalStorage): set by the middlewares from the
+ * caller's headers, or by `run`/`runUntil` for other code. Nested scopes keep the earlier
+ * deadline.
+ */
+export declare const deadline: {
+  /** The absolute deadline, ns on the `nowNs()` clock, or undefined. */
+  current (): bigint | undefined
+  /** Milliseconds left (0 once passed), or undefined without a deadline. */
+  remaining (): number | undefined
+  /** True once the deadline has passed. */
+  expired (): boolean
+  /** Runs `fn` with a deadline `ms` from now (or the enclosing one, if earlier). */
+  run<A extends unknown[], T> (ms: number, fn: (...args: A) => T, ...args: A): T
+  /** Runs `fn` with an absolute deadline (or the enclosing one, if earlier). */
+  runUntil<A extends unknown[], T> (deadlineNs: bigint, fn: (...args: A) => T, ...args: A): T
+  /** An AbortSignal aborting at the deadline (reason: DeadlineExceededError), or undefined. */
+  signal (): AbortSignal | undefined
+  /**
+   * Outgoing headers for another client: `names` (default ['surgeguard-timeout-ms']) set
+   * to the remaining budget minus `marginMs` (default 5); `{}` without a deadline; throws
+   * `DeadlineTooShortError` when nothing is left.
+   */
+  headers (options?: { marginMs?: number, names?: string[] }): Record<string, string>
+  /** The budget the deadline headers carry (smallest valid), and those ignored. */
+  parseHeaders (
+    headers: Record<string, string | string[] | undefined> | Headers,
+    header?: string
+  ): { budgetMs: number | undefined, ignored: Array<{ header: string, reason: IgnoreReason }> }
+  metrics (): DeadlineMetrics
+}
+
+/**
+ * Whether `err` is a refusal (`RejectedError`: gate, limiter, open breaker, budget, rate,
+ * key) or a deadline (`DeadlineError`, a `TimeoutError`): what a fallback may answer.
+ * Never a bug (TypeError, RangeError, usage errors, other exceptions).
+ */
+export declare function isDegradable (err: unknown): boolean
+
+export interface FallbackOptions<F> {
+  /** A value (a precomputed default), or a function of the error. */
+  fallback: F | ((err: unknown) => F | PromiseLike<F>)
+  /** Which errors the fallback answers (default `isDegradable`). */
+  on?: (err: unknown) => boolean
+}
+
+/** `fn()`, or the fallback on a refusal or a deadline; other errors propagate. */
+export declare function withFallback<T, F = T> (fn: () => T | PromiseLike<T>, options: FallbackOptions<F>): Promise<T | F>
+
+export interface StaleIfErrorOptions {
+  /** Keys kept at most, least recently used evicted (default 1000). */
+  maxEntries?: number
+  /** A value older than this is never served, ms (default 300 000). */
+  maxAgeMs?: number
+  /** Which errors a stale value answers (default: refusals, deadlines and non-bug failures). */
+  isFailure?: (err: unknown) => boolean
+}
+
+export type StaleResult<T> =
+  | { value: T, stale: false }
+  | { value: T, stale: true, ageMs: number, error: unknown }
+
+/** The `Warning` header value a middleware response gets when a handler served stale. */
+export declare const STALE_WARNING: string
+
+/** The last good value per key, served (marked stale) when the origin refuses or fails. */
+export declare class StaleIfError {
+  constructor (options?: StaleIfErrorOptions)
+  get<T> (key: string, fn: () => T | PromiseLike<T>): Promise<StaleResult<T>>
+  set (key: string, value: unknown): void
+  delete (key: string): boolean
+  readonly size: number
+  metrics (): { fresh: number, stale: number, misses: number, evicted: number, entries: number }
+}
+
+/** Optional work under the gate's brownout dimmer. */
+export interface Optional {
+  /** True with probability 1 − `gate.brownout()`. */
+  enabled (): boolean
+  /** `fn()` when enabled, else the fallback (a value, or a function called instead). */
+  run<T, F = T> (fn: () => T | PromiseLike<T>, fallback?: F | (() => F | PromiseLike<F>)): Promise<T | F>
+  metrics (): { served: number, dimmed: number }
+}
+
+/** An `Optional` over `gate`'s dimmer; `random` (default Math.random) in [0, 1). */
+export declare function optional (gate: Gate, options?: { random?: () => number }): Optional

@@ -13,6 +13,8 @@ const keyed = require('./lib/keyed')
 const { renderPrometheus } = require('./lib/prometheus')
 const http = require('./lib/http')
 const { createFetch } = require('./lib/fetch')
+const dl = require('./lib/deadline')
+const degrade = require('./lib/degrade')
 
 /** The binding's monotonic clock, ns (what every call uses when no `nowNs` is given). */
 function nowNs () {
@@ -51,5 +53,14 @@ module.exports = {
   express: http.express,
   fastify: http.fastify,
   readiness: http.readiness,
-  createFetch
+  createFetch,
+  deadline: dl.deadline,
+  DeadlineError: dl.DeadlineError,
+  DeadlineTooShortError: dl.DeadlineTooShortError,
+  DeadlineExceededError: dl.DeadlineExceededError,
+  withFallback: degrade.withFallback,
+  isDegradable: degrade.isDegradable,
+  StaleIfError: degrade.StaleIfError,
+  optional: degrade.optional,
+  STALE_WARNING: degrade.STALE_WARNING
 }

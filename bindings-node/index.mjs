@@ -33,6 +33,15 @@ export const {
   fastify,
   readiness,
   createFetch,
+  deadline,
+  DeadlineError,
+  DeadlineTooShortError,
+  DeadlineExceededError,
+  withFallback,
+  isDegradable,
+  StaleIfError,
+  optional,
+  STALE_WARNING,
   version
 } = sg
 

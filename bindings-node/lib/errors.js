@@ -10,11 +10,13 @@ const REASONS = Object.freeze(N.reasonNames())
  *   `RangeError` for a value out of range, `nowNs` above 2^62 included);
  * - `SG_REJECTED`: a refusal (`RejectedError`);
  * - `SG_ALREADY_RELEASED`, `SG_FOREIGN_HANDLE`, `SG_UNKNOWN_TICKET`, `SG_BAD_LEVEL`,
- *   `SG_USAGE`: misuse of a permit or ticket (`OverloadError`).
+ *   `SG_USAGE`: misuse of a permit or ticket (`OverloadError`);
+ * - `SG_DEADLINE_TOO_SHORT`, `SG_DEADLINE_EXCEEDED`: the caller's deadline does not cover
+ *   the call (`DeadlineTooShortError`, `DeadlineExceededError`, both `DeadlineError`s).
  */
 const ERROR_CODES = Object.freeze([
   'SG_INVALID_ARG', 'SG_REJECTED', 'SG_ALREADY_RELEASED', 'SG_FOREIGN_HANDLE',
-  'SG_UNKNOWN_TICKET', 'SG_BAD_LEVEL', 'SG_USAGE'
+  'SG_UNKNOWN_TICKET', 'SG_BAD_LEVEL', 'SG_USAGE', 'SG_DEADLINE_TOO_SHORT', 'SG_DEADLINE_EXCEEDED'
 ])
 
 /**

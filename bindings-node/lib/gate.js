@@ -6,13 +6,14 @@ const v = require('./validate')
 const { guard, badThis } = require('./brand')
 const { Levels } = require('./priority')
 const { newPermit, endPermit, OUTCOMES } = require('./permit')
-const { LIMITER_SPEC, checkAlgorithmOptions, releaseFailure, NOW_OPTIONS } = require('./limiter')
+const { LIMITER_SPEC, checkAlgorithmOptions, releaseFailure } = require('./limiter')
 
 const QUEUED_BASE = 16
 /** The wire value of `limit_reached` (the refusal that may still queue). */
 const LIMIT_REACHED = 1
-const ACQUIRE_OPTIONS = ['priority', 'timeoutMs', 'signal', 'nowNs']
-const RUN_OPTIONS = ['priority', 'timeoutMs', 'signal', 'nowNs', 'classify']
+const TRY_OPTIONS = ['priority', 'nowNs', 'deadlineNs']
+const ACQUIRE_OPTIONS = ['priority', 'timeoutMs', 'deadlineNs', 'signal', 'nowNs']
+const RUN_OPTIONS = ['priority', 'timeoutMs', 'deadlineNs', 'signal', 'nowNs', 'classify']
 
 const GATE_SPEC = {
   queueCapacity: (w, x) => v.int(w, x, 1, 4096),
@@ -47,6 +48,17 @@ function defaultClassify (err) {
 function isSignal (x) {
   return x instanceof AbortSignal || (x !== null && typeof x === 'object' && typeof x.aborted === 'boolean' &&
     typeof x.addEventListener === 'function' && typeof x.removeEventListener === 'function')
+}
+
+/**
+ * Milliseconds from `now` (bigint ns, or the clock) until `deadlineNs` (a bigint on the
+ * `sg.nowNs()` clock, checked), 0 once passed: the core's timeout for that deadline.
+ */
+function untilMs (deadlineNs, now) {
+  if (typeof deadlineNs !== 'bigint') throw v.typeErr(`deadlineNs must be a bigint (got ${v.show(deadlineNs)})`)
+  if (deadlineNs < 0n || deadlineNs > v.MAX_NOW_NS) throw v.rangeErr(`deadlineNs must be in [0, 2^62] (got ${v.show(deadlineNs)})`)
+  const left = deadlineNs - (now === undefined ? N.nowNs() : now)
+  return left > 0n ? Number(left) / 1e6 : 0
 }
 
 function abortReason (signal) {
@@ -101,19 +113,22 @@ class Gate {
 
   /**
    * A permit now, or `null` (sync, never queues): refused when shedding, when anyone of
-   * the same or a more important level waits, or when the limiter is full.
+   * the same or a more important level waits, or when the limiter is full; with
+   * `deadlineNs`, also when that deadline cannot be met (`deadline_unmeetable`).
    * `lastRejection` then says why.
    */
   tryAcquire (opts) {
     if (this?._h === undefined) throw badThis('Gate', 'tryAcquire')
     let lvl = this._lv.default
     let now
+    let t = -1
     if (opts !== undefined) {
-      v.callOptions('tryAcquire', opts, NOW_OPTIONS)
+      v.callOptions('tryAcquire', opts, TRY_OPTIONS)
       if (opts.priority !== undefined) lvl = this._lv.of(opts.priority)
       now = v.nowNs(opts.nowNs)
+      if (opts.deadlineNs !== undefined) t = untilMs(opts.deadlineNs, now)
     }
-    const r = now === undefined ? F.gateTryAcquire(this._h, lvl) : F.gateTryAcquire(this._h, lvl, -1, now)
+    const r = now === undefined ? (t === -1 ? F.gateTryAcquire(this._h, lvl) : F.gateTryAcquire(this._h, lvl, t)) : F.gateTryAcquire(this._h, lvl, t, now)
     if (r >= 0) return newPermit(this, releaseGate, r, lvl)
     this._rej = -r
     this._rejMs = F.lastRetryAfterMs()
@@ -130,21 +145,32 @@ class Gate {
    * `queue_full`, `deadline_unmeetable`, `expired`, `evicted`, `codel_slough`, ...) or
    * with the signal's reason when `signal` aborts (the ticket is cancelled).
    * `timeoutMs` is the longest the caller will wait (a core deadline); 0 means no wait.
+   * `deadlineNs` is an absolute deadline (a bigint on the `sg.nowNs()` clock, e.g.
+   * `sg.deadline.current()`); with both, the earlier one holds.
    */
   acquire (opts) {
     if (this?._h === undefined) return Promise.reject(badThis('Gate', 'acquire'))
     let lvl = this._lv.default
     let timeout = -1
+    let noWait = false
     let signal
     let now
     if (opts !== undefined) {
       try {
         v.callOptions('acquire', opts, ACQUIRE_OPTIONS)
         if (opts.priority !== undefined) lvl = this._lv.of(opts.priority)
-        if (opts.timeoutMs !== undefined) timeout = v.ms('timeoutMs', opts.timeoutMs)
+        if (opts.timeoutMs !== undefined) {
+          // A zero timeout means no wait at all (and no deadline from it).
+          if (v.ms('timeoutMs', opts.timeoutMs) === 0) noWait = true
+          else timeout = opts.timeoutMs
+        }
         signal = opts.signal
         if (signal !== undefined && !isSignal(signal)) throw v.typeErr(`signal must be an AbortSignal (got ${v.show(signal)})`)
         now = v.nowNs(opts.nowNs)
+        if (opts.deadlineNs !== undefined) {
+          const t = untilMs(opts.deadlineNs, now)
+          timeout = timeout === -1 ? t : Math.min(timeout, t)
+        }
       } catch (err) {
         return Promise.reject(err)
       }
@@ -153,12 +179,10 @@ class Gate {
     let r
     try {
       // Admitted at once through the cheaper non-queueing path: the core's try_arrive,
-      // arrive's own decisions (deadline included) up to the queue. A zero timeout means
-      // no wait at all (no deadline: admitted if a slot is free, else limit_reached).
-      const t = timeout === 0 ? -1 : timeout
-      r = now === undefined ? F.gateTryAcquire(this._h, lvl, t) : F.gateTryAcquire(this._h, lvl, t, now)
+      // arrive's own decisions (deadline included) up to the queue.
+      r = now === undefined ? F.gateTryAcquire(this._h, lvl, timeout) : F.gateTryAcquire(this._h, lvl, timeout, now)
       if (r >= 0) return Promise.resolve(newPermit(this, releaseGate, r, lvl))
-      if (r === -LIMIT_REACHED && timeout !== 0) {
+      if (r === -LIMIT_REACHED && !noWait) {
         r = now === undefined ? F.gateArrive(this._h, lvl, timeout) : F.gateArrive(this._h, lvl, timeout, now)
       }
     } catch (err) {
@@ -255,7 +279,7 @@ class Gate {
       } catch (err) {
         return Promise.reject(err)
       }
-      if (opts.signal !== undefined || opts.timeoutMs !== undefined || opts.nowNs !== undefined) {
+      if (opts.signal !== undefined || opts.timeoutMs !== undefined || opts.deadlineNs !== undefined || opts.nowNs !== undefined) {
         const o = Object.assign({}, opts)
         delete o.classify
         return this.acquire(o).then((p) => runUnder(p, fn, classify))

@@ -6,7 +6,17 @@
 // (Express: `res.end()`, which `send`/`json` call; Fastify: its `onSend` hook), with an
 // outcome from the status, even if the client went away before that. Ending it on the
 // client's disconnect instead would let handlers keep running unseen by the limiter.
+//
+// Deadlines: the caller's budget is read at arrival from `grpc-timeout`,
+// `x-envoy-expected-rq-timeout-ms`, `surgeguard-timeout-ms` and an optional header of the
+// application's (the smallest valid one wins), becomes an absolute deadline, and goes to
+// the gate (an unmeetable one is refused at arrival, an expired waiter is dropped from the
+// queue) and to the handler's AsyncLocalStorage scope (`sg.deadline.remaining()`). A bad
+// header is ignored and counted by reason, never an error.
+const N = require('./native')
 const v = require('./validate')
+const D = require('./deadline')
+const H = require('./headers')
 const { RejectedError } = require('./errors')
 const { Gate } = require('./gate')
 const { KeyedLimits, actionable } = require('./keyed')
@@ -39,6 +49,9 @@ function config (type, options) {
     key: (w, x) => (typeof x === 'function' ? x : v.string(w, x).toLowerCase()),
     keyCost: (w, x) => (typeof x === 'function' ? x : v.int(w, x, 0, 2 ** 32 - 1)),
     timeoutMs: 'ms',
+    deadlines: 'bool',
+    deadlineHeader: D.headerName,
+    defaultBudgetMs: 'ms',
     outcome: 'fn',
     skip: 'fn',
     readinessRoute: (w, x) => {
@@ -55,6 +68,12 @@ function config (type, options) {
   if (o.overloadedStatus !== undefined && o.readinessRoute === undefined) {
     throw v.typeErr(`${type}: overloadedStatus needs readinessRoute`)
   }
+  if (o.deadlines === false && o.deadlineHeader !== undefined) throw v.typeErr(`${type}: deadlineHeader needs deadlines (not false)`)
+  let deadlineHeaders
+  if (o.deadlines !== false) {
+    deadlineHeaders = H.HEADERS
+    if (o.deadlineHeader !== undefined && !deadlineHeaders.includes(o.deadlineHeader)) deadlineHeaders = deadlineHeaders.concat(o.deadlineHeader)
+  }
   return {
     gate: o.gate,
     keyed: o.keyed,
@@ -62,6 +81,8 @@ function config (type, options) {
     key: o.key === undefined ? undefined : typeof o.key === 'function' ? o.key : (req) => header(req, o.key),
     keyCost: o.keyCost === undefined ? () => 1 : typeof o.keyCost === 'function' ? o.keyCost : () => o.keyCost,
     timeoutMs: o.timeoutMs,
+    deadlineHeaders,
+    defaultBudgetMs: o.defaultBudgetMs,
     outcome: o.outcome || statusOutcome,
     skip: o.skip,
     readinessRoute: o.readinessRoute,
@@ -76,11 +97,14 @@ function refusal (rejection) {
 }
 
 /**
- * Admits one request. Resolves to `{ permit, keyPermit }` when admitted (the caller ends
- * them when the handler is done, see `holder`), to a refusal `{ status, retryAfterS, body }`,
+ * Admits one request. Resolves to `{ permit, keyPermit, deadlineNs }` when admitted (the
+ * caller ends the permits when the handler is done, see `finisher`; `deadlineNs` is the
+ * request's absolute deadline or undefined), to a refusal `{ status, retryAfterS, body }`,
  * or to `false` when the client went away while waiting (its ticket is cancelled).
  */
 async function admit (cfg, req, res) {
+  // The budget starts at arrival: time spent queued here is time the caller has lost.
+  const deadlineNs = D.requestDeadline(cfg, req.headers, N.nowNs())
   let kp = null
   let key
   if (cfg.keyed !== undefined && cfg.key !== undefined) {
@@ -104,13 +128,14 @@ async function admit (cfg, req, res) {
   try {
     const priority = cfg.priority(req)
     // Admitted at once (the common case) without a Promise; otherwise wait in the queue.
-    permit = cfg.gate.tryAcquire({ priority })
-    if (permit === null && cfg.gate.lastRejection.reason === 'shed') {
-      throw new RejectedError('shed', cfg.gate.lastRejection.retryAfterMs)
-    }
+    // `timeoutMs` is part of the deadline (its cap).
+    permit = cfg.gate.tryAcquire(deadlineNs === undefined ? { priority } : { priority, deadlineNs })
     if (permit === null) {
+      // Only a full limiter may still queue; shed, an unmeetable deadline, ... are final.
+      const rej = cfg.gate.lastRejection
+      if (rej.reason !== 'limit_reached') throw new RejectedError(rej.reason, rej.retryAfterMs)
       const opts = { priority, signal: ac.signal }
-      if (cfg.timeoutMs !== undefined) opts.timeoutMs = cfg.timeoutMs
+      if (deadlineNs !== undefined) opts.deadlineNs = deadlineNs
       permit = await cfg.gate.acquire(opts)
     }
   } catch (err) {
@@ -130,7 +155,7 @@ async function admit (cfg, req, res) {
     if (kp !== null) kp.release()
     return false
   }
-  return { permit, keyPermit: kp }
+  return { permit, keyPermit: kp, deadlineNs }
 }
 
 /**
@@ -212,7 +237,8 @@ function express (options) {
           finish(res.statusCode)
           return end.apply(this, arguments)
         }
-        return next()
+        // The handler runs in the request's scope: its deadline, its response.
+        return D.runRequest(r.deadlineNs, res, next)
       }
       res.statusCode = r.status
       res.setHeader('retry-after', String(r.retryAfterS))
@@ -237,6 +263,7 @@ function fastify (instance, options, done) {
   }
   instance.decorate('surgeguard', cfg.gate)
   const finishers = new WeakMap()
+  const deadlines = new WeakMap()
   instance.addHook('onRequest', async (request, reply) => {
     if (cfg.readinessRoute && pathOf(request.raw) === cfg.readinessRoute) return
     if (cfg.skip !== undefined && cfg.skip(request)) return
@@ -245,6 +272,7 @@ function fastify (instance, options, done) {
     if (r.permit !== undefined) {
       const finish = finisher(cfg, r)
       finishers.set(request, finish)
+      deadlines.set(request, r.deadlineNs)
       // A hijacked reply never reaches onSend: then the raw response's end is the signal.
       const raw = reply.raw
       const end = raw.end
@@ -257,6 +285,14 @@ function fastify (instance, options, done) {
     }
     reply.code(r.status).header('retry-after', String(r.retryAfterS)).type('application/json').send(r.body)
     return reply
+  })
+  // The rest of the request (hooks, the handler) runs in its scope: its deadline, its
+  // response. A callback hook, as AsyncLocalStorage needs (`done` runs inside the scope).
+  instance.addHook('onRequest', (request, reply, done) => {
+    if (!finishers.has(request)) return done()
+    const d = deadlines.get(request)
+    deadlines.delete(request)
+    D.runRequest(d, reply.raw, done)
   })
   // The handler (or the error handler) produced its reply: its work is done.
   instance.addHook('onSend', async (request, reply, payload) => {

@@ -14,7 +14,10 @@ const KINDS = new Map([
   ['Credits', 'credits'],
   ['LagMeter', 'lag_meter'],
   ['Watermarks', 'watermarks'],
-  ['KeyedLimits', 'keyed']
+  ['KeyedLimits', 'keyed'],
+  ['Deadlines', 'deadline'],
+  ['StaleIfError', 'stale_if_error'],
+  ['Optional', 'optional']
 ])
 
 /** Fields that only grow (exposed as `<name>_total` counters); everything else is a gauge. */
@@ -29,7 +32,14 @@ const COUNTERS = new Set([
 ])
 /** Per-kind exceptions: windowed values that share a counter's name. */
 const GAUGE_IN = { adaptive_throttle: new Set(['requests']), retry_budget: new Set() }
-const COUNTER_IN = { retry_budget: new Set(['requests']) }
+const COUNTER_IN = {
+  retry_budget: new Set(['requests']),
+  deadline: new Set(['headerDeadlines', 'defaultDeadlines', 'noDeadline', 'ignoredByReason', 'propagated', 'failedFast', 'exceeded', 'retriesSkipped']),
+  stale_if_error: new Set(['fresh', 'stale', 'misses', 'evicted']),
+  optional: new Set(['served', 'dimmed'])
+}
+/** Objects whose keys become a label value: `ignoredByReason: { malformed: 1 }` → `{reason="malformed"}`. */
+const BY_LABEL = { ignoredByReason: 'reason' }
 /** Arrays indexed by priority level. */
 const PER_LEVEL = new Set(['inflightByLevel', 'shareByLevel', 'demandByLevel', 'rejectedByLevel', 'waitingByLevel', 'codel'])
 
@@ -114,6 +124,8 @@ function walk (out, kind, path, m, base) {
           out.add(name, type, lbl, x)
         }
       })
+    } else if (typeof val === 'object' && Object.hasOwn(BY_LABEL, key)) {
+      for (const k of Object.keys(val)) out.add(name, type, Object.assign({}, base, { [BY_LABEL[key]]: k }), val[k])
     } else if (typeof val === 'object') {
       walk(out, kind, name + '_', val, base)
     } else {

@@ -84,7 +84,7 @@ function optionsOf (keys) {
   })
 }
 
-const CALL_KEYS = ['priority', 'nowNs', 'timeoutMs', 'classify', 'signal']
+const CALL_KEYS = ['priority', 'nowNs', 'timeoutMs', 'deadlineNs', 'classify', 'signal']
 const arg = fc.oneof({ weight: 4, arbitrary: scalar }, { weight: 1, arbitrary: optionsOf(CALL_KEYS) })
 const args = fc.array(arg, { maxLength: 4 })
 
@@ -340,6 +340,25 @@ test('sweep: the Fastify plugin with hostile options refuses them through regist
   }), { numRuns: Math.max(5, RUNS / 4) })
 })
 
+test('sweep: sg.deadline\'s methods with hostile arguments', async () => {
+  const members = Object.getOwnPropertyNames(Object.getPrototypeOf(sg.deadline)).filter((n) => n !== 'constructor')
+  assert.ok(members.length >= 7, members.join())
+  await fc.assert(fc.asyncProperty(fc.constantFrom(...members), args, async (m, a) => {
+    const before = JSON.stringify(sg.deadline.metrics())
+    let out
+    try {
+      out = sg.deadline[m](...a)
+    } catch (e) {
+      assert.ok(allowed(e), `deadline.${m}(${a.map(describeOpts).join(', ')}) threw ${describe(e)}`)
+      assert.equal(JSON.stringify(sg.deadline.metrics()), before)
+      return
+    }
+    if (out instanceof Promise) await out.catch((e) => assert.ok(allowed(e), describe(e)))
+    // Outside a scope, nothing is left behind.
+    assert.equal(sg.deadline.current(), undefined)
+  }), { numRuns: RUNS * 2 })
+})
+
 test('sweep: gate.levels (of, fromHeader, name) with hostile input', () => {
   const levels = new sg.Gate().levels
   fc.assert(fc.property(scalar, (x) => {
@@ -385,9 +404,11 @@ test('sweep: HTTP headers from a hostile client never make a 500 (Express and Fa
     }).on('error', reject)
   })
   try {
-    await fc.assert(fc.asyncProperty(header, fc.option(header), fc.constantFrom(...ports), async (priority, tenant, port) => {
+    const deadlineHeader = fc.option(fc.tuple(fc.constantFrom('grpc-timeout', 'x-envoy-expected-rq-timeout-ms', 'surgeguard-timeout-ms'), header))
+    await fc.assert(fc.asyncProperty(header, fc.option(header), deadlineHeader, fc.constantFrom(...ports), async (priority, tenant, deadline, port) => {
       const headers = { 'x-request-priority': priority }
       if (tenant !== null) headers['x-tenant-id'] = tenant
+      if (deadline !== null) headers[deadline[0]] = deadline[1]
       const status = await get(port, headers)
       assert.ok([200, 429, 503].includes(status), `status ${status} for ${JSON.stringify(headers)}`)
     }), { numRuns: RUNS })

@@ -68,3 +68,37 @@ const codes: readonly sg.ErrorCode[] = sg.ERROR_CODES
 const budgetRatio = new RetryBudget({ retryRatio: 2 })
 void codes
 void budgetRatio
+
+// Deadlines and degradation.
+const left: number | undefined = sg.deadline.remaining()
+const at: bigint | undefined = sg.deadline.current()
+const scoped: Promise<number> = sg.deadline.run(250, async (x: number) => x + (sg.deadline.remaining() ?? 0), 1)
+const until: string = sg.deadline.runUntil(sg.nowNs() + 1_000_000n, () => 'ok')
+const parsed = sg.deadline.parseHeaders({ 'grpc-timeout': '250m' }, 'x-my-timeout-ms')
+const firstIgnored: sg.IgnoreReason | undefined = parsed.ignored[0]?.reason
+const ignoredMalformed: number = sg.deadline.metrics().ignoredByReason.malformed
+const deadlineSignal: AbortSignal | undefined = sg.deadline.signal()
+const outHeaders: Record<string, string> = sg.deadline.headers({ marginMs: 10, names: ['grpc-timeout'] })
+const withDeadlines = createFetch({ deadlineHeaders: ['surgeguard-timeout-ms', 'grpc-timeout'], deadlineMarginMs: 10, expectedLatencyMs: 'learned' })
+const mwDeadlines = sg.express({ gate, deadlineHeader: 'x-my-timeout-ms', defaultBudgetMs: 2000, timeoutMs: 5000 })
+const inner: Promise<Permit> = gate.acquire({ deadlineNs: sg.deadline.current(), priority: 'normal' })
+
+async function degrade (): Promise<string> {
+  try {
+    await withDeadlines('http://dep/')
+  } catch (err) {
+    if (err instanceof sg.DeadlineTooShortError) return `${err.code} ${err.remainingMs} ${err.expectedMs ?? 0}`
+    if (err instanceof sg.DeadlineError) return err.code
+  }
+  const v: string | number = await sg.withFallback(async () => 'live', { fallback: 0 })
+  const w: string = await sg.withFallback(() => 'live', { fallback: (err: unknown) => String(sg.isDegradable(err)) })
+  const cache = new sg.StaleIfError({ maxEntries: 100, maxAgeMs: 60_000 })
+  const r = await cache.get('k', async () => ({ price: 1 }))
+  const price: number = r.value.price
+  if (r.stale) void r.ageMs
+  const opt = sg.optional(gate, { random: Math.random })
+  const extra: string[] = await opt.run(async () => ['a'], [] as string[])
+  return `${v} ${w} ${price} ${extra.length} ${opt.enabled()} ${sg.STALE_WARNING}`
+}
+
+export { left, at, scoped, until, outHeaders, firstIgnored, ignoredMalformed, deadlineSignal, mwDeadlines, inner, degrade }
