@@ -28,6 +28,39 @@ pub const RECOVERY_WINDOW_NS: u64 = 1_000_000_000;
 /// at 500 req/s is 4.5 standard deviations of Poisson noise away from it).
 pub const RECOVERED_SHARE: f64 = 0.8;
 
+/// Where one tier's worker time went, for the jobs that *started* during the trigger
+/// (nanoseconds of worker time, summed over hosts), and what its admission and callers
+/// turned away meanwhile.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct WorkStats {
+    /// Work that ended in a success its caller was still waiting for (the response
+    /// reached it before the attempt's timeout).
+    pub useful_ns: u64,
+    /// Work that succeeded after its caller had given up: done for a dead caller.
+    pub dead_caller_ns: u64,
+    /// Work that ended in a failure (a failure or timeout below this tier).
+    pub failed_ns: u64,
+    /// Work stopped mid-way because its caller's deadline passed (what was done before the
+    /// stop is lost too).
+    pub stopped_ns: u64,
+    /// Work not done thanks to those stops (the rest of each stopped job).
+    pub avoided_ns: u64,
+    /// Jobs whose deadline had passed when a worker picked them up, dropped unstarted.
+    pub dead_on_start: u64,
+    /// Attempts to this tier refused or dropped by its admission (503s).
+    pub refused: u64,
+    /// Attempts to this tier its callers did not send: the remaining budget was below the
+    /// tier's expected latency (fail fast).
+    pub failed_fast: u64,
+}
+
+impl WorkStats {
+    /// Worker time spent, every kind.
+    pub fn busy_ns(&self) -> u64 {
+        self.useful_ns + self.dead_caller_ns + self.failed_ns + self.stopped_ns
+    }
+}
+
 /// One finished original request.
 #[derive(Clone, Copy, Debug)]
 pub struct UserOutcome {
@@ -68,6 +101,8 @@ pub struct Recorder {
     pub refused_anonymous: [u64; 2],
     /// Originals created per bucket, per tenant (`[tenant][bucket]`).
     pub originals_by_tenant: Vec<Vec<u32>>,
+    /// Where each tier's worker time went during the trigger (`[tier]`).
+    pub work: Vec<WorkStats>,
 }
 
 fn bump(v: &mut [u32], t: u64) {
@@ -91,6 +126,7 @@ impl Recorder {
             refused_by_tenant: Vec::new(),
             refused_anonymous: [0; 2],
             originals_by_tenant: Vec::new(),
+            work: vec![WorkStats::default(); tiers],
         }
     }
 

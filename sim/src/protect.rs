@@ -485,6 +485,17 @@ pub struct Client {
     pub breaker: bool,
     /// surgeguard `AdaptiveThrottle` (SRE client-side throttling) per caller.
     pub throttle: bool,
+    /// Deadline propagation (Google SRE book, "Addressing Cascading Failures"): every
+    /// caller sends its remaining budget minus a margin (`deadline::HeaderValue`, the
+    /// `grpc-timeout` format) and fails fast when the budget left is below the
+    /// dependency's expected latency; every server turns the header into an absolute
+    /// deadline at arrival (`deadline::deadline_at`), gives it to its admission and stops
+    /// work whose deadline passes. Below the origin, the propagated deadline replaces each
+    /// hop's own per-attempt timeout (the SRE book: servers should not invent deadlines).
+    pub deadlines: bool,
+    /// With `deadlines`, every hop also keeps its own per-attempt timeout (whichever passes
+    /// first ends the attempt): `deadlines-and-timeouts`.
+    pub keep_timeouts: bool,
 }
 
 /// A protection: a server policy on every protected tier, a client policy on every caller.
@@ -535,6 +546,17 @@ pub const CLIENT_NAMES: &[(&str, &str)] = &[
     ("backoff", "surgeguard Backoff: exponential, full jitter, honours Retry-After"),
     ("breaker", "surgeguard CircuitBreaker at every caller (50% failures, 2 s open, ramp)"),
     ("throttle", "surgeguard AdaptiveThrottle at every caller (SRE K = 2)"),
+    (
+        "deadlines",
+        "deadline propagation: callers send their remaining budget (grpc-timeout, 1 ms \
+              margin), which replaces each hop's per-attempt timeout, and fail fast below \
+              the dependency's expected latency; servers admit against it, start no work \
+              the deadline leaves no time for and stop work whose caller gave up",
+    ),
+    (
+        "deadlines-and-timeouts",
+        "deadlines, with every hop keeping its own per-attempt timeout as well",
+    ),
 ];
 
 impl Protection {
@@ -570,6 +592,11 @@ impl Protection {
                 "backoff" => client.backoff = true,
                 "breaker" => client.breaker = true,
                 "throttle" => client.throttle = true,
+                "deadlines" => client.deadlines = true,
+                "deadlines-and-timeouts" => {
+                    client.deadlines = true;
+                    client.keep_timeouts = true;
+                }
                 "keyed" => keyed = true,
                 _ => return Err(format!("{name}: unknown policy `{part}` (see --help)")),
             }
@@ -757,7 +784,8 @@ impl ClientPolicy for ClientStack {
 /// protection's client controls.
 pub fn client_policy(protection: &Protection, delay_ns: u64, seed: u64) -> Box<dyn ClientPolicy> {
     let c = protection.client;
-    if c == Client::default() {
+    // Deadlines are the world's business (headers, fail fast); no control of their own here.
+    if (Client { deadlines: false, keep_timeouts: false, ..c }) == Client::default() {
         return Box::new(NaiveClient { delay_ns });
     }
     Box::new(ClientStack {

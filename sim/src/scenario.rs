@@ -536,6 +536,7 @@ pub fn retry_storm() -> Scenario {
             "gradient+budget",
             "gate+budget",
             "gate+budget+backoff",
+            "gate+budget+deadlines",
         ]),
         degraded_capacity_per_s: Some(32.0 / 0.1),
     }
@@ -602,6 +603,7 @@ pub fn metastable() -> Scenario {
             "gate",
             "gate+budget",
             "gate+budget+breaker",
+            "gate+budget+deadlines",
         ]),
         // The slowed database is the bottleneck: 64 workers / 100 ms.
         degraded_capacity_per_s: Some(640.0),

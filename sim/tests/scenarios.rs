@@ -164,3 +164,26 @@ fn scenario_files_load_and_run() {
     assert!(r.summary.goodput_before > 0.0);
     let _ = S;
 }
+
+#[test]
+fn deadline_propagation_spends_no_work_on_callers_that_gave_up() {
+    // Half the length and the load (the database keeps 16 workers of 100 ms in the trigger).
+    let sc = scenario::retry_storm().scaled(0.5, 0.5);
+    let db = sc.tiers.len() - 1;
+    let plain = go(&sc, SG);
+    let dl = go(&sc, "gate+budget+deadlines");
+    // Without propagation the database finishes work for callers that have timed out.
+    let wasted = plain.rec.work[db].dead_caller_ns as f64 / plain.rec.work[db].busy_ns() as f64;
+    assert!(wasted >= 0.2, "gate+budget: {wasted:.2} of the database's time for dead callers");
+    // With it, no tier ever completes work after its caller gave up: each hop's deadline
+    // is its caller's minus the margin, and work stops there.
+    for (t, w) in dl.rec.work.iter().enumerate() {
+        assert_eq!(w.dead_caller_ns, 0, "tier {t}: {w:?}");
+    }
+    let cap = sc.degraded_capacity();
+    let (g0, g1) = (plain.summary.goodput_trigger, dl.summary.goodput_trigger);
+    eprintln!("goodput {g0:.0} -> {g1:.0} of {cap:.0}; {:?}", dl.summary.success_trigger);
+    assert!(g1 >= 0.8 * cap && g1 >= g0 + 0.2 * cap, "goodput {g0} -> {g1} of {cap}");
+    let critical = dl.summary.success_trigger[0].unwrap();
+    assert!(critical >= 0.97, "critical success {critical}");
+}
