@@ -187,3 +187,15 @@ fn deadline_propagation_spends_no_work_on_callers_that_gave_up() {
     let critical = dl.summary.success_trigger[0].unwrap();
     assert!(critical >= 0.97, "critical success {critical}");
 }
+
+#[test]
+fn priority_flood_keeps_the_gate_at_capacity() {
+    // The Gate's shares are guarantees held back while a level is active: a critical share
+    // above critical's traffic would idle slots while the flood queues.
+    let sc = scenario::priority_flood().scaled(0.4, 0.5);
+    let r = go(&sc, "gate");
+    let cap = sc.degraded_capacity();
+    let g = r.summary.goodput_trigger;
+    assert!(g >= 0.98 * cap, "goodput {g} vs capacity {cap}");
+    assert!(r.summary.success_trigger[0].unwrap() >= 0.99);
+}
