@@ -5,10 +5,11 @@
  *
  * THE CONTRACT (every function; tests/c/sweep_api.c checks it with hostile arguments):
  *   - Every function that can fail returns an sg_status: SG_OK (0), or a documented code
- *     saying why not (sg_status_str() names it; the codes are 0-2 and 100-113).
+ *     saying why not (sg_status_str() names it; the codes are 0-5 and 100-113).
  *   - On failure nothing is written and no observable state changes: outputs keep their
  *     contents, and metrics, in-flight counts, limits and permits are as before.
- *     SG_REJECTED writes only its optional sg_rejection, SG_QUEUED only the ticket.
+ *     SG_REJECTED writes only its optional sg_rejection, SG_QUEUED only the ticket,
+ *     SG_IGNORED only the reason.
  *   - Nothing crashes, hangs or leaks: NULL pointers (SG_NULL_ARGUMENT), NaN, infinite,
  *     negative or huge numbers (SG_INVALID_ARGUMENT, configs SG_CONFIG_*), handles of
  *     another type or ended (SG_INVALID_HANDLE), permits released twice or of another
@@ -81,6 +82,23 @@
 
 // A few probe calls test the dependency.
 #define SG_BREAKER_HALF_OPEN 3
+
+// The largest budget a deadline header may carry (one hour, in ns); above it the header
+// is ignored (`SG_DEADLINE_TOO_LARGE`).
+#define SG_DEADLINE_MAX_BUDGET_NS 3600000000000ull
+
+// A buffer of this many bytes always holds `sg_deadline_format`'s value and its NUL.
+#define SG_DEADLINE_BUF_LEN 16
+
+// Ignored-header reason: not the header's format (empty, a stray byte, a fraction, a
+// missing or unknown unit, more than 8 digits in `grpc-timeout`).
+#define SG_DEADLINE_MALFORMED 1
+
+// Ignored-header reason: a minus sign followed by a number.
+#define SG_DEADLINE_NEGATIVE 2
+
+// Ignored-header reason: above `SG_DEADLINE_MAX_BUDGET_NS` (one hour).
+#define SG_DEADLINE_TOO_LARGE 3
 
 // Snapshots the C `sg_lag_meter` keeps: rates are measured over the last 60 buckets (with
 // the default 1 s bucket: a one-minute consume rate).
@@ -284,6 +302,15 @@ enum sg_status
     // `sg_gate_arrive`: the arrival waits in the queue; only the ticket was written. A
     // later `sg_gate_poll` reports it granted or expired.
     SG_QUEUED = 2,
+    // `sg_deadline_parse`: the header does not parse and is ignored; only the reason
+    // was written. Serve the request without a deadline from it (and count it).
+    SG_IGNORED = 3,
+    // `sg_deadline_format`: nothing worth sending remains of the deadline after the
+    // margin: fail fast locally instead of sending work that cannot finish in time.
+    SG_EXHAUSTED = 4,
+    // `sg_deadline_format`: the deadline is `SG_NO_DEADLINE` (or any value above
+    // `SG_MAX_NOW`): nothing bounds the call; send no header.
+    SG_UNBOUNDED = 5,
     // A required pointer argument was NULL.
     SG_NULL_ARGUMENT = 100,
     // A number was out of range: an unknown enum value, a level ≥ 8, a NaN, negative or
@@ -1334,6 +1361,45 @@ sg_status sg_breaker_is_open(const struct sg_breaker *breaker, uint64_t now, boo
 sg_status sg_breaker_metrics_get(const struct sg_breaker *breaker,
                                  uint64_t now,
                                  struct sg_breaker_metrics *metrics_out);
+
+// Parses the deadline header `name: value` (`name_len` and `value_len` bytes, no NUL
+// needed). `SG_OK`: the budget (ns, at most one hour) is in `*budget_ns_out`.
+// `SG_IGNORED`: the header does not parse; only `*reason_out` (`SG_DEADLINE_*`) is
+// written: count it and serve the request without a deadline from this header.
+// `SG_NULL_ARGUMENT` for any NULL pointer. With several headers, the smallest budget
+// wins.
+sg_status sg_deadline_parse(const uint8_t *name,
+                            size_t name_len,
+                            const uint8_t *value,
+                            size_t value_len,
+                            uint64_t *budget_ns_out,
+                            uint32_t *reason_out);
+
+// The absolute deadline of a request that arrived at `now` with `budget_ns`:
+// their sum, saturating at `SG_MAX_NOW`. `SG_TIME_OUT_OF_RANGE` if `now` is
+// above `SG_MAX_NOW`.
+sg_status sg_deadline_at(uint64_t now, uint64_t budget_ns, uint64_t *deadline_ns_out);
+
+// Writes the outgoing value of header `name` for `deadline_ns − now − margin_ns`
+// (at most one hour), rounded down, and a NUL into `buf` (`buf_len` bytes;
+// `SG_DEADLINE_BUF_LEN` always suffices); `*written_out` is its length without the NUL.
+// `SG_EXHAUSTED`: nothing worth sending remains (zero in the header's unit): fail fast
+// locally. `SG_UNBOUNDED`: `deadline_ns` is `SG_NO_DEADLINE` (or above `SG_MAX_NOW`):
+// send no header. `SG_BUFFER_TOO_SMALL`, `SG_TIME_OUT_OF_RANGE` (`now`), `SG_NULL_ARGUMENT`.
+// Nothing is written unless `SG_OK`.
+sg_status sg_deadline_format(const uint8_t *name,
+                             size_t name_len,
+                             uint64_t deadline_ns,
+                             uint64_t now,
+                             uint64_t margin_ns,
+                             char *buf,
+                             size_t buf_len,
+                             size_t *written_out);
+
+// A static, NUL-terminated name for an ignored-header reason (`"malformed"`,
+// `"negative"`, `"too_large"`, the same in every binding); `"unknown"` otherwise.
+// Never NULL.
+const char *sg_deadline_reason_str(uint32_t reason);
 
 // The config field (as the C struct spells it, a path from the struct passed:
 // `"limiter.gradient.buffer"`, `"codel_interval_ns"`) that made the last

@@ -26,6 +26,7 @@
 
 pub mod clock;
 pub mod convert;
+pub mod deadline;
 pub mod fast;
 pub mod flow;
 pub mod gate;

@@ -14,6 +14,7 @@
 mod breaker;
 mod client;
 mod common;
+mod deadline;
 mod flow;
 mod gate;
 mod keyed;
@@ -30,6 +31,10 @@ mod _native {
     use super::breaker::{BreakerCall, BreakerFunction, CircuitBreaker};
     #[pymodule_export]
     use super::client::{AdaptiveThrottle, Backoff, RetryBudget, TokenRetryThrottle};
+    #[pymodule_export]
+    use super::deadline::{
+        deadline_at, format_deadline_header, parse_deadline_header, parse_deadline_headers,
+    };
     #[pymodule_export]
     use super::flow::{Credits, LagMeter, Watermarks};
     #[pymodule_export]
@@ -51,6 +56,14 @@ mod _native {
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
         m.add("clock_ns", pyo3::wrap_pyfunction!(super::native_clock_ns, m)?)?;
+        {
+            use surgeguard_core::deadline as d;
+            m.add("DEADLINE_MAX_BUDGET_NS", d::MAX_BUDGET)?;
+            m.add(
+                "DEADLINE_HEADERS",
+                (d::GRPC_TIMEOUT, d::ENVOY_EXPECTED_RQ_TIMEOUT_MS, d::SURGEGUARD_TIMEOUT_MS),
+            )?;
+        }
         Ok(())
     }
 }

@@ -39,6 +39,7 @@
 //!   ≥ p at once and expires such waiters at the next poll.
 
 use crate::codel::{Codel, CodelConfig, CodelMetrics, CodelMode};
+use crate::dimmer::{self, Dimmer};
 use crate::queue::{Dispatcher, Ticket, WaitQueue, Waiter, NO_DEADLINE};
 use crate::sync::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use crate::time::{check_now, AtomicMonotonic, MAX_NOW, MS, SEC};
@@ -425,6 +426,9 @@ pub struct Gate<const CAP: usize> {
     shed_arrivals: AtomicU64,
     queue_full: AtomicU64,
     unmeetable: AtomicU64,
+    /// The brownout dimmer ([`Gate::brownout`]): written only by `brownout`, so on a line
+    /// of its own, away from the admission path.
+    dimmer: Line<Dimmer>,
 }
 
 /// Where a dispatch round writes its events.
@@ -502,6 +506,7 @@ impl<const CAP: usize> Gate<CAP> {
             shed_arrivals: AtomicU64::new(0),
             queue_full: AtomicU64::new(0),
             unmeetable: AtomicU64::new(0),
+            dimmer: Line(Dimmer::new()),
         })
     }
 
@@ -1195,6 +1200,57 @@ impl<const CAP: usize> Gate<CAP> {
             service_ns: self.service_ns(),
             codel: core::array::from_fn(|l| self.codel[l].metrics()),
             limiter,
+        }
+    }
+
+    /// The brownout dimmer at `now`: `d` in `[0, 1]`; serve optional content with
+    /// probability `1 − d` (0: serve everything; 1: none). It rises before the gate
+    /// sheds — from queue occupancy (a fifth of the queue onwards) and CoDel's queueing
+    /// delay (half the target onwards) — and with the refusals of the last second; it
+    /// falls back by at most 1/2 per second. The rule, the constants and the degradation
+    /// order are in [`crate::dimmer`].
+    ///
+    /// Reads the gate and never changes its decisions: a `now` earlier than the gate's
+    /// latest counts as the latest, and one above [`MAX_NOW`] acts at the latest time the
+    /// dimmer has seen (neither moves the gate's clock).
+    ///
+    /// Progress: wait-free (one compare-and-swap attempt; a caller that finds another
+    /// updating gets the last published value). Cost: a few loads per level; once per
+    /// window, the gate's counters and a scan of the queue (O(capacity)).
+    pub fn brownout(&self, now: u64) -> f64 {
+        let now = if now > MAX_NOW { now } else { now.max(self.latest()) };
+        self.dimmer.update(now, || self.dimmer_reading(), || self.dimmer_tally())
+    }
+
+    fn dimmer_reading(&self) -> dimmer::Reading {
+        let sojourn_ns = if self.codel_on {
+            (0..self.levels as usize)
+                .filter(|&l| self.queue.waiting(prio(l)) > 0)
+                .map(|l| self.codel[l].metrics().min_delay_ns)
+                .max()
+                .unwrap_or(0)
+        } else {
+            0
+        };
+        dimmer::Reading {
+            waiting: self.queue.len(),
+            capacity: self.queue.capacity() as u32,
+            sojourn_ns,
+            target_ns: if self.codel_on { self.codel[0].config().target_ns } else { 0 },
+            shedding: self.shed.load(Ordering::Relaxed) != NO_SHED,
+        }
+    }
+
+    fn dimmer_tally(&self) -> dimmer::Tally {
+        let m = self.metrics();
+        dimmer::Tally {
+            refused: m.queue_full
+                + m.deadline_unmeetable
+                + m.shed
+                + m.expired
+                + m.sloughed
+                + m.evicted,
+            admitted: m.limiter.admitted,
         }
     }
 }

@@ -43,6 +43,7 @@ pub mod backoff;
 pub mod breaker;
 pub mod codel;
 pub mod deadline;
+pub mod dimmer;
 pub mod flow;
 pub mod gate;
 pub mod keyed;

@@ -44,6 +44,7 @@ mod handle;
 
 pub mod backoff;
 pub mod breaker;
+pub mod deadline;
 pub mod field;
 pub mod flow;
 pub mod gate;

@@ -18,6 +18,15 @@ pub enum sg_status {
     /// `sg_gate_arrive`: the arrival waits in the queue; only the ticket was written. A
     /// later `sg_gate_poll` reports it granted or expired.
     SG_QUEUED = 2,
+    /// `sg_deadline_parse`: the header does not parse and is ignored; only the reason
+    /// was written. Serve the request without a deadline from it (and count it).
+    SG_IGNORED = 3,
+    /// `sg_deadline_format`: nothing worth sending remains of the deadline after the
+    /// margin: fail fast locally instead of sending work that cannot finish in time.
+    SG_EXHAUSTED = 4,
+    /// `sg_deadline_format`: the deadline is `SG_NO_DEADLINE` (or any value above
+    /// `SG_MAX_NOW`): nothing bounds the call; send no header.
+    SG_UNBOUNDED = 5,
     /// A required pointer argument was NULL.
     SG_NULL_ARGUMENT = 100,
     /// A number was out of range: an unknown enum value, a level ≥ 8, a NaN, negative or
@@ -88,6 +97,9 @@ pub extern "C" fn sg_status_str(status: u32) -> *const c_char {
         0 => c"ok",
         1 => c"rejected",
         2 => c"queued",
+        3 => c"ignored",
+        4 => c"deadline exhausted",
+        5 => c"no deadline to pass on",
         100 => c"null argument",
         101 => c"invalid argument",
         102 => c"config: a number is NaN or infinite",
@@ -237,6 +249,9 @@ mod tests {
             SG_OK,
             SG_REJECTED,
             SG_QUEUED,
+            SG_IGNORED,
+            SG_EXHAUSTED,
+            SG_UNBOUNDED,
             SG_NULL_ARGUMENT,
             SG_INVALID_ARGUMENT,
             SG_CONFIG_NOT_FINITE,
@@ -254,6 +269,6 @@ mod tests {
         ] {
             assert_ne!(s(sg_status_str(st as u32)), "unknown status", "{st:?}");
         }
-        assert_eq!(s(sg_status_str(3)), "unknown status");
+        assert_eq!(s(sg_status_str(6)), "unknown status");
     }
 }

@@ -261,11 +261,14 @@ for name in sorted(fns):
             body.append(f"uint8_t bytes{i}[64]; for (size_t k = 0; k < sizeof bytes{i}; k++) bytes{i}[k] = (uint8_t)U32();")
             body.append(f"const uint8_t *{v} = ONE_IN(16) ? NULL : bytes{i};")
             args.append(v)
-        elif t == "size_t" and n in ("len", "cap"):
+        elif t == "size_t" and (n in ("len", "cap") or n.endswith("_len")):
             prev = ps[i - 1][1]
-            if prev == "mem":
+            if ps[i - 1][0] == "const uint8_t *" and n == prev + "_len":
+                # A byte string and its length: never longer than the 64 bytes behind it.
+                body.append(f"size_t {v} = a{i - 1} == NULL ? (ONE_IN(2) ? 0 : 5) : (size_t)(U32() % 65);")
+            elif prev == "mem":
                 body.append(f"size_t {v} = ONE_IN(8) ? (size_t)U32() % (need{i - 1} + 1) : need{i - 1};")
-            elif prev == "buf":
+            elif prev == "buf" and n in ("len", "buf_len"):
                 body.append(f"size_t {v} = (size_t)(U32() % 257);")
             elif prev == "bytes":
                 body.append(f"size_t {v} = a{i - 1} == NULL ? (ONE_IN(2) ? 0 : 5) : (size_t)(U32() % 65);")
@@ -315,6 +318,8 @@ for name in sorted(fns):
                 written = "st == SG_QUEUED"
             elif n == "rejection_out":
                 written = "st == SG_REJECTED"
+            elif n == "reason_out":
+                written = "st == SG_IGNORED"
             if kind.startswith("handle:"):
                 lines.append(f'    if (!({written})) SAME({var} == NULL, "{name}", "{n} written on failure");')
                 lines.append(f"    if (st == SG_OK && {var} != NULL) sg_{kind[7:]}_free({var});")

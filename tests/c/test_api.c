@@ -917,6 +917,91 @@ static void test_rate(void) {
     EXPECT(sg_time_to_drain(1, 1.0, 0.0, NULL), SG_NULL_ARGUMENT);
 }
 
+/* Deadline headers: parse, combine (smallest wins), arrival deadline, outgoing value. */
+#define B(s) ((const uint8_t *)(s)), strlen(s)
+static void test_deadline(void) {
+    uint64_t budget = 7, d = 0, smallest = UINT64_MAX;
+    uint32_t reason = 99;
+    char buf[SG_DEADLINE_BUF_LEN];
+    size_t n = 99;
+    size_t i;
+    static const char *const names[] = {"grpc-timeout", "x-envoy-expected-rq-timeout-ms",
+                                        "surgeguard-timeout-ms"};
+    static const char *const values[] = {"2S", "1500", "oops"};
+
+    OK(sg_deadline_parse(B("grpc-timeout"), B("250m"), &budget, &reason));
+    CHECK(budget == 250 * SG_MS && reason == 99);
+    OK(sg_deadline_parse(B("GRPC-Timeout"), B(" 7u\t"), &budget, &reason));
+    CHECK(budget == 7000);
+    OK(sg_deadline_parse(B("surgeguard-timeout-ms"), B("0"), &budget, &reason));
+    CHECK(budget == 0);
+    OK(sg_deadline_parse(B("x-envoy-expected-rq-timeout-ms"), B("3600000"), &budget, &reason));
+    CHECK(budget == SG_DEADLINE_MAX_BUDGET_NS);
+
+    /* Ignored: only the reason is written. */
+    budget = 7;
+    EXPECT(sg_deadline_parse(B("grpc-timeout"), B("1.5S"), &budget, &reason), SG_IGNORED);
+    CHECK(reason == SG_DEADLINE_MALFORMED && budget == 7);
+    EXPECT(sg_deadline_parse(B("grpc-timeout"), B("123456789n"), &budget, &reason), SG_IGNORED);
+    CHECK(reason == SG_DEADLINE_MALFORMED);
+    EXPECT(sg_deadline_parse(B("my-timeout"), B("-5"), &budget, &reason), SG_IGNORED);
+    CHECK(reason == SG_DEADLINE_NEGATIVE);
+    EXPECT(sg_deadline_parse(B("grpc-timeout"), B("2H"), &budget, &reason), SG_IGNORED);
+    CHECK(reason == SG_DEADLINE_TOO_LARGE && budget == 7);
+    EXPECT(sg_deadline_parse(B("surgeguard-timeout-ms"), B(""), &budget, &reason), SG_IGNORED);
+    CHECK(reason == SG_DEADLINE_MALFORMED);
+    CHECK(strcmp(sg_deadline_reason_str(SG_DEADLINE_TOO_LARGE), "too_large") == 0);
+    CHECK(strcmp(sg_deadline_reason_str(0), "unknown") == 0);
+    CHECK(strcmp(sg_status_str(SG_IGNORED), "ignored") == 0);
+
+    /* Bad arguments: nothing written. */
+    reason = 99;
+    EXPECT(sg_deadline_parse(NULL, 0, B("1S"), &budget, &reason), SG_NULL_ARGUMENT);
+    EXPECT(sg_deadline_parse(B("grpc-timeout"), NULL, 0, &budget, &reason), SG_NULL_ARGUMENT);
+    EXPECT(sg_deadline_parse(B("grpc-timeout"), B("1S"), NULL, &reason), SG_NULL_ARGUMENT);
+    EXPECT(sg_deadline_parse(B("grpc-timeout"), B("xx"), &budget, NULL), SG_NULL_ARGUMENT);
+    CHECK(budget == 7 && reason == 99);
+
+    /* Several headers: the smallest valid budget wins. */
+    for (i = 0; i < 3; i++) {
+        if (sg_deadline_parse(B(names[i]), B(values[i]), &budget, &reason) == SG_OK &&
+            budget < smallest)
+            smallest = budget;
+    }
+    CHECK(smallest == 1500 * SG_MS);
+
+    OK(sg_deadline_at(1000, 500, &d));
+    CHECK(d == 1500);
+    OK(sg_deadline_at(SG_MAX_NOW - 1, SG_DEADLINE_MAX_BUDGET_NS, &d));
+    CHECK(d == SG_MAX_NOW);
+    d = 3;
+    EXPECT(sg_deadline_at(SG_MAX_NOW + 1, 1, &d), SG_TIME_OUT_OF_RANGE);
+    EXPECT(sg_deadline_at(0, 1, NULL), SG_NULL_ARGUMENT);
+    CHECK(d == 3);
+
+    /* Outgoing: deadline - now - margin, rounded down, NUL-terminated. */
+    OK(sg_deadline_format(B("grpc-timeout"), 2 * SG_SEC, SG_SEC / 2, 0, buf, sizeof buf, &n));
+    CHECK(n == 8 && strcmp(buf, "1500000u") == 0);
+    OK(sg_deadline_format(B("surgeguard-timeout-ms"), 2 * SG_SEC, 0, SG_MS / 2, buf, sizeof buf, &n));
+    CHECK(n == 4 && strcmp(buf, "1999") == 0);
+    memset(buf, 'x', sizeof buf);
+    n = 99;
+    EXPECT(sg_deadline_format(B("surgeguard-timeout-ms"), SG_SEC, SG_SEC - SG_MS + 1, 0, buf, sizeof buf, &n),
+           SG_EXHAUSTED);
+    EXPECT(sg_deadline_format(B("grpc-timeout"), SG_SEC, 2 * SG_SEC, 0, buf, sizeof buf, &n), SG_EXHAUSTED);
+    EXPECT(sg_deadline_format(B("grpc-timeout"), SG_NO_DEADLINE, 0, 0, buf, sizeof buf, &n), SG_UNBOUNDED);
+    EXPECT(sg_deadline_format(B("grpc-timeout"), SG_SEC, SG_MAX_NOW + 1, 0, buf, sizeof buf, &n),
+           SG_TIME_OUT_OF_RANGE);
+    EXPECT(sg_deadline_format(B("surgeguard-timeout-ms"), 2 * SG_SEC, 0, 0, buf, 4, &n), SG_BUFFER_TOO_SMALL);
+    EXPECT(sg_deadline_format(NULL, 0, SG_SEC, 0, 0, buf, sizeof buf, &n), SG_NULL_ARGUMENT);
+    EXPECT(sg_deadline_format(B("grpc-timeout"), SG_SEC, 0, 0, NULL, 16, &n), SG_NULL_ARGUMENT);
+    EXPECT(sg_deadline_format(B("grpc-timeout"), SG_SEC, 0, 0, buf, sizeof buf, NULL), SG_NULL_ARGUMENT);
+    CHECK(n == 99 && buf[0] == 'x' && buf[SG_DEADLINE_BUF_LEN - 1] == 'x');
+    OK(sg_deadline_format(B("surgeguard-timeout-ms"), 2 * SG_SEC, 0, 0, buf, 5, &n));
+    CHECK(n == 4 && strcmp(buf, "2000") == 0);
+}
+#undef B
+
 int main(void) {
     test_strings_and_time();
     test_limiter_configs();
@@ -930,5 +1015,6 @@ int main(void) {
     test_backoff();
     test_breaker();
     test_rate();
+    test_deadline();
     return SUMMARY("api");
 }

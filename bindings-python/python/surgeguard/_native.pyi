@@ -7,7 +7,7 @@ priorities are names or ints (0 = most important).
 """
 
 from types import TracebackType
-from typing import Any, Callable, Literal, Optional, Sequence, Tuple, Type, TypeVar, Union, final
+from typing import Any, Callable, Iterable, Literal, Optional, Sequence, Tuple, Type, TypeVar, Union, final
 
 Priority = Union[Literal["critical", "normal", "background"], int, str, None]
 OutcomeName = Literal["success", "dropped", "ignored"]
@@ -30,6 +30,29 @@ def actionable(reason: Union[str, BaseException], retry_after: Optional[Seconds]
 
 def time_to_drain(backlog: int, consume_per_sec: float, produce_per_sec: float) -> Optional[float]:
     """Seconds to drain ``backlog``; ``None`` if it never drains."""
+
+# Deadline headers (see docs/deadlines.md). A header named "grpc-timeout" is read in gRPC's
+# format; any other name as whole milliseconds. Budgets and deadlines are int nanoseconds.
+DeadlineIgnored = Literal["malformed", "negative", "too_large"]
+DEADLINE_MAX_BUDGET_NS: int
+DEADLINE_HEADERS: Tuple[str, str, str]
+
+def parse_deadline_header(name: str, value: Union[str, bytes]) -> Tuple[Optional[int], Optional[DeadlineIgnored]]:
+    """``(budget_ns, None)`` if valid, else ``(None, reason)``. Never raises for a bad value."""
+
+def parse_deadline_headers(
+    headers: Iterable[Tuple[str, Union[str, bytes]]],
+) -> Tuple[Optional[int], list[Tuple[str, DeadlineIgnored]]]:
+    """The smallest valid budget (``None`` if none) and ``(name, reason)`` per ignored header."""
+
+def deadline_at(budget_ns: int, now_ns: Optional[int] = None) -> int:
+    """``now + budget_ns`` (int ns), saturating at 2**62."""
+
+def format_deadline_header(
+    name: str, deadline_ns: int, margin_ns: Optional[int] = None, now_ns: Optional[int] = None
+) -> Optional[str]:
+    """The outgoing value for ``deadline_ns - now - margin_ns``, rounded down; ``None`` when
+    exhausted (fail fast). ``ValueError`` for a deadline above 2**62 (no deadline)."""
 
 @final
 class FixedLimit:
