@@ -49,6 +49,11 @@ pub struct WorkStats {
     pub dead_on_start: u64,
     /// Attempts to this tier refused or dropped by its admission (503s).
     pub refused: u64,
+    /// When the first of them was, ns.
+    pub first_refused_ns: Option<u64>,
+    /// When a worker first read the Gate's brownout dimmer at 0.1 or more, ns (Gate
+    /// policies with optional work; the dimmer is read whether or not it is obeyed).
+    pub dimmer_rise_ns: Option<u64>,
     /// Attempts to this tier its callers did not send: the remaining budget was below the
     /// tier's expected latency (fail fast).
     pub failed_fast: u64,
@@ -103,6 +108,12 @@ pub struct Recorder {
     pub originals_by_tenant: Vec<Vec<u32>>,
     /// Where each tier's worker time went during the trigger (`[tier]`).
     pub work: Vec<WorkStats>,
+    /// Jobs started during the trigger with optional work (`TierSpec::optional_cost`):
+    /// `[served, skipped]`.
+    pub optional: [u64; 2],
+    /// The brownout dimmer (`Gate::brownout`) of the watched tier, averaged over its live
+    /// hosts, at each bucket's end (NaN: the policy has none).
+    pub dimmer: Vec<f64>,
 }
 
 fn bump(v: &mut [u32], t: u64) {
@@ -127,6 +138,8 @@ impl Recorder {
             refused_anonymous: [0; 2],
             originals_by_tenant: Vec::new(),
             work: vec![WorkStats::default(); tiers],
+            optional: [0; 2],
+            dimmer: vec![f64::NAN; n],
         }
     }
 

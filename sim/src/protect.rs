@@ -91,6 +91,11 @@ pub trait Admission {
     fn waiting(&self) -> usize {
         0
     }
+    /// The brownout dimmer at `now` (`Gate::brownout`), if the policy has one: skip
+    /// optional work with this probability.
+    fn brownout(&self, _now: u64) -> Option<f64> {
+        None
+    }
 }
 
 /// `none`: every request goes to the host's worker pool and its unbounded FIFO queue
@@ -273,6 +278,9 @@ impl Admission for GateAdmission {
     fn waiting(&self) -> usize {
         self.gate.waiting_total() as usize
     }
+    fn brownout(&self, now: u64) -> Option<f64> {
+        Some(self.gate.brownout(now))
+    }
 }
 
 /// Shards of the per-tenant table (`KeyedLimits<KEY_SHARDS>`): with the core's default of
@@ -377,6 +385,9 @@ impl Admission for KeyedAdmission {
     }
     fn waiting(&self) -> usize {
         self.inner.waiting()
+    }
+    fn brownout(&self, now: u64) -> Option<f64> {
+        self.inner.brownout(now)
     }
 }
 
@@ -509,6 +520,9 @@ pub struct Protection {
     pub client: Client,
     /// Per-tenant `KeyedLimits` in front of the server policy.
     pub keyed: bool,
+    /// The application skips optional work with the Gate's brownout dimmer
+    /// (`Gate::brownout`) as the probability.
+    pub dimmer: bool,
 }
 
 /// Guaranteed shares of the limit per level used by the `Limiter`-only policies here.
@@ -547,6 +561,11 @@ pub const SERVER_NAMES: &[(&str, &str)] = &[
               folly CoDel, adaptive LIFO, deadline checks; gate-<algorithm> for another",
     ),
     (
+        "dimmer",
+        "with gate: the application skips each request's optional work with probability = \
+              Gate::brownout (Klein et al., Brownout); without it optional work is always served",
+    ),
+    (
         "keyed+SERVER",
         "surgeguard KeyedLimits per tenant in front of SERVER: 16 shards, 2 per tenant \
               (shuffle sharding), a tenant holds at most 1/4 of the workers; 429 vs 503",
@@ -579,6 +598,7 @@ impl Protection {
         let mut server = None;
         let mut client = Client::default();
         let mut keyed = false;
+        let mut dimmer = false;
         for part in name.split('+') {
             let part = part.trim();
             let s = match part {
@@ -611,10 +631,15 @@ impl Protection {
                     client.keep_timeouts = true;
                 }
                 "keyed" => keyed = true,
+                "dimmer" => dimmer = true,
                 _ => return Err(format!("{name}: unknown policy `{part}` (see --help)")),
             }
         }
-        Ok(Self { name: name.to_string(), server: server.unwrap_or(Server::None), client, keyed })
+        let server = server.unwrap_or(Server::None);
+        if dimmer && !matches!(server, Server::Gate(_)) {
+            return Err(format!("{name}: the dimmer is the Gate's (use gate+dimmer)"));
+        }
+        Ok(Self { name: name.to_string(), server, client, keyed, dimmer })
     }
 
     /// The admission policy for one host of a protected tier; `seed` seeds the tenant to
@@ -836,6 +861,13 @@ mod tests {
         let k = Protection::parse("keyed+gate").unwrap();
         assert!(k.keyed && k.server == Server::Gate(Algo::Gradient));
         assert!(!Protection::parse("gate").unwrap().keyed);
+        let d = Protection::parse("gate+budget+deadlines").unwrap();
+        assert!(d.client.deadlines && d.client.budget && !d.client.keep_timeouts);
+        let t = Protection::parse("gate+deadlines-and-timeouts").unwrap();
+        assert!(t.client.deadlines && t.client.keep_timeouts);
+        assert!(Protection::parse("gate+dimmer").unwrap().dimmer);
+        assert!(!Protection::parse("gate").unwrap().dimmer);
+        assert!(Protection::parse("static+dimmer").is_err(), "the dimmer is the Gate's");
     }
 
     #[test]

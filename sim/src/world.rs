@@ -143,6 +143,11 @@ struct Tier {
     hosts: Vec<Host>,
     rr: usize,
     rng: SplitMix64,
+    /// The application's coin for skipping optional work (its own stream, so the work
+    /// draws are the same with and without the dimmer).
+    dim_rng: SplitMix64,
+    /// Optional work as a fraction of the local work.
+    optional: f64,
     protected: bool,
     workers: u32,
     cost_ns: f64,
@@ -167,6 +172,10 @@ pub struct RunResult {
     pub events: u64,
     /// The scenario's tier names, outermost first (`rec.work` is indexed alike).
     pub tiers: Vec<String>,
+    /// The tier the plots and the dimmer series watch (the protected bottleneck).
+    pub watched: usize,
+    /// The trigger `[start, end)`, ns.
+    pub trigger: (u64, u64),
 }
 
 /// One simulation run: a scenario under a protection.
@@ -262,6 +271,8 @@ impl<'a> World<'a> {
                         .collect(),
                     rr: 0,
                     rng: stream(seed, 2, i as u64),
+                    dim_rng: stream(seed, 3, i as u64),
+                    optional: t.optional_cost,
                     protected: t.protect,
                     workers: t.workers,
                     cost_ns,
@@ -378,6 +389,8 @@ impl<'a> World<'a> {
             protection: self.prot.name.clone(),
             events: self.q.processed(),
             tiers: sc.tiers.iter().map(|t| t.name.clone()).collect(),
+            watched: self.watched,
+            trigger,
             rec: self.rec,
             summary,
         }
@@ -684,7 +697,9 @@ impl World<'_> {
             Admit::Reject(r) => {
                 self.jobs.remove(job);
                 if self.in_trigger(now) {
-                    self.rec.work[tier].refused += 1;
+                    let w = &mut self.rec.work[tier];
+                    w.refused += 1;
+                    w.first_refused_ns.get_or_insert(now);
                 }
                 self.rec.refused(tenant, is_per_key(r.reason));
                 self.respond(attempt_key, false, Some(r.retry_after));
@@ -739,8 +754,11 @@ impl World<'_> {
 
     fn drop_job(&mut self, job: Key, r: Rejected) {
         if let Some(j) = self.jobs.remove(job) {
-            if self.in_trigger(self.now()) {
-                self.rec.work[j.tier].refused += 1;
+            let now = self.now();
+            if self.in_trigger(now) {
+                let w = &mut self.rec.work[j.tier];
+                w.refused += 1;
+                w.first_refused_ns.get_or_insert(now);
             }
             self.rec.refused(j.tenant, is_per_key(r.reason));
             self.respond(j.attempt, false, Some(r.retry_after));
@@ -819,11 +837,28 @@ impl World<'_> {
             self.respond(j.attempt, false, None);
             return;
         }
-        let mean = if probe {
+        let mut mean = if probe {
             ns(self.sc.health.as_ref().map_or(0.5, |h| h.probe_cost_ms)) as f64
         } else {
             self.tiers[tier].cost_ns * self.cost_factor(tier, host, now)
         };
+        if !probe && self.tiers[tier].optional > 0.0 {
+            // The application serves the optional part with probability 1 - d. The
+            // dimmer is read either way (reading never changes the Gate's decisions).
+            let dimmer = self.tiers[tier].hosts[host].admission.brownout(now);
+            if dimmer.is_some_and(|d| d >= 0.1) && self.in_trigger(now) {
+                self.rec.work[tier].dimmer_rise_ns.get_or_insert(now);
+            }
+            let d = if self.prot.dimmer { dimmer.unwrap_or(0.0) } else { 0.0 };
+            let t = &mut self.tiers[tier];
+            let serve = t.dim_rng.next_f64() >= d;
+            if serve {
+                mean *= 1.0 + t.optional;
+            }
+            if self.in_trigger(now) {
+                self.rec.optional[usize::from(!serve)] += 1;
+            }
+        }
         let t = &mut self.tiers[tier];
         let mut sum = 0.0;
         for _ in 0..t.shape {
@@ -1018,13 +1053,23 @@ impl World<'_> {
         let t = &self.tiers[self.watched];
         let mut limit = None;
         let mut waiting = 0u32;
+        let (mut dim, mut dims) = (0.0, 0u32);
         for h in t.hosts.iter().filter(|h| h.up) {
             if let Some(l) = h.admission.limit() {
                 *limit.get_or_insert(0.0) += l;
             }
+            if let Some(d) = h.admission.brownout(now) {
+                dim += d;
+                dims += 1;
+            }
             waiting += (h.admission.waiting() + h.fifo.len()) as u32;
         }
         self.rec.sample(now, limit, waiting);
+        if let Some(x) = self.rec.dimmer.get_mut((now / BUCKET_NS) as usize) {
+            if dims > 0 {
+                *x = dim / dims as f64;
+            }
+        }
         let _ = self.seed;
         self.q.schedule(now + BUCKET_NS, Ev::Sample);
     }

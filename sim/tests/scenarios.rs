@@ -199,3 +199,30 @@ fn priority_flood_keeps_the_gate_at_capacity() {
     assert!(g >= 0.98 * cap, "goodput {g} vs capacity {cap}");
     assert!(r.summary.success_trigger[0].unwrap() >= 0.99);
 }
+
+#[test]
+fn the_dimmer_skips_optional_work_before_the_gate_sheds() {
+    // 0.4 of the length, half the load and workers: the surge is [2 s, 8 s).
+    let sc = scenario::brownout().scaled(0.4, 0.5);
+    let cap = sc.degraded_capacity();
+    let gate = go(&sc, "gate");
+    let dim = go(&sc, "gate+dimmer");
+    let served = |r: &RunResult| {
+        let [s, k] = r.rec.optional;
+        s as f64 / (s + k) as f64
+    };
+    // Gate alone serves every optional part and has to shed requests instead.
+    assert_eq!(served(&gate), 1.0);
+    let (g0, g1) = (gate.summary.goodput_trigger, dim.summary.goodput_trigger);
+    assert!(g0 <= 1.02 * cap, "gate alone: goodput {g0} vs full-content capacity {cap}");
+    // With the dimmer the optional parts give way: more requests served, sooner.
+    assert!(served(&dim) <= 0.6, "optional served {}", served(&dim));
+    assert!(g1 >= 1.08 * cap, "gate+dimmer: goodput {g1} vs {cap}");
+    let (p0, p1) = (gate.summary.p99_trigger_ms.unwrap(), dim.summary.p99_trigger_ms.unwrap());
+    assert!(p1 < 0.5 * p0, "p99 {p0} -> {p1} ms");
+    assert!(dim.rec.work[0].refused * 5 < gate.rec.work[0].refused);
+    // The dimmer rises before the gate's first refusal (it reads the same gate in both).
+    let w = &gate.rec.work[0];
+    let rise = w.dimmer_rise_ns.expect("the dimmer rises");
+    assert!(w.first_refused_ns.is_none_or(|r| rise < r), "{w:?}");
+}
