@@ -1,5 +1,5 @@
 //! Scenarios: what the world looks like (load, tiers, callers, health checks) and what goes
-//! wrong when. Six presets reproduce classic overload cascades; any scenario can be loaded from JSON.
+//! wrong when. Seven presets reproduce classic overload cascades and a brownout; any scenario can be loaded from JSON.
 //!
 //! Times in files are seconds (`*_s`) or milliseconds (`*_ms`); the simulator runs in
 //! nanoseconds.
