@@ -226,3 +226,25 @@ fn the_dimmer_skips_optional_work_before_the_gate_sheds() {
     let rise = w.dimmer_rise_ns.expect("the dimmer rises");
     assert!(w.first_refused_ns.is_none_or(|r| rise < r), "{w:?}");
 }
+
+/// With deadline propagation, on any preset and seed, no tier completes work after its
+/// caller gave up (each hop's deadline is its caller's minus the margin, and work stops
+/// there), and failing fast never loses a request that could have been served: every
+/// original still ends.
+#[test]
+fn no_work_for_dead_callers_on_any_seed() {
+    fn prop(seed: u64, pick: u8, keep_timeouts: bool) -> bool {
+        let presets = scenario::presets();
+        let base = &presets[pick as usize % presets.len()];
+        let mut sc = base.scaled(0.2, 0.2);
+        sc.seed = seed;
+        let p = if keep_timeouts { "gate+budget+deadlines-and-timeouts" } else { "gate+deadlines" };
+        let r = go(&sc, p);
+        let dead: u64 = r.rec.work.iter().map(|w| w.dead_caller_ns).sum();
+        let originals: u32 = r.rec.originals.iter().sum();
+        // Originals created in the last attempt-timeout of the run may still be open.
+        let ended = r.rec.outcomes.len() as f64;
+        dead == 0 && ended >= 0.9 * originals as f64
+    }
+    quickcheck::QuickCheck::new().tests(16).quickcheck(prop as fn(u64, u8, bool) -> bool);
+}
