@@ -551,6 +551,7 @@ pub fn retry_storm() -> Scenario {
             "gate+budget",
             "gate+budget+backoff",
             "gate+budget+deadlines",
+            "gate+budget+deadlines-and-timeouts",
         ]),
         degraded_capacity_per_s: Some(32.0 / 0.1),
     }
