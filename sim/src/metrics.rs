@@ -1,7 +1,7 @@
 //! What a run measured: per-bucket time series (for the plots) and every finished original
 //! request (for the summary).
 //!
-//! Definitions (issue 8):
+//! Definitions:
 //! - **offered load**: original requests created per second (retries excluded);
 //! - **goodput**: originals that succeeded, per second, counted when they succeed. An attempt
 //!   succeeds only if its response reaches the caller before the attempt's timeout (the
@@ -11,7 +11,7 @@
 //! - **retry amplification**: attempts that reached the most-loaded tier ÷ originals, both
 //!   counted from the trigger's start to the end of the run (1.0 = no retries; with retries
 //!   at 3 layers the deepest tier can see up to 4³ = 64×);
-//! - **per tenant** (issue 11, scenarios whose load names tenants): the originals of the
+//! - **per tenant** (scenarios whose load names tenants): the originals of the
 //!   steady and of the flooding tenants created during the trigger, per second, and the
 //!   share of them that succeeded (goodput as a share of offered load); attempts refused
 //!   over the run, per-key (429: `Reason::KeyLimit` / `KeyRate`) or global (503: any other

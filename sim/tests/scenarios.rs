@@ -1,4 +1,4 @@
-//! Scenario assertions as ranges (issue 8), on reduced runs so the suite stays fast in debug
+//! Scenario assertions as ranges, on reduced runs so the suite stays fast in debug
 //! builds: the stories are shortened in time and/or scaled down in load and capacity
 //! together (`Scenario::scaled`), which keeps utilisations, costs and timeouts.
 
