@@ -8,7 +8,7 @@
 //! purpose, ties broken by insertion order: a run is a pure function of (scenario,
 //! protection, seed).
 //!
-//! The five presets reproduce the classic cascades; `cargo run -p
+//! The presets reproduce the classic cascades (and a brownout); `cargo run -p
 //! surgeguard-sim` (= `make demo`) compares protections on them, prints one table and writes
 //! SVG plots to `docs/sim/`.
 

@@ -59,7 +59,12 @@ SCENARIOS
         s.push_str(&format!("    {n:<12} {d}\n"));
     }
     s.push_str("\nMETRICS\n");
-    for l in report::LEGEND.lines().chain(report::TENANT_LEGEND.lines()) {
+    for l in report::LEGEND
+        .lines()
+        .chain(report::BROWNOUT_LEGEND.lines())
+        .chain(report::WORK_LEGEND.lines())
+        .chain(report::TENANT_LEGEND.lines())
+    {
         s.push_str("  ");
         s.push_str(l);
         s.push('\n');
@@ -182,6 +187,20 @@ fn main() -> ExitCode {
     print!("{}", report::text(&all));
     println!();
     println!("{}", report::LEGEND);
+    let brown = report::brownout_text(&all);
+    if !brown.is_empty() {
+        println!("\nBrownout (optional work):\n");
+        print!("{brown}");
+        println!();
+        println!("{}", report::BROWNOUT_LEGEND);
+    }
+    let work = report::work_text(&all);
+    if !work.is_empty() {
+        println!("\nWhere the deepest tier's work went:\n");
+        print!("{work}");
+        println!();
+        println!("{}", report::WORK_LEGEND);
+    }
     let tenants = report::tenant_text(&all);
     if !tenants.is_empty() {
         println!("\nPer tenant:\n");
@@ -211,6 +230,22 @@ fn main() -> ExitCode {
         md.push_str("\n```text\n");
         md.push_str(report::LEGEND);
         md.push_str("\n```\n");
+        let brown = report::brownout_markdown(&all);
+        if !brown.is_empty() {
+            md.push_str("\n## Brownout: optional work and the dimmer\n\n");
+            md.push_str(&brown);
+            md.push_str("\n```text\n");
+            md.push_str(report::BROWNOUT_LEGEND);
+            md.push_str("\n```\n");
+        }
+        let work = report::work_markdown(&all);
+        if !work.is_empty() {
+            md.push_str("\n## Where the deepest tier's work went\n\n");
+            md.push_str(&work);
+            md.push_str("\n```text\n");
+            md.push_str(report::WORK_LEGEND);
+            md.push_str("\n```\n");
+        }
         let tenants = report::tenant_markdown(&all);
         if !tenants.is_empty() {
             md.push_str("\n## Per tenant\n\n");

@@ -1,7 +1,7 @@
 //! What a run measured: per-bucket time series (for the plots) and every finished original
 //! request (for the summary).
 //!
-//! Definitions (issue 8):
+//! Definitions:
 //! - **offered load**: original requests created per second (retries excluded);
 //! - **goodput**: originals that succeeded, per second, counted when they succeed. An attempt
 //!   succeeds only if its response reaches the caller before the attempt's timeout (the
@@ -11,7 +11,7 @@
 //! - **retry amplification**: attempts that reached the most-loaded tier ÷ originals, both
 //!   counted from the trigger's start to the end of the run (1.0 = no retries; with retries
 //!   at 3 layers the deepest tier can see up to 4³ = 64×);
-//! - **per tenant** (issue 11, scenarios whose load names tenants): the originals of the
+//! - **per tenant** (scenarios whose load names tenants): the originals of the
 //!   steady and of the flooding tenants created during the trigger, per second, and the
 //!   share of them that succeeded (goodput as a share of offered load); attempts refused
 //!   over the run, per-key (429: `Reason::KeyLimit` / `KeyRate`) or global (503: any other
@@ -27,6 +27,44 @@ pub const RECOVERY_WINDOW_NS: u64 = 1_000_000_000;
 /// Recovered = goodput at or above this share of the pre-trigger goodput (0.8: a 1 s window
 /// at 500 req/s is 4.5 standard deviations of Poisson noise away from it).
 pub const RECOVERED_SHARE: f64 = 0.8;
+
+/// Where one tier's worker time went, for the jobs that *started* during the trigger
+/// (nanoseconds of worker time, summed over hosts), and what its admission and callers
+/// turned away meanwhile.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct WorkStats {
+    /// Work that ended in a success its caller was still waiting for (the response
+    /// reached it before the attempt's timeout).
+    pub useful_ns: u64,
+    /// Work that succeeded after its caller had given up: done for a dead caller.
+    pub dead_caller_ns: u64,
+    /// Work that ended in a failure (a failure or timeout below this tier).
+    pub failed_ns: u64,
+    /// Work stopped mid-way because its caller's deadline passed (what was done before the
+    /// stop is lost too).
+    pub stopped_ns: u64,
+    /// Work not done thanks to those stops (the rest of each stopped job).
+    pub avoided_ns: u64,
+    /// Jobs whose deadline had passed when a worker picked them up, dropped unstarted.
+    pub dead_on_start: u64,
+    /// Attempts to this tier refused or dropped by its admission (503s).
+    pub refused: u64,
+    /// When the first of them was, ns.
+    pub first_refused_ns: Option<u64>,
+    /// When a worker first read the Gate's brownout dimmer at 0.1 or more, ns (Gate
+    /// policies with optional work; the dimmer is read whether or not it is obeyed).
+    pub dimmer_rise_ns: Option<u64>,
+    /// Attempts to this tier its callers did not send: the remaining budget was below the
+    /// tier's expected latency (fail fast).
+    pub failed_fast: u64,
+}
+
+impl WorkStats {
+    /// Worker time spent, every kind.
+    pub fn busy_ns(&self) -> u64 {
+        self.useful_ns + self.dead_caller_ns + self.failed_ns + self.stopped_ns
+    }
+}
 
 /// One finished original request.
 #[derive(Clone, Copy, Debug)]
@@ -68,6 +106,14 @@ pub struct Recorder {
     pub refused_anonymous: [u64; 2],
     /// Originals created per bucket, per tenant (`[tenant][bucket]`).
     pub originals_by_tenant: Vec<Vec<u32>>,
+    /// Where each tier's worker time went during the trigger (`[tier]`).
+    pub work: Vec<WorkStats>,
+    /// Jobs started during the trigger with optional work (`TierSpec::optional_cost`):
+    /// `[served, skipped]`.
+    pub optional: [u64; 2],
+    /// The brownout dimmer (`Gate::brownout`) of the watched tier, averaged over its live
+    /// hosts, at each bucket's end (NaN: the policy has none).
+    pub dimmer: Vec<f64>,
 }
 
 fn bump(v: &mut [u32], t: u64) {
@@ -91,6 +137,9 @@ impl Recorder {
             refused_by_tenant: Vec::new(),
             refused_anonymous: [0; 2],
             originals_by_tenant: Vec::new(),
+            work: vec![WorkStats::default(); tiers],
+            optional: [0; 2],
+            dimmer: vec![f64::NAN; n],
         }
     }
 

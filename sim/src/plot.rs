@@ -136,7 +136,7 @@ pub fn svg(sc: &Scenario, runs: &[RunResult]) -> String {
             .collect()
     };
     let flooding = sc.flooding_tenants();
-    let panels = [
+    let mut panels = vec![
         Panel {
             title:
                 "offered load at the first tier, req/s (attempts incl. retries; dashed: originals)",
@@ -175,6 +175,21 @@ pub fn svg(sc: &Scenario, runs: &[RunResult]) -> String {
             reference: None,
         },
     ];
+    if sc.tiers.iter().any(|t| t.optional_cost > 0.0) {
+        panels.push(Panel {
+            title: "brownout dimmer of the protected tier (Gate::brownout; optional work \
+                    is skipped with this probability under +dimmer)",
+            series: mk(&|r| {
+                r.rec
+                    .dimmer
+                    .chunks(MERGE)
+                    .map(|c| c.last().copied().filter(|x| x.is_finite()))
+                    .collect()
+            }),
+            log: false,
+            reference: None,
+        });
+    }
     let height = TOP + panels.len() as f64 * (PANEL_H + GAP) + 10.0;
     let plot_w = WIDTH - LEFT - RIGHT;
     let dur = sc.duration_s;

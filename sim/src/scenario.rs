@@ -1,5 +1,5 @@
 //! Scenarios: what the world looks like (load, tiers, callers, health checks) and what goes
-//! wrong when. Six presets reproduce classic overload cascades; any scenario can be loaded from JSON.
+//! wrong when. Seven presets reproduce classic overload cascades and a brownout; any scenario can be loaded from JSON.
 //!
 //! Times in files are seconds (`*_s`) or milliseconds (`*_ms`); the simulator runs in
 //! nanoseconds.
@@ -131,6 +131,11 @@ pub struct TierSpec {
     /// Capacity changes: the trigger.
     #[serde(default)]
     pub changes: Vec<TierChange>,
+    /// The optional part of each request's local work, as a fraction of `cost_ms` (0.3:
+    /// recommendations that add 30 %). Served unless the brownout dimmer of a `+dimmer`
+    /// protection says to skip it (with probability = the dimmer's value).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub optional_cost: f64,
 }
 
 /// A change in a tier during `span`: slower work, or a full stop (a pause).
@@ -188,6 +193,9 @@ fn unit() -> f64 {
 }
 fn probe_cost() -> f64 {
     0.5
+}
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 impl Scenario {
@@ -277,6 +285,9 @@ impl Scenario {
             }
             for ch in &t.changes {
                 finite_pos(ch.cost_factor, "cost_factor")?;
+            }
+            if !(t.optional_cost.is_finite() && (0.0..=10.0).contains(&t.optional_cost)) {
+                return Err(format!("tier {}: optional_cost must be in [0, 10]", t.name));
             }
         }
         if let Some(h) = &self.health {
@@ -463,6 +474,7 @@ pub fn busy_but_useless() -> Scenario {
             call: None,
             protect: true,
             changes: vec![TierChange { span: span(5.0, 25.0), cost_factor: 2.0, pause: false }],
+            optional_cost: 0.0,
         }],
         health: None,
         protections: protections(&[
@@ -495,6 +507,7 @@ pub fn retry_storm() -> Scenario {
         call: Some(caller(timeout_ms, 4)),
         protect: true,
         changes: Vec::new(),
+        optional_cost: 0.0,
     };
     Scenario {
         name: "retry-storm".into(),
@@ -524,6 +537,7 @@ pub fn retry_storm() -> Scenario {
                     cost_factor: 10.0,
                     pause: false,
                 }],
+                optional_cost: 0.0,
             },
         ],
         health: None,
@@ -536,6 +550,8 @@ pub fn retry_storm() -> Scenario {
             "gradient+budget",
             "gate+budget",
             "gate+budget+backoff",
+            "gate+budget+deadlines",
+            "gate+budget+deadlines-and-timeouts",
         ]),
         degraded_capacity_per_s: Some(32.0 / 0.1),
     }
@@ -567,6 +583,7 @@ pub fn metastable() -> Scenario {
                 call: Some(caller(1000.0, 1)),
                 protect: true,
                 changes: Vec::new(),
+                optional_cost: 0.0,
             },
             TierSpec {
                 name: "database".into(),
@@ -581,6 +598,7 @@ pub fn metastable() -> Scenario {
                     cost_factor: 10.0,
                     pause: false,
                 }],
+                optional_cost: 0.0,
             },
         ],
         health: Some(HealthSpec {
@@ -602,6 +620,7 @@ pub fn metastable() -> Scenario {
             "gate",
             "gate+budget",
             "gate+budget+breaker",
+            "gate+budget+deadlines",
         ]),
         // The slowed database is the bottleneck: 64 workers / 100 ms.
         degraded_capacity_per_s: Some(640.0),
@@ -657,6 +676,7 @@ pub fn priority_flood() -> Scenario {
             call: None,
             protect: true,
             changes: Vec::new(),
+            optional_cost: 0.0,
         }],
         health: None,
         protections: protections(&["none", "static", "aimd", "gradient", "gate", "gate+budget"]),
@@ -691,6 +711,7 @@ pub fn dependency_pause() -> Scenario {
                 call: Some(caller(500.0, 2)),
                 protect: true,
                 changes: Vec::new(),
+                optional_cost: 0.0,
             },
             TierSpec {
                 name: "database".into(),
@@ -701,6 +722,7 @@ pub fn dependency_pause() -> Scenario {
                 call: None,
                 protect: false,
                 changes: vec![TierChange { span: span(5.0, 15.0), cost_factor: 1.0, pause: true }],
+                optional_cost: 0.0,
             },
         ],
         health: None,
@@ -754,10 +776,56 @@ pub fn noisy_tenant() -> Scenario {
             call: None,
             protect: true,
             changes: Vec::new(),
+            optional_cost: 0.0,
         }],
         health: None,
         protections: protections(&["none", "gate", "keyed+gate"]),
         degraded_capacity_per_s: Some(1000.0),
+    }
+}
+
+/// Brownout (Klein et al., "Brownout: building more robust cloud applications", ICSE
+/// 2014): every response has an optional part (recommendations: 30 % more work) the
+/// application may skip. With everything served the API handles 1,923 req/s (50 workers of
+/// 26 ms), with nothing optional 2,500 req/s; a surge to 2,200 req/s for 15 s fits only if
+/// the optional part is dimmed. The degraded capacity is the one with everything served.
+pub fn brownout() -> Scenario {
+    Scenario {
+        name: "brownout".into(),
+        source:
+            "Klein et al., Brownout (ICSE 2014): optional content dimmed before requests are shed"
+                .into(),
+        description: "1,500 req/s to an API (50 workers, 20 ms + 30% optional work: 1,923 \
+                      req/s with everything served, 2,500 with nothing optional); a surge to \
+                      2,200 req/s for 15 s"
+            .into(),
+        seed: default_seed(),
+        duration_s: 30.0,
+        trigger: span(5.0, 20.0),
+        load: {
+            let mut l = priority_mix(1500.0, 0.1, 0.6);
+            for c in &mut l {
+                let r = c.rate_per_s * 2200.0 / 1500.0;
+                c.changes.push(RateChange { span: span(5.0, 20.0), rate_per_s: r });
+            }
+            l
+        },
+        client: caller(1000.0, 4),
+        client_processes: 1,
+        tiers: vec![TierSpec {
+            name: "api".into(),
+            hosts: 1,
+            workers: 50,
+            cost_ms: 20.0,
+            cost_shape: 2,
+            call: None,
+            protect: true,
+            changes: Vec::new(),
+            optional_cost: 0.3,
+        }],
+        health: None,
+        protections: protections(&["none", "static", "gate", "gate+dimmer"]),
+        degraded_capacity_per_s: Some(50.0 / 0.026),
     }
 }
 
@@ -770,6 +838,7 @@ pub fn presets() -> Vec<Scenario> {
         priority_flood(),
         dependency_pause(),
         noisy_tenant(),
+        brownout(),
     ]
 }
 

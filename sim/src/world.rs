@@ -4,6 +4,7 @@
 
 use std::collections::VecDeque;
 
+use surgeguard_core::deadline::{deadline_at, parse_grpc_timeout, HeaderFormat, HeaderValue};
 use surgeguard_core::keyed::{hash_key, is_per_key};
 use surgeguard_core::rng::{mix, SplitMix64};
 use surgeguard_core::{Outcome, Priority, Rejected};
@@ -20,6 +21,13 @@ const MS: u64 = 1_000_000;
 const SEC: u64 = 1_000_000_000;
 /// One-way network delay between any two parties.
 const NET_NS: u64 = 250_000;
+/// With deadline propagation, what a caller keeps back from its remaining budget when it
+/// writes the next hop's header: the response's way back and some slack (gRPC leaves the
+/// margin to the application; 1 ms covers the simulated network four times over).
+pub const DEADLINE_MARGIN_NS: u64 = MS;
+/// Weight of a new sample in a caller's estimate of its dependency's latency (an EWMA of
+/// the latencies of successful attempts).
+const LATENCY_EWMA: f64 = 0.05;
 
 fn ns(ms: f64) -> u64 {
     (ms * MS as f64).round() as u64
@@ -50,6 +58,8 @@ enum Ev {
     Probe { host: usize, epoch: u32 },
     /// A restarted host rejoins.
     HostUp { host: usize, epoch: u32 },
+    /// A job's caller deadline passes while its local work runs: stop it (deadlines).
+    Stop { job: Key },
     /// Gauges for the plots.
     Sample,
 }
@@ -78,14 +88,19 @@ struct Call {
     timeout: u64,
     pin: Option<usize>,
     tenant: Option<u16>,
+    /// The deadline the whole call must meet (the parent job's), with deadline propagation.
+    deadline: Option<u64>,
 }
 
 struct Attempt {
     call: Key,
     sent: u64,
+    /// When the caller gives up on this attempt.
     deadline: u64,
     settled: bool,
     token: u64,
+    /// The remaining budget as sent on the wire (`grpc-timeout`), with deadline propagation.
+    header: Option<HeaderValue>,
 }
 
 struct Job {
@@ -98,6 +113,12 @@ struct Job {
     permit: Option<Permit>,
     probe: bool,
     tenant: Option<u16>,
+    /// When the caller gives up (the attempt's timeout): judges whether work was useful.
+    caller_deadline: u64,
+    /// When a worker took it (0: not yet).
+    started: u64,
+    /// When its local work ends, once started.
+    local_done: u64,
 }
 
 struct Host {
@@ -110,12 +131,23 @@ struct Host {
     failures: u32,
     restarted_at: Option<u64>,
     wake_at: Option<u64>,
+    /// This host's estimate of its dependency's latency, ns (deadline propagation's
+    /// fail-fast test): an EWMA of successful attempts, from the nominal latency.
+    dep_latency_ns: f64,
+    /// This host's estimate of its own local work, ns (an EWMA of finished local work):
+    /// with deadlines, a worker does not start a job whose deadline is nearer.
+    work_ns: f64,
 }
 
 struct Tier {
     hosts: Vec<Host>,
     rr: usize,
     rng: SplitMix64,
+    /// The application's coin for skipping optional work (its own stream, so the work
+    /// draws are the same with and without the dimmer).
+    dim_rng: SplitMix64,
+    /// Optional work as a fraction of the local work.
+    optional: f64,
     protected: bool,
     workers: u32,
     cost_ns: f64,
@@ -138,6 +170,12 @@ pub struct RunResult {
     pub summary: Summary,
     /// Events processed (the run's cost).
     pub events: u64,
+    /// The scenario's tier names, outermost first (`rec.work` is indexed alike).
+    pub tiers: Vec<String>,
+    /// The tier the plots and the dimmer series watch (the protected bottleneck).
+    pub watched: usize,
+    /// The trigger `[start, end)`, ns.
+    pub trigger: (u64, u64),
 }
 
 /// One simulation run: a scenario under a protection.
@@ -165,6 +203,12 @@ pub struct World<'a> {
     tenant_keys: Vec<u64>,
     /// Whether each tenant floods (for the summary).
     flooding: Vec<bool>,
+    /// Deadline propagation is on.
+    deadlines: bool,
+    /// With deadlines, a hop keeps its own per-attempt timeout too.
+    keep_timeouts: bool,
+    /// The trigger, ns (work is accounted for the jobs started in it).
+    trigger: (u64, u64),
 }
 
 /// Seed of the tenant-name hash (a binding picks one at random at startup; here it derives
@@ -217,10 +261,18 @@ impl<'a> World<'a> {
                             failures: 0,
                             restarted_at: None,
                             wake_at: None,
+                            dep_latency_ns: if i + 1 < sc.tiers.len() {
+                                nominal_ns(sc, i + 1) + 2.0 * NET_NS as f64
+                            } else {
+                                0.0
+                            },
+                            work_ns: cost_ns,
                         })
                         .collect(),
                     rr: 0,
                     rng: stream(seed, 2, i as u64),
+                    dim_rng: stream(seed, 3, i as u64),
+                    optional: t.optional_cost,
                     protected: t.protect,
                     workers: t.workers,
                     cost_ns,
@@ -280,6 +332,9 @@ impl<'a> World<'a> {
                 .map(|t| hash_key(key_seed(seed), t.as_bytes()))
                 .collect(),
             flooding: sc.flooding_tenants(),
+            deadlines: prot.client.deadlines,
+            keep_timeouts: prot.client.keep_timeouts,
+            trigger: (secs(sc.trigger.start_s), secs(sc.trigger.end_s)),
         };
         for class in 0..sc.load.len() {
             w.schedule_arrival(class);
@@ -333,6 +388,9 @@ impl<'a> World<'a> {
             scenario: sc.name.clone(),
             protection: self.prot.name.clone(),
             events: self.q.processed(),
+            tiers: sc.tiers.iter().map(|t| t.name.clone()).collect(),
+            watched: self.watched,
+            trigger,
             rec: self.rec,
             summary,
         }
@@ -368,6 +426,7 @@ impl<'a> World<'a> {
             }
             Ev::Probe { host, epoch } => self.on_probe(host, epoch),
             Ev::HostUp { host, epoch } => self.on_host_up(host, epoch),
+            Ev::Stop { job } => self.stop_job(job),
             Ev::Sample => self.on_sample(),
         }
     }
@@ -407,8 +466,18 @@ impl World<'_> {
             timeout: ns(c.timeout_ms),
             pin: None,
             tenant: self.class_tenant[class],
+            deadline: None,
         });
         self.send_attempt(call);
+    }
+
+    /// The caller's estimate of the latency of the tier it calls (0: it has none, i.e. a
+    /// user or a probe: they carry no deadline of their own).
+    fn expected_latency(&self, caller: CallerRef) -> f64 {
+        match caller {
+            CallerRef::Host(t, h) => self.tiers[t].hosts[h].dep_latency_ns,
+            _ => 0.0,
+        }
     }
 
     fn policy(&mut self, caller: CallerRef) -> Option<&mut Box<dyn ClientPolicy>> {
@@ -424,7 +493,44 @@ impl World<'_> {
     fn send_attempt(&mut self, call_key: Key) {
         let now = self.now();
         let Some(call) = self.calls.get(call_key) else { return };
-        let caller = call.caller;
+        let (caller, tier, call_deadline) = (call.caller, call.tier, call.deadline);
+        let mut give_up = now + call.timeout;
+        let mut header = None;
+        if self.deadlines {
+            // The next hop gets what is left of the attempt's time minus the margin,
+            // formatted and parsed as on the wire (rounded down).
+            if let Some(d) = call_deadline {
+                // Google SRE book, "Addressing Cascading Failures": "rather than inventing a
+                // deadline when sending RPCs to backends, servers should employ deadline
+                // propagation" -- the call's deadline replaces the hop's own per-attempt
+                // timeout, unless the protection keeps both (the first to pass wins).
+                give_up = if self.keep_timeouts { give_up.min(d) } else { d };
+                let left = d.saturating_sub(now).saturating_sub(DEADLINE_MARGIN_NS);
+                if (left as f64) < self.expected_latency(caller) {
+                    // Fail fast: the budget left cannot cover the dependency's latency.
+                    if self.in_trigger(now) {
+                        self.rec.work[tier].failed_fast += 1;
+                    }
+                    self.complete_call(call_key, false);
+                    return;
+                }
+            }
+            match HeaderValue::of_deadline(
+                HeaderFormat::GrpcTimeout,
+                give_up,
+                now,
+                DEADLINE_MARGIN_NS,
+            ) {
+                Ok(h) => header = Some(h),
+                Err(_) => {
+                    if self.in_trigger(now) {
+                        self.rec.work[tier].failed_fast += 1;
+                    }
+                    self.complete_call(call_key, false);
+                    return;
+                }
+            }
+        }
         let token = match self.policy(caller).map(|p| p.before_attempt(now)) {
             Some(Err(_)) => {
                 // The breaker refused locally: the call fails at once, no retry.
@@ -436,16 +542,16 @@ impl World<'_> {
         };
         let call = self.calls.get_mut(call_key).expect("checked above");
         call.attempts += 1;
-        let (tier, timeout) = (call.tier, call.timeout);
         let attempt = self.attempts.insert(Attempt {
             call: call_key,
             sent: now,
-            deadline: now + timeout,
+            deadline: give_up,
             settled: false,
             token,
+            header,
         });
         self.rec.attempt(now, tier);
-        self.q.schedule(now + timeout, Ev::Timeout { attempt });
+        self.q.schedule(give_up, Ev::Timeout { attempt });
         self.q.schedule(now + NET_NS, Ev::Deliver { attempt });
     }
 
@@ -469,6 +575,10 @@ impl World<'_> {
         if ok {
             let (call, token, sent) = (a.call, a.token, a.sent);
             let caller = self.calls.get(call).map(|c| c.caller);
+            if let Some(CallerRef::Host(t, h)) = caller {
+                let e = &mut self.tiers[t].hosts[h].dep_latency_ns;
+                *e += LATENCY_EWMA * ((now - sent) as f64 - *e);
+            }
             if let Some(p) = caller.and_then(|c| self.policy(c)) {
                 p.after_attempt(now, token, AttemptResult::Success, now - sent);
             }
@@ -543,7 +653,17 @@ impl World<'_> {
     fn deliver(&mut self, attempt_key: Key) {
         let now = self.now();
         let Some(a) = self.attempts.get(attempt_key) else { return };
-        let deadline = a.deadline;
+        let caller_deadline = a.deadline;
+        // Without propagation the server knows its immediate caller's timeout (a request
+        // timeout configured to match); with it, the budget in the header, made absolute at
+        // arrival. A header that does not parse is ignored: the request has no deadline.
+        let deadline = match a.header {
+            Some(h) => parse_grpc_timeout(h.as_bytes())
+                .ok()
+                .and_then(|b| deadline_at(now, b).ok())
+                .unwrap_or(u64::MAX),
+            None => caller_deadline,
+        };
         let Some(call) = self.calls.get(a.call) else { return };
         let (tier, level, pin, tenant) = (call.tier, call.level, call.pin, call.tenant);
         let probe = matches!(call.parent, Parent::Probe { .. });
@@ -562,6 +682,9 @@ impl World<'_> {
             permit: None,
             probe,
             tenant,
+            caller_deadline,
+            started: 0,
+            local_done: 0,
         });
         let key = tenant.map(|t| self.tenant_keys[t as usize]);
         let h = &mut self.tiers[tier].hosts[host];
@@ -573,6 +696,11 @@ impl World<'_> {
             Admit::Wait => {}
             Admit::Reject(r) => {
                 self.jobs.remove(job);
+                if self.in_trigger(now) {
+                    let w = &mut self.rec.work[tier];
+                    w.refused += 1;
+                    w.first_refused_ns.get_or_insert(now);
+                }
                 self.rec.refused(tenant, is_per_key(r.reason));
                 self.respond(attempt_key, false, Some(r.retry_after));
                 return;
@@ -626,6 +754,12 @@ impl World<'_> {
 
     fn drop_job(&mut self, job: Key, r: Rejected) {
         if let Some(j) = self.jobs.remove(job) {
+            let now = self.now();
+            if self.in_trigger(now) {
+                let w = &mut self.rec.work[j.tier];
+                w.refused += 1;
+                w.first_refused_ns.get_or_insert(now);
+            }
             self.rec.refused(j.tenant, is_per_key(r.reason));
             self.respond(j.attempt, false, Some(r.retry_after));
         }
@@ -671,15 +805,60 @@ impl World<'_> {
         t + left
     }
 
+    /// Whether the work of a job started at `started` is accounted in [`WorkStats`].
+    fn in_trigger(&self, started: u64) -> bool {
+        started >= self.trigger.0 && started < self.trigger.1
+    }
+
     fn start_job(&mut self, key: Key) {
         let now = self.now();
         let Some(j) = self.jobs.get(key) else { return };
-        let (tier, host, probe) = (j.tier, j.host, j.probe);
-        let mean = if probe {
+        let (tier, host, probe, deadline) = (j.tier, j.host, j.probe, j.deadline);
+        if self.deadlines
+            && !probe
+            && now as f64 + self.tiers[tier].hosts[host].work_ns > deadline as f64
+        {
+            // The caller gives up before the work would be done (on average): drop it
+            // unstarted, as the Gate does at dequeue (the worker pool is a queue the Gate
+            // does not see when its limit is above the worker count).
+            let j = self.jobs.remove(key).expect("checked above");
+            if self.in_trigger(now) {
+                self.rec.work[tier].dead_on_start += 1;
+            }
+            let h = &mut self.tiers[tier].hosts[host];
+            if let Some(p) = j.permit {
+                h.admission.release(now, p, Outcome::Dropped);
+            }
+            h.busy -= 1;
+            // The freed permit and worker go to the next job at once (a wake-up, not a
+            // nested pump).
+            let epoch = h.epoch;
+            self.q.schedule(now, Ev::Wake { tier, host, epoch });
+            self.respond(j.attempt, false, None);
+            return;
+        }
+        let mut mean = if probe {
             ns(self.sc.health.as_ref().map_or(0.5, |h| h.probe_cost_ms)) as f64
         } else {
             self.tiers[tier].cost_ns * self.cost_factor(tier, host, now)
         };
+        if !probe && self.tiers[tier].optional > 0.0 {
+            // The application serves the optional part with probability 1 - d. The
+            // dimmer is read either way (reading never changes the Gate's decisions).
+            let dimmer = self.tiers[tier].hosts[host].admission.brownout(now);
+            if dimmer.is_some_and(|d| d >= 0.1) && self.in_trigger(now) {
+                self.rec.work[tier].dimmer_rise_ns.get_or_insert(now);
+            }
+            let d = if self.prot.dimmer { dimmer.unwrap_or(0.0) } else { 0.0 };
+            let t = &mut self.tiers[tier];
+            let serve = t.dim_rng.next_f64() >= d;
+            if serve {
+                mean *= 1.0 + t.optional;
+            }
+            if self.in_trigger(now) {
+                self.rec.optional[usize::from(!serve)] += 1;
+            }
+        }
         let t = &mut self.tiers[tier];
         let mut sum = 0.0;
         for _ in 0..t.shape {
@@ -687,13 +866,52 @@ impl World<'_> {
         }
         let dur = (mean * sum / t.shape as f64) as u64;
         let done = self.finish_time(tier, now, dur.max(1));
+        if let Some(j) = self.jobs.get_mut(key) {
+            j.started = now;
+            j.local_done = done;
+        }
+        if self.deadlines && !probe && done > deadline {
+            // Checked cooperatively in real code (a context's cancellation); here the work
+            // stops at the deadline.
+            self.q.schedule(deadline, Ev::Stop { job: key });
+        }
         self.q.schedule(done, Ev::LocalDone { job: key });
+    }
+
+    /// The caller's deadline passed during the job's local work: stop it.
+    fn stop_job(&mut self, key: Key) {
+        let now = self.now();
+        let Some(j) = self.jobs.get(key) else { return };
+        if now >= j.local_done {
+            return;
+        }
+        let j = self.jobs.remove(key).expect("checked above");
+        let h = &mut self.tiers[j.tier].hosts[j.host];
+        if h.epoch != j.epoch {
+            return;
+        }
+        if let Some(p) = j.permit {
+            h.admission.release(now, p, Outcome::Dropped);
+        }
+        h.busy -= 1;
+        if self.in_trigger(j.started) {
+            let w = &mut self.rec.work[j.tier];
+            w.stopped_ns += now - j.started;
+            w.avoided_ns += j.local_done - now;
+        }
+        self.respond(j.attempt, false, None);
+        self.pump(j.tier, j.host);
     }
 
     fn on_local_done(&mut self, key: Key) {
         let Some(j) = self.jobs.get(key) else { return };
-        let (tier, host, epoch, level, probe, tenant) =
-            (j.tier, j.host, j.epoch, j.level, j.probe, j.tenant);
+        if !j.probe {
+            let now = self.now();
+            let h = &mut self.tiers[j.tier].hosts[j.host];
+            h.work_ns += LATENCY_EWMA * ((now - j.started) as f64 - h.work_ns);
+        }
+        let (tier, host, epoch, level, probe, tenant, deadline) =
+            (j.tier, j.host, j.epoch, j.level, j.probe, j.tenant, j.deadline);
         if self.tiers[tier].hosts[host].epoch != epoch {
             self.jobs.remove(key); // the host restarted under it
             return;
@@ -712,6 +930,7 @@ impl World<'_> {
                     timeout: ns(c.timeout_ms),
                     pin: None,
                     tenant,
+                    deadline: (self.deadlines && deadline != u64::MAX).then_some(deadline),
                 });
                 self.send_attempt(call);
             }
@@ -723,6 +942,17 @@ impl World<'_> {
         let now = self.now();
         let Some(j) = self.jobs.remove(key) else { return };
         let (tier, host) = (j.tier, j.host);
+        if !j.probe && self.in_trigger(j.started) {
+            let work = now - j.started;
+            let w = &mut self.rec.work[tier];
+            if !ok {
+                w.failed_ns += work;
+            } else if now + NET_NS <= j.caller_deadline {
+                w.useful_ns += work;
+            } else {
+                w.dead_caller_ns += work;
+            }
+        }
         let h = &mut self.tiers[tier].hosts[host];
         if h.epoch != j.epoch {
             return;
@@ -764,6 +994,7 @@ impl World<'_> {
             timeout,
             pin: Some(host),
             tenant: None,
+            deadline: None,
         });
         self.send_attempt(call);
     }
@@ -822,13 +1053,23 @@ impl World<'_> {
         let t = &self.tiers[self.watched];
         let mut limit = None;
         let mut waiting = 0u32;
+        let (mut dim, mut dims) = (0.0, 0u32);
         for h in t.hosts.iter().filter(|h| h.up) {
             if let Some(l) = h.admission.limit() {
                 *limit.get_or_insert(0.0) += l;
             }
+            if let Some(d) = h.admission.brownout(now) {
+                dim += d;
+                dims += 1;
+            }
             waiting += (h.admission.waiting() + h.fifo.len()) as u32;
         }
         self.rec.sample(now, limit, waiting);
+        if let Some(x) = self.rec.dimmer.get_mut((now / BUCKET_NS) as usize) {
+            if dims > 0 {
+                *x = dim / dims as f64;
+            }
+        }
         let _ = self.seed;
         self.q.schedule(now + BUCKET_NS, Ev::Sample);
     }

@@ -1,4 +1,4 @@
-//! Scenario assertions as ranges (issue 8), on reduced runs so the suite stays fast in debug
+//! Scenario assertions as ranges, on reduced runs so the suite stays fast in debug
 //! builds: the stories are shortened in time and/or scaled down in load and capacity
 //! together (`Scenario::scaled`), which keeps utilisations, costs and timeouts.
 
@@ -163,4 +163,88 @@ fn scenario_files_load_and_run() {
     let r = go(&sc.scaled(0.2, 0.2), "static");
     assert!(r.summary.goodput_before > 0.0);
     let _ = S;
+}
+
+#[test]
+fn deadline_propagation_spends_no_work_on_callers_that_gave_up() {
+    // Half the length and the load (the database keeps 16 workers of 100 ms in the trigger).
+    let sc = scenario::retry_storm().scaled(0.5, 0.5);
+    let db = sc.tiers.len() - 1;
+    let plain = go(&sc, SG);
+    let dl = go(&sc, "gate+budget+deadlines");
+    // Without propagation the database finishes work for callers that have timed out.
+    let wasted = plain.rec.work[db].dead_caller_ns as f64 / plain.rec.work[db].busy_ns() as f64;
+    assert!(wasted >= 0.2, "gate+budget: {wasted:.2} of the database's time for dead callers");
+    // With it, no tier ever completes work after its caller gave up: each hop's deadline
+    // is its caller's minus the margin, and work stops there.
+    for (t, w) in dl.rec.work.iter().enumerate() {
+        assert_eq!(w.dead_caller_ns, 0, "tier {t}: {w:?}");
+    }
+    let cap = sc.degraded_capacity();
+    let (g0, g1) = (plain.summary.goodput_trigger, dl.summary.goodput_trigger);
+    eprintln!("goodput {g0:.0} -> {g1:.0} of {cap:.0}; {:?}", dl.summary.success_trigger);
+    assert!(g1 >= 0.8 * cap && g1 >= g0 + 0.2 * cap, "goodput {g0} -> {g1} of {cap}");
+    let critical = dl.summary.success_trigger[0].unwrap();
+    assert!(critical >= 0.97, "critical success {critical}");
+}
+
+#[test]
+fn priority_flood_keeps_the_gate_at_capacity() {
+    // The Gate's shares are guarantees held back while a level is active: a critical share
+    // above critical's traffic would idle slots while the flood queues.
+    let sc = scenario::priority_flood().scaled(0.4, 0.5);
+    let r = go(&sc, "gate");
+    let cap = sc.degraded_capacity();
+    let g = r.summary.goodput_trigger;
+    assert!(g >= 0.98 * cap, "goodput {g} vs capacity {cap}");
+    assert!(r.summary.success_trigger[0].unwrap() >= 0.99);
+}
+
+#[test]
+fn the_dimmer_skips_optional_work_before_the_gate_sheds() {
+    // 0.4 of the length, half the load and workers: the surge is [2 s, 8 s).
+    let sc = scenario::brownout().scaled(0.4, 0.5);
+    let cap = sc.degraded_capacity();
+    let gate = go(&sc, "gate");
+    let dim = go(&sc, "gate+dimmer");
+    let served = |r: &RunResult| {
+        let [s, k] = r.rec.optional;
+        s as f64 / (s + k) as f64
+    };
+    // Gate alone serves every optional part and has to shed requests instead.
+    assert_eq!(served(&gate), 1.0);
+    let (g0, g1) = (gate.summary.goodput_trigger, dim.summary.goodput_trigger);
+    assert!(g0 <= 1.02 * cap, "gate alone: goodput {g0} vs full-content capacity {cap}");
+    // With the dimmer the optional parts give way: more requests served, sooner.
+    assert!(served(&dim) <= 0.6, "optional served {}", served(&dim));
+    assert!(g1 >= 1.08 * cap, "gate+dimmer: goodput {g1} vs {cap}");
+    let (p0, p1) = (gate.summary.p99_trigger_ms.unwrap(), dim.summary.p99_trigger_ms.unwrap());
+    assert!(p1 < 0.5 * p0, "p99 {p0} -> {p1} ms");
+    assert!(dim.rec.work[0].refused * 5 < gate.rec.work[0].refused);
+    // The dimmer rises before the gate's first refusal (it reads the same gate in both).
+    let w = &gate.rec.work[0];
+    let rise = w.dimmer_rise_ns.expect("the dimmer rises");
+    assert!(w.first_refused_ns.is_none_or(|r| rise < r), "{w:?}");
+}
+
+/// With deadline propagation, on any preset and seed, no tier completes work after its
+/// caller gave up (each hop's deadline is its caller's minus the margin, and work stops
+/// there), and failing fast never loses a request that could have been served: every
+/// original still ends.
+#[test]
+fn no_work_for_dead_callers_on_any_seed() {
+    fn prop(seed: u64, pick: u8, keep_timeouts: bool) -> bool {
+        let presets = scenario::presets();
+        let base = &presets[pick as usize % presets.len()];
+        let mut sc = base.scaled(0.2, 0.2);
+        sc.seed = seed;
+        let p = if keep_timeouts { "gate+budget+deadlines-and-timeouts" } else { "gate+deadlines" };
+        let r = go(&sc, p);
+        let dead: u64 = r.rec.work.iter().map(|w| w.dead_caller_ns).sum();
+        let originals: u32 = r.rec.originals.iter().sum();
+        // Originals created in the last attempt-timeout of the run may still be open.
+        let ended = r.rec.outcomes.len() as f64;
+        dead == 0 && ended >= 0.9 * originals as f64
+    }
+    quickcheck::QuickCheck::new().tests(16).quickcheck(prop as fn(u64, u8, bool) -> bool);
 }
