@@ -225,8 +225,12 @@ impl Permit {
                 "acquire_async() returns an async context manager: use `async with`"
             }));
         }
-        // A permit from try_acquire(): entering it just opens the block.
-        if this.cas(st::HELD, st::IN_BLOCK).is_ok() {
+        // A permit from try_acquire(): entering it just opens the block. One load picks
+        // the transition to try, so the common case (a permit from acquire(), PENDING)
+        // pays one compare-and-swap, not a failed one first; each CAS re-checks the state.
+        if this.state.load(Ordering::Acquire) == st::HELD
+            && this.cas(st::HELD, st::IN_BLOCK).is_ok()
+        {
             return Ok(None);
         }
         if let Err(s) = this.cas(st::PENDING, st::WAITING) {

@@ -218,3 +218,23 @@ def test_thread_stress_invariants():
     assert (m["binding_waiters"], m["binding_orphans"]) == (0, 0)
     lm = m["limiter"]
     assert lm["successes"] + lm["drops"] + lm["ignored"] == lm["admitted"] == outcomes["ok"]
+
+
+def test_a_held_permit_is_entered_once_and_released_on_exit():
+    # A permit from try_acquire() holds its slot already: entering opens the block, leaving
+    # releases it; a second entry (or an entry of a pending permit that was entered) fails.
+    g = sg.Gate(limit=2)
+    p = g.try_acquire()
+    assert p.held and g.inflight == 1
+    with p:
+        assert g.inflight == 1
+    assert not p.held and p.outcome == "success" and g.inflight == 0
+    with pytest.raises(RuntimeError):
+        with p:
+            pass
+    q = g.acquire()
+    with q:
+        assert q.held and g.inflight == 1
+        with pytest.raises(RuntimeError):
+            q.__enter__()
+    assert g.inflight == 0

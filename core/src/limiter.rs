@@ -680,6 +680,23 @@ impl Limiter {
         now
     }
 
+    /// The clamp of a structure built around this limiter that takes its time from the
+    /// limiter's record instead of keeping a clock word of its own (the
+    /// [`Gate`](crate::gate::Gate)): `max(now, recorded time)`, recording `now` at most once
+    /// per [`CLOCK_GRANULARITY`] like the admission path; the recorded time for a `now`
+    /// above [`MAX_NOW`] (which records nothing). A load, and a rare `fetch_max`.
+    #[inline(always)]
+    pub(crate) fn observe_time(&self, now: u64) -> u64 {
+        let latest = self.clock.latest();
+        if now > MAX_NOW {
+            return latest;
+        }
+        if now >= latest.saturating_add(CLOCK_GRANULARITY) {
+            self.clock.observe(now);
+        }
+        now.max(latest)
+    }
+
     /// The latest time this limiter has recorded. It trails the latest accepted `now` it
     /// was given by less than 1 ms (the clock is written once per millisecond at most); a
     /// `now` above [`MAX_NOW`] acts at this time.

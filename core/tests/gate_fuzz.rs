@@ -6,8 +6,8 @@
 //! foreign permits, bad static limits.
 //!
 //! Two gates with the same config run side by side: `x` gets every op as generated, `y`
-//! the same ops with the bad input taken out (a bad `now` replaced by the latest `now`
-//! the gates have seen, which is what the rule says the call acts at; a refused call
+//! the same ops with the bad input taken out (a bad `now` replaced by the time the gates
+//! have recorded, which is what the rule says the call acts at; a refused call
 //! left out). After every step the two must agree on each decision, on every event, and
 //! on the whole metrics snapshot — so bad input changes nothing and never moves the
 //! clock. On `x` the invariants are checked: no panic, the exact in-flight bound at every
@@ -234,7 +234,9 @@ struct Pair {
     fate: Vec<Fate>,
     /// Permits held, in the same order for both gates.
     permits: Vec<(RawPermit, RawPermit)>,
-    /// The harness clock, and the latest `now` given to the gates.
+    /// The harness clock, and the time the gates have recorded: the gate records an
+    /// accepted `now` at most once per millisecond (when it is at least 1 ms past the
+    /// time recorded), so this trails the latest `now` given by less than 1 ms.
     now: u64,
     latest: u64,
 }
@@ -244,9 +246,16 @@ impl Pair {
         match bad {
             Some(BadNow(b)) => (b, self.latest),
             None => {
-                self.latest = self.latest.max(self.now);
+                self.record();
                 (self.now, self.now)
             }
+        }
+    }
+
+    /// The rule of the gate's clock for an accepted `now` (`self.now`).
+    fn record(&mut self) {
+        if self.now >= self.latest + MS {
+            self.latest = self.now;
         }
     }
 
@@ -486,7 +495,7 @@ fn run(params: Params, ops: Vec<Op>) -> bool {
         if p.x.waiting_total() == 0 {
             break;
         }
-        p.latest = p.latest.max(p.now);
+        p.record();
         let (n, n2) = (p.now, p.now);
         p.poll(n, n2, 8);
         p.same(&Op::Poll { buf: 8, bad: None });

@@ -557,8 +557,11 @@ pub fn run(params: Params, ops: Vec<Op>) -> bool {
                 m.now += 1; // distinct arrival times make "oldest" unambiguous
                 let now = match op {
                     Op::BadArrive { bad_now, .. } => {
-                        // The gate's latest time becomes `m.now` (a call that only reads
-                        // the clock); the bad `now` must then act at it.
+                        // The gate records a time at most once per millisecond (it trails
+                        // the latest `now` by less than 1 ms): after a millisecond passes,
+                        // a call that only reads the clock makes `m.now` its recorded
+                        // time, and the bad `now` must then act at it.
+                        m.now += MS;
                         gate.next_wakeup(m.now);
                         bad_now
                     }
@@ -652,7 +655,13 @@ pub fn run(params: Params, ops: Vec<Op>) -> bool {
             },
             Op::Poll | Op::BadPoll { .. } => {
                 let now = match op {
-                    Op::BadPoll { bad_now } => bad_now, // acts at the gate's latest: m.now
+                    Op::BadPoll { bad_now } => {
+                        // As for `BadArrive`: a millisecond passes and the gate records
+                        // `m.now`; the bad `now` acts at it.
+                        m.now += MS;
+                        gate.next_wakeup(m.now);
+                        bad_now
+                    }
                     _ => m.now,
                 };
                 let want = m.poll();
