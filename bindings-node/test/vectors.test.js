@@ -181,6 +181,8 @@ async function replayGate (sc) {
         got.limit = gate.limit
         got.shed_level = gate.shedLevel
         same(name, i, 'check', exp, got)
+      } else if (st.op === 'brownout') {
+        same(name, i, 'brownout', exp, { dimmer: gate.brownout(at(st.now)) })
       } else {
         throw new Mismatch(`scenario ${name} step ${i}: unknown gate op ${st.op}`)
       }
@@ -440,6 +442,34 @@ function replayFlow (sc) {
   return sc.steps.length
 }
 
+/** Deadline headers through the addon's functions (values as Buffers, and as strings when
+ * they are valid UTF-8); budgets in ms, deadlines as BigInt ns. */
+function replayDeadline (sc) {
+  const N = require('../lib/native')
+  const name = sc.name
+  for (const [i, st] of sc.steps.entries()) {
+    let got
+    let exp = st.expect
+    if (st.op === 'parse') {
+      const bytes = Buffer.from(st.value_hex, 'hex')
+      const r = N.parseDeadlineHeader(st.name, bytes)
+      got = r.ignored === null ? { budget: r.budgetMs } : { ignored: r.ignored }
+      if ('budget' in exp) exp = { budget: ms(exp.budget) }
+      const text = bytes.toString('utf8')
+      if (Buffer.from(text, 'utf8').equals(bytes)) same(name, i, 'parse (string)', r, N.parseDeadlineHeader(st.name, text))
+    } else if (st.op === 'at') {
+      got = { deadline: N.deadlineAt(ms(st.budget), BigInt(st.now)) }
+      exp = { deadline: BigInt(exp.deadline) }
+    } else if (st.op === 'format') {
+      got = { value: N.formatDeadlineHeader(st.name, BigInt(st.deadline), ms(st.margin), BigInt(st.now)) }
+    } else {
+      throw new Mismatch(`scenario ${name} step ${i}: unknown deadline op ${st.op}`)
+    }
+    same(name, i, st.op, exp, got)
+  }
+  return sc.steps.length
+}
+
 test('the vectors file: format, version, size', () => {
   assert.equal(DOC.format, 'surgeguard-vectors')
   assert.equal(DOC.version, 1)
@@ -460,6 +490,7 @@ for (const sc of DOC.scenarios) {
     let n
     try {
       if (sc.kind === 'gate') n = await replayGate(sc)
+      else if (sc.kind === 'deadline') n = replayDeadline(sc)
       else if (FLOW_KINDS.includes(sc.kind)) n = replayFlow(sc)
       else n = replaySimple(sc)
     } catch (e) {
@@ -482,6 +513,20 @@ test('a changed expectation is caught', () => {
   const sc = JSON.parse(JSON.stringify(DOC.scenarios[0]))
   sc.steps[3].expect = { ok: 'tampered' }
   assert.throws(() => replaySimple(sc), /step 3/)
+})
+
+test('a changed deadline or dimmer expectation is caught', async () => {
+  for (const sc0 of DOC.scenarios.filter((s) => s.kind === 'deadline')) {
+    const sc = JSON.parse(JSON.stringify(sc0))
+    const e = sc.steps[5].expect
+    const k = Object.keys(e)[0]
+    e[k] = typeof e[k] === 'number' ? e[k] + 1 : typeof e[k] === 'string' && /^\d+$/.test(e[k]) ? String(BigInt(e[k]) + 1n) : 'tampered'
+    assert.throws(() => replayDeadline(sc), /step 5 /)
+  }
+  const sc = JSON.parse(JSON.stringify(DOC.scenarios.find((s) => s.name === 'gate_brownout_ramp')))
+  const i = sc.steps.findLastIndex((st) => st.op === 'brownout' && st.expect.dimmer > 0 && st.expect.dimmer < 1)
+  sc.steps[i].expect.dimmer += 1e-12
+  await assert.rejects(replayGate(sc), new RegExp(`step ${i} `))
 })
 
 for (const kind of FLOW_KINDS) {

@@ -101,7 +101,12 @@ pub fn format_deadline_header(
     now_ns: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Option<String>> {
     let name = name_arg(name)?.to_cow()?;
-    let deadline = uint_arg("deadline_ns", deadline_ns, MAX_NOW)?;
+    let deadline = uint_arg("deadline_ns", deadline_ns, u64::MAX)?;
+    if deadline > MAX_NOW {
+        return Err(PyValueError::new_err(format!(
+            "deadline_ns must be at most 2**62, got {deadline} (no deadline: send no header)"
+        )));
+    }
     let margin = match margin_ns.filter(|v| !v.is_none()) {
         Some(v) => uint_arg("margin_ns", v, u64::MAX)?,
         None => 0,

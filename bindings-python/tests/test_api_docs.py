@@ -55,7 +55,7 @@ def test_stubs_cover_the_native_module():
         elif isinstance(node, ast.FunctionDef):
             stub_names[node.name] = None
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            stub_names[node.target.id] = None  # a module constant
+            stub_names[node.target.id] = None  # a module constant (`NAME: int`)
     runtime = {n for n in dir(native) if not n.startswith("__")}
     assert runtime <= set(stub_names) | {"Priority"}, runtime - set(stub_names)
     for cls_name, members in stub_names.items():

@@ -172,6 +172,8 @@ def replay_gate(sc: dict[str, Any]) -> int:
                 got["limit"] = gate.limit
                 got["inflight"] = gate.inflight
                 same(name, i, "check", exp, got)
+            elif op == "brownout":
+                same(name, i, "brownout", exp, {"dimmer": gate.brownout(now_ns=st["now"])})
             else:
                 raise Mismatch(f"scenario {name} step {i}: unknown gate op {op}")
     finally:
@@ -452,6 +454,33 @@ def replay_flow(sc: dict[str, Any]) -> int:
 
 FLOW_KINDS = ("credits", "lag_meter", "watermarks", "paced_drain", "keyed")
 
+def replay_deadline(sc: dict[str, Any]) -> int:
+    """Deadline headers through the native functions (values arrive as bytes)."""
+    from surgeguard import _native as n
+
+    name = sc["name"]
+    for i, st in enumerate(sc["steps"]):
+        op, exp = st["op"], st["expect"]
+        if op == "parse":
+            budget, ignored = n.parse_deadline_header(st["name"], bytes.fromhex(st["value_hex"]))
+            got: dict[str, Any] = {"budget": budget} if ignored is None else {"ignored": ignored}
+            # A str value gives the same answer when it is text.
+            try:
+                text = bytes.fromhex(st["value_hex"]).decode("utf-8")
+            except UnicodeDecodeError:
+                text = None
+            if text is not None:
+                same(name, i, "parse (str)", (budget, ignored), n.parse_deadline_header(st["name"], text))
+        elif op == "at":
+            got = {"deadline": n.deadline_at(st["budget"], now_ns=st["now"])}
+        elif op == "format":
+            got = {"value": n.format_deadline_header(st["name"], st["deadline"], st["margin"], now_ns=st["now"])}
+        else:
+            raise Mismatch(f"scenario {name} step {i}: unknown deadline op {op}")
+        same(name, i, op, exp, got)
+    return len(sc["steps"])
+
+
 DOC = json.loads(VECTORS.read_text())
 
 
@@ -504,6 +533,8 @@ def test_vectors(sc: dict[str, Any]) -> None:
         pytest.skip("every step is at an out-of-range time")
     if sc["kind"] == "gate":
         n = replay_gate(sc)
+    elif sc["kind"] == "deadline":
+        n = replay_deadline(sc)
     elif sc["kind"] in FLOW_KINDS:
         n = replay_flow(sc)
     else:
@@ -516,6 +547,22 @@ def test_a_changed_expectation_is_caught() -> None:
     sc["steps"][3]["expect"] = {"ok": "tampered"}
     with pytest.raises(Mismatch, match="step 3"):
         replay_simple(sc)
+
+
+def test_a_changed_expectation_of_a_deadline_is_caught() -> None:
+    for sc in (s for s in DOC["scenarios"] if s["kind"] == "deadline"):
+        sc = json.loads(json.dumps(sc))
+        sc["steps"][5]["expect"] = {"budget": 7} if "ignored" in sc["steps"][5]["expect"] else {"ignored": "negative"}
+        with pytest.raises(Mismatch, match="step 5 "):
+            replay_deadline(sc)
+
+
+def test_a_changed_dimmer_is_caught() -> None:
+    sc = json.loads(json.dumps(next(s for s in DOC["scenarios"] if s["name"] == "gate_brownout_ramp")))
+    i = max(i for i, st in enumerate(sc["steps"]) if st["op"] == "brownout" and 0 < st["expect"]["dimmer"] < 1)
+    sc["steps"][i]["expect"]["dimmer"] += 1e-12
+    with pytest.raises(Mismatch, match=f"step {i} "):
+        replay_gate(sc)
 
 
 @pytest.mark.parametrize("kind", FLOW_KINDS)

@@ -83,7 +83,9 @@ impl Arbitrary for Value {
         let mut v: Vec<u8> = (0..len).map(|_| *g.choose(ALPHABET).unwrap()).collect();
         if bool::arbitrary(g) {
             // Often a well-formed number, so every outcome is reached.
-            v = format!("{}", u64::arbitrary(g) % 10_000_000).into_bytes();
+            // 1 to 10 digits (8 is gRPC's limit), leading zeros included.
+            let digits = 1 + usize::arbitrary(g) % 10;
+            v = (0..digits).map(|_| b'0' + u8::arbitrary(g) % 10).collect();
             if bool::arbitrary(g) {
                 v.push(*g.choose(b"HMSmun").unwrap());
             }

@@ -213,6 +213,7 @@ static uint64_t *acquired;   /* breaker: the acquire's now, by step index */
 static uint64_t *tickets;    /* gate: the ticket of an arrive step */
 static bool *queued;         /* gate: that ticket still waits */
 static size_t nsteps;
+static bool deadline_kind;
 
 static void build(void) {
     permits = calloc(nsteps + 1, sizeof *permits);
@@ -350,6 +351,8 @@ static void build(void) {
         c.rate_per_second = is_null(r) ? 0.0 : to_f(r); /* 0: no rate */
         c.rate_burst = (uint32_t)cfg_u("rate_burst");
         ok(sg_keyed_new(&c, &keyed), "sg_keyed_new");
+    } else if (strcmp(kind, "deadline") == 0) {
+        deadline_kind = true; /* pure functions: no object */
     } else {
         die("scenario", "kind", "a known kind", kind);
     }
@@ -373,6 +376,7 @@ static void teardown(void) {
     lim = NULL, gate = NULL, budget = NULL, token = NULL, adaptive = NULL, backoff = NULL;
     breaker = NULL, rate = NULL, credits = NULL, lagm = NULL, wm = NULL, drain = NULL;
     keyed = NULL;
+    deadline_kind = false;
     free(permits), free(acquired), free(tickets), free(queued);
     permits = NULL, acquired = NULL, tickets = NULL, queued = NULL;
 }
@@ -438,10 +442,64 @@ static void gate_poll(uint64_t now) {
     chk_s("events", nev ? out : "-");
 }
 
+/* Header values are hex in the vectors (any byte, spaces included). */
+static size_t unhex(const char *h, uint8_t *out, size_t cap) {
+    size_t n = strlen(h) / 2;
+    if (n > cap) die("field", "value_hex", "a short value", h);
+    for (size_t k = 0; k < n; k++) {
+        unsigned b = 0;
+        if (sscanf(h + 2 * k, "%2x", &b) != 1) die("field", "value_hex", "hex", h);
+        out[k] = (uint8_t)b;
+    }
+    return n;
+}
+
+static void deadline_step(const char *op) {
+    const char *name = find(args, nargs, "name");
+    size_t name_len = name ? strlen(name) : 0;
+    if (strcmp(op, "parse") == 0) {
+        uint8_t value[128];
+        size_t len = unhex(need(args, nargs, "value_hex"), value, sizeof value);
+        uint64_t budget = 0;
+        uint32_t reason = 0;
+        sg_status st = sg_deadline_parse((const uint8_t *)name, name_len, value, len, &budget, &reason);
+        if (st == SG_OK) {
+            chk_u("budget", budget);
+        } else if (st == SG_IGNORED) {
+            chk_s("ignored", sg_deadline_reason_str(reason));
+        } else {
+            die("call", "sg_deadline_parse", "ok or ignored", sg_status_str(st));
+        }
+    } else if (strcmp(op, "at") == 0) {
+        uint64_t d = 0;
+        ok(sg_deadline_at(arg_u("now"), arg_u("budget"), &d), "sg_deadline_at");
+        chk_u("deadline", d);
+    } else if (strcmp(op, "format") == 0) {
+        char buf[SG_DEADLINE_BUF_LEN];
+        size_t n = 0;
+        sg_status st = sg_deadline_format((const uint8_t *)name, name_len, arg_u("deadline"), arg_u("now"),
+                                          arg_u("margin"), buf, sizeof buf, &n);
+        if (st == SG_OK) {
+            if (strlen(buf) != n) die("field", "value", "NUL-terminated", buf);
+            chk_s("value", buf);
+        } else if (st == SG_EXHAUSTED) {
+            chk_s("value", "null");
+        } else {
+            die("call", "sg_deadline_format", "ok or exhausted", sg_status_str(st));
+        }
+    } else {
+        die("op", op, "a deadline op", op);
+    }
+}
+
 static void run_step(const char *op) {
     sg_rejection rej;
     memset(&rej, 0, sizeof rej);
     size_t i = (size_t)step_no;
+    if (deadline_kind) {
+        deadline_step(op);
+        return;
+    }
     if (lim) {
         if (strcmp(op, "acquire") == 0) {
             chk_rej(sg_limiter_try_acquire(lim, arg_u("now"), (uint32_t)arg_u("level"), &permits[i], &rej), &rej);
@@ -527,6 +585,10 @@ static void run_step(const char *op) {
             chk_u("queue_full", m.queue_full);
             chk_u("deadline_unmeetable", m.deadline_unmeetable);
             chk_u("aged", m.aged);
+        } else if (strcmp(op, "brownout") == 0) {
+            double d = -1.0;
+            ok(sg_gate_brownout(gate, arg_u("now"), &d), "brownout");
+            chk_f("dimmer", d);
         } else {
             die("op", op, "a gate op", op);
         }

@@ -126,7 +126,7 @@ tamper() {
         tests/vectors/vectors.txt >"$t"
     ! cmp -s "$t" tests/vectors/vectors.txt && ! "$out/replay_vectors" "$t"
 }
-for k in limiter credits lag_meter watermarks paced_drain keyed; do
+for k in limiter credits lag_meter watermarks paced_drain keyed deadline; do
     step "tamper:replay_vectors.$k" tamper "$k"
 done
 

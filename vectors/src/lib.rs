@@ -272,6 +272,8 @@ pub enum Runner {
     Drain(PacedDrain),
     /// A `KeyedLimits` table, its key-hash seed, and permits by step index.
     Keyed(KeyedTable, u64, BTreeMap<u64, KeyPermit>),
+    /// Deadline headers: pure functions, no state.
+    Deadline,
 }
 
 /// A keyed table of one of the shard counts every binding compiles (16 and 64 here; all
@@ -447,6 +449,7 @@ impl Runner {
                 };
                 Runner::Keyed(table, seed, BTreeMap::new())
             }
+            "deadline" => Runner::Deadline,
             k => return Err(format!("unknown kind {k:?}")),
         })
     }
@@ -598,6 +601,7 @@ impl Runner {
                             "deadline_unmeetable": m.deadline_unmeetable, "aged": m.aged,
                         }))
                     }
+                    "brownout" => Ok(json!({"dimmer": float(g.brownout(u(st, "now")?))?})),
                     _ => Err(format!("unknown gate op {op:?}")),
                 }
             }
@@ -873,7 +877,59 @@ impl Runner {
                     _ => Err(format!("unknown keyed op {op:?}")),
                 }
             }
+            Runner::Deadline => deadline_step(op, st),
         }
+    }
+}
+
+/// Bytes from lower-case hex (the vectors carry header values as hex, so any byte and
+/// spaces survive the line format).
+pub fn unhex(h: &str) -> R<Vec<u8>> {
+    if h.len() % 2 != 0 {
+        return Err(format!("odd hex {h:?}"));
+    }
+    (0..h.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&h[i..i + 2], 16).map_err(|e| format!("hex {h:?}: {e}")))
+        .collect()
+}
+
+/// Lower-case hex of `b`.
+pub fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// A `deadline` step: `parse` (name, value_hex → budget or ignored), `at` (now, budget →
+/// deadline), `format` (name, deadline, now, margin → value, null when exhausted).
+fn deadline_step(op: &str, st: &Map<String, Value>) -> R<Value> {
+    use surgeguard_core::deadline::{self, FormatError, HeaderFormat, HeaderValue};
+    match op {
+        "parse" => {
+            let value = unhex(s(st, "value_hex")?)?;
+            Ok(match deadline::parse_header(s(st, "name")?.as_bytes(), &value) {
+                Ok(b) => json!({"budget": b}),
+                Err(e) => json!({"ignored": e.as_str()}),
+            })
+        }
+        "at" => {
+            let d = deadline::deadline_at(u(st, "now")?, u(st, "budget")?)
+                .map_err(|e| e.to_string())?;
+            Ok(json!({"deadline": d}))
+        }
+        "format" => {
+            let format = HeaderFormat::for_name(s(st, "name")?.as_bytes());
+            match HeaderValue::of_deadline(
+                format,
+                u(st, "deadline")?,
+                u(st, "now")?,
+                u(st, "margin")?,
+            ) {
+                Ok(v) => Ok(json!({"value": v.as_str()})),
+                Err(FormatError::Exhausted) => Ok(json!({"value": null})),
+                Err(e) => Err(e.to_string()),
+            }
+        }
+        _ => Err(format!("unknown deadline op {op:?}")),
     }
 }
 

@@ -267,6 +267,19 @@ fn gate_cfg(limiter: Value, extra: Value) -> Value {
 /// waiters); some waiters are cancelled; the shed switch and kill switch flip while the
 /// queue is empty.
 fn gate_walk(name: &str, cfg: Value, seed: u64, n: usize, levels: u64) -> Value {
+    gate_walk_dimmed(name, cfg, seed, n, levels, false)
+}
+
+/// [`gate_walk`], reading the brownout dimmer (`brownout` steps, not counted in `n`)
+/// after every third step when `dimmer` is set.
+fn gate_walk_dimmed(
+    name: &str,
+    cfg: Value,
+    seed: u64,
+    n: usize,
+    levels: u64,
+    dimmer: bool,
+) -> Value {
     let mut sc = Sc::new(name, "gate", cfg);
     let mut rng = SplitMix64::new(seed);
     let mut now = T0;
@@ -331,6 +344,9 @@ fn gate_walk(name: &str, cfg: Value, seed: u64, n: usize, levels: u64) -> Value 
             }
         }
         count += 1;
+        if dimmer && count % 3 == 0 {
+            sc.op(json!({"op": "brownout", "now": now}));
+        }
         if count % 10 == 0 {
             let (_, exp) = sc.op(json!({"op": "check"}));
             count += 1;
@@ -704,7 +720,210 @@ pub fn all() -> Vec<Value> {
     v.push(rate("rate_fractional", 0.5, 1, 72, 200));
     v.push(rate("rate_fast_burst", 1e6, 1000, 73, 400));
     v.extend(flow());
+    v.extend(brownout());
+    v.extend(deadlines());
     v
+}
+
+// ---- the brownout dimmer and deadline headers ----
+
+/// The dimmer on random gate walks (the shed switch flips in them: full dimming), and on
+/// an overload ramp: requests of a fixed service time arrive faster and faster, the
+/// dimmer read after every step, until the gate has refused a few; then the load stops
+/// and the dimmer falls back to 0.
+fn brownout() -> Vec<Value> {
+    let fixed =
+        limiter_cfg("fixed", json!({"initial_limit": 4.0, "min_limit": 1.0, "max_limit": 8.0}), 3);
+    let mut v = vec![
+        gate_walk_dimmed(
+            "gate_brownout_walk",
+            gate_cfg(fixed.clone(), json!({})),
+            131,
+            700,
+            3,
+            true,
+        ),
+        gate_walk_dimmed(
+            "gate_brownout_no_codel",
+            gate_cfg(fixed.clone(), json!({"codel": false, "lifo": "never", "queue_capacity": 10})),
+            132,
+            500,
+            2,
+            true,
+        ),
+    ];
+    let mut sc =
+        Sc::new("gate_brownout_ramp", "gate", gate_cfg(fixed, json!({"queue_capacity": 20})));
+    let service = 8 * MS;
+    let mut now = T0;
+    let mut gap = 6 * MS;
+    let mut running: Vec<(u64, u64)> = Vec::new(); // (end, permit step)
+    let mut refusals = 0;
+    let mut first_refusal_dimmed = None;
+    let mut dimmed = false;
+    let grant = |exp: &Value, at: u64, running: &mut Vec<(u64, u64)>, refusals: &mut u32| {
+        for e in exp["events"].as_array().into_iter().flatten() {
+            if e["granted"] == true {
+                running.push((at + service, e["ticket"].as_u64().expect("ticket")));
+            } else {
+                *refusals += 1;
+            }
+        }
+    };
+    while refusals < 6 {
+        now += gap;
+        gap = (gap * 97 / 100).max(MS / 2);
+        running.sort_unstable();
+        while running.first().is_some_and(|r| r.0 <= now) {
+            let (end, step) = running.remove(0);
+            let (_, exp) =
+                sc.op(json!({"op": "release", "now": end, "permit": step, "outcome": "success"}));
+            grant(&exp, end, &mut running, &mut refusals);
+            let (_, d) = sc.op(json!({"op": "brownout", "now": end}));
+            dimmed |= d["dimmer"].as_f64().expect("dimmer") > 0.0;
+        }
+        let (step, exp) = sc.op(json!({"op": "arrive", "now": now, "level": 1, "timeout": null}));
+        match exp["result"].as_str() {
+            Some("admitted") => running.push((now + service, step)),
+            Some("queued") => grant(&exp, now, &mut running, &mut refusals),
+            _ => refusals += 1,
+        }
+        if refusals > 0 && first_refusal_dimmed.is_none() {
+            first_refusal_dimmed = Some(dimmed);
+        }
+        let (_, d) = sc.op(json!({"op": "brownout", "now": now}));
+        dimmed |= d["dimmer"].as_f64().expect("dimmer") > 0.0;
+    }
+    assert_eq!(first_refusal_dimmed, Some(true), "the dimmer rose before the first refusal");
+    sc.op(json!({"op": "check"}));
+    // The load stops: everything completes, then the dimmer falls back.
+    running.sort_unstable();
+    while !running.is_empty() {
+        let (end, step) = running.remove(0);
+        let (_, exp) =
+            sc.op(json!({"op": "release", "now": end, "permit": step, "outcome": "success"}));
+        grant(&exp, end, &mut running, &mut refusals);
+        running.sort_unstable();
+    }
+    for k in 0..12 {
+        sc.op(json!({"op": "brownout", "now": now + k * 500 * MS}));
+    }
+    sc.op(json!({"op": "check"}));
+    v.push(sc.done());
+    v
+}
+
+/// Header values a parser meets: valid ones of every unit, every kind of bad one, and
+/// random bytes near the grammar.
+fn deadline_values(rng: &mut SplitMix64) -> Vec<Vec<u8>> {
+    let mut v: Vec<Vec<u8>> = [
+        "250m",
+        "1S",
+        "1H",
+        "60M",
+        "3601S",
+        "2H",
+        "99999999n",
+        "99999999u",
+        "123456789n",
+        "0n",
+        "0",
+        "00000001S",
+        " 7u\t",
+        "1.5S",
+        "1s",
+        "+1S",
+        "-1S",
+        "-5",
+        "",
+        " ",
+        "1e3",
+        "3600000",
+        "3600001",
+        "18446744073709551616",
+        "250",
+        "1 S",
+        "S",
+        "-",
+        "0x10",
+    ]
+    .iter()
+    .map(|s| s.as_bytes().to_vec())
+    .collect();
+    v.push(vec![0xff, 0xfe, b'S']);
+    v.push("1\u{e9}S".as_bytes().to_vec());
+    const ALPHABET: &[u8] = b"0123456789HMSmun -+.\t";
+    for _ in 0..120 {
+        let len = rng.below(11) as usize;
+        let mut b: Vec<u8> =
+            (0..len).map(|_| ALPHABET[rng.below(ALPHABET.len() as u64) as usize]).collect();
+        if rng.below(2) == 0 {
+            b = rng.below(10_000_000).to_string().into_bytes();
+            if rng.below(2) == 0 {
+                b.push(b"HMSmun"[rng.below(6) as usize]);
+            }
+        }
+        v.push(b);
+    }
+    v
+}
+
+fn deadlines() -> Vec<Value> {
+    let names = [
+        "grpc-timeout",
+        "GRPC-Timeout",
+        "x-envoy-expected-rq-timeout-ms",
+        "surgeguard-timeout-ms",
+        "x-my-deadline",
+    ];
+    let mut rng = SplitMix64::new(141);
+    let mut sc = Sc::new("deadline_parse", "deadline", json!({}));
+    for (i, value) in deadline_values(&mut rng).iter().enumerate() {
+        let name = names[i % names.len()];
+        sc.op(json!({"op": "parse", "name": name, "value_hex": crate::hex(value)}));
+        // The same value under the other format.
+        let other = if name.eq_ignore_ascii_case("grpc-timeout") { names[3] } else { names[0] };
+        sc.op(json!({"op": "parse", "name": other, "value_hex": crate::hex(value)}));
+    }
+    let parse = sc.done();
+
+    let mut sc = Sc::new("deadline_at_and_format", "deadline", json!({}));
+    let mut rng = SplitMix64::new(142);
+    for budget in [0, 1, MS, 250 * MS, 3_600 * SEC] {
+        sc.op(json!({"op": "at", "now": T0, "budget": crosses(budget)}));
+    }
+    sc.op(json!({"op": "at", "now": NEAR_END, "budget": crosses(3_600 * SEC)}));
+    sc.op(json!({"op": "at", "now": MAX_NOW, "budget": crosses(MS)}));
+    // Edges: nothing left, less than a unit, exactly a unit, the cap, the end of time.
+    for (deadline, now, margin) in [
+        (T0, T0, 0),
+        (T0, T0 + SEC, 0),
+        (T0 + MS, T0, MS),
+        (T0 + MS, T0, 0),
+        (T0 + MS - 1, T0, 0),
+        (T0 + 1, T0, 0),
+        (T0 + 100 * MS, T0, 0),
+        (T0 + 100 * SEC, T0, 0),
+        (T0 + 2 * 3_600 * SEC, T0, 0),
+        (MAX_NOW, 0, 0),
+        (MAX_NOW, T0, 10 * MS),
+    ] {
+        for name in ["grpc-timeout", "surgeguard-timeout-ms"] {
+            sc.op(json!({"op": "format", "name": name, "deadline": deadline, "now": now,
+                         "margin": crosses(margin)}));
+        }
+    }
+    for _ in 0..150 {
+        let scale = [US, MS, SEC, 60 * SEC, 3_600 * SEC][rng.below(5) as usize];
+        let budget = rng.below(3 * scale);
+        let now = T0 + rng.below(1_000 * SEC);
+        let margin = crosses([0, MS, 5 * MS, 20 * US][rng.below(4) as usize]);
+        let name = names[rng.below(names.len() as u64) as usize];
+        sc.op(json!({"op": "format", "name": name, "deadline": now + budget, "now": now,
+                     "margin": margin}));
+        sc.op(json!({"op": "at", "now": now, "budget": crosses(budget / US * US)}));
+    }
+    vec![parse, sc.done()]
 }
 
 // ---- pipeline backpressure: credits, lag meter, watermarks, paced drain ----
