@@ -23,3 +23,21 @@ fn the_default_holds_its_own_on_a_slice_of_the_sweep() {
         assert_eq!(r.cells[s][d].stuck_seeds(), 0, "{name}");
     }
 }
+
+/// Capacity drops to 25% (16 slots to 4, latency unchanged) under 75% of the old load: the
+/// limit (40 after slow start at 75%) must come down to the new knee fast, or nearly
+/// everything admitted times out. A back-off of 10% per window took ~3 s and kept 84-86%
+/// of the degraded capacity; one that deepens with the drop share (a halving when every
+/// outcome dropped) keeps 94% or more.
+#[test]
+fn a_capacity_loss_is_followed_quickly() {
+    use surgeguard_sim::closed_loop::{run, score, Real};
+
+    let algo = algorithms().into_iter().find(|a| a.name == DEFAULT).expect("the default");
+    for seed in 1..=10 {
+        let s = scenarios::capacity_quarter(seed);
+        let r = run(&s, &mut Real::new(algo.config.expect("adaptive")));
+        let sc = score(&s, &r, algo.floor);
+        assert!(sc.goodput >= 93.0, "seed {seed}: {:.1}% of the degraded capacity", sc.goodput);
+    }
+}
