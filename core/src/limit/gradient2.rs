@@ -135,7 +135,6 @@ impl ExpAvg {
 /// average, which takes minutes to follow) took the limit to 1 and kept it there with
 /// idle slots (a dependency of 8 slots whose latency tripled: 30% of its capacity).
 /// Drops still take it lower. The reported limit is the exact estimate (fractions allowed).
-
 ///
 /// ```
 /// use surgeguard_core::limit::{Algorithm, Gradient2, Gradient2Config, Window};
