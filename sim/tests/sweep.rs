@@ -1,4 +1,4 @@
-//! A slice of the robustness sweep (`make sweep` runs 200 seeds of nine scenarios): 10 seeds
+//! A slice of the robustness sweep (`make sweep` runs 200 seeds of ten scenarios): 10 seeds
 //! of two scenarios, the default algorithm against the peers' parity configurations.
 
 use surgeguard_sim::closed_loop::scenarios::{self, Named};
