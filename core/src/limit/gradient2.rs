@@ -136,6 +136,14 @@ impl ExpAvg {
 /// idle slots (a dependency of 8 slots whose latency tripled: 30% of its capacity).
 /// Drops still take it lower. The reported limit is the exact estimate (fractions allowed).
 ///
+/// **A slower dependency reads as congestion.** The long average follows a new latency
+/// over minutes (α = 2/601 per window), so a dependency that got uniformly slower, with the
+/// same parallelism, shrinks the limit below what it serves: a 64-worker server made 2x
+/// slower keeps the limit near 40 and 55-60% of its degraded capacity in the fixed mode
+/// (74-76% in NCL parity), where the default `Gradient` keeps 97% (the simulator's
+/// busy-but-useless server, alone in a closed loop; `sim/tests/sweep.rs`). That is the
+/// algorithm, not its integration; prefer `Gradient` when dependencies slow down.
+///
 /// ```
 /// use surgeguard_core::limit::{Algorithm, Gradient2, Gradient2Config, Window};
 /// use surgeguard_core::time::MS;
