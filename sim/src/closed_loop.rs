@@ -244,6 +244,19 @@ impl Report {
             self.ticks.iter().filter(|k| k.at >= from && k.at < to).map(|k| k.limit).collect();
         v.iter().sum::<f64>() / v.len().max(1) as f64
     }
+    /// The time (ns) in `[from, to)` during which the sampled limit was below `level`.
+    pub fn time_below(&self, level: f64, from: u64, to: u64) -> u64 {
+        let n = self.ticks.iter().filter(|k| k.at >= from && k.at < to && k.limit < level).count();
+        n as u64 * 100 * MS
+    }
+    /// The lowest sampled limit in `[from, to)`.
+    pub fn min_limit(&self, from: u64, to: u64) -> f64 {
+        self.ticks
+            .iter()
+            .filter(|k| k.at >= from && k.at < to)
+            .map(|k| k.limit)
+            .fold(f64::INFINITY, f64::min)
+    }
     /// The longest stretch (ns) in which the limit stayed at or below `floor` while the
     /// dependency had idle slots and an empty queue and the offered load was at least half
     /// its capacity: a limiter sitting at its floor with idle capacity.
@@ -643,11 +656,30 @@ pub mod scenarios {
         )
     }
 
+    /// A dependency of 8 slots at 75% load; from 5 s its latency triples for 10 s, with no
+    /// errors (225% of the degraded capacity is offered); scored over the 10 s (% of the
+    /// degraded capacity). By Little's law it still serves 8 at once: a limit below 8
+    /// leaves slots idle.
+    pub fn latency_triples(seed: u64) -> Scenario {
+        let p0 = Phase { at: 0, rate: 0.75 * CAPACITY / 2.0, slots: SLOTS / 2, slow: 1.0 };
+        let p1 = Phase { at: 5 * SEC, slow: 3.0, ..p0 };
+        let p2 = Phase { at: 15 * SEC, ..p0 };
+        make(
+            "latency triples 10 s (8 slots)",
+            Service::BASE,
+            vec![p0, p1, p2],
+            17 * SEC,
+            seed,
+            (5 * SEC, 15 * SEC),
+            Denominator::Capacity,
+        )
+    }
+
     /// A named scenario constructor (seed → scenario).
     pub type Named = (&'static str, fn(u64) -> Scenario);
 
     /// Every sweep scenario, by constructor.
-    pub const ALL: [Named; 9] = [
+    pub const ALL: [Named; 10] = [
         ("steady", steady),
         ("overload", overload),
         ("slowdown", slowdown),
@@ -657,5 +689,6 @@ pub mod scenarios {
         ("quiet-burst", quiet_then_burst),
         ("quarter", capacity_quarter),
         ("leak", slow_leak),
+        ("triple", latency_triples),
     ];
 }

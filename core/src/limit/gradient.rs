@@ -115,7 +115,8 @@ pub struct GradientConfig {
     /// A fixed baseline in ns (Envoy PinnedGradientController); `0` disables it.
     pub pinned_baseline_ns: u64,
     /// Multiplicative back-off on a window whose drops exceed `drop_tolerance`; `1` ignores
-    /// drops (Envoy). Range `[0.1, 1]`.
+    /// drops (Envoy). Deeper when most of the window dropped: `min(backoff, 1 − share/2)`.
+    /// Range `[0.1, 1]`.
     pub backoff: f64,
     /// Share of a window's outcomes that may be drops without a back-off. Range `[0, 0.999]`.
     /// Probe-free, drops found not to respond to back-off add their share on top (see
@@ -375,8 +376,11 @@ struct Probe {
 ///    starts after 5 consecutive windows at the floor (Envoy PR #10647). Drops are ignored
 ///    while probing.
 /// 2. *Drops*: if drops exceed the window's allowance (`drop_tolerance` of its outcomes,
-///    plus the intrinsic share below) and `backoff < 1`, then `L ×= backoff` and nothing
-///    else happens this window. Slow start ends unless the window is tiny (< 10 outcomes),
+///    plus the intrinsic share below) and `backoff < 1`, then `L ×= min(backoff, 1 − d/2)`,
+///    `d` the window's drop share (a window of fewer than 10 outcomes counts as 10), and
+///    nothing else happens this window: 10% for a stray timeout, a halving when every
+///    outcome dropped (a dependency that lost three quarters of its capacity is followed
+///    in about a second instead of three). Slow start ends unless the window is tiny (< 10 outcomes),
 ///    so one stray timeout at a limit near 1 does not, or its drops are those of requests
 ///    admitted under a higher limit before a cut. The tolerance keeps timeouts from a heavy
 ///    latency tail from collapsing the limit.
@@ -1212,7 +1216,14 @@ impl Algorithm for Gradient {
             // window held more in flight than the limit now allows).
             let stale = w.max_inflight as f64 > self.limit + 1.0;
             self.reset_up();
-            self.limit = self.clamp(self.limit * self.cfg.backoff);
+            // The back-off deepens with the window's drop share (a window of fewer than
+            // 10 outcomes counts as 10), down to a halving when every outcome dropped
+            // (TCP's multiplicative decrease): a dependency that just lost most of its
+            // capacity times out nearly everything we send it, and 10% a window would keep
+            // it queueing, and timing out, for seconds.
+            let share = w.drops as f64 / total.max(MIN_SAMPLES as u64) as f64;
+            let factor = self.cfg.backoff.min(1.0 - 0.5 * share);
+            self.limit = self.clamp(self.limit * factor);
             // A lone timeout is consistent with a long tail (a heavy-tailed dependency
             // times out a call now and then at any concurrency): it takes two.
             if total >= MIN_SAMPLES as u64 && !stale && w.drops >= 2 {
@@ -1499,7 +1510,8 @@ mod tests {
         let w =
             Window { now: 2 * MS, samples: 30, drops: 10, ..Window::single(0, 10 * MS, 5, false) };
         let l = g.update(&w);
-        assert!((l - 8.1).abs() < 1e-9, "{l}");
+        // A quarter of the outcomes dropped: 1 − 0.25 / 2 = 0.875, deeper than `backoff`.
+        assert!((l - 9.0 * 0.875).abs() < 1e-9, "{l}");
         assert!(!g.metrics().slow_start);
         assert_eq!(g.metrics().backoffs, 2);
         // The floor holds.

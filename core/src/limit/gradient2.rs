@@ -129,7 +129,20 @@ impl ExpAvg {
 ///
 /// **Fixed** (default): a drop multiplies the limit by `backoff_ratio` (no smoothing), and
 /// the queue allowance is added only while `g ≥ 0.9`, so a sustained gradient below 0.9
-/// always shrinks the limit. The reported limit is the exact estimate (fractions allowed).
+/// shrinks the limit, but never below `2 × queue_size` (8 by default; NCL's fixed point
+/// at the steepest gradient) on latency alone: below that the allowance stays. Without
+/// that floor a dependency that only got slower (its latency above the 600-window long
+/// average, which takes minutes to follow) took the limit to 1 and kept it there with
+/// idle slots (a dependency of 8 slots whose latency tripled: 30% of its capacity).
+/// Drops still take it lower. The reported limit is the exact estimate (fractions allowed).
+///
+/// **A slower dependency reads as congestion.** The long average follows a new latency
+/// over minutes (α = 2/601 per window), so a dependency that got uniformly slower, with the
+/// same parallelism, shrinks the limit below what it serves: a 64-worker server made 2x
+/// slower keeps the limit near 40 and 55-60% of its degraded capacity in the fixed mode
+/// (74-76% in NCL parity), where the default `Gradient` keeps 97% (the simulator's
+/// busy-but-useless server, alone in a closed loop; `sim/tests/sweep.rs`). That is the
+/// algorithm, not its integration; prefer `Gradient` when dependencies slow down.
 ///
 /// ```
 /// use surgeguard_core::limit::{Algorithm, Gradient2, Gradient2Config, Window};
@@ -259,8 +272,19 @@ impl Algorithm for Gradient2 {
             let l = self.estimate;
             // NCL: `Math.max(0.5, Math.min(1.0, tolerance * longRtt / shortRtt))`
             let gradient = (self.tolerance * long / short).clamp(MIN_GRADIENT, 1.0);
-            let queue =
-                if !self.fixed || gradient >= FIXED_QUEUE_GRADIENT { self.queue_size } else { 0.0 };
+            // Fixed mode: the allowance only near g = 1 (no runaway growth), and below
+            // NCL's own fixed point at the steepest gradient, `2 × queue_size`: without it
+            // the fixed point of `L·g` is 0, and a dependency that is only slower (its
+            // latency above the long average, not ours) would take the limit to its floor
+            // and keep it there with idle capacity.
+            let queue = if !self.fixed
+                || gradient >= FIXED_QUEUE_GRADIENT
+                || l < self.queue_size / (1.0 - MIN_GRADIENT)
+            {
+                self.queue_size
+            } else {
+                0.0
+            };
             let target = l * gradient + queue;
             let mut new = l * (1.0 - self.smoothing) + target * self.smoothing;
             if gradient < 1.0 {
@@ -296,6 +320,30 @@ mod tests {
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() < 1e-9 * b.abs().max(1.0)
+    }
+
+    #[test]
+    fn a_slower_dependency_does_not_take_the_fixed_limit_to_its_floor() {
+        // The dependency's latency triples (10 → 30 ms) and stays there; the limit binds.
+        // The 600-window long average barely moves in 20 s, so g sits at 0.5.
+        let mut g = Gradient2::new(Gradient2Config::default()).unwrap();
+        for k in 0..100u64 {
+            g.update(&Window { samples: 50, ..Window::single(k, 10 * MS, 20, false) });
+        }
+        let mut lowest = f64::MAX;
+        for k in 100..300u64 {
+            let inflight = libm::ceil(g.limit()) as u32;
+            g.update(&Window { samples: 50, ..Window::single(k, 30 * MS, inflight, false) });
+            lowest = lowest.min(g.limit());
+        }
+        // NCL's fixed point at the steepest gradient: q / (1 − 0.5) = 8 (one step of 0.9
+        // from just above it dips under it). Before, the limit sank to its floor of 1.
+        assert!(lowest >= 7.0, "{lowest}");
+        assert!(g.limit() >= 7.0, "{}", g.limit());
+        // A drop still backs off below it.
+        let l = g.limit();
+        g.update(&Window::single(301, 30 * MS, 8, true));
+        assert!(g.limit() < l);
     }
 
     // ---- parity checks computed by hand from NCL's formula ----

@@ -26,6 +26,12 @@ const MIN_P99_OUTCOMES: f32 = 100.0;
 /// A jump needs this many samples on each side and a z-score of at least this much.
 const MIN_JUMP_SAMPLES: f64 = 20.0;
 const JUMP_Z: f64 = 3.0;
+/// Windows with at most this many requests in flight show the dependency's own latency
+/// (two requests queue behind each other only on a single-slot dependency).
+const IDLE_INFLIGHT: u32 = 2;
+/// The dependency's own p99 reads this far inside the HEALTHY zone once the target has
+/// been raised to it: `target = idle p99 × IDLE_MARGIN / healthy_below`.
+const IDLE_MARGIN: f64 = 1.25;
 
 /// Configuration of [`HysteresisAimd`]. `Default` is the scheme's published numbers.
 ///
@@ -335,13 +341,19 @@ impl RollingMoments {
 ///    linear, dozens of successes to recover what a halving took.
 /// 4. Clamp to `[min_limit, max_limit]` (the hard cap).
 ///
-/// **The target must sit above the dependency's own unloaded p99.** The zones are fixed: a
-/// dependency whose p99 exceeds `1.5 × target` at any concurrency (a bimodal service with
-/// a slow mode above it) reads CRITICAL whatever the limit, and the limit halves to its
-/// floor and stays there with idle capacity (the sweep's bimodal scenario, 5/80 ms
-/// against the default 50 ms target, shows exactly that). Set `target_latency_ns` to
-/// about twice the dependency's unloaded p99, or use the default Gradient, which measures
-/// its baseline instead.
+/// **A target below the dependency's own p99 is raised to it.** The zones are fixed
+/// multiples of the target: a dependency whose p99 exceeds `1.5 × target` at any
+/// concurrency (a bimodal service with a slow mode above it) would read CRITICAL whatever
+/// the limit, halve it to the floor and keep it there with idle capacity; one whose p99
+/// sits in the dead band would hold the limit wherever it fell. So the windows with at
+/// most two requests in flight (no queue of ours) feed a second time-windowed p99, the
+/// dependency's own. Once it holds 100 answers, the target in force is
+/// `max(target, idle p99 × 1.25 / healthy_below)`: the dependency's own p99 then reads
+/// HEALTHY, and the zones measure the latency our concurrency adds to it. A raise cancels
+/// the cool-off (the critical readings behind it were the target's error, not an
+/// overload) and seeds the rolling p99 with those idle answers. The configured target stays in force whenever it is reachable (idle windows
+/// below it change nothing), and the learned one follows later idle windows down. See
+/// [`HysteresisAimd::effective_target_ns`].
 ///
 /// As in the scheme, `C` is a whole number from 1 up; below 1 (only with a fractional floor)
 /// fractions are kept.
@@ -362,15 +374,22 @@ impl RollingMoments {
 /// ```
 ///
 /// Progress: not shared (`&mut self`). Cost: O(bins) per window — a histogram insert of
-/// four segments, a 340-bin sum for the p99, a 4-bucket scan. Size: about 1.5 KB.
+/// four segments, a 340-bin sum for the p99 (two when the window had at most two in
+/// flight), a 4-bucket scan. Size: about 3 KB.
 #[derive(Clone, Debug)]
 pub struct HysteresisAimd {
     limit: f64,
     min: f64,
     max: f64,
     target_ns: u64,
+    healthy_below: f64,
+    critical_above: f64,
     healthy_below_ns: f64,
     critical_above_ns: f64,
+    /// The target in force: the configured one, or higher once the dependency's own p99
+    /// (measured with at most two requests in flight) showed it unreachable.
+    effective_target_ns: f64,
+    idle: RollingHist,
     critical_factor: f64,
     jump_rise: f64,
     jump_factor: f64,
@@ -418,8 +437,12 @@ impl HysteresisAimd {
             min: config.min_limit,
             max: config.max_limit,
             target_ns: config.target_latency_ns,
+            healthy_below: config.healthy_below,
+            critical_above: config.critical_above,
             healthy_below_ns: config.healthy_below * target,
             critical_above_ns: config.critical_above * target,
+            effective_target_ns: target,
+            idle: RollingHist::new(config.p99_window_ns, target),
             critical_factor: config.critical_factor,
             jump_rise: config.jump_rise,
             jump_factor: config.jump_factor,
@@ -441,6 +464,13 @@ impl HysteresisAimd {
     /// The rolling p99 (ns) as of the latest window; 0 before any outcome.
     pub fn rolling_p99_ns(&self) -> u64 {
         self.p99.p99(self.clock.latest()).0 as u64
+    }
+
+    /// The target in force (ns): the configured one, unless the dependency's own p99 (with
+    /// at most two requests in flight) showed it unreachable; then `idle p99 × 1.25 /
+    /// healthy_below`.
+    pub fn effective_target_ns(&self) -> u64 {
+        self.effective_target_ns as u64
     }
 
     /// The EWMA of the mean latency (ns); 0 before any sample.
@@ -487,6 +517,32 @@ impl HysteresisAimd {
         self.avg_ns = Some(avg);
     }
 
+    /// Learns the dependency's own p99 from windows with at most [`IDLE_INFLIGHT`] requests
+    /// in flight (their answers only: a drop says nothing about a latency), and raises the
+    /// target to it when the configured one is below.
+    fn learn_idle(&mut self, now: u64, w: &Window) {
+        if w.max_inflight > IDLE_INFLIGHT || w.samples == 0 {
+            return;
+        }
+        self.idle.insert(now, &Window { drops: 0, ..*w });
+        let (p99, n) = self.idle.p99(now);
+        if n < MIN_P99_OUTCOMES {
+            return;
+        }
+        let configured = self.target_ns as f64;
+        let wanted = (p99 * IDLE_MARGIN / self.healthy_below).max(configured);
+        if wanted > self.effective_target_ns {
+            // The critical readings that brought the limit down here were the target's
+            // error, not an overload: no cool-off for them; and these idle answers are the
+            // p99 at this concurrency, so the zones need not wait for 100 more.
+            self.cool_off_until = now;
+            self.p99 = self.idle.clone();
+        }
+        self.effective_target_ns = wanted;
+        self.healthy_below_ns = self.healthy_below * wanted;
+        self.critical_above_ns = self.critical_above * wanted;
+    }
+
     /// A critical event: ×critical_factor, cool-off, slow start over, p99 history reset.
     fn critical(&mut self, now: u64) -> f64 {
         self.critical_events = self.critical_events.saturating_add(1);
@@ -513,6 +569,7 @@ impl Algorithm for HysteresisAimd {
             self.counters.count_drop();
         }
         self.p99.insert(now, w);
+        self.learn_idle(now, w);
         let mut jumped = false;
         if w.samples > 0 {
             self.update_average(w);
@@ -812,8 +869,56 @@ mod tests {
     }
 
     #[test]
+    fn a_target_below_the_dependency_s_own_p99_is_no_floor_trap() {
+        // The bimodal dependency: 90% at 5 ms, 10% at 80 ms, so its own p99 is ~80 ms at
+        // any concurrency, above the critical 75 ms of the default 50 ms target. 16 slots,
+        // 1,000 req/s offered: windows of 100 ms hold min(limit, 12.5) in flight.
+        let mut h = HysteresisAimd::new(HysteresisConfig::default()).unwrap();
+        let mut now = 0;
+        let mut at_floor_ms = 0;
+        for _ in 0..300 {
+            now += 100 * MS;
+            let inflight = libm::floor(h.limit()).clamp(1.0, 12.5) as u32;
+            let samples = inflight * 8;
+            let w = Window {
+                now,
+                samples,
+                drops: 0,
+                avg_ns: 12_500_000,
+                min_ns: 4_500_000,
+                p50_ns: 5 * MS,
+                p90_ns: 5_500_000,
+                p99_ns: 85 * MS,
+                max_inflight: inflight,
+                inflight,
+            };
+            h.update(&w);
+            if h.limit() <= 2.0 {
+                at_floor_ms += 100;
+            }
+        }
+        // It fell (the configured zones read CRITICAL), learned the dependency's own p99
+        // at the floor within a second or two, and grew back with its full rule.
+        assert!(h.critical_events() >= 1);
+        assert!(at_floor_ms <= 2000, "{at_floor_ms} ms at the floor");
+        assert!(h.limit() >= 13.0, "{}", h.limit());
+        let t = h.effective_target_ns() as f64 / MS as f64;
+        assert!((90.0..=160.0).contains(&t), "{t} ms");
+        // A dependency within the configured target keeps it.
+        let mut h = HysteresisAimd::new(HysteresisConfig::default()).unwrap();
+        for k in 1..=100u64 {
+            h.update(&Window {
+                samples: 20,
+                max_inflight: 1,
+                ..Window::single(k * 100 * MS, 10 * MS, 1, false)
+            });
+        }
+        assert_eq!(h.effective_target_ns(), 50 * MS);
+    }
+
+    #[test]
     fn size_is_as_documented() {
-        assert!(core::mem::size_of::<HysteresisAimd>() < 1700);
+        assert!(core::mem::size_of::<HysteresisAimd>() < 3100);
     }
 
     #[test]

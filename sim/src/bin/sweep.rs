@@ -2,14 +2,63 @@
 //! (= `make sweep`): every limit algorithm on every closed-loop scenario, SEEDS seeds each
 //! (default 200) on THREADS threads (default 2). Prints the min / median table and the goals;
 //! exits non-zero when a goal fails.
+//!
+//! `sweep trace SCENARIO ALGORITHM SEED [EVERY_MS]` prints one run's 100 ms samples instead
+//! (the limit against the dependency's slots, its busy slots and queue, completions within
+//! the timeout and refusals since the previous line): how a worst seed is traced.
 
 use std::process::ExitCode;
 use std::time::Instant;
 
+use surgeguard_core::time::MS;
+use surgeguard_sim::closed_loop::{run, score, Real, Static};
 use surgeguard_sim::sweep::{algorithms, all_scenarios, sweep};
+
+fn trace(args: &[String]) -> ExitCode {
+    let (Some(scn), Some(alg), Some(seed)) = (args.first(), args.get(1), args.get(2)) else {
+        eprintln!("usage: sweep trace SCENARIO ALGORITHM SEED [EVERY_MS]");
+        return ExitCode::FAILURE;
+    };
+    let every: u64 = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(500);
+    let Some(&(_, make)) = all_scenarios().iter().find(|(n, _)| n == scn) else {
+        eprintln!("no scenario {scn}");
+        return ExitCode::FAILURE;
+    };
+    let Some(algo) = algorithms().into_iter().find(|a| a.name.starts_with(alg.as_str())) else {
+        eprintln!("no algorithm {alg}");
+        return ExitCode::FAILURE;
+    };
+    let s = make(seed.parse().unwrap_or(1));
+    let r = match algo.config {
+        Some(c) => run(&s, &mut Real::new(c)),
+        None => run(&s, &mut Static::new(algo.floor)),
+    };
+    println!("{} / {} / seed {seed}", s.name, algo.name);
+    println!("t_s\tlimit\tslots\tbusy\tqueued\tgood\trefused");
+    let mut last = 0u64;
+    for k in r.ticks.iter().filter(|k| k.at % (every * MS) == 0) {
+        println!(
+            "{:.1}\t{:.2}\t{}\t{}\t{}\t{}\t{}",
+            k.at as f64 / 1e9,
+            k.limit,
+            k.slots,
+            k.busy,
+            k.queued,
+            r.good_between(last, k.at),
+            r.refused_between(last, k.at)
+        );
+        last = k.at;
+    }
+    let sc = score(&s, &r, if algo.config.is_some() { algo.floor } else { 0.0 });
+    println!("{sc:?}");
+    ExitCode::SUCCESS
+}
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("trace") {
+        return trace(&args[1..]);
+    }
     let seeds: u64 = args.first().and_then(|s| s.parse().ok()).unwrap_or(200);
     let threads: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(2);
     let mut which = all_scenarios();
