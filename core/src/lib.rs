@@ -45,6 +45,7 @@ pub mod codel;
 pub mod flow;
 pub mod gate;
 pub mod keyed;
+pub mod layout;
 pub mod limit;
 pub mod limiter;
 pub mod queue;
