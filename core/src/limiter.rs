@@ -1030,6 +1030,20 @@ impl Limiter {
     }
 }
 
+impl Limiter {
+    /// A permit standing for one admitted at `level` by a holder that can no longer release
+    /// it (a worker process that died holding it, found by the `surgeguard` crate's shared
+    /// memory reclaimer). Release it with [`release_raw`](Self::release_raw) as
+    /// [`Outcome::Ignored`] (no sample comes from it). The caller must own exactly one
+    /// admission it counted and never released: releasing a permit made here for nothing
+    /// frees a slot someone else holds.
+    #[doc(hidden)]
+    pub fn reissue_permit(&self, level: Priority) -> RawPermit {
+        let level = (level.index() as u8).min(self.levels.saturating_sub(1));
+        RawPermit { owner: self.id, level, started_at: self.clock.latest() }
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
