@@ -42,6 +42,8 @@
 pub mod clock;
 mod gate;
 mod permit;
+#[cfg(all(feature = "shm", target_os = "linux", target_has_atomic = "64"))]
+pub mod shm;
 #[cfg(feature = "tower")]
 pub mod tower;
 
