@@ -14,7 +14,7 @@
 //! use surgeguard::clock::monotonic_ns;
 //!
 //! // Every worker runs this; the first creates the segment, the others attach to it.
-//! let cfg = LimiterConfig::with_algorithm(AlgorithmConfig::Fixed(FixedConfig { limit: 4.0 }));
+//! let cfg = LimiterConfig::with_algorithm(AlgorithmConfig::Fixed(FixedConfig { initial_limit: 4.0, ..Default::default() }));
 //! let shared = SharedLimiter::open("myservice-db", cfg).unwrap();
 //! if let Ok(permit) = shared.try_acquire(monotonic_ns(), Priority::NORMAL) {
 //!     // ... call the dependency: at most 4 calls at once across all workers ...
@@ -362,7 +362,8 @@ impl SharedLimiter {
     /// call this at once. Attaching with another config is [`ShmError::ConfigMismatch`].
     /// Dead processes' permits are reclaimed on attach.
     pub fn open(name: &str, config: LimiterConfig) -> Result<Self, ShmError> {
-        config.validate()?;
+        // Validates the whole config (the algorithm's too), also when attaching.
+        let _ = Limiter::new(config)?;
         let path = resolve(name)?;
         let shape = shape_of::<Limiter>(KIND_LIMITER, config_hash(&config), MAX_PROCESSES);
         let (map, created) = Mapping::open_or_create(&path, &shape, || Ok(Limiter::new(config)?))?;
