@@ -65,6 +65,9 @@ fn fork(f: impl FnOnce() -> i32) -> libc::pid_t {
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork failed");
     if pid == 0 {
+        // SAFETY: prctl with plain integer arguments: the child is killed if this test
+        // process dies (a failed assertion must not leave children holding the pipes).
+        unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
         let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or(101);
         // SAFETY: ends the child at once.
         unsafe { libc::_exit(code) };
@@ -99,8 +102,11 @@ fn unique(name: &str) -> String {
 /// A child `kill -9`'d while holding permits: its slots come back (here before it is even
 /// reaped: a zombie counts as dead), on the first refusal, exactly once.
 fn kill9_holding_permits_gives_them_back() {
-    let shared = SharedLimiter::anonymous(fixed(4.0)).unwrap();
+    let shared = SharedLimiter::anonymous(fixed(5.0)).unwrap();
     let flags = Counters::new();
+    // The parent holds one from before the fork: the child must count its own permits in
+    // its own slot, or reclaiming the child would take the parent's too.
+    let before_fork = shared.try_acquire(monotonic_ns(), Priority::NORMAL).unwrap();
     let child = fork(|| {
         for _ in 0..3 {
             let p = shared.try_acquire_raw(monotonic_ns(), Priority::NORMAL).unwrap();
@@ -112,8 +118,8 @@ fn kill9_holding_permits_gives_them_back() {
         }
     });
     wait_until("the child's permits", || flags.at(0).load(Ordering::Acquire) == 1);
-    assert_eq!(shared.limiter().inflight(), 3);
-    assert_eq!(shared.attached_processes(), 1);
+    assert_eq!(shared.limiter().inflight(), 4);
+    assert_eq!(shared.attached_processes(), 2);
     kill9(child);
     // Not reaped yet: a zombie is dead too.
     wait_until("the child to die", || {
@@ -128,13 +134,15 @@ fn kill9_holding_permits_gives_them_back() {
             .unwrap_or_else(|e| panic!("acquire {i}: {e}"));
         held.push(p);
     }
-    assert_eq!(shared.limiter().inflight(), 4, "exactly the child's 3 came back");
+    assert_eq!(shared.limiter().inflight(), 5, "exactly the child's 3 came back");
+    assert_eq!(shared.held_by_this_process(), 5);
     assert!(matches!(shared.try_acquire(now, Priority::NORMAL), Err(ShmError::Rejected(_))));
     assert_eq!(shared.reclaim(), 0, "nothing is reclaimed twice");
     assert_eq!(shared.limiter().metrics().ignored, 3, "released as Ignored, no sample");
     for p in held {
         p.release(now + 1_000, Outcome::Success).unwrap();
     }
+    before_fork.release(now + 1_000, Outcome::Success).unwrap();
     assert_eq!(shared.limiter().inflight(), 0);
     assert_eq!(wait(child), -libc::SIGKILL);
     println!("ok kill9_holding_permits_gives_them_back");
