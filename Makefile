@@ -43,11 +43,14 @@ fmt:
 
 clippy:
 	RUSTFLAGS=-Dwarnings $(CARGO) clippy --workspace --all-targets --quiet
+	RUSTFLAGS=-Dwarnings $(CARGO) clippy -p surgeguard --features shm --all-targets --quiet
 
 unit:
 	RUSTFLAGS=-Dwarnings $(CARGO) test --workspace --quiet
 	# A permit dropped unreleased panics in a debug build with the core's `std` feature.
 	RUSTFLAGS=-Dwarnings $(CARGO) test -p surgeguard-core --features std --quiet --test limiter_permit_drop
+	# Shared memory (feature `shm`): the reclaim model and real processes (fork, kill -9).
+	RUSTFLAGS=-Dwarnings $(CARGO) test -p surgeguard --features shm --quiet --lib shm --test shm_processes
 
 # loom models: tiny configs, bounded preemptions, release mode, separate target dir.
 loom:

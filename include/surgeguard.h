@@ -2195,10 +2195,12 @@ sg_status sg_adaptive_throttle_drop_probability(const struct sg_adaptive_throttl
 sg_status sg_adaptive_throttle_metrics_get(const struct sg_adaptive_throttle *adaptive_throttle,
                                            struct sg_adaptive_throttle_metrics *metrics_out);
 
-// A monotonic clock for the `now` arguments, if the program has none of its own:
-// nanoseconds since an arbitrary origin fixed at the first call in this process (so
-// never 0 and never decreasing). Any monotonic nanosecond clock works as well
-// (`clock_gettime(CLOCK_MONOTONIC)`); do not mix two clocks on one object.
+// A monotonic clock for the `now` arguments, if the program has none of its own: raw
+// `clock_gettime(CLOCK_MONOTONIC)` in nanoseconds (time since boot), so the same origin in
+// every process and every surgeguard binding (a timestamp stored in memory shared between
+// processes means the same to each). Never 0, never above `SG_MAX_NOW`, never decreasing.
+// Where there is no `CLOCK_MONOTONIC` (not unix), an origin fixed at the first call in the
+// process. Do not mix two clocks on one object.
 uint64_t sg_clock_now_ns(void);
 
 // Converts seconds (e.g. from a config file) to nanoseconds, refusing NaN, infinite,

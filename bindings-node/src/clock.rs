@@ -1,13 +1,15 @@
-//! The one clock of the binding: monotonic nanoseconds since the module first asked.
+//! The one clock of the binding: raw `CLOCK_MONOTONIC` nanoseconds (time since boot), the
+//! same origin in every process and in every surgeguard binding, so a timestamp stored in
+//! memory shared between `cluster` workers means the same to each.
 //!
 //! The core never reads a clock (it takes `now` as an argument); the binding does, so that the common path
 //! needs no time argument and no BigInt crossing. Callers can inject `nowNs` instead.
 //!
-//! Source: `std::time::Instant` (vDSO `clock_gettime`, ~25–30 ns on this VM, a third of an
+//! Source: `clock_gettime(CLOCK_MONOTONIC)` (vDSO, ~25–30 ns on this VM, a third of an
 //! acquire + release pair in `perf`). On x86-64 Linux, when the kernel itself uses the TSC
 //! as its clocksource and the CPU has `constant_tsc` and `nonstop_tsc`, the binding reads
-//! the TSC directly instead, scaled to `Instant`'s nanoseconds: the first 100 ms of use
-//! run on `Instant` while the rate is measured between two bracketed (TSC, `Instant`)
+//! the TSC directly instead, scaled to that clock's nanoseconds: the first 100 ms of use
+//! run on `clock_gettime` while the rate is measured between two bracketed (TSC, clock)
 //! samples, after which the mapping is fixed and shared by every thread (relative error
 //! ~1e-5; the TSC is monotonic on such machines). `SURGEGUARD_NO_TSC=1` turns it off.
 
@@ -17,17 +19,35 @@ use std::time::Instant;
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
-static ORIGIN: OnceLock<Instant> = OnceLock::new();
-
-/// Offset added to the elapsed time so the clock never reads 0 (some structures keep 0 as
-/// "never") and injected test times near 0 stay distinguishable from real ones.
-const OFFSET_NS: u64 = 1_000_000_000;
-
-/// `Instant`-based reading.
+/// `clock_gettime(CLOCK_MONOTONIC)` reading, ns, clamped to `[1, MAX_NOW]` (so 0 can mean
+/// "never" in the core).
+#[cfg(unix)]
 #[inline]
 fn instant_ns() -> u64 {
-    let origin = ORIGIN.get_or_init(Instant::now);
-    origin.elapsed().as_nanos() as u64 + OFFSET_NS
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec for the whole call; CLOCK_MONOTONIC is
+    // supported on every unix target Rust supports (std's `Instant` reads it too), and the
+    // call writes nothing else.
+    if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) } != 0 {
+        return fallback_ns();
+    }
+    let ns = (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64);
+    ns.clamp(1, surgeguard_core::time::MAX_NOW)
+}
+
+#[cfg(not(unix))]
+#[inline]
+fn instant_ns() -> u64 {
+    fallback_ns()
+}
+
+/// An `Instant` origin fixed at the first call in this process (only where
+/// `CLOCK_MONOTONIC` cannot be read).
+#[cold]
+fn fallback_ns() -> u64 {
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    let origin = *ORIGIN.get_or_init(Instant::now);
+    (origin.elapsed().as_nanos().min(u128::from(surgeguard_core::time::MAX_NOW - 1)) as u64) + 1
 }
 
 /// Nanoseconds on the process-wide monotonic clock.
@@ -75,7 +95,7 @@ mod tsc {
         unsafe { core::arch::x86_64::_rdtsc() }
     }
 
-    /// Whether the kernel trusts the TSC as its own clock (else `Instant` only).
+    /// Whether the kernel trusts the TSC as its own clock (else `clock_gettime` only).
     fn usable() -> bool {
         *USABLE.get_or_init(|| {
             let source = std::fs::read_to_string(
@@ -95,14 +115,14 @@ mod tsc {
     pub fn now_ns() -> Option<u64> {
         let m = MAPPING.get()?;
         let d = ticks().wrapping_sub(m.anchor_tsc);
-        // A TSC below the anchor (never on a constant TSC) falls back to `Instant`.
+        // A TSC below the anchor (never on a constant TSC) falls back to `clock_gettime`.
         if d >= 1 << 62 {
             return None;
         }
         Some(m.anchor_ns + (d as f64 * m.ns_per_tick) as u64)
     }
 
-    /// One (TSC, `Instant`) sample: the tightest of three brackets `rdtsc; Instant; rdtsc`.
+    /// One (TSC, clock) sample: the tightest of three brackets `rdtsc; clock_gettime; rdtsc`.
     fn sample() -> (u64, u64) {
         let mut best = (u64::MAX, 0, 0);
         for _ in 0..3 {
@@ -117,7 +137,7 @@ mod tsc {
         (best.1, best.2)
     }
 
-    /// `Instant` while calibrating; installs the TSC mapping once 100 ms have passed.
+    /// `clock_gettime` while calibrating; installs the TSC mapping once 100 ms have passed.
     pub fn calibrating_now_ns() -> u64 {
         if !usable() {
             return instant_ns();

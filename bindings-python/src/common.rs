@@ -14,15 +14,39 @@ use surgeguard_core::{ConfigError, Outcome, Priority, Reason, Rejected, UsageErr
 /// Nanoseconds per second, as a float.
 pub const SEC_F: f64 = 1e9;
 
-/// The process-wide origin of the native clock.
-static ORIGIN: OnceLock<Instant> = OnceLock::new();
-
-/// Monotonic nanoseconds since the first call in this process (never 0, so "0 = never"
-/// sentinels in the core stay meaningful). One `clock_gettime` through the vDSO.
+/// The native clock: raw `CLOCK_MONOTONIC` in nanoseconds (time since boot), the same
+/// origin in every process and in every surgeguard binding, so a timestamp stored in memory
+/// shared between worker processes means the same to each of them. At least 1 (so "0 =
+/// never" sentinels in the core stay meaningful) and at most `MAX_NOW`. One `clock_gettime`
+/// through the vDSO.
+#[cfg(unix)]
 #[inline]
 pub fn clock_ns() -> u64 {
-    let origin = ORIGIN.get_or_init(Instant::now);
-    origin.elapsed().as_nanos() as u64 + 1
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec for the whole call; CLOCK_MONOTONIC is
+    // supported on every unix target Rust supports (std's `Instant` reads it too), and the
+    // call writes nothing else.
+    if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) } != 0 {
+        return fallback_ns();
+    }
+    let ns = (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64);
+    ns.clamp(1, surgeguard_core::time::MAX_NOW)
+}
+
+/// The native clock where there is no raw `CLOCK_MONOTONIC`: an origin fixed at the first
+/// call in this process (so not comparable across processes there).
+#[cfg(not(unix))]
+#[inline]
+pub fn clock_ns() -> u64 {
+    fallback_ns()
+}
+
+/// An `Instant` origin fixed at the first call in this process.
+#[cold]
+fn fallback_ns() -> u64 {
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    let origin = *ORIGIN.get_or_init(Instant::now);
+    (origin.elapsed().as_nanos().min(u128::from(surgeguard_core::time::MAX_NOW - 1)) as u64) + 1
 }
 
 /// `now_ns=` if given (an int in `[0, 2**62]`), else the native clock.

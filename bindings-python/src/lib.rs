@@ -21,6 +21,8 @@ mod keyed;
 mod limiter;
 mod permit;
 mod rate;
+#[cfg(target_os = "linux")]
+mod shared;
 
 use pyo3::prelude::*;
 
@@ -49,6 +51,9 @@ mod _native {
     use super::permit::Permit;
     #[pymodule_export]
     use super::rate::{time_to_drain, PacedDrain, RateLimiter};
+    #[cfg(target_os = "linux")]
+    #[pymodule_export]
+    use super::shared::{SharedLimiter, SharedPermit};
 
     use pyo3::prelude::*;
 

@@ -47,6 +47,7 @@ pub mod dimmer;
 pub mod flow;
 pub mod gate;
 pub mod keyed;
+pub mod layout;
 pub mod limit;
 pub mod limiter;
 pub mod queue;

@@ -113,6 +113,7 @@ impl LimiterConfig {
 
 /// What only the window folder touches (inside [`Exclusive`]).
 #[derive(Debug)]
+#[repr(C)]
 struct FoldState {
     algorithm: AnyAlgorithm,
     cursor: LatencyCursor,
@@ -210,7 +211,16 @@ struct FoldState {
 ///
 /// **Time** is the caller's `now` in ns. A latency is never negative (`now` before the
 /// permit's start counts as 0), and windows never close backwards.
+///
+/// **Placeable** ([`Placeable`](crate::layout::Placeable)): `#[repr(C)]`, no pointers, so
+/// it may live in memory shared between processes when every process passes `now` from
+/// the same clock (raw `CLOCK_MONOTONIC`). Two caveats there: the algorithm's state inside
+/// the fold cell is a Rust enum (its encoding is pinned only by building both sides with
+/// the same compiler, which the segment header checks), and a process killed *inside* a
+/// fold (once per window, bounded work) leaves the fold taken, so the limit stops adapting
+/// (admission and release go on).
 #[derive(Debug)]
+#[repr(C)]
 pub struct Limiter {
     id: u32,
     levels: u8,
@@ -220,7 +230,9 @@ pub struct Limiter {
     window_rtt_multiple: f64,
     min_samples: u32,
     active_ns: u64,
-    algorithm_name: &'static str,
+    /// The algorithm's code (`limit::ALGORITHM_NAMES`): a code, not a `&'static str`, so
+    /// the limiter holds no pointer and may live in memory shared between processes.
+    algorithm_code: u8,
     /// `in_flight | slots << 32 | fractional << 63`.
     state: AtomicU64,
     level_inflight: [AtomicU32; LEVELS],
@@ -247,6 +259,76 @@ pub struct Limiter {
     last_p99_ns: AtomicU64,
     clock: AtomicMonotonic,
     fold: Exclusive<FoldState>,
+}
+
+// The layout other processes rely on (see `layout`).
+const _: () = {
+    use core::mem::{align_of, size_of};
+    assert!(size_of::<AtomicMonotonic>() == 8 && align_of::<AtomicMonotonic>() == 8);
+    assert!(align_of::<Limiter>() >= 8 && size_of::<Limiter>() % align_of::<Limiter>() == 0);
+};
+
+// SAFETY: `#[repr(C)]` (the fold state too), no pointers (the algorithm is a code, not a
+// `&'static str`) and no `Drop`. The config fields are written once, before publication;
+// afterwards only atomics change (integers, `f64` bits, and `publish_pending`, only ever
+// stored `false`/`true`), plus the fold state through the one-at-a-time `Exclusive` cell.
+// LAYOUT covers every field's offset and the sizes of the nested types. What it cannot see
+// is the encoding of the algorithm enum and its `Option`s inside the fold state: a segment
+// holding a `Limiter` also checks that every attacher was built by the same compiler.
+#[cfg(all(not(loom), target_has_atomic = "64"))]
+#[allow(unsafe_code)]
+unsafe impl crate::layout::Placeable for Limiter {
+    const LAYOUT: u64 = {
+        use core::mem::{align_of, offset_of, size_of};
+        crate::layout::fingerprint(
+            "surgeguard_core::Limiter/1",
+            &[
+                size_of::<Self>() as u64,
+                align_of::<Self>() as u64,
+                size_of::<AtomicLatencyHistogram>() as u64,
+                size_of::<FoldState>() as u64,
+                size_of::<AnyAlgorithm>() as u64,
+                size_of::<Exclusive<FoldState>>() as u64,
+                offset_of!(FoldState, algorithm) as u64,
+                offset_of!(FoldState, cursor) as u64,
+                offset_of!(FoldState, prev_drops) as u64,
+                LEVELS as u64,
+                BUCKETS as u64,
+                offset_of!(Self, id) as u64,
+                offset_of!(Self, levels) as u64,
+                offset_of!(Self, weights) as u64,
+                offset_of!(Self, min_window_ns) as u64,
+                offset_of!(Self, max_window_ns) as u64,
+                offset_of!(Self, window_rtt_multiple) as u64,
+                offset_of!(Self, min_samples) as u64,
+                offset_of!(Self, active_ns) as u64,
+                offset_of!(Self, algorithm_code) as u64,
+                offset_of!(Self, state) as u64,
+                offset_of!(Self, level_inflight) as u64,
+                offset_of!(Self, level_share) as u64,
+                offset_of!(Self, level_seen) as u64,
+                offset_of!(Self, level_demand) as u64,
+                offset_of!(Self, rejected) as u64,
+                offset_of!(Self, limit_bits) as u64,
+                offset_of!(Self, pinned_bits) as u64,
+                offset_of!(Self, publish_pending) as u64,
+                offset_of!(Self, idle_until) as u64,
+                offset_of!(Self, last_generation) as u64,
+                offset_of!(Self, next_fold) as u64,
+                offset_of!(Self, max_inflight) as u64,
+                offset_of!(Self, hist) as u64,
+                offset_of!(Self, drops) as u64,
+                offset_of!(Self, ignored) as u64,
+                offset_of!(Self, windows) as u64,
+                offset_of!(Self, folded_samples) as u64,
+                offset_of!(Self, last_min_ns) as u64,
+                offset_of!(Self, last_avg_ns) as u64,
+                offset_of!(Self, last_p99_ns) as u64,
+                offset_of!(Self, clock) as u64,
+                offset_of!(Self, fold) as u64,
+            ],
+        )
+    };
 }
 
 /// An admission, released exactly once by [`Permit::release`] (or as
@@ -429,7 +511,7 @@ impl Limiter {
             window_rtt_multiple: config.window_rtt_multiple,
             min_samples: config.min_samples,
             active_ns: config.active_ns,
-            algorithm_name: algorithm.name(),
+            algorithm_code: algorithm.code(),
             state: AtomicU64::new(0),
             level_inflight: core::array::from_fn(|_| AtomicU32::new(0)),
             level_share: core::array::from_fn(|_| AtomicU32::new(0)),
@@ -942,7 +1024,7 @@ impl Limiter {
             core::array::from_fn(|l| self.level_inflight[l].load(Ordering::Relaxed))
         };
         LimiterMetrics {
-            algorithm: self.algorithm_name,
+            algorithm: crate::limit::algorithm_name(self.algorithm_code),
             limit: self.limit(),
             static_limit: self.pinned(),
             inflight,
@@ -962,6 +1044,20 @@ impl Limiter {
             avg_rtt_ns: self.last_avg_ns.load(Ordering::Relaxed),
             p99_rtt_ns: self.last_p99_ns.load(Ordering::Relaxed),
         }
+    }
+}
+
+impl Limiter {
+    /// A permit standing for one admitted at `level` by a holder that can no longer release
+    /// it (a worker process that died holding it, found by the `surgeguard` crate's shared
+    /// memory reclaimer). Release it with [`release_raw`](Self::release_raw) as
+    /// [`Outcome::Ignored`] (no sample comes from it). The caller must own exactly one
+    /// admission it counted and never released: releasing a permit made here for nothing
+    /// frees a slot someone else holds.
+    #[doc(hidden)]
+    pub fn reissue_permit(&self, level: Priority) -> RawPermit {
+        let level = (level.index() as u8).min(self.levels.saturating_sub(1));
+        RawPermit { owner: self.id, level, started_at: self.clock.latest() }
     }
 }
 

@@ -7,6 +7,8 @@
 //! limiter, a refusal returns the wait, so the caller can reject with `Retry-After` or
 //! schedule its own timer.
 
+#[cfg(all(not(loom), target_has_atomic = "64"))]
+use crate::layout::{fingerprint, Placeable};
 use crate::sync::{AtomicU64, Ordering};
 use crate::time::{secs_to_nanos, AtomicMonotonic, SEC};
 use crate::types::check_range;
@@ -96,15 +98,58 @@ pub struct RateLimiterConfig {
 /// difference. A `now` above [`MAX_NOW`](crate::time::MAX_NOW) is bad input: the call
 /// acts at the latest time seen, so it never pushes the theoretical arrival time out of
 /// range. A forward jump refills the bucket, capped at the burst.
+///
+/// **Placeable** ([`Placeable`](crate::layout::Placeable)): `#[repr(C)]`, integers and atomics only, so it may live
+/// in memory shared between processes (the `surgeguard` crate's `shm` feature) when every
+/// process passes `now` from the same clock (raw `CLOCK_MONOTONIC`).
 #[derive(Debug)]
+#[repr(C)]
 pub struct RateLimiter {
     emission: u64,
     tolerance: u64,
-    burst: u32,
     clock: AtomicMonotonic,
     tat: AtomicU64,
     allowed: AtomicU64,
     denied: AtomicU64,
+    burst: u32,
+}
+
+// The layout other processes rely on (see `layout`): checked at compile time.
+const _: () = {
+    use core::mem::{align_of, offset_of, size_of};
+    assert!(size_of::<AtomicMonotonic>() == 8 && align_of::<AtomicMonotonic>() == 8);
+    assert!(offset_of!(RateLimiter, emission) == 0);
+    assert!(offset_of!(RateLimiter, tolerance) == 8);
+    assert!(offset_of!(RateLimiter, clock) == 16);
+    assert!(offset_of!(RateLimiter, tat) == 24);
+    assert!(offset_of!(RateLimiter, allowed) == 32);
+    assert!(offset_of!(RateLimiter, denied) == 40);
+    assert!(offset_of!(RateLimiter, burst) == 48);
+    assert!(size_of::<RateLimiter>() == 56 && align_of::<RateLimiter>() == 8);
+};
+
+// SAFETY: `#[repr(C)]`, no pointers and no `Drop`; after construction only the atomics
+// change (`clock`, `tat`, the counters: plain integers); `emission`, `tolerance` and
+// `burst` are written once, before the value is published. LAYOUT covers every field.
+#[cfg(all(not(loom), target_has_atomic = "64"))]
+#[allow(unsafe_code)]
+unsafe impl Placeable for RateLimiter {
+    const LAYOUT: u64 = {
+        use core::mem::{offset_of, size_of};
+        fingerprint(
+            "surgeguard_core::rate::RateLimiter/1",
+            &[
+                size_of::<Self>() as u64,
+                offset_of!(Self, emission) as u64,
+                offset_of!(Self, tolerance) as u64,
+                offset_of!(Self, clock) as u64,
+                offset_of!(Self, tat) as u64,
+                offset_of!(Self, allowed) as u64,
+                offset_of!(Self, denied) as u64,
+                offset_of!(Self, burst) as u64,
+            ],
+        )
+    };
 }
 
 /// A snapshot of a [`RateLimiter`].

@@ -7,6 +7,8 @@
 //! traffic, so amplification has a ceiling however bad things get. Constants: Finagle's
 //! `RetryBudget` and gRPC A6 (`grpc/proposal` A6-client-retries.md).
 
+#[cfg(all(not(loom), target_has_atomic = "64"))]
+use crate::layout::{fingerprint, Placeable};
 use crate::sync::{AtomicI64, AtomicU32, AtomicU64, Exclusive, Ordering};
 use crate::time::{AtomicMonotonic, SEC};
 use crate::types::check_range;
@@ -22,6 +24,7 @@ pub const BUDGET_SLOTS: usize = 10;
 
 /// Settings of a [`RetryBudget`].
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[repr(C)]
 pub struct RetryBudgetConfig {
     /// How long a deposit can fund retries, in ns. In `[1 s, 60 s]` (Finagle's bounds).
     pub ttl: u64,
@@ -72,6 +75,8 @@ const DEPOSIT_SHIFT: u32 = 40;
 const COUNT_MASK: u64 = (1 << 24) - 1;
 const ONE_DEPOSIT: u64 = 1 << DEPOSIT_SHIFT;
 const ONE_WITHDRAWAL: u64 = 1 << WITHDRAWAL_SHIFT;
+/// `BudgetRing::started` once the ring has tagged its first slot.
+const RING_STARTED: u32 = 1;
 
 const fn slot_tag(epoch: u64) -> u64 {
     epoch & TAG_MASK
@@ -85,12 +90,15 @@ const fn withdrawals_of(word: u64) -> u64 {
 
 /// The completed slots of the window, touched only by whichever thread folds.
 #[derive(Debug)]
+#[repr(C)]
 struct BudgetRing {
-    started: bool,
+    /// [`RING_STARTED`] once the first slot is tagged, else 0 (an integer, not a `bool`:
+    /// the ring may live in shared memory, see [`Placeable`](crate::layout::Placeable)).
+    started: u32,
     /// The epoch of the current slot (whose counts are in `RetryBudget::current`).
     epoch: u64,
     /// Deposits and withdrawals of completed slots, indexed by `epoch % BUDGET_SLOTS`.
-    slots: [(u32, u32); BUDGET_SLOTS],
+    slots: [[u32; 2]; BUDGET_SLOTS],
     /// Net credit of the completed slots still in the window.
     base: i64,
     /// Lifetime totals of completed slots.
@@ -155,7 +163,14 @@ struct BudgetRing {
 /// Time: `now` in ns; a `now` older than the current slot counts as in the current slot.
 /// A `now` above [`MAX_NOW`](crate::time::MAX_NOW) is bad input: the call acts at the
 /// latest time seen (no slot is folded for it).
+///
+/// **Placeable** ([`Placeable`](crate::layout::Placeable)): `#[repr(C)]`, integers, floats
+/// and atomics only, so it may live in memory shared between processes when every process
+/// passes `now` from the same clock (raw `CLOCK_MONOTONIC`). One caveat there: a process
+/// killed *inside* a fold (a few dozen instructions once per slot) leaves the fold taken,
+/// and every later withdrawal is then refused with `retry_after` 0.
 #[derive(Debug)]
+#[repr(C)]
 pub struct RetryBudget {
     config: RetryBudgetConfig,
     deposit_units: i64,
@@ -174,6 +189,79 @@ pub struct RetryBudget {
     folded_withdrawals: AtomicU64,
     denied: AtomicU64,
     ring: Exclusive<BudgetRing>,
+}
+
+// The layout other processes rely on (see `layout`): checked at compile time.
+const _: () = {
+    use core::mem::{align_of, offset_of, size_of};
+    assert!(size_of::<RetryBudgetConfig>() == 24);
+    assert!(offset_of!(RetryBudgetConfig, ttl) == 0);
+    assert!(offset_of!(RetryBudgetConfig, min_retries_per_sec) == 8);
+    assert!(offset_of!(RetryBudgetConfig, percent_can_retry) == 16);
+    assert!(offset_of!(BudgetRing, started) == 0);
+    assert!(offset_of!(BudgetRing, epoch) == 8);
+    assert!(offset_of!(BudgetRing, slots) == 16);
+    assert!(offset_of!(BudgetRing, base) == 96);
+    assert!(offset_of!(BudgetRing, deposits) == 104);
+    assert!(offset_of!(BudgetRing, withdrawals) == 112);
+    assert!(size_of::<BudgetRing>() == 120);
+    assert!(size_of::<AtomicMonotonic>() == 8 && align_of::<AtomicMonotonic>() == 8);
+    assert!(offset_of!(RetryBudget, config) == 0);
+    assert!(offset_of!(RetryBudget, deposit_units) == 24);
+    assert!(offset_of!(RetryBudget, withdraw_units) == 32);
+    assert!(offset_of!(RetryBudget, reserve) == 40);
+    assert!(offset_of!(RetryBudget, slot_width) == 48);
+    assert!(offset_of!(RetryBudget, clock) == 56);
+    assert!(offset_of!(RetryBudget, current) == 64);
+    assert!(offset_of!(RetryBudget, base) == 72);
+    assert!(offset_of!(RetryBudget, next_fold) == 80);
+    assert!(offset_of!(RetryBudget, folded_deposits) == 88);
+    assert!(offset_of!(RetryBudget, folded_withdrawals) == 96);
+    assert!(offset_of!(RetryBudget, denied) == 104);
+    assert!(offset_of!(RetryBudget, ring) == 112);
+    assert!(align_of::<RetryBudget>() == 8);
+};
+
+// SAFETY: `#[repr(C)]` (the ring and the config too), no pointers and no `Drop`; after
+// construction only the atomics change (plain integers) and the ring, through the
+// one-at-a-time `Exclusive` cell, which holds integers only (`started` is a `u32` code).
+// The config and the derived units are written once, before publication. LAYOUT covers
+// every field, the ring's fields and the cell's size.
+#[cfg(all(not(loom), target_has_atomic = "64"))]
+#[allow(unsafe_code)]
+unsafe impl Placeable for RetryBudget {
+    const LAYOUT: u64 = {
+        use core::mem::{align_of, offset_of, size_of};
+        fingerprint(
+            "surgeguard_core::retry::RetryBudget/1",
+            &[
+                size_of::<Self>() as u64,
+                align_of::<Self>() as u64,
+                size_of::<Exclusive<BudgetRing>>() as u64,
+                align_of::<Exclusive<BudgetRing>>() as u64,
+                offset_of!(RetryBudgetConfig, min_retries_per_sec) as u64,
+                offset_of!(RetryBudgetConfig, percent_can_retry) as u64,
+                offset_of!(BudgetRing, epoch) as u64,
+                offset_of!(BudgetRing, slots) as u64,
+                offset_of!(BudgetRing, base) as u64,
+                offset_of!(BudgetRing, deposits) as u64,
+                offset_of!(BudgetRing, withdrawals) as u64,
+                offset_of!(Self, deposit_units) as u64,
+                offset_of!(Self, withdraw_units) as u64,
+                offset_of!(Self, reserve) as u64,
+                offset_of!(Self, slot_width) as u64,
+                offset_of!(Self, clock) as u64,
+                offset_of!(Self, current) as u64,
+                offset_of!(Self, base) as u64,
+                offset_of!(Self, next_fold) as u64,
+                offset_of!(Self, folded_deposits) as u64,
+                offset_of!(Self, folded_withdrawals) as u64,
+                offset_of!(Self, denied) as u64,
+                offset_of!(Self, ring) as u64,
+                BUDGET_SLOTS as u64,
+            ],
+        )
+    };
 }
 
 /// A snapshot of a [`RetryBudget`].
@@ -216,9 +304,9 @@ impl RetryBudget {
             folded_withdrawals: AtomicU64::new(0),
             denied: AtomicU64::new(0),
             ring: Exclusive::new(BudgetRing {
-                started: false,
+                started: 0,
                 epoch: 0,
-                slots: [(0, 0); BUDGET_SLOTS],
+                slots: [[0, 0]; BUDGET_SLOTS],
                 base: 0,
                 deposits: 0,
                 withdrawals: 0,
@@ -345,8 +433,8 @@ impl RetryBudget {
     fn fold(&self, ring: &mut BudgetRing, now: u64) -> u64 {
         let n = BUDGET_SLOTS as u64;
         let epoch = now / self.slot_width;
-        if !ring.started {
-            ring.started = true;
+        if ring.started != RING_STARTED {
+            ring.started = RING_STARTED;
             ring.epoch = epoch;
             // Tag the (so far untagged) first slot; the counts already in it stay.
             // Relaxed: published by the Release store of `next_fold` below.
@@ -362,13 +450,13 @@ impl RetryBudget {
             let mut e = ring.epoch.saturating_sub(n - 1);
             while e < ring.epoch && e + n <= epoch {
                 let s = &mut ring.slots[(e % n) as usize];
-                ring.base -= self.net(s.0 as u64, s.1 as u64);
-                *s = (0, 0);
+                ring.base -= self.net(s[0] as u64, s[1] as u64);
+                *s = [0, 0];
                 e += 1;
             }
             // The slot just closed joins them, unless it is already out of the window.
             if ring.epoch + n > epoch {
-                ring.slots[(ring.epoch % n) as usize] = (deposits as u32, withdrawals as u32);
+                ring.slots[(ring.epoch % n) as usize] = [deposits as u32, withdrawals as u32];
                 ring.base += self.net(deposits, withdrawals);
             }
             ring.epoch = epoch;
@@ -397,7 +485,7 @@ impl RetryBudget {
                     current
                 } else {
                     let s = ring.slots[(e % n) as usize];
-                    self.net(s.0 as u64, s.1 as u64)
+                    self.net(s[0] as u64, s[1] as u64)
                 };
                 if credit >= self.withdraw_units {
                     let expires = (e + n).saturating_mul(width);

@@ -90,6 +90,7 @@ use loom::cell::UnsafeCell;
 
 #[cfg(not(loom))]
 #[derive(Debug)]
+#[repr(transparent)]
 struct UnsafeCell<T>(core::cell::UnsafeCell<T>);
 
 #[cfg(not(loom))]
@@ -112,11 +113,21 @@ impl<T> UnsafeCell<T> {
 /// done by a later caller) while another thread is mid-fold.
 ///
 /// Progress: wait-free (one CAS, one store).
+///
+/// `#[repr(C)]` and an integer flag (not a `bool`) so that a cell may live in memory shared
+/// between processes (see `layout`).
 #[derive(Debug)]
+#[repr(C)]
 pub(crate) struct Exclusive<T> {
-    busy: AtomicBool,
+    /// [`FREE`] or [`BUSY`].
+    busy: AtomicU8,
     value: UnsafeCell<T>,
 }
+
+/// `Exclusive::busy`: nobody inside.
+const FREE: u8 = 0;
+/// `Exclusive::busy`: one thread inside `try_with`.
+const BUSY: u8 = 1;
 
 // SAFETY: the value is only ever reached through `try_with`, which hands out `&mut T`
 // to exactly one thread at a time (guarded by `busy`), so sharing the cell between
@@ -125,25 +136,25 @@ unsafe impl<T: Send> Sync for Exclusive<T> {}
 
 impl<T> Exclusive<T> {
     pub(crate) fn new(value: T) -> Self {
-        Self { busy: AtomicBool::new(false), value: UnsafeCell::new(value) }
+        Self { busy: AtomicU8::new(FREE), value: UnsafeCell::new(value) }
     }
 
     /// Runs `f` with exclusive access, or returns `None` if another thread is inside.
     pub(crate) fn try_with<R>(&self, f: impl FnOnce(&mut T) -> R) -> Option<R> {
         // Acquire: pairs with the Release store in `Release::drop`, so this thread sees
         // every write the previous holder made to the value.
-        if self.busy.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+        if self.busy.compare_exchange(FREE, BUSY, Ordering::Acquire, Ordering::Relaxed).is_err() {
             return None;
         }
-        struct Release<'a>(&'a AtomicBool);
+        struct Release<'a>(&'a AtomicU8);
         impl Drop for Release<'_> {
             fn drop(&mut self) {
                 // Release: publishes this holder's writes to the next Acquire above.
-                self.0.store(false, Ordering::Release);
+                self.0.store(FREE, Ordering::Release);
             }
         }
         let _release = Release(&self.busy);
-        // SAFETY: `busy` was false and we set it to true, so no other thread is inside
+        // SAFETY: `busy` was FREE and we set it to BUSY, so no other thread is inside
         // `try_with`; the `&mut T` does not outlive this call (the closure cannot return it
         // because `R` does not borrow from the cell's lifetime).
         Some(self.value.with_mut(|ptr| f(unsafe { &mut *ptr })))

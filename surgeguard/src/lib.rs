@@ -51,6 +51,8 @@ pub mod deadline;
 pub mod degrade;
 mod gate;
 mod permit;
+#[cfg(all(feature = "shm", target_os = "linux", target_has_atomic = "64"))]
+pub mod shm;
 #[cfg(feature = "tower")]
 pub mod tower;
 

@@ -114,6 +114,31 @@ impl Default for AlgorithmConfig {
     }
 }
 
+/// The algorithms' names by code (the order of [`AnyAlgorithm`]'s variants), so that a
+/// limiter keeps a small code rather than a `&'static str` (a pointer into one binary,
+/// meaningless to another process sharing the limiter).
+pub const ALGORITHM_NAMES: [&str; 6] =
+    ["fixed", "aimd", "hysteresis_aimd", "gradient", "gradient2", "vegas"];
+
+/// The name of algorithm `code` ([`ALGORITHM_NAMES`]), or `"unknown"`.
+pub fn algorithm_name(code: u8) -> &'static str {
+    ALGORITHM_NAMES.get(code as usize).copied().unwrap_or("unknown")
+}
+
+impl AnyAlgorithm {
+    /// This algorithm's code: its index in [`ALGORITHM_NAMES`].
+    pub fn code(&self) -> u8 {
+        match self {
+            Self::Fixed(_) => 0,
+            Self::Aimd(_) => 1,
+            Self::Hysteresis(_) => 2,
+            Self::Gradient(_) => 3,
+            Self::Gradient2(_) => 4,
+            Self::Vegas(_) => 5,
+        }
+    }
+}
+
 /// Any algorithm, by value: the limiter stores one of these (no `dyn`, no allocation).
 // Boxing the large variants would allocate; the limiter holds exactly one of these.
 #[allow(clippy::large_enum_variant)]

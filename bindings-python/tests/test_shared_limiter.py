@@ -1,0 +1,110 @@
+"""One limit across worker processes: the native SharedLimiter with real processes.
+
+Forked workers share one limit; a worker killed with SIGKILL while holding permits gets
+them back to the others; workers attaching by name agree on one segment; another config
+is refused.
+"""
+
+import os
+import signal
+import sys
+import time
+
+import pytest
+
+from surgeguard import _native
+
+pytestmark = pytest.mark.skipif(
+    sys.platform != "linux" or not hasattr(_native, "SharedLimiter"), reason="shared memory is Linux-only"
+)
+
+SharedLimiter = _native.SharedLimiter
+
+
+def unique(tag):
+    return f"pytest-{tag}-{os.getpid()}-{time.monotonic_ns()}"
+
+
+def fork(fn):
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        code = 1
+        try:
+            code = fn() or 0
+        finally:
+            os._exit(code)
+    return pid
+
+
+def test_created_before_fork_shared_by_children_and_a_killed_child_gives_its_permits_back():
+    shared = SharedLimiter(None, limit=4, levels=1)
+    r, w = os.pipe()
+
+    def child():
+        held = [shared.try_acquire() for _ in range(3)]  # noqa: F841 - held until killed
+        os.write(w, b"x")
+        time.sleep(60)
+
+    pid = fork(child)
+    assert os.read(r, 1) == b"x"
+    assert shared.inflight == 3  # the child's permits, seen by the parent
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    # The 2nd acquire is refused for want of a slot, sweeps, and gets one of the child's.
+    mine = [shared.try_acquire() for _ in range(4)]
+    assert shared.inflight == 4
+    with pytest.raises(_native_rejected()):
+        shared.try_acquire()
+    assert shared.reclaim() == 0  # nothing reclaimed twice
+    for p in mine:
+        p.success()
+    assert shared.inflight == 0
+    assert shared.metrics()["ignored"] == 3  # reclaimed as ignored: no latency sample
+
+
+def _native_rejected():
+    import surgeguard
+
+    return surgeguard.Rejected
+
+
+def test_attached_by_name_after_fork_and_refused_with_another_config():
+    name = unique("name")
+    r, w = os.pipe()
+    go_r, go_w = os.pipe()
+
+    def child():
+        s = SharedLimiter(name, limit=10, levels=1)
+        p = s.try_acquire()  # noqa: F841 - held
+        os.write(w, b"1" if s.created else b"0")
+        os.read(go_r, 1)
+        p.success()
+        return 0
+
+    pids = [fork(child) for _ in range(4)]
+    flags = b"".join(os.read(r, 1) for _ in pids)
+    assert flags.count(b"1") == 1, flags  # exactly one creator
+    mine = SharedLimiter(name, limit=10, levels=1)
+    assert not mine.created
+    assert mine.inflight == 4
+    with pytest.raises(ValueError, match="another config"):
+        SharedLimiter(name, limit=11, levels=1)
+    os.write(go_w, b"gggg")
+    for pid in pids:
+        assert os.waitpid(pid, 0)[1] == 0
+    assert mine.inflight == 0
+    SharedLimiter.unlink(name)
+
+
+def test_permits_release_once_and_bad_input_is_refused():
+    shared = SharedLimiter(None, limit=2, levels=1)
+    with shared.try_acquire() as p:
+        assert p.held
+    assert not p.held
+    with pytest.raises(RuntimeError):
+        p.success()
+    with pytest.raises(ValueError):
+        shared.try_acquire(now_ns=2**63)
+    with pytest.raises(ValueError):
+        SharedLimiter("bad name")
+    assert shared.inflight == 0
