@@ -108,6 +108,12 @@ async function replayGate (sc) {
   if (c.max_wait_ns !== 0) opts.maxWaitMs = ms(c.max_wait_ns)
   if (c.aging !== null) opts.aging = { from: c.aging.from, to: c.aging.to, afterMs: ms(c.aging.after_ns) }
   const gate = new sg.Gate(opts)
+  // The facade also polls the core on its own timer, at the real clock (raw CLOCK_MONOTONIC,
+  // hours since boot), while the scenario's times are injected and mostly far below it: that
+  // timer would act at a time the scenario never reached. The replay drives time itself, so
+  // the timer is switched off; grants and drops still come from the pump that every
+  // arrive, release and cancel runs.
+  gate._schedule = () => {}
   const permits = new Map()
   const waiting = new Map() // step → { controller }
   const done = new Map() // step → event, in settlement order
