@@ -19,7 +19,8 @@ LOOM_TESTS := $(patsubst core/tests/%.rs,%,$(wildcard core/tests/loom_*.rs))
 # into separate target directories (target/debug, loom, miri and the no_std triples; target/ctest,
 # the wheel's target triple and target/release), and each lane's single-threaded stretches
 # (Miri, valgrind, pytest, node --test) overlap the other's compiling. Each lane's output is
-# printed when the lane ends; `make test-serial` runs the same targets one after another.
+# printed when the lane ends; inside a lane the targets run in turn (-j1). `make test-serial`
+# runs all of them one after another.
 TEST_RUST := fmt clippy unit loom nostd miri
 TEST_BINDINGS := ctest pytest nodetest installtest
 .PHONY: test-serial test-rust test-bindings
@@ -27,9 +28,9 @@ test: setup
 	@$(MAKE) --no-print-directory -j2 --output-sync=recurse test-rust test-bindings
 	@echo "make test: all checks passed"
 test-rust:
-	@start=$$SECONDS; $(MAKE) --no-print-directory $(TEST_RUST); echo "make test: the Rust lane passed in $$((SECONDS - start)) s"
+	@start=$$SECONDS; $(MAKE) --no-print-directory -j1 $(TEST_RUST); echo "make test: the Rust lane passed in $$((SECONDS - start)) s"
 test-bindings:
-	@start=$$SECONDS; $(MAKE) --no-print-directory $(TEST_BINDINGS); echo "make test: the bindings lane passed in $$((SECONDS - start)) s"
+	@start=$$SECONDS; $(MAKE) --no-print-directory -j1 $(TEST_BINDINGS); echo "make test: the bindings lane passed in $$((SECONDS - start)) s"
 test-serial: setup $(TEST_RUST) $(TEST_BINDINGS)
 	@echo "make test: all checks passed"
 
