@@ -108,3 +108,85 @@ def test_permits_release_once_and_bad_input_is_refused():
     with pytest.raises(ValueError):
         SharedLimiter("bad name")
     assert shared.inflight == 0
+
+
+# ---- the facade: surgeguard.Limiter.shared ------------------------------------------
+
+
+def test_limiter_shared_has_the_limiter_api():
+    import surgeguard
+
+    shared = surgeguard.Limiter.shared(None, limit=2, levels=1)
+    assert isinstance(shared, surgeguard.SharedLimiter)
+    assert shared.levels == 1 and shared.limit == 2
+    pending = shared.acquire()
+    assert not pending.held and shared.inflight == 0  # admitted on entry, as Limiter.acquire
+    with pending as p:
+        assert p is pending and p.held and shared.inflight == 1
+        assert shared.inflight_of(0) == 1 and shared.held_by_this_process == 1
+        with shared.acquire():
+            with pytest.raises(surgeguard.Rejected):  # the limit, refused at once (no queue)
+                with shared.acquire():
+                    pass  # pragma: no cover
+    assert shared.inflight == 0
+    with pytest.raises(surgeguard.UsageError):  # a released permit cannot be entered again
+        pending.__enter__()
+    with pytest.raises(surgeguard.UsageError):  # nor released
+        pending.success()
+    with pytest.raises(ValueError):  # an exception inside: ignored (no latency sample)
+        with shared.acquire():
+            raise ValueError("boom")
+    m = shared.metrics()
+    assert m["ignored"] == 1 and shared.inflight == 0
+    never = shared.acquire()
+    with pytest.raises(surgeguard.UsageError):  # a pending permit holds nothing to release
+        never.success()
+    del never
+    assert shared.inflight == 0
+    p = shared.try_acquire()
+    del p  # dropped while held: released as ignored
+    assert shared.inflight == 0
+
+
+@pytest.mark.parametrize("name", [1, b"x", 1.5, ["x"]])
+def test_limiter_shared_refuses_a_name_of_another_type(name):
+    import surgeguard
+
+    with pytest.raises(TypeError, match="name must be a str or None"):
+        surgeguard.Limiter.shared(name, limit=2)
+
+
+@pytest.mark.parametrize("name", ["", "x" * 201, "a b", ".", "..", "é"])
+def test_limiter_shared_refuses_a_bad_name(name):
+    import surgeguard
+
+    with pytest.raises(ValueError, match="bad shared segment name"):
+        surgeguard.Limiter.shared(name, limit=2)
+
+
+def test_limiter_shared_refuses_bad_config_and_a_mismatched_attach():
+    import surgeguard
+
+    name = unique("facade")
+    with pytest.raises(ValueError, match="limit"):
+        surgeguard.Limiter.shared(name, limit=float("nan"))
+    with pytest.raises(TypeError):
+        surgeguard.Limiter.shared(name, limit=2, clock=lambda: 0)  # one clock for all processes
+    assert not os.path.exists(f"/dev/shm/surgeguard.{name}")  # nothing made by a refusal
+    a = surgeguard.Limiter.shared(name, limit=3, levels=1)
+    try:
+        assert a.created
+        b = surgeguard.Limiter.shared(name, limit=3, levels=1)
+        assert not b.created
+        with a.acquire():
+            assert b.inflight == 1
+        for other in ({"limit": 4, "levels": 1}, {"limit": 3, "levels": 2}, {"algorithm": "aimd", "levels": 1}):
+            with pytest.raises(ValueError, match="another config"):
+                surgeguard.Limiter.shared(name, **other)
+        with pytest.raises(ValueError):
+            a.try_acquire(now_ns=2**62 + 1)
+        with pytest.raises(ValueError):
+            a.acquire(now_ns=-1)
+        assert a.inflight == 0
+    finally:
+        surgeguard.SharedLimiter.unlink(name)
