@@ -190,3 +190,55 @@ def test_limiter_shared_refuses_bad_config_and_a_mismatched_attach():
         assert a.inflight == 0
     finally:
         surgeguard.SharedLimiter.unlink(name)
+
+
+# ---- kill -9 through the facade: the documented bound -------------------------------
+
+SWEEP_INTERVAL = 0.1  # a refused acquire sweeps at most once per 100 ms (the crate's shm docs)
+
+
+@pytest.mark.parametrize("how", ["sigkill", "exit_without_release"])
+def test_a_killed_worker_attached_by_name_gives_its_permits_back_within_the_bound(how):
+    import surgeguard
+
+    name = unique("kill")
+    parent = surgeguard.Limiter.shared(name, limit=3, levels=1)
+    try:
+        mine = parent.try_acquire()
+        r, w = os.pipe()
+
+        def child():
+            s = surgeguard.Limiter.shared(name, limit=3, levels=1)  # attached after the fork
+            held = [s.acquire().__enter__() for _ in range(2)]  # noqa: F841 - held until killed
+            os.write(w, b"x")
+            if how == "exit_without_release":
+                os._exit(0)  # no release, no detach: as a crash
+            time.sleep(60)
+
+        pid = fork(child)
+        assert os.read(r, 1) == b"x"
+        assert parent.inflight == 3
+        with pytest.raises(surgeguard.Rejected):  # full while the child lives
+            parent.try_acquire()
+        if how == "sigkill":
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)  # dead (reaped)
+        died = time.monotonic()
+        got = []
+        while len(got) < 2:
+            try:
+                got.append(parent.try_acquire())
+            except surgeguard.Rejected:
+                assert time.monotonic() - died < SWEEP_INTERVAL + 1.0, "not reclaimed within the bound"
+                time.sleep(0.005)
+        # Both of the child's permits came back, once each: the limit holds exactly.
+        assert parent.inflight == 3 and parent.held_by_this_process == 3
+        with pytest.raises(surgeguard.Rejected):
+            parent.try_acquire()
+        assert parent.reclaim() == 0  # nothing reclaimed twice
+        for p in [mine, *got]:
+            p.success()
+        assert parent.inflight == 0
+        assert parent.metrics()["ignored"] == 2  # the child's, released without a sample
+    finally:
+        surgeguard.SharedLimiter.unlink(name)
