@@ -16,8 +16,9 @@ use surgeguard_core::{Outcome, Priority, UsageError};
 
 use crate::common::*;
 use crate::limiter::{limiter_config, limiter_metrics};
+use crate::placed::Placed;
 
-fn shm_err(py: Python<'_>, e: ShmError) -> PyErr {
+pub(crate) fn shm_err(py: Python<'_>, e: ShmError) -> PyErr {
     match e {
         ShmError::Rejected(r) => rejected_err(py, r),
         ShmError::Config(c) => config_err(py, "SharedLimiter", c),
@@ -29,6 +30,41 @@ fn shm_err(py: Python<'_>, e: ShmError) -> PyErr {
     }
 }
 
+fn name_arg(name: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+    if name.is_none() {
+        return Ok(None);
+    }
+    match name.cast::<PyString>() {
+        Ok(s) => Ok(Some(s.to_str()?.to_owned())),
+        Err(_) => Err(PyTypeError::new_err(format!(
+            "name must be a str or None, got {}",
+            name.get_type().name()?
+        ))),
+    }
+}
+
+/// A shared object by name (created or attached) or anonymous (`None`), for the
+/// `shared` constructors of the in-process classes.
+pub fn place<C, S, T>(
+    py: Python<'_>,
+    name: &Bound<'_, PyAny>,
+    cfg: C,
+    open: fn(&str, C) -> Result<S, ShmError>,
+    anonymous: fn(C) -> Result<S, ShmError>,
+) -> PyResult<Placed<T>>
+where
+    C: Send,
+    S: std::ops::Deref<Target = T> + Send + Sync + 'static,
+    T: 'static,
+{
+    let shared = match name_arg(name)? {
+        Some(n) => py.detach(|| open(&n, cfg)),
+        None => anonymous(cfg),
+    }
+    .map_err(|e| shm_err(py, e))?;
+    Ok(Placed::Shared(Box::new(shared)))
+}
+
 /// `Limiter.shared(name, ...)`: a `SharedLimiter` by name (a `str`) or anonymous (`None`).
 pub fn shared_limiter<'py>(
     py: Python<'py>,
@@ -36,12 +72,7 @@ pub fn shared_limiter<'py>(
     args: &Bound<'py, PyTuple>,
     kwargs: Option<&Bound<'py, PyDict>>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    if !name.is_none() && !name.is_instance_of::<PyString>() {
-        return Err(PyTypeError::new_err(format!(
-            "name must be a str or None, got {}",
-            name.get_type().name()?
-        )));
-    }
+    name_arg(name)?;
     let mut all = vec![name.clone()];
     all.extend(args.iter());
     py.get_type::<SharedLimiter>().call(PyTuple::new(py, all)?, kwargs)

@@ -336,6 +336,16 @@ class RetryBudget:
         percent_can_retry: Optional[float] = None,
         retry_ratio: Optional[float] = None,
     ) -> None: ...
+    @staticmethod
+    def shared(
+        name: Optional[str],
+        *,
+        ttl: Optional[Seconds] = None,
+        min_retries_per_sec: Optional[int] = None,
+        percent_can_retry: Optional[float] = None,
+        retry_ratio: Optional[float] = None,
+    ) -> "RetryBudget":
+        """One retry budget across worker processes (Linux), by ``name`` or anonymous (``None``)."""
     def deposit(self, *, now_ns: Optional[int] = None) -> None: ...
     def try_withdraw(self, *, now_ns: Optional[int] = None) -> bool: ...
     def withdraw(self, *, now_ns: Optional[int] = None) -> None: ...
@@ -447,6 +457,9 @@ class BreakerFunction:
 class RateLimiter:
     """GCRA rate limiter; a refusal says how long to wait."""
     def __init__(self, per_second: float, burst: Optional[int] = None) -> None: ...
+    @staticmethod
+    def shared(name: Optional[str], per_second: float, burst: Optional[int] = None) -> "RateLimiter":
+        """One rate across worker processes (Linux), by ``name`` or anonymous (``None``)."""
     def try_acquire(self, cost: Optional[int] = None, *, now_ns: Optional[int] = None) -> bool: ...
     def check(self, cost: Optional[int] = None, *, now_ns: Optional[int] = None) -> None: ...
     def take_up_to(self, max: int, *, now_ns: Optional[int] = None) -> int: ...
