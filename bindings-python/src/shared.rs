@@ -6,9 +6,10 @@
 //! `os.fork()` (children forked afterwards share it). Permits of a worker that dies
 //! (`kill -9`, OOM) come back: see the crate's `shm` module for when and how fast.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-use pyo3::exceptions::{PyOSError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyOSError, PyRuntimeError, PyStopIteration, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple};
 use surgeguard::shm::{SharedLimiter as CoreShared, SharedRawPermit, ShmError};
@@ -148,7 +149,11 @@ impl SharedLimiter {
             Some(v) if !v.is_none() => Some(now_arg(v)?),
             _ => None,
         };
-        Ok(SharedPermit { owner: slf.clone().unbind(), state: Mutex::new(State::Pending(p, now)) })
+        Ok(SharedPermit {
+            owner: slf.clone().unbind(),
+            state: Mutex::new(State::Pending(p, now)),
+            entered: AtomicBool::new(false),
+        })
     }
 
     /// Admits now (counted to this process) or raises `Rejected`.
@@ -163,7 +168,11 @@ impl SharedLimiter {
         let p = priority_arg(py, priority, lim.limiter().levels())?;
         let now = now_from(py, None, now_ns)?;
         let raw = lim.try_acquire_raw(now, p).map_err(|e| shm_err(py, e))?;
-        Ok(SharedPermit { owner: slf.clone().unbind(), state: Mutex::new(State::Held(raw)) })
+        Ok(SharedPermit {
+            owner: slf.clone().unbind(),
+            state: Mutex::new(State::Held(raw)),
+            entered: AtomicBool::new(false),
+        })
     }
 
     /// Releases the permits of dead processes (exactly once each); returns how many.
@@ -231,6 +240,8 @@ impl SharedLimiter {
 pub struct SharedPermit {
     owner: Py<SharedLimiter>,
     state: Mutex<State>,
+    /// Set by `__aenter__`: awaiting the permit then finishes with it (`async with ... as`).
+    entered: AtomicBool,
 }
 
 enum State {
@@ -243,6 +254,37 @@ enum State {
 impl SharedPermit {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn enter(&self, py: Python<'_>) -> PyResult<()> {
+        let mut st = self.lock();
+        match *st {
+            State::Held(_) => Ok(()),
+            State::Done => Err(usage_err(py, UsageError::AlreadyReleased)),
+            State::Pending(p, now) => {
+                let now = match now {
+                    Some(n) => n,
+                    None => now_from(py, None, None)?,
+                };
+                let raw =
+                    self.owner.get().core.try_acquire_raw(now, p).map_err(|e| shm_err(py, e))?;
+                *st = State::Held(raw);
+                Ok(())
+            }
+        }
+    }
+
+    /// Success on a normal exit, ignored on an exception; nothing if already released.
+    fn exit(&self, py: Python<'_>, exc_type: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        if self.held() {
+            let outcome = if exc_type.is_some_and(|t| !t.is_none()) {
+                Outcome::Ignored
+            } else {
+                Outcome::Success
+            };
+            self.end(py, outcome, None)?;
+        }
+        Ok(())
     }
 
     fn end(
@@ -302,23 +344,38 @@ impl SharedPermit {
     /// Admits a pending permit (from `acquire()`, raising `Rejected` if refused); a held
     /// one is returned as is; a released one cannot be entered again.
     fn __enter__(slf: &Bound<'_, Self>) -> PyResult<Py<Self>> {
-        let py = slf.py();
-        let this = slf.get();
-        let mut st = this.lock();
-        match *st {
-            State::Held(_) => {}
-            State::Done => return Err(usage_err(py, UsageError::AlreadyReleased)),
-            State::Pending(p, now) => {
-                let now = match now {
-                    Some(n) => n,
-                    None => now_from(py, None, None)?,
-                };
-                let raw =
-                    this.owner.get().core.try_acquire_raw(now, p).map_err(|e| shm_err(py, e))?;
-                *st = State::Held(raw);
-            }
-        }
+        slf.get().enter(slf.py())?;
         Ok(slf.clone().unbind())
+    }
+    /// `async with`: admits at once (the limiter has no queue, so there is no wait); the
+    /// awaitable finishes with the permit.
+    fn __aenter__(slf: &Bound<'_, Self>) -> PyResult<Py<Self>> {
+        slf.get().enter(slf.py())?;
+        slf.get().entered.store(true, Ordering::Release);
+        Ok(slf.clone().unbind())
+    }
+    #[pyo3(signature = (exc_type=None, _exc=None, _tb=None))]
+    fn __aexit__(
+        slf: &Bound<'_, Self>,
+        exc_type: Option<&Bound<'_, PyAny>>,
+        _exc: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<Self>> {
+        slf.get().exit(slf.py(), exc_type)?;
+        slf.get().entered.store(false, Ordering::Release);
+        Ok(slf.clone().unbind())
+    }
+    /// Awaiting the permit finishes at once.
+    fn __await__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+    fn __next__(slf: &Bound<'_, Self>) -> PyResult<Option<Py<PyAny>>> {
+        if slf.get().entered.swap(false, Ordering::AcqRel) {
+            // StopIteration(permit): the value of `await` (and of `async with ... as`).
+            Err(PyStopIteration::new_err(slf.clone().into_any().unbind()))
+        } else {
+            Ok(None)
+        }
     }
     #[pyo3(signature = (exc_type=None, _exc=None, _tb=None))]
     fn __exit__(
@@ -328,14 +385,7 @@ impl SharedPermit {
         _exc: Option<&Bound<'_, PyAny>>,
         _tb: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
-        if self.held() {
-            let outcome = if exc_type.is_some_and(|t| !t.is_none()) {
-                Outcome::Ignored
-            } else {
-                Outcome::Success
-            };
-            self.end(py, outcome, None)?;
-        }
+        self.exit(py, exc_type)?;
         Ok(false)
     }
 }

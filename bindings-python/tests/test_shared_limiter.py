@@ -242,3 +242,28 @@ def test_a_killed_worker_attached_by_name_gives_its_permits_back_within_the_boun
         assert parent.metrics()["ignored"] == 2  # the child's, released without a sample
     finally:
         surgeguard.SharedLimiter.unlink(name)
+
+
+def test_async_with_admits_at_once_and_releases_on_exit():
+    import asyncio
+
+    import surgeguard
+
+    shared = surgeguard.Limiter.shared(None, limit=1, levels=1)
+
+    async def main():
+        async with shared.acquire() as p:
+            assert isinstance(p, surgeguard.SharedPermit) and p.held and shared.inflight == 1
+            with pytest.raises(surgeguard.Rejected):
+                async with shared.acquire():
+                    pass  # pragma: no cover
+            await asyncio.sleep(0)
+        assert not p.held and shared.inflight == 0
+        with pytest.raises(KeyError):
+            async with shared.try_acquire():
+                raise KeyError("x")
+        assert shared.inflight == 0
+        return shared.metrics()
+
+    m = asyncio.run(main())
+    assert m["ignored"] == 1 and m["rejected"] >= 1
