@@ -9,8 +9,10 @@ once; with one ``surgeguard.Limiter`` per worker it sees up to 4 x L, and more t
 this run.
 """
 
+import contextlib
 import http.client
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -53,9 +55,9 @@ APP = textwrap.dedent(
         limiter = surgeguard.Limiter(limit=L, levels=1)
 
 
-    async def call_dependency():
+    async def call_dependency(path):
         reader, writer = await asyncio.open_connection("127.0.0.1", DEP_PORT)
-        writer.write(b"GET / HTTP/1.0\\r\\n\\r\\n")
+        writer.write(b"GET " + path.encode() + b" HTTP/1.0\\r\\n\\r\\n")
         await writer.drain()
         data = await reader.read()
         writer.close()
@@ -74,7 +76,9 @@ APP = textwrap.dedent(
                     return
         try:
             with limiter.acquire():
-                await call_dependency()
+                if scope["path"] == "/hang":  # tell the test which worker holds a permit
+                    open(os.path.join(os.environ["SG_READY"], f"holder-{os.getpid()}"), "w").close()
+                await call_dependency(scope["path"])
             status = 200
         except surgeguard.Rejected:
             status = 503
@@ -92,6 +96,7 @@ class Dependency:
         self.now = 0
         self.max = 0
         self.calls = 0
+        self.hang = threading.Event()  # /hang calls wait for it
         dep = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -101,7 +106,10 @@ class Dependency:
                     dep.calls += 1
                     dep.max = max(dep.max, dep.now)
                 try:
-                    time.sleep(HOLD)
+                    if self.path == "/hang":
+                        dep.hang.wait(20)
+                    else:
+                        time.sleep(HOLD)
                 finally:
                     with dep.lock:
                         dep.now -= 1
@@ -120,6 +128,7 @@ class Dependency:
         self.thread.start()
 
     def close(self):
+        self.hang.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -130,11 +139,11 @@ def free_port():
         return s.getsockname()[1]
 
 
-def get(port):
+def get(port, path="/work"):
     for attempt in range(3):
         try:
             c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-            c.request("GET", "/work")
+            c.request("GET", path)
             r = c.getresponse()
             body = r.read()
             c.close()
@@ -145,8 +154,9 @@ def get(port):
             time.sleep(0.1)
 
 
-def serve_and_drive(tmp_path, mode, name=None):
-    """Runs gunicorn with the app in `mode`, drives it, returns (dependency max, statuses, pids)."""
+@contextlib.contextmanager
+def gunicorn(tmp_path, mode, name=None):
+    """Runs gunicorn with the app in `mode`; yields (port, dependency, ready dir)."""
     (tmp_path / "sgapp.py").write_text(APP)
     ready = tmp_path / f"ready-{mode}"
     ready.mkdir()
@@ -179,11 +189,7 @@ def serve_and_drive(tmp_path, mode, name=None):
             assert proc.poll() is None, proc.stdout.read().decode(errors="replace")
             assert time.monotonic() < deadline, "gunicorn workers did not start"
             time.sleep(0.05)
-        with ThreadPoolExecutor(CLIENTS) as pool:
-            results = list(pool.map(lambda _: get(port), range(REQUESTS)))
-        statuses = [s for s, _ in results]
-        pids = {b for s, b in results if s == 200}
-        return dep.max, statuses, pids
+        yield port, dep, ready
     finally:
         proc.terminate()
         try:
@@ -192,6 +198,16 @@ def serve_and_drive(tmp_path, mode, name=None):
             proc.kill()
             proc.wait()
         dep.close()
+
+
+def serve_and_drive(tmp_path, mode, name=None):
+    """Runs gunicorn with the app in `mode`, drives it, returns (dependency max, statuses, pids)."""
+    with gunicorn(tmp_path, mode, name) as (port, dep, _):
+        with ThreadPoolExecutor(CLIENTS) as pool:
+            results = list(pool.map(lambda _: get(port), range(REQUESTS)))
+        statuses = [s for s, _ in results]
+        pids = {b for s, b in results if s == 200}
+        return dep.max, statuses, pids
 
 
 def test_gunicorn_workers_share_one_limit_by_name(tmp_path):
@@ -222,3 +238,77 @@ def test_without_sharing_each_worker_has_its_own_limit(tmp_path):
     assert set(statuses) <= {200, 503}
     assert len(pids) > 1  # served by several workers ...
     assert LIMIT < most <= WORKERS * LIMIT  # ... each admitting L: more than L at once
+
+
+def test_a_worker_killed_while_holding_permits_gives_them_back(tmp_path):
+    """Two requests hold both permits (their dependency calls hang); their workers are
+    killed with SIGKILL; the next request to a live worker is admitted: its refused
+    acquire sweeps the dead workers' permits back (at most 100 ms after the first
+    refusal they cause, the crate's documented bound)."""
+    name = f"pytest-gunicorn-kill-{os.getpid()}-{time.monotonic_ns()}"
+
+    def hang(port):
+        try:
+            get_once(port, "/hang")
+        except OSError:
+            pass  # its worker was killed
+
+    try:
+        with gunicorn(tmp_path, "shared", name) as (port, dep, ready):
+            hanging = [threading.Thread(target=hang, args=(port,), daemon=True) for _ in range(LIMIT)]
+            for t in hanging:
+                t.start()
+            deadline = time.monotonic() + 10
+            while dep.now < LIMIT:
+                assert time.monotonic() < deadline, "the hanging requests did not arrive"
+                time.sleep(0.01)
+            holders = {int(f.split("-")[1]) for f in os.listdir(ready) if f.startswith("holder-")}
+            assert 1 <= len(holders) <= LIMIT
+            assert get(port)[0] == 503  # the limit is taken, across the workers
+            for pid in holders:
+                os.kill(pid, signal.SIGKILL)
+            killed = time.monotonic()
+            while any(os.path.exists(f"/proc/{pid}") and _alive(pid) for pid in holders):
+                assert time.monotonic() - killed < 5
+                time.sleep(0.01)
+            # The dead workers' calls still run at the dependency (a request does not stop
+            # when its sender dies): end them first, or the dependency would count them
+            # beside the requests admitted on the reclaimed permits.
+            dep.hang.set()
+            while dep.now:
+                assert time.monotonic() - killed < 5
+                time.sleep(0.01)
+            dep.max = 0
+            dead = time.monotonic()
+            statuses = []
+            while not statuses or statuses[-1] != 200:
+                statuses.append(get(port)[0])
+                assert time.monotonic() - dead < SWEEP_BOUND + 2.0, statuses  # + slack for a loaded host
+            assert dep.max <= LIMIT
+            # Both came back, each once: two requests at once are admitted, a third is not.
+            with ThreadPoolExecutor(CLIENTS) as pool:
+                results = [s for s, _ in pool.map(lambda _: get(port), range(CLIENTS))]
+            assert dep.max <= LIMIT and results.count(200) >= LIMIT, results
+    finally:
+        surgeguard.SharedLimiter.unlink(name)
+
+
+SWEEP_BOUND = 0.1
+
+
+def _alive(pid):
+    """A zombie (killed, not yet reaped by the gunicorn master) counts as dead."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def get_once(port, path):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("GET", path)
+    r = c.getresponse()
+    r.read()
+    c.close()
+    return r.status
