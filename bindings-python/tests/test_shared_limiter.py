@@ -267,3 +267,62 @@ def test_async_with_admits_at_once_and_releases_on_exit():
 
     m = asyncio.run(main())
     assert m["ignored"] == 1 and m["rejected"] >= 1
+
+
+# ---- the same decisions as the in-process Limiter -------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+CONFIGS = [
+    dict(limit=3, levels=1),
+    dict(limit=5, levels=3),
+    dict(algorithm="aimd", levels=2, min_window=0.001, max_window=0.01, min_samples=1),
+    dict(algorithm="gradient", levels=3, min_window=0.001, max_window=0.01, min_samples=1),
+]
+
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["acquire", "release"]),
+        st.integers(0, 2),  # level (clamped to the config's levels) or which permit
+        st.sampled_from(["success", "dropped", "ignored"]),
+        st.integers(0, 5_000_000),  # ns since the last operation
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(cfg=st.sampled_from(CONFIGS), ops=OPS)
+def test_a_shared_limiter_decides_as_the_in_process_one(cfg, ops):
+    """Same config, same operations at the same injected times: the same admissions,
+    refusal reasons, limits and metrics (the shared limiter is the core's own Limiter,
+    placed in shared memory)."""
+    import surgeguard
+
+    local = surgeguard.Limiter(**cfg)
+    shared = surgeguard.Limiter.shared(None, **cfg)
+    now = surgeguard.clock_ns()
+    held = []  # (local permit, shared permit)
+    for op, n, outcome, dt in ops:
+        now += dt
+        if op == "acquire":
+            level = n % local.levels
+            results = []
+            for lim in (local, shared):
+                try:
+                    results.append(lim.try_acquire(level, now_ns=now))
+                except surgeguard.Rejected as e:
+                    results.append((e.reason, e.retry_after))
+            if isinstance(results[0], tuple):
+                assert results[0] == results[1]
+            else:
+                assert not isinstance(results[1], tuple), results
+                held.append(tuple(results))
+        elif held:
+            lp, sp = held.pop(n % len(held))
+            lp.release(outcome, now_ns=now)
+            sp.release(outcome, now_ns=now)
+        assert shared.limit == local.limit and shared.inflight == local.inflight
+    lm, sm = local.metrics(), shared.metrics()
+    assert lm == sm, (lm, sm)
