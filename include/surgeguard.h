@@ -5,7 +5,7 @@
  *
  * THE CONTRACT (every function; tests/c/sweep_api.c checks it with hostile arguments):
  *   - Every function that can fail returns an sg_status: SG_OK (0), or a documented code
- *     saying why not (sg_status_str() names it; the codes are 0-5 and 100-113).
+ *     saying why not (sg_status_str() names it; the codes are 0-5 and 100-115).
  *   - On failure nothing is written and no observable state changes: outputs keep their
  *     contents, and metrics, in-flight counts, limits and permits are as before.
  *     SG_REJECTED writes only its optional sg_rejection, SG_QUEUED only the ticket,
@@ -345,6 +345,15 @@ enum sg_status
     // A `now` argument was above `SG_MAX_NOW` (2^62 ns, about 146 years of uptime): a
     // clock bug or a corrupted value. Refused before anything is read or changed.
     SG_TIME_OUT_OF_RANGE = 113,
+    // `sg_shared_limiter_open`: the name holds something this build may not attach to:
+    // not a surgeguard segment, or one made by another version or layout, for another
+    // kind of object or another config, before the last reboot or in another pid
+    // namespace. Use the same config in every process, or another name (or unlink it).
+    SG_SHM_REFUSED = 114,
+    // A shared segment could not be created, mapped or joined: a system call failed
+    // (`/dev/shm` missing or full, permissions), or every process slot of the segment is
+    // held by a live process.
+    SG_SHM_UNAVAILABLE = 115,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -402,6 +411,11 @@ typedef struct sg_rate_limiter sg_rate_limiter;
 // `ttl`, and `min_retries_per_sec × ttl` retries are always available, so retries stay a
 // bounded share of traffic (Finagle's `RetryBudget`, gRPC's retry throttling). Thread-safe, lock-free.
 typedef struct sg_retry_budget sg_retry_budget;
+
+#if defined(__linux__)
+// A limiter in memory shared between processes (opaque; heap only).
+typedef struct sg_shared_limiter sg_shared_limiter;
+#endif
 
 // The gRPC A6 retry throttle: tokens start full, a failure takes one, a success adds
 // `token_ratio`; retries only while above half. Thread-safe, lock-free.
@@ -1231,6 +1245,17 @@ typedef struct sg_token_throttle_metrics {
     // Reserved for values added later; 0 in this version.
     uint64_t reserved[4];
 } sg_token_throttle_metrics;
+
+#if defined(__linux__)
+// Caller storage for one admission of an `sg_shared_limiter`. Opaque: fill it only
+// through the library. As `sg_permit`: released once (a second release says
+// `SG_ALREADY_RELEASED`, a release to another shared limiter `SG_FOREIGN_HANDLE`, zeroed
+// or garbage storage `SG_INVALID_HANDLE`); do not copy a live one.
+typedef struct sg_shared_permit {
+    // Opaque.
+    uint64_t opaque[6];
+} sg_shared_permit;
+#endif
 
 // Settings of an `sg_adaptive_throttle`.
 typedef struct sg_adaptive_throttle_config {
@@ -2134,6 +2159,68 @@ sg_status sg_token_throttle_tokens(const struct sg_token_throttle *token_throttl
 // A snapshot of the counters.
 sg_status sg_token_throttle_metrics_get(const struct sg_token_throttle *token_throttle,
                                         struct sg_token_throttle_metrics *metrics_out);
+
+#if defined(__linux__)
+// Creates the shared limiter `name` (the file `/dev/shm/surgeguard.<name>`; a name with
+// a `/` is a path) or attaches to it; NULL `name` makes an anonymous one, shared with
+// the processes this one forks afterwards. `SG_SHM_REFUSED` if the name holds a segment
+// of another config, kind, layout or version (or is not one); `SG_INVALID_ARGUMENT` for
+// a bad name (empty, over 200 bytes, not `[A-Za-z0-9._-]`); `SG_SHM_UNAVAILABLE` if a
+// system call failed. Free the handle with `sg_shared_limiter_free` (the segment stays
+// while any process maps it, and a named one until `sg_shared_limiter_unlink`).
+sg_status sg_shared_limiter_open(const char *name,
+                                 const struct sg_limiter_config *cfg,
+                                 struct sg_shared_limiter **limiter_out);
+#endif
+
+#if defined(__linux__)
+// Detaches this process and frees the handle (its permits must be released first: a
+// permit still held stays counted until the process exits and is reclaimed). NULL is a
+// no-op.
+void sg_shared_limiter_free(struct sg_shared_limiter *limiter);
+#endif
+
+#if defined(__linux__)
+// Removes the name (processes that have it mapped keep their segment).
+sg_status sg_shared_limiter_unlink(const char *name);
+#endif
+
+#if defined(__linux__)
+// Whether this handle created the segment (false: it attached to another process's).
+sg_status sg_shared_limiter_created(const struct sg_shared_limiter *limiter, bool *created_out);
+#endif
+
+#if defined(__linux__)
+// Admits one unit of work at `level` now, counted to this process, into `permit_out`;
+// or `SG_REJECTED` (with the reason and retry-after in `rejection_out`, if not NULL).
+sg_status sg_shared_limiter_try_acquire(struct sg_shared_limiter *limiter,
+                                        uint64_t now,
+                                        uint32_t level,
+                                        struct sg_shared_permit *permit_out,
+                                        struct sg_rejection *rejection_out);
+#endif
+
+#if defined(__linux__)
+// Ends a permit of this limiter with `outcome` (`SG_OUTCOME_*`).
+sg_status sg_shared_limiter_release(struct sg_shared_limiter *limiter,
+                                    struct sg_shared_permit *permit,
+                                    uint64_t now,
+                                    uint32_t outcome);
+#endif
+
+#if defined(__linux__)
+// Releases the permits of every attached process proven dead (exactly once each);
+// writes how many. Call it from a pre-fork master's `SIGCHLD` handling loop (not the
+// signal handler) or a timer.
+sg_status sg_shared_limiter_reclaim(struct sg_shared_limiter *limiter, uint64_t *reclaimed_out);
+#endif
+
+#if defined(__linux__)
+// Requests in flight across all processes, and the limit in force.
+sg_status sg_shared_limiter_inflight(const struct sg_shared_limiter *limiter,
+                                     uint32_t *inflight_out,
+                                     double *limit_out);
+#endif
 
 // A static, NUL-terminated name for a status (`"ok"`, `"rejected"`, ...); `"unknown
 // status"` for a value that is not one. Never NULL.

@@ -17,6 +17,7 @@ use surgeguard_core::throttle::{
 };
 
 use crate::common::*;
+use crate::placed::Placed;
 
 /// A retry budget (Finagle / SRE): every request deposits, every retry withdraws,
 /// deposits expire after `ttl` seconds, and `min_retries_per_sec × ttl` retries are always
@@ -26,7 +27,7 @@ use crate::common::*;
 /// Lock-free; `deposit` is one atomic add, `try_withdraw` one compare-and-swap.
 #[pyclass(frozen, module = "surgeguard._native")]
 pub struct RetryBudget {
-    core: CoreBudget,
+    core: Placed<CoreBudget>,
 }
 
 #[pymethods]
@@ -72,6 +73,33 @@ impl RetryBudget {
             cfg.percent_can_retry = ranged_arg("retry_ratio", v, 0.0, 1000.0)?;
         }
         let core = CoreBudget::new(cfg).map_err(|e| config_err(py, "RetryBudget", e))?;
+        Ok(Self { core: Placed::Local(core) })
+    }
+
+    /// One retry budget across worker processes (Linux): `RetryBudget.shared("name", ...)`
+    /// takes the constructor's arguments and creates or attaches to the shared-memory
+    /// budget of that name (`None`: anonymous, for processes forked afterwards); same API.
+    /// Another config under the same name raises `ValueError`.
+    #[cfg(target_os = "linux")]
+    #[staticmethod]
+    #[pyo3(signature = (name, *, ttl=None, min_retries_per_sec=None, percent_can_retry=None, retry_ratio=None))]
+    fn shared(
+        py: Python<'_>,
+        name: &Bound<'_, PyAny>,
+        ttl: Option<&Bound<'_, PyAny>>,
+        min_retries_per_sec: Option<&Bound<'_, PyAny>>,
+        percent_can_retry: Option<&Bound<'_, PyAny>>,
+        retry_ratio: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let cfg =
+            Self::new(py, ttl, min_retries_per_sec, percent_can_retry, retry_ratio)?.core.config();
+        let core = crate::shared::place(
+            py,
+            name,
+            cfg,
+            surgeguard::shm::SharedRetryBudget::open,
+            surgeguard::shm::SharedRetryBudget::anonymous,
+        )?;
         Ok(Self { core })
     }
 

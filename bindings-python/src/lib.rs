@@ -20,6 +20,7 @@ mod gate;
 mod keyed;
 mod limiter;
 mod permit;
+mod placed;
 mod rate;
 #[cfg(target_os = "linux")]
 mod shared;

@@ -329,6 +329,22 @@ impl Limiter {
         Ok(Self { core, overload: overload_arg(py, overload_exceptions)?, clock })
     }
 
+    /// One limiter across worker processes (Linux): `Limiter.shared("name", limit=4)`
+    /// creates or attaches to the shared-memory limiter of that name (`None`: anonymous,
+    /// for processes forked afterwards). Takes the constructor's arguments except
+    /// `overload_exceptions` and `clock`; returns a `SharedLimiter`.
+    #[cfg(target_os = "linux")]
+    #[staticmethod]
+    #[pyo3(signature = (name, *args, **kwargs))]
+    fn shared<'py>(
+        py: Python<'py>,
+        name: &Bound<'py, PyAny>,
+        args: &Bound<'py, PyTuple>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        crate::shared::shared_limiter(py, name, args, kwargs)
+    }
+
     /// A context manager: `with limiter.acquire(priority="normal") as permit:` admits on
     /// entry (raising `Rejected` if refused) and releases on exit (success, dropped for
     /// overload exceptions, ignored for others).

@@ -8,6 +8,7 @@ use surgeguard_core::rate::{
 };
 
 use crate::common::*;
+use crate::placed::Placed;
 
 /// A GCRA rate limiter on one atomic word: `per_second` units per second, bursts of up to
 /// `burst` units, weighted cost. A refusal says how long to wait instead of sleeping.
@@ -15,7 +16,19 @@ use crate::common::*;
 /// Lock-free (one compare-and-swap per admitted call).
 #[pyclass(frozen, module = "surgeguard._native")]
 pub struct RateLimiter {
-    core: CoreRate,
+    core: Placed<CoreRate>,
+}
+
+fn rate_config(
+    per_second: &Bound<'_, PyAny>,
+    burst: Option<&Bound<'_, PyAny>>,
+) -> PyResult<RateLimiterConfig> {
+    let per_second = real_arg("per_second", per_second)?;
+    let burst = match burst.filter(|v| !v.is_none()) {
+        None => 1,
+        Some(b) => uint_arg("burst", b, 1_000_000_000)? as u32,
+    };
+    Ok(RateLimiterConfig { per_second, burst })
 }
 
 fn cost_arg(v: Option<&Bound<'_, PyAny>>) -> PyResult<u32> {
@@ -34,13 +47,33 @@ impl RateLimiter {
         per_second: &Bound<'_, PyAny>,
         burst: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let per_second = real_arg("per_second", per_second)?;
-        let burst = match burst.filter(|v| !v.is_none()) {
-            None => 1,
-            Some(b) => uint_arg("burst", b, 1_000_000_000)? as u32,
-        };
-        let core = CoreRate::new(RateLimiterConfig { per_second, burst })
+        let core = CoreRate::new(rate_config(per_second, burst)?)
             .map_err(|e| config_err(py, "RateLimiter", e))?;
+        Ok(Self { core: Placed::Local(core) })
+    }
+
+    /// One rate across worker processes (Linux): `RateLimiter.shared("name", 100, burst=10)`
+    /// creates or attaches to the shared-memory rate limiter of that name (`None`:
+    /// anonymous, for processes forked afterwards); same API. Another config under the
+    /// same name raises `ValueError`.
+    #[cfg(target_os = "linux")]
+    #[staticmethod]
+    #[pyo3(signature = (name, per_second, burst=None))]
+    fn shared(
+        py: Python<'_>,
+        name: &Bound<'_, PyAny>,
+        per_second: &Bound<'_, PyAny>,
+        burst: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let cfg = rate_config(per_second, burst)?;
+        CoreRate::new(cfg).map_err(|e| config_err(py, "RateLimiter", e))?;
+        let core = crate::shared::place(
+            py,
+            name,
+            cfg,
+            surgeguard::shm::SharedRateLimiter::open,
+            surgeguard::shm::SharedRateLimiter::anonymous,
+        )?;
         Ok(Self { core })
     }
 

@@ -6,18 +6,20 @@
 //! `os.fork()` (children forked afterwards share it). Permits of a worker that dies
 //! (`kill -9`, OOM) come back: see the crate's `shm` module for when and how fast.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyOSError, PyRuntimeError, PyStopIteration, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyString, PyTuple};
 use surgeguard::shm::{SharedLimiter as CoreShared, SharedRawPermit, ShmError};
-use surgeguard_core::{Outcome, UsageError};
+use surgeguard_core::{Outcome, Priority, UsageError};
 
 use crate::common::*;
 use crate::limiter::{limiter_config, limiter_metrics};
+use crate::placed::Placed;
 
-fn shm_err(py: Python<'_>, e: ShmError) -> PyErr {
+pub(crate) fn shm_err(py: Python<'_>, e: ShmError) -> PyErr {
     match e {
         ShmError::Rejected(r) => rejected_err(py, r),
         ShmError::Config(c) => config_err(py, "SharedLimiter", c),
@@ -27,6 +29,54 @@ fn shm_err(py: Python<'_>, e: ShmError) -> PyErr {
         ShmError::TableFull => PyRuntimeError::new_err(e.to_string()),
         _ => PyValueError::new_err(e.to_string()),
     }
+}
+
+fn name_arg(name: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+    if name.is_none() {
+        return Ok(None);
+    }
+    match name.cast::<PyString>() {
+        Ok(s) => Ok(Some(s.to_str()?.to_owned())),
+        Err(_) => Err(PyTypeError::new_err(format!(
+            "name must be a str or None, got {}",
+            name.get_type().name()?
+        ))),
+    }
+}
+
+/// A shared object by name (created or attached) or anonymous (`None`), for the
+/// `shared` constructors of the in-process classes.
+pub fn place<C, S, T>(
+    py: Python<'_>,
+    name: &Bound<'_, PyAny>,
+    cfg: C,
+    open: fn(&str, C) -> Result<S, ShmError>,
+    anonymous: fn(C) -> Result<S, ShmError>,
+) -> PyResult<Placed<T>>
+where
+    C: Send,
+    S: std::ops::Deref<Target = T> + Send + Sync + 'static,
+    T: 'static,
+{
+    let shared = match name_arg(name)? {
+        Some(n) => py.detach(|| open(&n, cfg)),
+        None => anonymous(cfg),
+    }
+    .map_err(|e| shm_err(py, e))?;
+    Ok(Placed::Shared(Box::new(shared)))
+}
+
+/// `Limiter.shared(name, ...)`: a `SharedLimiter` by name (a `str`) or anonymous (`None`).
+pub fn shared_limiter<'py>(
+    py: Python<'py>,
+    name: &Bound<'py, PyAny>,
+    args: &Bound<'py, PyTuple>,
+    kwargs: Option<&Bound<'py, PyDict>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    name_arg(name)?;
+    let mut all = vec![name.clone()];
+    all.extend(args.iter());
+    py.get_type::<SharedLimiter>().call(PyTuple::new(py, all)?, kwargs)
 }
 
 /// A concurrency limiter in memory shared between processes: the same limit, in-flight
@@ -84,6 +134,28 @@ impl SharedLimiter {
         CoreShared::unlink(name).map_err(|e| shm_err(py, e))
     }
 
+    /// A context manager, as `Limiter.acquire`: `with shared.acquire("normal") as permit:`
+    /// admits on entry (raising `Rejected` if refused; the limiter has no queue) and
+    /// releases on exit (success, or ignored on an exception).
+    #[pyo3(signature = (priority=None, *, now_ns=None))]
+    fn acquire(
+        slf: &Bound<'_, Self>,
+        priority: Option<&Bound<'_, PyAny>>,
+        now_ns: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<SharedPermit> {
+        let py = slf.py();
+        let p = priority_arg(py, priority, slf.get().core.limiter().levels())?;
+        let now = match now_ns {
+            Some(v) if !v.is_none() => Some(now_arg(v)?),
+            _ => None,
+        };
+        Ok(SharedPermit {
+            owner: slf.clone().unbind(),
+            state: Mutex::new(State::Pending(p, now)),
+            entered: AtomicBool::new(false),
+        })
+    }
+
     /// Admits now (counted to this process) or raises `Rejected`.
     #[pyo3(signature = (priority=None, *, now_ns=None))]
     fn try_acquire(
@@ -96,7 +168,11 @@ impl SharedLimiter {
         let p = priority_arg(py, priority, lim.limiter().levels())?;
         let now = now_from(py, None, now_ns)?;
         let raw = lim.try_acquire_raw(now, p).map_err(|e| shm_err(py, e))?;
-        Ok(SharedPermit { owner: slf.clone().unbind(), raw: Mutex::new(Some(raw)) })
+        Ok(SharedPermit {
+            owner: slf.clone().unbind(),
+            state: Mutex::new(State::Held(raw)),
+            entered: AtomicBool::new(false),
+        })
     }
 
     /// Releases the permits of dead processes (exactly once each); returns how many.
@@ -128,6 +204,24 @@ impl SharedLimiter {
         self.core.limiter().inflight()
     }
 
+    /// Priority levels in use.
+    #[getter]
+    fn levels(&self) -> u8 {
+        self.core.limiter().levels()
+    }
+
+    /// Requests in flight at `priority`, across all processes.
+    fn inflight_of(&self, py: Python<'_>, priority: &Bound<'_, PyAny>) -> PyResult<u32> {
+        let l = self.core.limiter();
+        Ok(l.inflight_of(priority_arg(py, Some(priority), l.levels())?))
+    }
+
+    /// Permits held by this process.
+    #[getter]
+    fn held_by_this_process(&self) -> u32 {
+        self.core.held_by_this_process()
+    }
+
     /// A snapshot of counters and gauges as a dict.
     fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         limiter_metrics(py, &self.core.limiter().metrics())
@@ -141,14 +235,58 @@ impl SharedLimiter {
 
 /// A permit of a `SharedLimiter`: release it once with `success()`, `dropped()`,
 /// `ignore()` or `release(outcome)`, or use it in `with` (success on a normal exit,
-/// ignored on an exception).
+/// ignored on an exception). From `acquire()` it is pending: entering `with` admits it.
 #[pyclass(frozen, module = "surgeguard._native")]
 pub struct SharedPermit {
     owner: Py<SharedLimiter>,
-    raw: Mutex<Option<SharedRawPermit>>,
+    state: Mutex<State>,
+    /// Set by `__aenter__`: awaiting the permit then finishes with it (`async with ... as`).
+    entered: AtomicBool,
+}
+
+enum State {
+    /// From `acquire()`: admitted on `__enter__` (priority, injected time).
+    Pending(Priority, Option<u64>),
+    Held(SharedRawPermit),
+    Done,
 }
 
 impl SharedPermit {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn enter(&self, py: Python<'_>) -> PyResult<()> {
+        let mut st = self.lock();
+        match *st {
+            State::Held(_) => Ok(()),
+            State::Done => Err(usage_err(py, UsageError::AlreadyReleased)),
+            State::Pending(p, now) => {
+                let now = match now {
+                    Some(n) => n,
+                    None => now_from(py, None, None)?,
+                };
+                let raw =
+                    self.owner.get().core.try_acquire_raw(now, p).map_err(|e| shm_err(py, e))?;
+                *st = State::Held(raw);
+                Ok(())
+            }
+        }
+    }
+
+    /// Success on a normal exit, ignored on an exception; nothing if already released.
+    fn exit(&self, py: Python<'_>, exc_type: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        if self.held() {
+            let outcome = if exc_type.is_some_and(|t| !t.is_none()) {
+                Outcome::Ignored
+            } else {
+                Outcome::Success
+            };
+            self.end(py, outcome, None)?;
+        }
+        Ok(())
+    }
+
     fn end(
         &self,
         py: Python<'_>,
@@ -156,11 +294,18 @@ impl SharedPermit {
         now_ns: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let now = now_from(py, None, now_ns)?;
-        let raw = self.raw.lock().unwrap_or_else(|e| e.into_inner()).take();
-        let Some(raw) = raw else {
-            return Err(usage_err(py, UsageError::AlreadyReleased));
-        };
-        self.owner.get().core.release_raw(raw, now, outcome).map_err(|e| shm_err(py, e))
+        let mut st = self.lock();
+        match std::mem::replace(&mut *st, State::Done) {
+            State::Held(raw) => {
+                drop(st);
+                self.owner.get().core.release_raw(raw, now, outcome).map_err(|e| shm_err(py, e))
+            }
+            other => {
+                // Pending (never admitted) or already released: nothing to release.
+                *st = other;
+                Err(usage_err(py, UsageError::AlreadyReleased))
+            }
+        }
     }
 }
 
@@ -194,10 +339,43 @@ impl SharedPermit {
     /// Whether it is still held.
     #[getter]
     fn held(&self) -> bool {
-        self.raw.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+        matches!(*self.lock(), State::Held(_))
     }
-    fn __enter__(slf: Py<Self>) -> Py<Self> {
+    /// Admits a pending permit (from `acquire()`, raising `Rejected` if refused); a held
+    /// one is returned as is; a released one cannot be entered again.
+    fn __enter__(slf: &Bound<'_, Self>) -> PyResult<Py<Self>> {
+        slf.get().enter(slf.py())?;
+        Ok(slf.clone().unbind())
+    }
+    /// `async with`: admits at once (the limiter has no queue, so there is no wait); the
+    /// awaitable finishes with the permit.
+    fn __aenter__(slf: &Bound<'_, Self>) -> PyResult<Py<Self>> {
+        slf.get().enter(slf.py())?;
+        slf.get().entered.store(true, Ordering::Release);
+        Ok(slf.clone().unbind())
+    }
+    #[pyo3(signature = (exc_type=None, _exc=None, _tb=None))]
+    fn __aexit__(
+        slf: &Bound<'_, Self>,
+        exc_type: Option<&Bound<'_, PyAny>>,
+        _exc: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<Self>> {
+        slf.get().exit(slf.py(), exc_type)?;
+        slf.get().entered.store(false, Ordering::Release);
+        Ok(slf.clone().unbind())
+    }
+    /// Awaiting the permit finishes at once.
+    fn __await__(slf: Py<Self>) -> Py<Self> {
         slf
+    }
+    fn __next__(slf: &Bound<'_, Self>) -> PyResult<Option<Py<PyAny>>> {
+        if slf.get().entered.swap(false, Ordering::AcqRel) {
+            // StopIteration(permit): the value of `await` (and of `async with ... as`).
+            Err(PyStopIteration::new_err(slf.clone().into_any().unbind()))
+        } else {
+            Ok(None)
+        }
     }
     #[pyo3(signature = (exc_type=None, _exc=None, _tb=None))]
     fn __exit__(
@@ -207,22 +385,16 @@ impl SharedPermit {
         _exc: Option<&Bound<'_, PyAny>>,
         _tb: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
-        if self.held() {
-            let outcome = if exc_type.is_some_and(|t| !t.is_none()) {
-                Outcome::Ignored
-            } else {
-                Outcome::Success
-            };
-            self.end(py, outcome, None)?;
-        }
+        self.exit(py, exc_type)?;
         Ok(false)
     }
 }
 
 impl Drop for SharedPermit {
     fn drop(&mut self) {
-        let raw = self.raw.get_mut().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(raw) = raw {
+        let st =
+            std::mem::replace(self.state.get_mut().unwrap_or_else(|e| e.into_inner()), State::Done);
+        if let State::Held(raw) = st {
             let core = &self.owner.get().core;
             let now = core.limiter().latest_time();
             let _ = core.release_raw(raw, now, Outcome::Ignored);

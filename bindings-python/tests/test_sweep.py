@@ -163,6 +163,9 @@ FACTORIES: List[Callable[[], Any]] = [
 #: Arguments whose wrong value would make the call legitimately do something slow or
 #: unbounded (a huge sleep), so they get only sane values.
 HARMLESS = {"sleep": None, "on_retry": None, "clock": None}
+# Shared-memory names: a swept string would create (or unlink) files in /dev/shm; None
+# makes an anonymous segment, gone with the object.
+HARMLESS["name"] = None
 
 
 def value_strategy() -> st.SearchStrategy[Any]:
@@ -240,6 +243,14 @@ INSTANCES: Dict[str, Callable[[], Any]] = {
     "GradientLimit": lambda: sg.GradientLimit(),
     "Gradient2Limit": lambda: sg.Gradient2Limit(),
     "VegasLimit": lambda: sg.VegasLimit(),
+    **(
+        {
+            "SharedLimiter": lambda: sg.Limiter.shared(None, limit=2),
+            "SharedPermit": lambda: sg.Limiter.shared(None, limit=2).try_acquire(),
+        }
+        if hasattr(sg, "SharedLimiter")
+        else {}
+    ),
 }
 
 

@@ -53,6 +53,8 @@ pub mod limiter;
 pub mod permit;
 pub mod rate;
 pub mod retry;
+#[cfg(target_os = "linux")]
+pub mod shared;
 pub mod status;
 pub mod throttle;
 pub mod time;

@@ -61,6 +61,15 @@ pub enum sg_status {
     /// A `now` argument was above `SG_MAX_NOW` (2^62 ns, about 146 years of uptime): a
     /// clock bug or a corrupted value. Refused before anything is read or changed.
     SG_TIME_OUT_OF_RANGE = 113,
+    /// `sg_shared_limiter_open`: the name holds something this build may not attach to:
+    /// not a surgeguard segment, or one made by another version or layout, for another
+    /// kind of object or another config, before the last reboot or in another pid
+    /// namespace. Use the same config in every process, or another name (or unlink it).
+    SG_SHM_REFUSED = 114,
+    /// A shared segment could not be created, mapped or joined: a system call failed
+    /// (`/dev/shm` missing or full, permissions), or every process slot of the segment is
+    /// held by a live process.
+    SG_SHM_UNAVAILABLE = 115,
 }
 
 use sg_status::*;
@@ -114,6 +123,8 @@ pub extern "C" fn sg_status_str(status: u32) -> *const c_char {
         111 => c"panic caught at the C boundary",
         112 => c"out of memory",
         113 => c"now is above SG_MAX_NOW (2^62 ns)",
+        114 => c"shared segment refused: another version, layout, kind or config",
+        115 => c"shared segment unavailable: a system call failed or every process slot is taken",
         _ => c"unknown status",
     };
     s.as_ptr()

@@ -204,11 +204,38 @@ for name in sorted(fns):
     obj = None  # (type, var) of the object the call is on
     permit_outs = []
     skip_free = False
+    shared_obj = None  # the sg_shared_limiter the call is on
+    shared_outs = []  # sg_shared_permit outputs
+    shared_ins = []  # sg_shared_permit inputs
     for i, (t, n) in enumerate(ps):
         v = f"a{i}"
         ht = type_of_handle(t)
         base = t.replace("const", "").replace("*", "").strip()
-        if name.endswith(("_free", "_deinit")) and ht:
+        # The shared limiter (Linux): heap handles from sg_shared_limiter_open, its own
+        # permit storage, and names that are never valid (the sweep creates no files).
+        if base == "sg_shared_limiter" and t.endswith("**"):
+            body.append(f"sg_shared_limiter *o{i} = NULL; sg_shared_limiter **{v} = OUTP(&o{i});")
+            outs.append((f"o{i}", "handle:shared_limiter", n))
+            args.append(v)
+        elif base == "sg_shared_limiter" and name.endswith("_free"):
+            body.append(f"sg_shared_limiter *{v} = SHARED_FRESH();")
+            args.append(v)
+        elif base == "sg_shared_limiter":
+            body.append(f"sg_shared_limiter *{v} = SHARED_H();")
+            shared_obj = shared_obj or v
+            args.append(f"({t}){v}")
+        elif base == "sg_shared_permit" and n == "permit_out":
+            body.append(f"sg_shared_permit *{v} = SHARED_SLOT_FREE();")
+            shared_outs.append(v)
+            args.append(v)
+        elif base == "sg_shared_permit":
+            body.append(f"sg_shared_permit *{v} = SHARED_SLOT_ANY();")
+            shared_ins.append(v)
+            args.append(v)
+        elif t == "const char *" and n == "name":
+            body.append(f"const char *{v} = SHARED_NAME();")
+            args.append(v)
+        elif name.endswith(("_free", "_deinit")) and ht:
             body.append(f"void *{v} = retire_candidate(T_{ht.upper()}, {int(name.endswith('_free'))});")
             skip_free = True
             args.append(f"({t}){v}")
@@ -306,8 +333,19 @@ for name in sorted(fns):
             lines.append(f"    BEFORE(T_{obj[0].upper()}, {obj[1]});")
         for p in permit_outs:
             lines.append(f"    int live_{p} = permit_state({p});")
+        if shared_obj:
+            lines.append(f"    uint64_t sfpb_ = shared_fp({shared_obj});")
+        for p in shared_outs:
+            lines.append(f"    sg_shared_permit sv_{p}; if ({p}) memcpy(&sv_{p}, {p}, sizeof sv_{p});")
         lines.append(f"    sg_status st = {call};")
         lines.append(f'    check_status(st, "{name}");')
+        if shared_obj:
+            lines.append(f'    if ((unsigned)st >= 100) SAME(shared_fp({shared_obj}) == sfpb_, "{name}", "a failing call changed the shared limiter");')
+        for p in shared_outs:
+            lines.append(f'    if (st != SG_OK && {p}) SAME(memcmp(&sv_{p}, {p}, sizeof sv_{p}) == 0, "{name}", "permit output written on failure");')
+            lines.append(f"    if (st == SG_OK) shared_issued({shared_obj}, {p});")
+        for p in shared_ins:
+            lines.append(f"    if (st == SG_OK) shared_released({p});")
         if obj:
             lines.append(f'    AFTER(T_{obj[0].upper()}, {obj[1]}, st, "{name}");')
         for p in permit_outs:

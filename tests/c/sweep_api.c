@@ -7,7 +7,7 @@
  * such values, permits that are zeroed, garbage, released, or another object's, tickets
  * that were never issued. The call table comes from the header (gen_sweep.py), so every
  * function is swept. After each call it checks the contract every function promises:
- *   - the status is a documented one (0..5, 100..113), and never a success when a
+ *   - the status is a documented one (0..5, 100..115), and never a success when a
  *     `now` above SG_MAX_NOW was passed;
  *   - a failure (a status >= 100) writes no output (outputs start as a 0xA5 canary, and
  *     a permit output keeps its state), and changes no observable state (a fingerprint of
@@ -84,7 +84,7 @@ static uint64_t NOW(void) {
 
 /* ---- results ----------------------------------------------------------------------- */
 static unsigned long passed, failed, iteration;
-static unsigned long by_status[114];
+static unsigned long by_status[116];
 static void fail_at(const char *fn, const char *what) {
     failed++;
     if (failed <= 30) fprintf(stderr, "sweep_api: iteration %lu: %s: %s\n", iteration, fn, what);
@@ -100,7 +100,7 @@ static void fail_at(const char *fn, const char *what) {
 
 static void check_status(sg_status st, const char *fn) {
     unsigned s = (unsigned)st;
-    int documented = s <= 5 || (s >= 100 && s <= 113);
+    int documented = s <= 5 || (s >= 100 && s <= 115);
     SAME(documented, fn, "returned an undocumented status");
     if (bad_now) SAME(s >= 100, fn, "accepted a now above SG_MAX_NOW");
     if (documented) by_status[s]++;
@@ -157,7 +157,101 @@ static uint64_t TICKET(void);
         }                                                                             \
     } while (0)
 
+/* The shared limiter (Linux): see the definitions below. */
+static sg_shared_limiter *SHARED_FRESH(void);
+static sg_shared_limiter *SHARED_H(void);
+static sg_shared_permit *SHARED_SLOT_FREE(void);
+static sg_shared_permit *SHARED_SLOT_ANY(void);
+static const char *SHARED_NAME(void);
+static uint64_t shared_fp(const sg_shared_limiter *h);
+static void shared_issued(sg_shared_limiter *h, sg_shared_permit *p);
+static void shared_released(sg_shared_permit *p);
+
 #include "sweep_calls.inc"
+
+/* Two live anonymous shared limiters (one is "another object" for the other's permits),
+ * permit slots with a shadow of which are live (and whose), and names that are never
+ * valid, so the sweep creates and unlinks no file. */
+#define SHARED_SLOTS 8
+static sg_shared_limiter *shared_live, *shared_other;
+static sg_shared_permit shared_slots[SHARED_SLOTS], shared_garbage;
+static sg_shared_limiter *shared_owner[SHARED_SLOTS]; /* NULL: not live */
+static char shared_long_name[256];
+static sg_shared_limiter *shared_open(void) {
+    sg_limiter_config c;
+    sg_shared_limiter *h = NULL;
+    if (sg_limiter_config_default(&c) != SG_OK || sg_shared_limiter_open(NULL, &c, &h) != SG_OK) abort();
+    return h;
+}
+static sg_shared_limiter *SHARED_FRESH(void) { return ONE_IN(4) ? NULL : shared_open(); }
+static sg_shared_limiter *SHARED_H(void) {
+    switch (next_u64() % 16) {
+    case 0: return NULL;
+    case 1: return (sg_shared_limiter *)H(0); /* a handle of another type */
+    case 2: case 3: return shared_other;
+    default: return shared_live;
+    }
+}
+static int shared_index(const sg_shared_permit *p) {
+    return p >= shared_slots && p < shared_slots + SHARED_SLOTS ? (int)(p - shared_slots) : -1;
+}
+static sg_shared_permit *SHARED_SLOT_FREE(void) {
+    unsigned i, start = (unsigned)(next_u64() % SHARED_SLOTS);
+    if (ONE_IN(32)) return NULL;
+    for (i = 0; i < SHARED_SLOTS; i++) {
+        unsigned k = (start + i) % SHARED_SLOTS;
+        if (shared_owner[k] == NULL) return &shared_slots[k];
+    }
+    return NULL;
+}
+static sg_shared_permit *SHARED_SLOT_ANY(void) {
+    if (ONE_IN(32)) return NULL;
+    if (ONE_IN(16)) {
+        size_t i;
+        for (i = 0; i < sizeof shared_garbage; i++) ((unsigned char *)&shared_garbage)[i] = (unsigned char)next_u64();
+        return &shared_garbage;
+    }
+    return &shared_slots[next_u64() % SHARED_SLOTS];
+}
+static const char *SHARED_NAME(void) {
+    static const char *const names[] = {NULL, "", "bad name", ".", "..", "a\xff", "a*b", shared_long_name};
+    return names[next_u64() % (sizeof names / sizeof names[0])];
+}
+static uint64_t shared_fp(const sg_shared_limiter *h) {
+    uint32_t inflight = 0;
+    double limit = 0;
+    if (sg_shared_limiter_inflight(h, &inflight, &limit) != SG_OK) return 0;
+    return mix(inflight, bits_of(limit));
+}
+static void shared_issued(sg_shared_limiter *h, sg_shared_permit *p) {
+    int k = shared_index(p);
+    if (k < 0) abort();
+    shared_owner[k] = h;
+}
+static void shared_released(sg_shared_permit *p) {
+    int k = shared_index(p);
+    if (k >= 0) shared_owner[k] = NULL;
+}
+static void shared_setup(void) {
+    memset(shared_long_name, 'a', sizeof shared_long_name - 1);
+    shared_live = shared_open();
+    shared_other = shared_open();
+}
+static void shared_teardown(void) {
+    int k;
+    uint32_t inflight = 1;
+    double limit = 0;
+    for (k = 0; k < SHARED_SLOTS; k++) {
+        if (shared_owner[k] != NULL) {
+            SAME(sg_shared_limiter_release(shared_owner[k], &shared_slots[k], sweep_now, SG_OUTCOME_IGNORED) == SG_OK,
+                 "end", "a live shared permit its limiter did not take back");
+        }
+    }
+    SAME(sg_shared_limiter_inflight(shared_live, &inflight, &limit) == SG_OK && inflight == 0, "end",
+         "the shared limiter has permits in flight after every release");
+    sg_shared_limiter_free(shared_live);
+    sg_shared_limiter_free(shared_other);
+}
 
 /* Per type: a heap object, one in caller storage, and ended storage (deinitialised, still
  * allocated: a stale handle that is safe to pass). */
@@ -287,6 +381,7 @@ int main(int argc, char **argv) {
     if (argc > 2) seed = strtoul(argv[2], NULL, 10);
     rng_state = seed;
     (void)OUTP_;
+    shared_setup();
     for (t = 0; t < N_TYPES; t++) {
         live_heap[t] = make_heap[t]();
         live_mem[t] = make_mem[t]();
@@ -313,6 +408,7 @@ int main(int argc, char **argv) {
             SAME(done, "end", "a live permit no object took back");
         }
     }
+    shared_teardown();
     for (t = 0; t < N_TYPES; t++) {
         end_heap[t](live_heap[t]);
         end_mem[t](live_mem[t]);
@@ -324,7 +420,7 @@ int main(int argc, char **argv) {
         for (i = 0; i < N_FUNCTIONS; i++) never += called[i] == 0;
         printf("sweep_api: seed %lu, %lu calls over %d functions (%u never drawn); statuses:",
                seed, iters, N_FUNCTIONS, never);
-        for (i = 0; i < 114; i++) {
+        for (i = 0; i < 116; i++) {
             if (by_status[i]) printf(" %s=%lu", sg_status_str((uint32_t)i), by_status[i]);
         }
         printf("\n");

@@ -16,6 +16,10 @@ Admission (server side):
   with a queue (jobs, worker pools) use :func:`job_queue`.
 
 - :class:`Limiter` — the limiter alone (no queue: refusals raise at once).
+  ``Limiter.shared("name", limit=4)`` (Linux) is one limiter across worker processes
+  (gunicorn, ``uvicorn --workers``): a :class:`SharedLimiter` in shared memory, created
+  before the fork or attached by name after it, with the same ``acquire`` /
+  ``try_acquire`` / permit API.
 - :class:`KeyedLimits` — per-tenant / per-agent caps and rates, shuffle-sharded.
 - :mod:`surgeguard.asgi` / :mod:`surgeguard.wsgi` — middleware (503 / 429 + Retry-After).
 
@@ -71,6 +75,10 @@ from ._native import (
     hash_key,
     time_to_drain,
 )
+try:  # Linux only: memory shared between worker processes
+    from ._native import SharedLimiter, SharedPermit
+except ImportError:  # pragma: no cover - other platforms
+    pass
 from .breaker import CircuitBreaker
 from .degrade import Served, StaleIfError, mark_stale, optional, run, run_async
 from .errors import (
@@ -126,6 +134,7 @@ __all__ = [
     "job_queue",
     "Limiter",
     "Permit",
+    *(["SharedLimiter", "SharedPermit"] if "SharedLimiter" in globals() else []),
     "KeyedLimits",
     "KeyPermit",
     "FixedLimit",
