@@ -6,9 +6,9 @@ the expected and the actual value. Durations cross the API in seconds: an expect
 compared as ``float(ns) / 1e9`` (the binding's own conversion), ``SG_NEVER`` as ``inf``.
 
 Gate waits go through ``acquire_async`` on an event loop whose clock stands still
-(``_FrozenLoop``): the scenario's ``now`` is the only time, so the binding's real-time
-timer and timeout backstop never fire; every grant or drop comes from the polls the
-binding makes itself after queueing and after each release.
+(``_FrozenLoop``), with the binding's timer unarmed: the scenario's ``now`` is the only
+time, so the binding's real-time timer and timeout backstop never fire; every grant or
+drop comes from the polls the binding makes itself after queueing and after each release.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Any, Callable
 import pytest
 
 import surgeguard as sg
+import surgeguard._aio as sg_aio
 
 VECTORS = pathlib.Path(__file__).resolve().parents[2] / "tests" / "vectors" / "vectors.json"
 NEVER = 2**64 - 1
@@ -111,6 +112,11 @@ def replay_gate(sc: dict[str, Any]) -> int:
         fallback_retry_after=secs(c["fallback_retry_after_ns"]),
     )
     loop = _FrozenLoop()
+    # The binding's asyncio timer re-arms from ``next_wakeup()`` read at the real clock (raw
+    # CLOCK_MONOTONIC, hours since boot, far past the scenario's injected times), and the
+    # Gate acts at the latest time it has seen: one such read would move the scenario's time
+    # forward. The replay drives time itself, so the timer is not armed here.
+    arm, sg_aio._Timer.arm = sg_aio._Timer.arm, lambda self: None
     permits: dict[int, Any] = {}
     tasks: dict[int, asyncio.Task[Any]] = {}
 
@@ -181,6 +187,7 @@ def replay_gate(sc: dict[str, Any]) -> int:
             task.cancel()
         spin(loop)
         loop.close()
+        sg_aio._Timer.arm = arm
     return len(sc["steps"])
 
 
