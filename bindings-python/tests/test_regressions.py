@@ -82,7 +82,16 @@ def test_0_thread_waiter_is_granted_after_a_fractional_release():
 # 1. Ctrl-C while blocked in gate.acquire() interrupts at once and leaves nothing behind.
 
 
-def test_1_keyboard_interrupt_while_blocked_in_acquire():
+@pytest.fixture
+def sigint_raises():
+    """Python's own SIGINT handler, whatever was inherited: a shell that starts a job in the
+    background without job control sets SIGINT to ignored, and Python then installs none."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_1_keyboard_interrupt_while_blocked_in_acquire(sigint_raises):
     g = sg.Gate(limit=1, levels=1, codel=False)
     held = g.try_acquire()
     timer = threading.Timer(0.2, signal.raise_signal, (signal.SIGINT,))
@@ -101,7 +110,8 @@ def test_1_keyboard_interrupt_while_blocked_in_acquire():
 def test_1_sigint_to_a_subprocess_blocked_in_acquire():
     code = textwrap.dedent(
         """
-        import sys, surgeguard as sg
+        import signal, sys, surgeguard as sg
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # even if inherited as ignored
         g = sg.Gate(limit=1, levels=1, codel=False)
         held = g.try_acquire()
         print("ready", flush=True)
