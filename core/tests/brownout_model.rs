@@ -155,19 +155,17 @@ fn drive(
     };
     for op in ops {
         match op {
-            Op::Arrive(level) => {
-                match g.arrive(now, Priority::new(*level).unwrap(), None) {
-                    Arrival::Admitted(permit) => {
-                        held.push(permit);
-                        log.push("admitted".into());
-                    }
-                    Arrival::Queued(_) => {
-                        log.push("queued".into());
-                        poll(&g, now, &mut held, &mut log);
-                    }
-                    Arrival::Rejected(r) => log.push(format!("rejected {}", r.reason)),
+            Op::Arrive(level) => match g.arrive(now, Priority::new(*level).unwrap(), None) {
+                Arrival::Admitted(permit) => {
+                    held.push(permit);
+                    log.push("admitted".into());
                 }
-            }
+                Arrival::Queued(_) => {
+                    log.push("queued".into());
+                    poll(&g, now, &mut held, &mut log);
+                }
+                Arrival::Rejected(r) => log.push(format!("rejected {}", r.reason)),
+            },
             Op::Release(i, ok) if !held.is_empty() => {
                 let permit = held.swap_remove(i % held.len());
                 let outcome = if *ok { Outcome::Success } else { Outcome::Dropped };
