@@ -112,7 +112,7 @@ cargo_bin="$(dirname "$(command -v cargo)")"
 grep -q 'surgeguard: built native/surgeguard.linux-x64-gnu.node from source' "$tmp/src-install.log" \
     || { echo "installtest: the source build did not say what it built:" >&2; cat "$tmp/src-install.log" >&2; exit 1; }
 test ! -e "$src/node_modules/surgeguard-linux-x64-gnu" || { echo "installtest: the source-build case installed the prebuilt" >&2; exit 1; }
-(cd "$src" && "${npm_env[@]}" node smoke.cjs && "${npm_env[@]}" node smoke.mjs)
+(cd "$src" && "${npm_env[@]}" SG_SMOKE_SOURCE_BUILT=1 node smoke.cjs && "${npm_env[@]}" SG_SMOKE_SOURCE_BUILT=1 node smoke.mjs)
 scripts/check_version.py --node-dir "$src" >/dev/null
 echo "installtest: no prebuilt, cargo on PATH: built from source, CommonJS and ESM smoke passed"
 # A prebuilt that matches compiles nothing: the first install put no addon into native/.

@@ -9,5 +9,8 @@ assert.strictEqual(typeof sg.Gate, 'function')
 const gate = new sg.Gate()
 const permit = await gate.acquire({ priority: 'normal', timeoutMs: 100 })
 permit.success()
-assert.ok(Object.keys(require.cache).some((k) => /node_modules\/surgeguard-linux-[^/]+\/[^/]+\.node$/.test(k)))
+const where = process.env.SG_SMOKE_SOURCE_BUILT === '1'
+  ? /node_modules\/surgeguard\/native\/[^/]+\.node$/ // built from source by the install script
+  : /node_modules\/surgeguard-linux-[^/]+\/[^/]+\.node$/ // the prebuilt package
+assert.ok(Object.keys(require.cache).some((k) => where.test(k)))
 console.log(`smoke.mjs: surgeguard ${sg.version} (ESM default import) on Node ${process.version}`)
