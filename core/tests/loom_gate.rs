@@ -20,6 +20,17 @@ use surgeguard_core::{LimiterConfig, Outcome, Priority, RawPermit, Reason};
 const P0: Priority = Priority::CRITICAL;
 const P1: Priority = Priority::NORMAL;
 
+/// `loom::model`, with the body on a loom thread of a larger stack: a Gate built on the stack
+/// (loom's atomics are far larger than the real ones) no longer fits the 32 KiB stack loom
+/// gives the model's own thread. The spawned threads only share it through an `Arc`.
+fn model<F: Fn() + Send + Sync + 'static>(f: F) {
+    let f = std::sync::Arc::new(f);
+    loom::model(move || {
+        let f = f.clone();
+        thread::Builder::new().stack_size(1 << 20).spawn(move || f()).unwrap().join().unwrap();
+    });
+}
+
 fn gate<const C: usize>(limit: f64, levels: u8) -> Gate<C> {
     Gate::new(GateConfig {
         limiter: LimiterConfig {
@@ -72,7 +83,7 @@ fn check_once(seen: &[&Seen]) -> Vec<Ticket> {
 
 #[test]
 fn a_release_racing_an_arrival_loses_no_wakeup() {
-    loom::model(|| {
+    model(|| {
         let g = Arc::new(gate::<2>(1.0, 1));
         let Arrival::Admitted(a) = g.arrive(0, P0, None) else { panic!() };
         let g1 = g.clone();
@@ -113,7 +124,7 @@ fn a_release_racing_an_arrival_loses_no_wakeup() {
 
 #[test]
 fn a_cancel_racing_a_grant_has_exactly_one_winner() {
-    loom::model(|| {
+    model(|| {
         let g = Arc::new(gate::<2>(1.0, 1));
         let Arrival::Admitted(a) = g.arrive(0, P0, None) else { panic!() };
         let Arrival::Queued(t) = g.arrive(0, P0, None) else { panic!() };
@@ -138,7 +149,7 @@ fn a_cancel_racing_a_grant_has_exactly_one_winner() {
 
 #[test]
 fn two_pollers_grant_a_waiter_once() {
-    loom::model(|| {
+    model(|| {
         let g = Arc::new(gate::<2>(1.0, 1));
         let Arrival::Admitted(a) = g.arrive(0, P0, None) else { panic!() };
         let Arrival::Queued(t) = g.arrive(0, P0, None) else { panic!() };
@@ -164,7 +175,7 @@ fn two_pollers_grant_a_waiter_once() {
 
 #[test]
 fn concurrent_arrivals_into_a_full_queue_stay_bounded() {
-    loom::model(|| {
+    model(|| {
         // Limit 1 (taken), capacity 1 (taken by a normal waiter); a critical and a normal
         // arrival race: the critical one may evict, the normal one is refused or queued.
         let g = Arc::new(gate::<1>(1.0, 2));
@@ -205,7 +216,7 @@ fn concurrent_arrivals_into_a_full_queue_stay_bounded() {
 
 #[test]
 fn a_cancel_racing_an_eviction_has_exactly_one_winner() {
-    loom::model(|| {
+    model(|| {
         // Limit 1 (taken), capacity 1 (a normal waiter): its owner cancels while a
         // critical arrival wants its place.
         let g = Arc::new(gate::<1>(1.0, 2));
@@ -239,7 +250,7 @@ fn a_cancel_racing_an_eviction_has_exactly_one_winner() {
 
 #[test]
 fn an_eviction_racing_a_dispatch_round_is_reported_once() {
-    loom::model(|| {
+    model(|| {
         let g = Arc::new(gate::<1>(1.0, 2));
         let Arrival::Admitted(a) = g.arrive(0, P0, None) else { panic!() };
         let Arrival::Queued(n0) = g.arrive(0, P1, None) else { panic!() };
@@ -294,7 +305,7 @@ fn an_eviction_racing_a_dispatch_round_is_reported_once() {
 
 #[test]
 fn a_cancelled_slot_is_reused_while_a_round_settles_it() {
-    loom::model(|| {
+    model(|| {
         // Limit 1 (taken), capacity 1 (n0). One thread cancels n0 and arrives again at
         // once; the other polls, settling the cancel meanwhile.
         let g = Arc::new(gate::<1>(1.0, 1));
@@ -332,7 +343,7 @@ fn a_cancelled_slot_is_reused_while_a_round_settles_it() {
 
 #[test]
 fn two_arrivals_race_for_one_cancelled_slot() {
-    loom::model(|| {
+    model(|| {
         let g = Arc::new(gate::<1>(1.0, 1));
         let Arrival::Admitted(a) = g.arrive(0, P0, None) else { panic!() };
         let Arrival::Queued(n0) = g.arrive(0, P0, None) else { panic!() };
@@ -386,7 +397,7 @@ fn weighted<const C: usize>(limit: f64, weights: [f64; 2]) -> Gate<C> {
 
 #[test]
 fn partitions_a_release_racing_a_critical_arrival() {
-    loom::model(|| {
+    model(|| {
         // Limit 2 split 50/50; both slots taken (one per level). The normal holder
         // releases while a critical arrival comes in: the partition rule decides whether
         // the critical one may take the normal share.
