@@ -1265,7 +1265,6 @@ impl<const CAP: usize> Gate<CAP> {
     }
 }
 
-
 impl<const CAP: usize> Gate<CAP> {
     /// The index (below `CAP`) of the queue slot a ticket of this gate names, or `None`
     /// for a ticket of another gate or a slot beyond the capacity. Several tickets name

@@ -61,9 +61,14 @@
 //! process's first use claims its slot (a CAS per slot tried, under a process-local
 //! mutex on that one-time path). Sweeps are bounded.
 
+mod gate;
 mod liveness;
 mod segment;
 mod table;
+
+pub use gate::{
+    MAILBOX_ENTRIES, SharedArrival, SharedGate, SharedGatePermit, SharedOutcome, SharedTicket,
+};
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
