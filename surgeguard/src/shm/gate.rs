@@ -801,6 +801,31 @@ impl<const CAP: usize> SharedGate<CAP> {
         self.cancel_as(claim, &table::Proc, t)
     }
 
+    /// Withdraws a ticket only if it still waits: `Ok(())` withdrawn; `UnknownTicket` if
+    /// it was decided first (its outcome stays, for [`outcome`](Self::outcome) or
+    /// [`wait`](Self::wait)), taken already, or never existed; `ForeignHandle` as there.
+    pub fn cancel_if_waiting(&self, t: &SharedTicket) -> Result<(), ShmError> {
+        let claim = self.me.current().ok_or(ShmError::Usage(UsageError::ForeignHandle))?;
+        let entry = self.check_ticket(claim, t)?;
+        let _held = self.lock(claim, &table::Proc);
+        if entry.state.load(Ordering::Acquire) != QUEUED {
+            return Err(ShmError::Usage(UsageError::UnknownTicket));
+        }
+        self.withdraw_entry(entry, t.ticket);
+        Ok(())
+    }
+
+    /// Withdraws a queued entry's ticket (under the lock).
+    fn withdraw_entry(&self, entry: &Entry, ticket: Ticket) {
+        let _ = self.gate().cancel(ticket);
+        if let Some(i) = self.gate().ticket_slot(ticket) {
+            if self.head().route_ticket[i].load(Ordering::Relaxed) == ticket.to_bits() {
+                self.head().route_owner[i].store(0, Ordering::Relaxed);
+            }
+        }
+        entry.state.store(FREE, Ordering::Release);
+    }
+
     pub(crate) fn cancel_as(
         &self,
         claim: Claim,
@@ -813,11 +838,7 @@ impl<const CAP: usize> SharedGate<CAP> {
             drop(_held);
             return self.outcome_as(claim, t);
         }
-        let _ = self.gate().cancel(t.ticket);
-        if let Some(i) = self.gate().ticket_slot(t.ticket) {
-            self.head().route_owner[i].store(0, Ordering::Relaxed);
-        }
-        entry.state.store(FREE, Ordering::Relaxed);
+        self.withdraw_entry(entry, t.ticket);
         Ok(None)
     }
 
@@ -920,14 +941,9 @@ impl<const CAP: usize> SharedGate<CAP> {
             let state = entry.state.load(Ordering::Acquire);
             if state == QUEUED {
                 let t = Ticket::from_bits(entry.ticket.load(Ordering::Relaxed));
-                if self.gate().cancel(t).is_ok() {
-                    n += 1;
-                }
-                if let Some(i) = self.gate().ticket_slot(t) {
-                    self.head().route_owner[i].store(0, Ordering::Relaxed);
-                }
-            }
-            if state != FREE {
+                n += 1;
+                self.withdraw_entry(entry, t);
+            } else if state != FREE {
                 entry.state.store(FREE, Ordering::Release);
             }
         }
