@@ -107,7 +107,7 @@ fn kill9_with_permits_and_queued_tickets() {
             else {
                 return 2;
             };
-            std::mem::forget(p); // held until killed
+            let _ = p; // never released: counted to this process until it is killed
         }
         let SharedArrival::Queued(_t) = gate.arrive(now, Priority::NORMAL, None).unwrap() else {
             return 3;

@@ -127,14 +127,13 @@ fn run(ops: Vec<Op>) -> bool {
         let outsider = Claim { index: 0xFF, generation: 0 };
         match op {
             Op::Arrive(p) => {
-                if !procs.contains_key(&p) {
+                let me = procs.entry(p).or_insert_with(|| {
                     start += 1;
                     let pid = 5000 + p as u32 + 10 * k as u32;
                     live.0.insert(pid, start);
                     let claim = table::claim(gate.test_table(), pid, start).unwrap();
-                    procs.insert(p, Proc { pid, start, claim, permits: vec![], tickets: vec![] });
-                }
-                let me = procs.get_mut(&p).unwrap();
+                    Proc { pid, start, claim, permits: vec![], tickets: vec![] }
+                });
                 match gate.arrive_as(me.claim, &live, now, Priority::NORMAL, None) {
                     SharedArrival::Admitted(permit) => {
                         if !queue.is_empty() || inflight >= L {
