@@ -104,17 +104,24 @@ struct Mailbox {
 #[derive(Debug)]
 struct Head<const CAP: usize> {
     gate: Gate<CAP>,
-    /// The lock: 0 free, else `HELD | generation << 8 | process slot`, plus `SLEEPERS`.
+    /// The lock: 0 free, else `HELD | generation << 9 | process slot` (`CLAIMLESS`: a
+    /// process with no slot), plus `SLEEPERS`.
     lock: AtomicU32,
     _pad: AtomicU32,
     /// The ticket bits each queue slot's route record is for.
     route_ticket: [AtomicU64; CAP],
-    /// `ROUTED | entry << 40 | generation << 8 | process slot` (0: none).
+    /// `ROUTED | entry << 40 | generation << 9 | process slot` (0: none).
     route_owner: [AtomicU64; CAP],
 }
 
 const HELD: u32 = 1 << 30;
-const LOCK_GEN_MASK: u32 = (1 << 22) - 1;
+const LOCK_GEN_MASK: u32 = (1 << 21) - 1;
+const LOCK_GEN_SHIFT: u32 = 9;
+const INDEX_MASK: u32 = 0x1FF;
+/// The lock holder (and claim) of a process with no slot: one sweeping as it attaches,
+/// before its first arrival. Such a holder is never taken over (it cannot be proven
+/// dead); it holds the lock only for a sweep.
+const CLAIMLESS: Claim = Claim { index: INDEX_MASK, generation: 0 };
 const ROUTED: u64 = 1 << 63;
 
 // SAFETY: `#[repr(C)]`; the gate is Placeable; the rest are atomics holding integers;
@@ -360,6 +367,8 @@ impl<const CAP: usize> SharedGate<CAP> {
         let shape = gate_shape::<CAP>(&config);
         let (map, created) = Mapping::open_or_create(&path, &shape, || new_head::<CAP>(config))?;
         let this = Self { map, me: Attachment::new(), created };
+        // Claim a slot first, so that the sweep's lock names a process slot.
+        let _ = this.claim();
         this.reclaim();
         Ok(this)
     }
@@ -420,7 +429,9 @@ impl<const CAP: usize> SharedGate<CAP> {
 
     fn lock(&self, claim: Claim, live: &impl Liveness) -> Held<'_> {
         let word = &self.head().lock;
-        let me = HELD | (claim.generation & LOCK_GEN_MASK) << 8 | (claim.index & 0xFF);
+        let me = HELD
+            | (claim.generation & LOCK_GEN_MASK) << LOCK_GEN_SHIFT
+            | (claim.index & INDEX_MASK);
         for _ in 0..64 {
             // Acquire: pairs with the Release in `Held::drop`.
             if word.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed).is_ok() {
@@ -463,11 +474,14 @@ impl<const CAP: usize> SharedGate<CAP> {
 
     /// Whether the process slot named by a lock word is proven dead (or was reclaimed).
     fn holder_dead(&self, word: u32, live: &impl Liveness) -> bool {
-        let Some(slot) = self.table().get((word & 0xFF) as usize) else { return true };
+        if word & INDEX_MASK == INDEX_MASK {
+            return false;
+        }
+        let Some(slot) = self.table().get((word & INDEX_MASK) as usize) else { return true };
         let w = slot.word.load(Ordering::Acquire);
         let state = table::state_of(w);
         if (state != table::LIVE && state != table::CLAIMED)
-            || table::gen_of(w) as u32 & LOCK_GEN_MASK != (word >> 8) & LOCK_GEN_MASK
+            || table::gen_of(w) as u32 & LOCK_GEN_MASK != (word >> LOCK_GEN_SHIFT) & LOCK_GEN_MASK
         {
             return true;
         }
@@ -546,7 +560,7 @@ impl<const CAP: usize> SharedGate<CAP> {
                 head.route_owner[i].store(
                     ROUTED
                         | (e as u64) << 40
-                        | u64::from(claim.generation & LOCK_GEN_MASK) << 8
+                        | u64::from(claim.generation & LOCK_GEN_MASK) << LOCK_GEN_SHIFT
                         | u64::from(claim.index),
                     Ordering::Relaxed,
                 );
@@ -618,11 +632,11 @@ impl<const CAP: usize> SharedGate<CAP> {
             }),
         };
         let target = owner.and_then(|o| {
-            let index = (o & 0xFF) as u32;
+            let index = (o as u32) & INDEX_MASK;
             let entry = &self.mailbox(index).entries[((o >> 40) as usize) % MAILBOX_ENTRIES];
             let queued = entry.state.load(Ordering::Acquire) == QUEUED
                 && entry.ticket.load(Ordering::Relaxed) == ticket.to_bits();
-            queued.then_some((index, ((o >> 8) as u32) & LOCK_GEN_MASK, entry))
+            queued.then_some((index, ((o >> LOCK_GEN_SHIFT) as u32) & LOCK_GEN_MASK, entry))
         });
         let Some((index, generation, entry)) = target else {
             // Withdrawn, or queued by a process that died before its ticket was routed.
@@ -871,7 +885,7 @@ impl<const CAP: usize> SharedGate<CAP> {
         }
         let raw = gate.limiter().reissue_permit_at(permit.level(), permit.started_at);
         let result = gate.release(raw, now, outcome).map_err(ShmError::Usage);
-        let claim = self.me.current().unwrap_or(permit.claim);
+        let claim = self.me.current().unwrap_or(CLAIMLESS);
         let latest = gate.limiter().latest_time();
         let _held = self.lock(claim, live);
         self.dispatch_locked(if result.is_ok() { now } else { latest });
@@ -897,7 +911,7 @@ impl<const CAP: usize> SharedGate<CAP> {
     /// dispatches. Returns the permits released.
     pub fn reclaim(&self) -> u64 {
         let me = table::reclaimer_word(std::process::id(), super::liveness::my_start_time());
-        let claim = self.me.current().unwrap_or(Claim { index: 0xFF, generation: 0 });
+        let claim = self.me.current().unwrap_or(CLAIMLESS);
         self.reclaim_as(claim, &table::Proc, me)
     }
 

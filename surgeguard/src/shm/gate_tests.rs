@@ -124,7 +124,7 @@ fn run(ops: Vec<Op>) -> bool {
     };
     for (k, op) in ops.into_iter().enumerate() {
         now += 1_000;
-        let outsider = Claim { index: 0xFF, generation: 0 };
+        let outsider = CLAIMLESS;
         match op {
             Op::Arrive(p) => {
                 let me = procs.entry(p).or_insert_with(|| {
@@ -656,4 +656,45 @@ fn mismatched_config_and_capacity_are_refused() {
     // Another kind of object under the name.
     assert_eq!(SharedLimiter::open(&name, fixed(2.0, 1)).err(), Some(ShmError::KindMismatch));
     SharedGate::<16>::unlink(&name).unwrap();
+}
+
+/// Liveness with one pid (9101) alive until `kill`ed, everyone else alive.
+struct Switch(std::sync::atomic::AtomicBool);
+
+impl Liveness for Switch {
+    fn seen(&self, pid: u32) -> Seen {
+        if pid == 9101 && self.0.load(Ordering::SeqCst) {
+            return Seen::Gone;
+        }
+        Seen::Alive(pid as u64 - 9100)
+    }
+}
+
+#[test]
+fn a_dead_lock_holder_is_taken_over_and_a_live_one_is_not() {
+    let gate = SharedGate::<16>::anonymous(fifo_config()).unwrap();
+    let live = Switch(std::sync::atomic::AtomicBool::new(false));
+    let holder = table::claim(gate.test_table(), 9101, 1).unwrap();
+    let other = table::claim(gate.test_table(), 9102, 2).unwrap();
+    // `holder` takes the lock and "dies" inside it (the guard is never dropped).
+    std::mem::forget(gate.lock(holder, &live));
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| gate.arrive_as(other, &live, 10, Priority::NORMAL, None));
+        std::thread::sleep(std::time::Duration::from_millis(60));
+        // While the holder lives, the lock is not taken over.
+        assert!(!waiter.is_finished(), "a live holder's lock was taken");
+        live.0.store(true, Ordering::SeqCst);
+        let killed = std::time::Instant::now();
+        let SharedArrival::Admitted(p) = waiter.join().unwrap() else { panic!("admitted") };
+        // Taken over after about one 10 ms wait.
+        assert!(killed.elapsed() < std::time::Duration::from_secs(2));
+        gate.release_as(&live, p, 20, Outcome::Success).unwrap();
+    });
+    // The lock works normally afterwards.
+    let SharedArrival::Admitted(p) = gate.arrive_as(other, &live, 30, Priority::NORMAL, None)
+    else {
+        panic!("admitted")
+    };
+    gate.release_as(&live, p, 31, Outcome::Success).unwrap();
+    assert_eq!(gate.head().lock.load(Ordering::SeqCst), 0);
 }

@@ -1,5 +1,7 @@
-//! One limit across worker processes: the core's [`Limiter`], [`RateLimiter`] and
-//! [`RetryBudget`] placed in shared memory (feature `shm`, Linux).
+//! One limit across worker processes: the core's [`Limiter`], [`RateLimiter`],
+//! [`RetryBudget`] and [`Gate`](surgeguard_core::gate::Gate) placed in shared memory
+//! (feature `shm`, Linux). The gate ([`SharedGate`]) adds a queue whose waiters may be in
+//! any process: see its module docs for how grants reach them.
 //!
 //! Python and Node services run as several processes (gunicorn, `uvicorn --workers`,
 //! Node `cluster`, pre-fork C servers); an in-process limit of 4 then means 4 per worker.
