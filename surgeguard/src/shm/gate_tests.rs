@@ -14,6 +14,14 @@ use super::super::table::{self, Claim, Liveness};
 use super::*;
 use crate::shm::SharedLimiter;
 
+/// Fails the property, saying where (quickcheck then prints the shrunk input).
+macro_rules! fail {
+    () => {{
+        eprintln!("gate model: check at line {} failed", line!());
+        return false;
+    }};
+}
+
 /// Liveness the test controls: pid → start time (absent = gone).
 #[derive(Default)]
 struct Fake(HashMap<u32, u64>);
@@ -137,20 +145,14 @@ fn run(ops: Vec<Op>) -> bool {
                 match gate.arrive_as(me.claim, &live, now, Priority::NORMAL, None) {
                     SharedArrival::Admitted(permit) => {
                         if !queue.is_empty() || inflight >= L {
-                            {
-                                eprintln!("fail at {}", line!());
-                                return false;
-                            }
+                            fail!()
                         }
                         inflight += 1;
                         me.permits.push(permit);
                     }
                     SharedArrival::Queued(t) => {
                         if queue.is_empty() && inflight < L {
-                            {
-                                eprintln!("fail at {}", line!());
-                                return false;
-                            }
+                            fail!()
                         }
                         queue.push_back((me.pid, next_id));
                         me.tickets.push((t, next_id));
@@ -159,10 +161,7 @@ fn run(ops: Vec<Op>) -> bool {
                     SharedArrival::Rejected(r) => {
                         // Only a full queue refuses here.
                         if r.reason != Reason::QueueFull || queue.len() < 16 {
-                            {
-                                eprintln!("fail at {}", line!());
-                                return false;
-                            }
+                            fail!()
                         }
                     }
                 }
@@ -174,10 +173,7 @@ fn run(ops: Vec<Op>) -> bool {
                 }
                 let permit = me.permits.remove(i as usize % me.permits.len());
                 if gate.release_as(&live, permit, now, Outcome::Success).is_err() {
-                    {
-                        eprintln!("fail at {}", line!());
-                        return false;
-                    }
+                    fail!()
                 }
                 inflight -= 1;
                 grant_next(&mut inflight, &mut queue, &mut pending, &dead_pids, &mut dead_pending);
@@ -192,27 +188,16 @@ fn run(ops: Vec<Op>) -> bool {
                             // Granted to this process, and this ticket is the one the
                             // reference granted (exactly once).
                             let mine = pending.entry(me.pid).or_default();
-                            let Some(pos) = mine.iter().position(|&x| x == id) else {
-                                {
-                                    eprintln!("fail at {}", line!());
-                                    return false;
-                                }
-                            };
+                            let Some(pos) = mine.iter().position(|&x| x == id) else { fail!() };
                             mine.remove(pos);
                             me.permits.push(permit);
                         }
-                        _ => {
-                            eprintln!("fail at {}", line!());
-                            return false;
-                        }
+                        _ => fail!(),
                     }
                 }
                 // Every grant the reference made to this process was seen.
                 if pending.get(&me.pid).is_some_and(|v| !v.is_empty()) {
-                    {
-                        eprintln!("fail at {}", line!());
-                        return false;
-                    }
+                    fail!()
                 }
                 me.tickets = still;
             }
@@ -225,29 +210,16 @@ fn run(ops: Vec<Op>) -> bool {
                 match gate.cancel_as(me.claim, &live, &t) {
                     Ok(None) => {
                         // It was still queued in the reference.
-                        let Some(pos) = queue.iter().position(|&(_, x)| x == id) else {
-                            {
-                                eprintln!("fail at {}", line!());
-                                return false;
-                            }
-                        };
+                        let Some(pos) = queue.iter().position(|&(_, x)| x == id) else { fail!() };
                         queue.remove(pos);
                     }
                     Ok(Some(SharedOutcome::Granted(permit))) => {
                         let mine = pending.entry(me.pid).or_default();
-                        let Some(pos) = mine.iter().position(|&x| x == id) else {
-                            {
-                                eprintln!("fail at {}", line!());
-                                return false;
-                            }
-                        };
+                        let Some(pos) = mine.iter().position(|&x| x == id) else { fail!() };
                         mine.remove(pos);
                         me.permits.push(permit);
                     }
-                    _ => {
-                        eprintln!("fail at {}", line!());
-                        return false;
-                    }
+                    _ => fail!(),
                 }
             }
             Op::Kill(p) => {
@@ -269,10 +241,7 @@ fn run(ops: Vec<Op>) -> bool {
                 let released = gate.reclaim_as(claim, &live, me);
                 // Exactly the dead processes' permits, once.
                 if released != u64::from(dead_pending) {
-                    {
-                        eprintln!("fail at {}", line!());
-                        return false;
-                    }
+                    fail!()
                 }
                 inflight -= dead_pending;
                 dead_pending = 0;
@@ -286,10 +255,7 @@ fn run(ops: Vec<Op>) -> bool {
         if gate.gate().limiter().inflight() != inflight
             || gate.gate().waiting_total() as usize != queue.len()
         {
-            {
-                eprintln!("fail at {}", line!());
-                return false;
-            }
+            fail!()
         }
         // Every live process's held count is its permits plus its untaken grants.
         for (p, me) in &procs {
@@ -301,10 +267,7 @@ fn run(ops: Vec<Op>) -> bool {
             let _ = p;
             let owed = me.permits.len() as u32 + pending.get(&me.pid).map_or(0, |v| v.len() as u32);
             if held != owed {
-                {
-                    eprintln!("fail at {}", line!());
-                    return false;
-                }
+                fail!()
             }
         }
     }
@@ -493,10 +456,7 @@ fn decisions(ops: Vec<DOp>, config: GateConfig) -> bool {
                     surgeguard_core::gate::Arrival::Rejected(r) => Seen2::Rejected(r.reason),
                 };
                 if s != l {
-                    {
-                        eprintln!("fail at {}", line!());
-                        return false;
-                    }
+                    fail!()
                 }
             }
             DOp::Release { i, ok } => {
@@ -509,10 +469,7 @@ fn decisions(ops: Vec<DOp>, config: GateConfig) -> bool {
                 let lp = l_permits.remove(k);
                 if sp.level != lp.level().index() as u8 || sp.started_at != lp.started_at() {
                     eprintln!("release mismatch {sp:?} {lp:?} {s_permits:?} {l_permits:?}");
-                    {
-                        eprintln!("fail at {}", line!());
-                        return false;
-                    }
+                    fail!()
                 }
                 shared.release_as(&live, sp, now, outcome).unwrap();
                 local.release(lp, now, outcome).unwrap();
@@ -533,17 +490,11 @@ fn decisions(ops: Vec<DOp>, config: GateConfig) -> bool {
                         // Decided first on both sides: the same outcome.
                         let l = l_outcomes.remove(&lt.to_bits());
                         if !settle(o, l, &mut s_permits, &mut l_permits) {
-                            {
-                                eprintln!("fail at {}", line!());
-                                return false;
-                            }
+                            fail!()
                         }
                         tickets.retain(|x| x.0 != st);
                     }
-                    _ => {
-                        eprintln!("fail at {}", line!());
-                        return false;
-                    }
+                    _ => fail!(),
                 }
             }
             DOp::Poll => {
@@ -563,24 +514,15 @@ fn decisions(ops: Vec<DOp>, config: GateConfig) -> bool {
                 Ok(None) if l.is_none() => keep.push((st, lt)),
                 Ok(Some(o)) => {
                     if !settle(o, l, &mut s_permits, &mut l_permits) {
-                        {
-                            eprintln!("fail at {}", line!());
-                            return false;
-                        }
+                        fail!()
                     }
                 }
-                _ => {
-                    eprintln!("fail at {}", line!());
-                    return false;
-                }
+                _ => fail!(),
             }
         }
         tickets = keep;
         if shared.gate().metrics() != local.metrics() {
-            {
-                eprintln!("fail at {}", line!());
-                return false;
-            }
+            fail!()
         }
     }
     true
@@ -606,15 +548,12 @@ fn settle(
                     s_permits.push(p);
                     true
                 }
-                None => {
-                    eprintln!("fail at {}", line!());
-                    false
-                }
+                None => false,
             }
         }
         (SharedOutcome::Expired(a), Some(Err(b))) => a == b,
         (o, l) => {
-            eprintln!("settle: shared {o:?} local {l:?}");
+            eprintln!("gate model: shared outcome {o:?}, in-process {l:?}");
             false
         }
     }
