@@ -1,17 +1,27 @@
 //! The Gate in shared memory across real processes: grants routed to the process that
 //! queued, `kill -9` of a worker holding permits and queued tickets, the limit held by
-//! several workers, attach by name, refused mismatches, and the wake latency.
+//! several workers, attach by name, refused mismatches, the wake latency, and the same
+//! decisions as the in-process gate from a process attached by name.
 //!
 //! Its own `main` (no test harness threads), so `fork` happens in a single-threaded process.
 //! Run: `cargo test -p surgeguard --features shm --test shm_gate`.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+use quickcheck::{Arbitrary, Gen, QuickCheck};
+use surgeguard::core::RawPermit;
+use surgeguard::core::codel::CodelConfig;
+use surgeguard::core::gate::{Arrival, Event, Gate};
+use surgeguard::core::queue::Ticket;
 
 use surgeguard::clock::monotonic_ns;
 use surgeguard::core::gate::{GateConfig, LifoTrigger};
 use surgeguard::core::limit::{AlgorithmConfig, FixedConfig};
-use surgeguard::shm::{SharedArrival, SharedGate, SharedOutcome, ShmError};
+use surgeguard::shm::{
+    SharedArrival, SharedGate, SharedGatePermit, SharedOutcome, SharedTicket, ShmError,
+};
 use surgeguard::{LimiterConfig, Outcome, Priority};
 
 fn config(limit: f64) -> GateConfig {
@@ -331,9 +341,281 @@ fn wake_latency() {
     println!("ok wake_latency");
 }
 
+// ---- the same decisions as the in-process gate, from another process ---------------------
+
+#[derive(Clone, Debug)]
+enum Op {
+    Arrive(u8, Option<u8>),
+    Release(u8, bool),
+    Cancel(u8),
+    Advance(u16),
+}
+
+impl Arbitrary for Op {
+    fn arbitrary(g: &mut Gen) -> Self {
+        match u8::arbitrary(g) % 8 {
+            0..=2 => Op::Arrive(u8::arbitrary(g) % 3, Option::<u8>::arbitrary(g).map(|d| d % 80)),
+            3 | 4 => Op::Release(u8::arbitrary(g), bool::arbitrary(g)),
+            5 => Op::Cancel(u8::arbitrary(g)),
+            _ => Op::Advance(u16::arbitrary(g) % 150),
+        }
+    }
+}
+
+/// One side of the comparison: a gate driven by the same operations.
+trait Side {
+    type Permit;
+    type Ticket: Copy;
+    fn arrive(
+        &mut self,
+        now: u64,
+        level: u8,
+        deadline: Option<u64>,
+    ) -> Result<Self::Permit, Result<Self::Ticket, u64>>;
+    fn release(&mut self, p: Self::Permit, now: u64, ok: bool);
+    fn cancel(&mut self, t: Self::Ticket) -> bool;
+    /// Outcomes decided so far: (ticket, a record of the grant or the expiry).
+    fn decided(
+        &mut self,
+        now: u64,
+        tickets: &[Self::Ticket],
+    ) -> Vec<(usize, u64, Option<Self::Permit>)>;
+    fn permit_record(p: &Self::Permit) -> u64;
+}
+
+fn record_rejected(reason: u64, retry_after: u64) -> u64 {
+    (reason << 56) ^ retry_after
+}
+
+/// Runs `ops` on a side; returns the stream of decisions and outcomes as numbers.
+fn drive<S: Side>(side: &mut S, ops: &[Op]) -> Vec<u64> {
+    let mut now = 1_000_000_000u64;
+    let mut permits: Vec<S::Permit> = Vec::new();
+    let mut tickets: Vec<(usize, S::Ticket)> = Vec::new();
+    let mut next = 0usize;
+    let mut out = Vec::new();
+    for op in ops {
+        match *op {
+            Op::Advance(ms) => now += u64::from(ms) * 1_000_000,
+            Op::Arrive(level, d) => {
+                let deadline = d.map(|d| now + u64::from(d) * 1_000_000);
+                match side.arrive(now, level, deadline) {
+                    Ok(p) => {
+                        out.push(1 << 60 | S::permit_record(&p));
+                        permits.push(p);
+                    }
+                    Err(Ok(t)) => {
+                        out.push(2 << 60 | next as u64);
+                        tickets.push((next, t));
+                        next += 1;
+                    }
+                    Err(Err(r)) => out.push(3 << 60 ^ r),
+                }
+            }
+            Op::Release(k, ok) => {
+                if !permits.is_empty() {
+                    let p = permits.remove(k as usize % permits.len());
+                    out.push(4 << 60 | S::permit_record(&p));
+                    side.release(p, now, ok);
+                }
+            }
+            Op::Cancel(k) => {
+                if !tickets.is_empty() {
+                    let (id, t) = tickets[k as usize % tickets.len()];
+                    if side.cancel(t) {
+                        out.push(5 << 60 | id as u64);
+                        tickets.retain(|x| x.0 != id);
+                    }
+                }
+            }
+        }
+        let ts: Vec<S::Ticket> = tickets.iter().map(|x| x.1).collect();
+        let mut decided = side.decided(now, &ts);
+        decided.sort_by_key(|d| d.0);
+        let mut gone = Vec::new();
+        for (i, rec, permit) in decided {
+            let id = tickets[i].0;
+            out.push(6 << 60 | (id as u64) << 40);
+            out.push(rec);
+            gone.push(id);
+            permits.extend(permit);
+        }
+        tickets.retain(|x| !gone.contains(&x.0));
+    }
+    out
+}
+
+struct Shared<'a>(&'a SharedGate<64>);
+
+impl Side for Shared<'_> {
+    type Permit = SharedGatePermit;
+    type Ticket = SharedTicket;
+    fn arrive(
+        &mut self,
+        now: u64,
+        level: u8,
+        deadline: Option<u64>,
+    ) -> Result<SharedGatePermit, Result<SharedTicket, u64>> {
+        match self.0.arrive(now, Priority::new(level).unwrap(), deadline).unwrap() {
+            SharedArrival::Admitted(p) => Ok(p),
+            SharedArrival::Queued(t) => Err(Ok(t)),
+            SharedArrival::Rejected(r) => Err(Err(record_rejected(r.reason as u64, r.retry_after))),
+        }
+    }
+    fn release(&mut self, p: SharedGatePermit, now: u64, ok: bool) {
+        let outcome = if ok { Outcome::Success } else { Outcome::Dropped };
+        self.0.release(p, now, outcome).unwrap();
+    }
+    fn cancel(&mut self, t: SharedTicket) -> bool {
+        self.0.cancel_if_waiting(&t).is_ok()
+    }
+    fn decided(
+        &mut self,
+        _now: u64,
+        tickets: &[SharedTicket],
+    ) -> Vec<(usize, u64, Option<SharedGatePermit>)> {
+        let mut v = Vec::new();
+        for (i, t) in tickets.iter().enumerate() {
+            match self.0.outcome(t).unwrap() {
+                None => {}
+                Some(SharedOutcome::Granted(p)) => v.push((i, Self::permit_record(&p), Some(p))),
+                Some(SharedOutcome::Expired(r)) => {
+                    v.push((i, record_rejected(r.reason as u64, r.retry_after), None))
+                }
+            }
+        }
+        v
+    }
+    fn permit_record(p: &SharedGatePermit) -> u64 {
+        (p.level().index() as u64) << 56 ^ p.started_at()
+    }
+}
+
+struct Local {
+    gate: Gate<64>,
+    events: HashMap<u64, (u64, Option<RawPermit>)>,
+}
+
+impl Local {
+    fn drain(&mut self, now: u64) {
+        let mut out: [Option<Event>; 16] = Default::default();
+        loop {
+            let n = self.gate.poll(now, &mut out);
+            for ev in out[..n].iter_mut() {
+                match ev.take() {
+                    Some(Event::Granted(t, p)) => {
+                        let rec = (p.level().index() as u64) << 56 ^ p.started_at();
+                        self.events.insert(t.to_bits(), (rec, Some(p)));
+                    }
+                    Some(Event::Expired(t, r)) => {
+                        self.events.insert(
+                            t.to_bits(),
+                            (record_rejected(r.reason as u64, r.retry_after), None),
+                        );
+                    }
+                    None => {}
+                }
+            }
+            if n < out.len() {
+                return;
+            }
+        }
+    }
+}
+
+impl Side for Local {
+    type Permit = RawPermit;
+    type Ticket = Ticket;
+    fn arrive(
+        &mut self,
+        now: u64,
+        level: u8,
+        deadline: Option<u64>,
+    ) -> Result<RawPermit, Result<Ticket, u64>> {
+        match self.gate.arrive(now, Priority::new(level).unwrap(), deadline) {
+            Arrival::Admitted(p) => Ok(p),
+            Arrival::Queued(t) => {
+                self.drain(now);
+                Err(Ok(t))
+            }
+            Arrival::Rejected(r) => Err(Err(record_rejected(r.reason as u64, r.retry_after))),
+        }
+    }
+    fn release(&mut self, p: RawPermit, now: u64, ok: bool) {
+        let outcome = if ok { Outcome::Success } else { Outcome::Dropped };
+        self.gate.release(p, now, outcome).unwrap();
+        self.drain(now);
+    }
+    fn cancel(&mut self, t: Ticket) -> bool {
+        self.gate.cancel(t).is_ok()
+    }
+    fn decided(&mut self, _now: u64, tickets: &[Ticket]) -> Vec<(usize, u64, Option<RawPermit>)> {
+        let mut v = Vec::new();
+        for (i, t) in tickets.iter().enumerate() {
+            if let Some((rec, p)) = self.events.remove(&t.to_bits()) {
+                v.push((i, rec, p));
+            }
+        }
+        v
+    }
+    fn permit_record(p: &RawPermit) -> u64 {
+        (p.level().index() as u64) << 56 ^ p.started_at()
+    }
+}
+
+fn rich_config() -> GateConfig {
+    GateConfig {
+        limiter: LimiterConfig {
+            levels: 3,
+            ..LimiterConfig::with_algorithm(AlgorithmConfig::Fixed(FixedConfig {
+                initial_limit: 3.0,
+                ..FixedConfig::default()
+            }))
+        },
+        queue_capacity: Some(6),
+        codel: Some(CodelConfig::default()),
+        max_wait_ns: Some(150_000_000),
+        ..GateConfig::default()
+    }
+}
+
+/// A process attached by name (its own mapping, at its own address) runs random
+/// operations on the shared gate; the stream of its decisions and outcomes — admissions,
+/// queueing, refusals with their reasons and hints, grants with their levels and start
+/// times, expiries — equals the in-process gate's for the same operations.
+fn same_decisions_from_another_process(ops: Vec<Op>) -> bool {
+    let name = format!("test-gate-qc-{}-{}", std::process::id(), monotonic_ns());
+    let creator = SharedGate::<64>::open(&name, rich_config()).unwrap();
+    let page = Counters::new(); // [0] length, [1..] the child's stream
+    let child = fork(|| {
+        let g = SharedGate::<64>::open(&name, rich_config()).unwrap();
+        let stream = drive(&mut Shared(&g), &ops);
+        if stream.len() >= 500 {
+            return 20;
+        }
+        for (i, x) in stream.iter().enumerate() {
+            page.at(1 + i).store(*x, Ordering::Relaxed);
+        }
+        page.at(0).store(stream.len() as u64, Ordering::Release);
+        0
+    });
+    assert_eq!(wait(child), 0);
+    let mut local = Local { gate: Gate::new(rich_config()).unwrap(), events: HashMap::new() };
+    let expected = drive(&mut local, &ops);
+    let n = page.at(0).load(Ordering::Acquire) as usize;
+    let got: Vec<u64> = (0..n).map(|i| page.at(1 + i).load(Ordering::Relaxed)).collect();
+    drop(creator);
+    SharedGate::<64>::unlink(&name).unwrap();
+    got == expected
+}
+
 fn main() {
     kill9_with_permits_and_queued_tickets();
     four_workers_hold_one_limit();
     by_name_and_refused();
     wake_latency();
+    QuickCheck::new()
+        .tests(100)
+        .quickcheck(same_decisions_from_another_process as fn(Vec<Op>) -> bool);
+    println!("ok same_decisions_from_another_process");
 }
