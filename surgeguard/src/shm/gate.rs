@@ -24,7 +24,9 @@
 //! **Waiting.** The waiting thread itself blocks in `FUTEX_WAIT` on its process's word,
 //! with a timeout at the gate's `next_wakeup` (deadlines, maximum wait, a partition
 //! reservation lapsing) and at most [`SWEEP_INTERVAL_NS`] apart; on a timeout it polls the
-//! gate (and sweeps dead processes, at most once per interval across processes). No
+//! gate, and once per interval across processes it sweeps dead processes and polls (so a
+//! slot freed by a process that died between its release and the dispatch after it is
+//! handed out within the interval). No
 //! helper thread is needed in Rust or C; a binding that owns its waiters (an event loop)
 //! runs one thread per process in [`SharedGate::wait_mailbox`] and takes outcomes with
 //! [`SharedGate::outcome`].
@@ -767,11 +769,15 @@ impl<const CAP: usize> SharedGate<CAP> {
         }
     }
 
-    /// Timers and sweeps for a waiter: polls when `next_wakeup` has come, sweeps when due;
-    /// returns when to look again.
+    /// Timers and sweeps for a waiter: polls when `next_wakeup` has come, sweeps (and
+    /// polls) when due; returns when to look again.
     fn housekeep(&self, now: u64) -> u64 {
         if self.due_sweep(now) {
             self.reclaim();
+            // And a dispatch, once per interval across processes: a slot freed by a
+            // process that died between its release and the dispatch after it is handed
+            // out here at the latest.
+            let _ = self.poll(now);
         }
         let mut next = self.gate().next_wakeup(now);
         if next.is_some_and(|t| t <= now) {
