@@ -51,7 +51,7 @@ unit:
 	# A permit dropped unreleased panics in a debug build with the core's `std` feature.
 	RUSTFLAGS=-Dwarnings $(CARGO) test -p surgeguard-core --features std --quiet --test limiter_permit_drop
 	# Shared memory (feature `shm`): the reclaim model and real processes (fork, kill -9).
-	RUSTFLAGS=-Dwarnings $(CARGO) test -p surgeguard --features shm --quiet --lib shm --test shm_processes
+	RUSTFLAGS=-Dwarnings $(CARGO) test -p surgeguard --features shm --quiet --lib shm --test shm_processes --test shm_gate
 
 # loom models: tiny configs, bounded preemptions, release mode, separate target dir.
 loom:

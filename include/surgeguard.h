@@ -196,6 +196,11 @@
 // Issued by an `sg_keyed`.
 #define SG_PERMIT_KIND_KEYED 4
 
+#if defined(__linux__)
+// The largest `sg_gate_config.queue_capacity` of a shared gate.
+#define SG_SHARED_GATE_MAX_QUEUE 256
+#endif
+
 // `SG_REASON_*` (the core's `Reason` wire values, stable): in-flight work is at the
 // concurrency limit (or the level's share of it).
 #define SG_REASON_LIMIT_REACHED 1
@@ -411,6 +416,11 @@ typedef struct sg_rate_limiter sg_rate_limiter;
 // `ttl`, and `min_retries_per_sec × ttl` retries are always available, so retries stay a
 // bounded share of traffic (Finagle's `RetryBudget`, gRPC's retry throttling). Thread-safe, lock-free.
 typedef struct sg_retry_budget sg_retry_budget;
+
+#if defined(__linux__)
+// A gate in memory shared between processes (opaque; heap only).
+typedef struct sg_shared_gate sg_shared_gate;
+#endif
 
 #if defined(__linux__)
 // A limiter in memory shared between processes (opaque; heap only).
@@ -1255,6 +1265,28 @@ typedef struct sg_shared_permit {
     // Opaque.
     uint64_t opaque[6];
 } sg_shared_permit;
+#endif
+
+#if defined(__linux__)
+// Caller storage for one admission of an `sg_shared_gate` (from `sg_shared_gate_arrive`
+// or a grant). Opaque: fill it only through the library. Released once (a second release
+// says `SG_ALREADY_RELEASED`, a release to another shared gate `SG_FOREIGN_HANDLE`,
+// zeroed or garbage storage `SG_INVALID_HANDLE`); do not copy a live one.
+typedef struct sg_shared_gate_permit {
+    // Opaque.
+    uint64_t opaque[6];
+} sg_shared_gate_permit;
+#endif
+
+#if defined(__linux__)
+// A queued waiter of an `sg_shared_gate`, owned by the process that queued it. Plain
+// words, copyable; any contents are accepted by the functions that take one (what is not
+// a live ticket of this process is refused with `SG_UNKNOWN_TICKET` or
+// `SG_FOREIGN_HANDLE`).
+typedef struct sg_shared_ticket {
+    // Opaque.
+    uint64_t opaque[4];
+} sg_shared_ticket;
 #endif
 
 // Settings of an `sg_adaptive_throttle`.
@@ -2220,6 +2252,101 @@ sg_status sg_shared_limiter_reclaim(struct sg_shared_limiter *limiter, uint64_t 
 sg_status sg_shared_limiter_inflight(const struct sg_shared_limiter *limiter,
                                      uint32_t *inflight_out,
                                      double *limit_out);
+#endif
+
+#if defined(__linux__)
+// Creates the shared gate `name` (the file `/dev/shm/surgeguard.<name>`; a name with a
+// `/` is a path) or attaches to it; NULL `name` makes an anonymous one, shared with the
+// processes this one forks afterwards. `cfg.queue_capacity` is at most
+// `SG_SHARED_GATE_MAX_QUEUE`. `SG_SHM_REFUSED` if the name holds a segment of another
+// config, kind, layout or version (or is not one); `SG_INVALID_ARGUMENT` for a bad name;
+// `SG_SHM_UNAVAILABLE` if a system call failed. The segment is about 560 KB (mailboxes
+// for 256 processes).
+sg_status sg_shared_gate_open(const char *name,
+                              const struct sg_gate_config *cfg,
+                              struct sg_shared_gate **gate_out);
+#endif
+
+#if defined(__linux__)
+// Detaches this process and frees the handle (release its permits and take or cancel
+// its tickets first: otherwise its slot stays taken until the process exits and is
+// reclaimed). NULL is a no-op.
+void sg_shared_gate_free(struct sg_shared_gate *gate);
+#endif
+
+#if defined(__linux__)
+// Removes the name (processes that have it mapped keep their segment).
+sg_status sg_shared_gate_unlink(const char *name);
+#endif
+
+#if defined(__linux__)
+// Whether this handle created the segment (false: it attached to another process's).
+sg_status sg_shared_gate_created(const struct sg_shared_gate *gate, bool *created_out);
+#endif
+
+#if defined(__linux__)
+// One arrival at `level` at `now` with an absolute `deadline` (`SG_NO_DEADLINE`: none),
+// as `sg_gate_arrive`: `SG_OK` admitted (`*permit_out`), `SG_QUEUED` (`*ticket_out`:
+// wait for it with `sg_shared_gate_wait`), `SG_REJECTED` (`*rejection_out`, optional).
+sg_status sg_shared_gate_arrive(struct sg_shared_gate *gate,
+                                uint64_t now,
+                                uint32_t level,
+                                uint64_t deadline,
+                                struct sg_shared_gate_permit *permit_out,
+                                struct sg_shared_ticket *ticket_out,
+                                struct sg_rejection *rejection_out);
+#endif
+
+#if defined(__linux__)
+// Waits up to `timeout_ns` (0: only looks) for a ticket this process queued: `SG_OK`
+// granted (`*permit_out`), `SG_REJECTED` dropped from the queue (`*rejection_out`,
+// optional: expired, sloughed, evicted, shed), `SG_QUEUED` still waiting (nothing
+// written). An outcome is given once: then the ticket is `SG_UNKNOWN_TICKET`. While it
+// waits it polls the gate at its wakeups and reclaims dead processes (at most every
+// 100 ms across processes).
+sg_status sg_shared_gate_wait(struct sg_shared_gate *gate,
+                              const struct sg_shared_ticket *ticket,
+                              uint64_t timeout_ns,
+                              struct sg_shared_gate_permit *permit_out,
+                              struct sg_rejection *rejection_out);
+#endif
+
+#if defined(__linux__)
+// Withdraws a ticket that still waits (`SG_OK`). `SG_UNKNOWN_TICKET` if it was decided
+// first (take its outcome with `sg_shared_gate_wait`, timeout 0), was taken already or
+// is not a ticket; `SG_FOREIGN_HANDLE` for another process's or gate's ticket.
+sg_status sg_shared_gate_cancel(struct sg_shared_gate *gate, const struct sg_shared_ticket *ticket);
+#endif
+
+#if defined(__linux__)
+// Ends a permit of this gate with `outcome` (`SG_OUTCOME_*`), then hands the freed slot
+// to a waiter of any process.
+sg_status sg_shared_gate_release(struct sg_shared_gate *gate,
+                                 struct sg_shared_gate_permit *permit,
+                                 uint64_t now,
+                                 uint32_t outcome);
+#endif
+
+#if defined(__linux__)
+// Runs the gate's dispatch at `now` (grants, expiries) and delivers each outcome to the
+// process that queued it; writes how many. Releases and arrivals do it already; a
+// process with no thread in `sg_shared_gate_wait` calls it at the gate's wakeups.
+sg_status sg_shared_gate_poll(struct sg_shared_gate *gate, uint64_t now, uint64_t *routed_out);
+#endif
+
+#if defined(__linux__)
+// Reclaims every attached process proven dead (its tickets withdrawn, its permits
+// released once each); writes how many permits. Call it from a pre-fork master after
+// `waitpid` (not in the signal handler) or a timer.
+sg_status sg_shared_gate_reclaim(struct sg_shared_gate *gate, uint64_t *reclaimed_out);
+#endif
+
+#if defined(__linux__)
+// Requests in flight and waiting across all processes, and the limit in force.
+sg_status sg_shared_gate_inflight(const struct sg_shared_gate *gate,
+                                  uint32_t *inflight_out,
+                                  uint32_t *waiting_out,
+                                  double *limit_out);
 #endif
 
 // A static, NUL-terminated name for a status (`"ok"`, `"rejected"`, ...); `"unknown

@@ -21,6 +21,16 @@
 //!
 //! Report the ratios (`shared / in_process`, `fcntl / shared`, `redis / shared`) from one
 //! run.
+//!
+//! Group `shm_gate`: the Gate (limiter + queue) shared by processes.
+//! - `in_process_admit_release` / `shared_admit_release`: one uncontended arrival
+//!   (admitted) and its release, on the core `Gate<64>` and on `SharedGate<64>` (the
+//!   segment's lock around the arrival, a dispatch after the release);
+//! - `wake_round_trip`: two processes and a limit of 1, each iteration one hand-off there
+//!   and back: this process queues behind a forked child's waiter and releases the permit
+//!   (the child, asleep in `FUTEX_WAIT`, is granted and woken), the child releases it back
+//!   (this process is woken). Half of it is one cross-process wake (release in A → grant
+//!   seen in B), including the syscalls and the scheduler.
 
 use std::hint::black_box;
 use std::io::{BufRead, BufReader, Write};
@@ -30,7 +40,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use surgeguard::shm::SharedLimiter;
+use surgeguard::clock::monotonic_ns;
+use surgeguard::shm::{SharedArrival, SharedGate, SharedLimiter, SharedOutcome};
+use surgeguard_core::gate::{Arrival, Gate, GateConfig, LifoTrigger};
 use surgeguard_core::limit::{AlgorithmConfig, FixedConfig};
 use surgeguard_core::{Limiter, LimiterConfig, Outcome, Priority};
 
@@ -195,5 +207,118 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench);
+fn gate_config(limit: f64) -> GateConfig {
+    GateConfig {
+        limiter: LimiterConfig {
+            levels: 1,
+            ..LimiterConfig::with_algorithm(AlgorithmConfig::Fixed(FixedConfig {
+                initial_limit: limit,
+                min_limit: 1.0,
+                max_limit: limit.max(1.0),
+            }))
+        },
+        codel: None,
+        lifo: LifoTrigger::Never,
+        ..GateConfig::default()
+    }
+}
+
+fn bench_gate(c: &mut Criterion) {
+    let mut g = c.benchmark_group("shm_gate");
+    let mut now = 1_000_000_000u64;
+
+    let local = Gate::<64>::new(gate_config(LIMIT)).unwrap();
+    g.bench_function("in_process_admit_release", |b| {
+        b.iter(|| {
+            now += 1_000;
+            if let Arrival::Admitted(p) = local.arrive(now, Priority::NORMAL, None) {
+                let _ = local.release(p, now + 500, Outcome::Success);
+            }
+        })
+    });
+
+    let shared = SharedGate::<64>::anonymous(gate_config(LIMIT)).unwrap();
+    g.bench_function("shared_admit_release", |b| {
+        b.iter(|| {
+            now += 1_000;
+            if let Ok(SharedArrival::Admitted(p)) = shared.arrive(now, Priority::NORMAL, None) {
+                let _ = shared.release(p, now + 500, Outcome::Success);
+            }
+        })
+    });
+
+    // Ping-pong across processes on a limit of 1.
+    let gate = SharedGate::<64>::anonymous(gate_config(1.0)).unwrap();
+    // SAFETY: one anonymous shared page for the child's "queued" counter.
+    let page = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(page, libc::MAP_FAILED);
+    // SAFETY: the page is zeroed, aligned and only used atomically; it is never unmapped.
+    let queued = unsafe { &*page.cast::<std::sync::atomic::AtomicU64>() };
+    let Ok(SharedArrival::Admitted(first)) = gate.arrive(monotonic_ns(), Priority::NORMAL, None)
+    else {
+        panic!("the first arrival is admitted")
+    };
+    let mut held = Some(first);
+    // SAFETY: the child only runs the gate's operations and `_exit`s; it is killed below.
+    let child = unsafe { libc::fork() };
+    assert!(child >= 0);
+    if child == 0 {
+        loop {
+            let Ok(SharedArrival::Queued(t)) = gate.arrive(monotonic_ns(), Priority::NORMAL, None)
+            else {
+                // SAFETY: ends the child.
+                unsafe { libc::_exit(2) };
+            };
+            queued.fetch_add(1, std::sync::atomic::Ordering::Release);
+            match gate.wait(&t, u64::MAX / 2) {
+                Ok(Some(SharedOutcome::Granted(p))) => {
+                    let _ = gate.release(p, monotonic_ns(), Outcome::Ignored);
+                }
+                // SAFETY: ends the child.
+                _ => unsafe { libc::_exit(3) },
+            }
+        }
+    }
+    let mut rounds = 0u64;
+    g.bench_function("wake_round_trip", |b| {
+        b.iter_custom(|iters| {
+            let start = std::time::Instant::now();
+            for _ in 0..iters {
+                rounds += 1;
+                while queued.load(std::sync::atomic::Ordering::Acquire) < rounds {
+                    std::hint::spin_loop();
+                }
+                let Ok(SharedArrival::Queued(mine)) =
+                    gate.arrive(monotonic_ns(), Priority::NORMAL, None)
+                else {
+                    panic!("queued behind the child")
+                };
+                let p = held.take().expect("held");
+                gate.release(p, monotonic_ns(), Outcome::Ignored).unwrap();
+                held = match gate.wait(&mine, 10_000_000_000) {
+                    Ok(Some(SharedOutcome::Granted(p))) => Some(p),
+                    other => panic!("{other:?}"),
+                };
+            }
+            start.elapsed()
+        })
+    });
+    // SAFETY: our own child.
+    unsafe {
+        libc::kill(child, libc::SIGKILL);
+        libc::waitpid(child, std::ptr::null_mut(), 0);
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench, bench_gate);
 criterion_main!(benches);

@@ -35,6 +35,7 @@ const RFC_COUNT_MEMORY_INTERVALS: u64 = 16;
 
 /// Which drop rule a [`Codel`] applies.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[repr(u8)]
 pub enum CodelMode {
     /// folly `Codel` (also HBase `AdaptiveLifoCoDelCallQueue`): overloaded iff the minimum
     /// delay over the last interval exceeded the target; drop iff overloaded and
@@ -136,6 +137,7 @@ pub struct CodelMetrics {
 /// **Source.** folly `folly/executors/Codel.{h,cpp}` and HBase
 /// `AdaptiveLifoCoDelCallQueue` (folly rule), RFC 8289 §5 (control law).
 #[derive(Debug)]
+#[repr(C)]
 pub struct Codel {
     target_ns: u64,
     interval_ns: u64,

@@ -143,6 +143,7 @@ impl Drop for Holding<'_> {
 ///
 /// Progress: wait-free (see the module docs). Size: eight words.
 #[derive(Debug)]
+#[repr(C)]
 pub struct Dimmer {
     /// An update is running.
     busy: AtomicBool,

@@ -69,7 +69,8 @@ const Q32: u64 = 1 << 32;
 /// Not under loom: its model threads run on 32 KiB stacks, there is no cache to share, and
 /// the padding around loom's larger atomics overflowed them.
 #[derive(Debug)]
-#[cfg_attr(not(loom), repr(align(128)))]
+#[cfg_attr(not(loom), repr(C, align(128)))]
+#[cfg_attr(loom, repr(C))]
 struct Line<T>(T);
 
 impl<T> core::ops::Deref for Line<T> {
@@ -81,6 +82,7 @@ impl<T> core::ops::Deref for Line<T> {
 
 /// When a level switches from FIFO to LIFO dispatch (adaptive LIFO, "Fail at Scale").
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[repr(C, u8)]
 pub enum LifoTrigger {
     /// Always FIFO.
     Never,
@@ -98,6 +100,7 @@ pub const HBASE_LIFO_THRESHOLD: f64 = 0.8;
 
 /// Aging: a waiter of level `from` that waited `after_ns` moves to level `to`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
 pub struct Aging {
     /// The level that ages.
     pub from: Priority,
@@ -381,6 +384,7 @@ pub struct GateMetrics {
 /// first from the Google SRE book ("Handling Overload"); a queue sized by drain rate ×
 /// acceptable wait (Little's law), and deadlines dropped at dequeue.
 #[derive(Debug)]
+#[repr(C)]
 pub struct Gate<const CAP: usize> {
     // The limiter, the queue and CoDel each start on a line of their own, so that the
     // words one writes (the limiter's state, the queue's counts) never share a line with
@@ -1260,6 +1264,88 @@ impl<const CAP: usize> Gate<CAP> {
         }
     }
 }
+
+impl<const CAP: usize> Gate<CAP> {
+    /// The index (below `CAP`) of the queue slot a ticket of this gate names, or `None`
+    /// for a ticket of another gate or a slot beyond the capacity. Several tickets name
+    /// the same slot over time (one per occupancy): a shared-memory layer keys its
+    /// per-waiter records by it.
+    pub fn ticket_slot(&self, ticket: Ticket) -> Option<usize> {
+        self.queue.slot_of(ticket)
+    }
+}
+
+// SAFETY: `#[repr(C)]` down to the queue's slots, CoDel and the dimmer; no pointers and
+// no `Drop`. The config fields (`codel_on`, `codel_rfc`, `levels`, `lifo`, `max_wait_ns`,
+// `aging`, `service_alpha_q32`, `fallback_retry_after_ns`, and the queue's and CoDel's
+// settings) are written once, before publication; afterwards only atomics holding
+// integers change, plus the limiter's fold cell (see `Limiter`'s impl). LAYOUT covers the
+// offset of every field of the gate and the sizes of the nested types and the limiter's
+// own fingerprint; like the limiter's, it cannot see the encoding of the `Option`s among
+// the config fields, so a segment also checks the build.
+#[cfg(all(not(loom), target_has_atomic = "64"))]
+#[allow(unsafe_code)]
+unsafe impl<const CAP: usize> crate::layout::Placeable for Gate<CAP> {
+    const LAYOUT: u64 = {
+        use core::mem::{align_of, offset_of, size_of};
+        crate::layout::fingerprint(
+            "surgeguard_core::gate::Gate/1",
+            &[
+                CAP as u64,
+                size_of::<Self>() as u64,
+                align_of::<Self>() as u64,
+                <Limiter as crate::layout::Placeable>::LAYOUT,
+                size_of::<WaitQueue<CAP>>() as u64,
+                size_of::<Codel>() as u64,
+                size_of::<Dimmer>() as u64,
+                size_of::<LifoTrigger>() as u64,
+                size_of::<Option<u64>>() as u64,
+                size_of::<Option<Aging>>() as u64,
+                offset_of!(Self, limiter) as u64,
+                offset_of!(Self, queue) as u64,
+                offset_of!(Self, codel) as u64,
+                offset_of!(Self, codel_on) as u64,
+                offset_of!(Self, codel_rfc) as u64,
+                offset_of!(Self, levels) as u64,
+                offset_of!(Self, lifo) as u64,
+                offset_of!(Self, max_wait_ns) as u64,
+                offset_of!(Self, aging) as u64,
+                offset_of!(Self, service_alpha_q32) as u64,
+                offset_of!(Self, fallback_retry_after_ns) as u64,
+                offset_of!(Self, shed) as u64,
+                offset_of!(Self, service) as u64,
+                offset_of!(Self, deadline_hint) as u64,
+                offset_of!(Self, deadlines_used) as u64,
+                offset_of!(Self, oldest_hint) as u64,
+                offset_of!(Self, recheck_at) as u64,
+                offset_of!(Self, lifo_mask) as u64,
+                offset_of!(Self, lifo_switches) as u64,
+                offset_of!(Self, granted) as u64,
+                offset_of!(Self, expired) as u64,
+                offset_of!(Self, sloughed) as u64,
+                offset_of!(Self, shed_waiters) as u64,
+                offset_of!(Self, aged) as u64,
+                offset_of!(Self, unused_permits) as u64,
+                offset_of!(Self, shed_arrivals) as u64,
+                offset_of!(Self, queue_full) as u64,
+                offset_of!(Self, unmeetable) as u64,
+                offset_of!(Self, dimmer) as u64,
+                crate::queue::LAYOUT_WORDS[0],
+                crate::queue::LAYOUT_WORDS[1],
+                crate::queue::LAYOUT_WORDS[2],
+            ],
+        )
+    };
+}
+
+// The gate's words each start where the admission path expects them (cheap checks of
+// the layout the fingerprint covers).
+#[cfg(all(not(loom), target_has_atomic = "64"))]
+const _: () = {
+    assert!(core::mem::offset_of!(Gate<64>, limiter) == 0);
+    assert!(core::mem::align_of::<Gate<64>>() == 128);
+    assert!(core::mem::size_of::<Gate<64>>() % 128 == 0);
+};
 
 #[cfg(all(test, not(loom)))]
 mod tests {

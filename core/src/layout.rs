@@ -96,7 +96,15 @@ mod tests {
 
     #[test]
     fn fingerprints_tell_types_apart() {
-        let all = [RateLimiter::LAYOUT, RetryBudget::LAYOUT, Limiter::LAYOUT];
+        use crate::gate::Gate;
+        let all = [
+            RateLimiter::LAYOUT,
+            RetryBudget::LAYOUT,
+            Limiter::LAYOUT,
+            Gate::<16>::LAYOUT,
+            Gate::<64>::LAYOUT,
+            Gate::<65>::LAYOUT,
+        ];
         for (i, a) in all.iter().enumerate() {
             for b in &all[i + 1..] {
                 assert_ne!(a, b);

@@ -1059,6 +1059,18 @@ impl Limiter {
         let level = (level.index() as u8).min(self.levels.saturating_sub(1));
         RawPermit { owner: self.id, level, started_at: self.clock.latest() }
     }
+
+    /// A permit standing for one admitted at `level` at `started_at` whose `RawPermit`
+    /// value crossed a process boundary (a shared-memory gate grants a waiter of another
+    /// process: the grant is stored as its level and start time and rebuilt here by the
+    /// process that releases it). The same contract as
+    /// [`reissue_permit`](Self::reissue_permit): exactly one counted, unreleased
+    /// admission per call.
+    #[doc(hidden)]
+    pub fn reissue_permit_at(&self, level: Priority, started_at: u64) -> RawPermit {
+        let level = (level.index() as u8).min(self.levels.saturating_sub(1));
+        RawPermit { owner: self.id, level, started_at }
+    }
 }
 
 #[cfg(all(test, not(loom)))]

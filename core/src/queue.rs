@@ -222,6 +222,7 @@ pub struct WaitQueueMetrics {
 }
 
 #[derive(Debug)]
+#[repr(C)]
 struct Slot {
     state: AtomicU64,
     enqueued_at: AtomicU64,
@@ -256,6 +257,7 @@ impl Slot {
 /// Per-level counts whose difference is the number of waiters. Each has one kind of
 /// writer, so the dispatcher's departures need no read-modify-write.
 #[derive(Debug)]
+#[repr(C)]
 struct Counts {
     /// Arrivals (and aged-in waiters): read-modify-write by arrivals.
     arrived: [AtomicU64; LEVELS],
@@ -297,6 +299,14 @@ impl Counts {
         d.store(d.load(Ordering::Relaxed) + 1, Ordering::Release);
     }
 }
+
+/// Layout words of the queue's slot and count types, for the gate's fingerprint.
+#[cfg(all(not(loom), target_has_atomic = "64"))]
+pub(crate) const LAYOUT_WORDS: [u64; 3] = [
+    core::mem::size_of::<Slot>() as u64,
+    core::mem::size_of::<Counts>() as u64,
+    core::mem::offset_of!(Slot, linked) as u64,
+];
 
 /// Bounded storage of waiters `{ticket, level, enqueued_at, deadline}` for up to `CAP`
 /// waiters in up to eight priority levels, in arrival order per level.
@@ -356,6 +366,7 @@ impl Counts {
 /// **Source.** Bounded per-level queues scanned most important first, as in HHVM's
 /// `JobQueue` (priority deques); Treiber stacks (R. K. Treiber, 1986) taken whole.
 #[derive(Debug)]
+#[repr(C)]
 pub struct WaitQueue<const CAP: usize> {
     slots: [Slot; CAP],
     /// Stack heads and dispatch flags (see `INCOMING_SHIFT`, `BUSY`).
@@ -431,6 +442,12 @@ impl<const CAP: usize> WaitQueue<CAP> {
     /// Whether `gen` (a slot's full generation) matches a ticket's truncated one.
     fn same_gen(gen: u32, truncated: u64) -> bool {
         u64::from(gen) & Self::GEN_MASK == truncated
+    }
+
+    /// The slot a ticket of this queue names (any occupancy), or `None` for another
+    /// queue's ticket or a slot beyond the capacity.
+    pub fn slot_of(&self, ticket: Ticket) -> Option<usize> {
+        self.decode(ticket).ok().map(|(i, _)| i)
     }
 
     /// The bound on waiters.

@@ -34,6 +34,7 @@ impl Outcome {
 /// `normal` (1, the default) and `background` (2). A more important level is never
 /// dropped to serve a less important one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(transparent)]
 pub struct Priority(u8);
 
 impl Priority {

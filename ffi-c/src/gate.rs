@@ -131,7 +131,7 @@ impl sg_gate_config {
     /// the CoDel settings with CoDel off, `lifo_occupancy` under another `lifo`, the
     /// aging settings with aging off — each against its own range and its own group,
     /// not against the settings in force.
-    fn to_core(self) -> Res<GateConfig> {
+    pub(crate) fn to_core(self) -> Res<GateConfig> {
         field::reserved(&self.reserved)?;
         let limiter = field::under("limiter.", self.limiter.to_core())?;
         let codel_mode = match self.codel_mode {

@@ -207,6 +207,9 @@ for name in sorted(fns):
     shared_obj = None  # the sg_shared_limiter the call is on
     shared_outs = []  # sg_shared_permit outputs
     shared_ins = []  # sg_shared_permit inputs
+    sgate_obj = None  # the sg_shared_gate the call is on
+    sgate_outs = []  # sg_shared_gate_permit outputs
+    sgate_ins = []  # sg_shared_gate_permit inputs
     for i, (t, n) in enumerate(ps):
         v = f"a{i}"
         ht = type_of_handle(t)
@@ -231,6 +234,33 @@ for name in sorted(fns):
         elif base == "sg_shared_permit":
             body.append(f"sg_shared_permit *{v} = SHARED_SLOT_ANY();")
             shared_ins.append(v)
+            args.append(v)
+        # The shared gate (Linux): heap handles from sg_shared_gate_open, its own permit
+        # storage, tickets recorded from its arrivals (sweep_api.c, "shared gate").
+        elif base == "sg_shared_gate" and t.endswith("**"):
+            body.append(f"sg_shared_gate *o{i} = NULL; sg_shared_gate **{v} = OUTP(&o{i});")
+            outs.append((f"o{i}", "handle:shared_gate", n))
+            args.append(v)
+        elif base == "sg_shared_gate" and name.endswith("_free"):
+            body.append(f"sg_shared_gate *{v} = SGATE_FRESH();")
+            args.append(v)
+        elif base == "sg_shared_gate":
+            body.append(f"sg_shared_gate *{v} = SGATE_H();")
+            sgate_obj = sgate_obj or v
+            args.append(f"({t}){v}")
+        elif base == "sg_shared_gate_permit" and n == "permit_out":
+            body.append(f"sg_shared_gate_permit *{v} = SGATE_SLOT_FREE();")
+            sgate_outs.append(v)
+            args.append(v)
+        elif base == "sg_shared_gate_permit":
+            body.append(f"sg_shared_gate_permit *{v} = SGATE_SLOT_ANY();")
+            sgate_ins.append(v)
+            args.append(v)
+        elif base == "sg_shared_ticket" and "const" in t:
+            body.append(f"const sg_shared_ticket *{v} = SGATE_TICKET();")
+            args.append(v)
+        elif t == "uint64_t" and n == "timeout_ns":
+            body.append(f"uint64_t {v} = ONE_IN(2) ? 0 : U64() % 2000000;")
             args.append(v)
         elif t == "const char *" and n == "name":
             body.append(f"const char *{v} = SHARED_NAME();")
@@ -337,6 +367,10 @@ for name in sorted(fns):
             lines.append(f"    uint64_t sfpb_ = shared_fp({shared_obj});")
         for p in shared_outs:
             lines.append(f"    sg_shared_permit sv_{p}; if ({p}) memcpy(&sv_{p}, {p}, sizeof sv_{p});")
+        if sgate_obj:
+            lines.append(f"    uint64_t sgfp_ = sgate_fp({sgate_obj});")
+        for p in sgate_outs:
+            lines.append(f"    sg_shared_gate_permit gv_{p}; if ({p}) memcpy(&gv_{p}, {p}, sizeof gv_{p});")
         lines.append(f"    sg_status st = {call};")
         lines.append(f'    check_status(st, "{name}");')
         if shared_obj:
@@ -346,6 +380,15 @@ for name in sorted(fns):
             lines.append(f"    if (st == SG_OK) shared_issued({shared_obj}, {p});")
         for p in shared_ins:
             lines.append(f"    if (st == SG_OK) shared_released({p});")
+        if sgate_obj:
+            lines.append(f'    if ((unsigned)st >= 100) SAME(sgate_fp({sgate_obj}) == sgfp_, "{name}", "a failing call changed the shared gate");')
+        for p in sgate_outs:
+            lines.append(f'    if (st != SG_OK && {p}) SAME(memcmp(&gv_{p}, {p}, sizeof gv_{p}) == 0, "{name}", "permit output written on failure");')
+            lines.append(f"    if (st == SG_OK) sgate_issued({sgate_obj}, {p});")
+        for p in sgate_ins:
+            lines.append(f"    if (st == SG_OK || st == SG_ALREADY_RELEASED) sgate_released({p});")
+        if name == "sg_shared_gate_arrive":
+            lines.append("    if (st == SG_QUEUED) sgate_note_ticket(a0, &o5);")
         if obj:
             lines.append(f'    AFTER(T_{obj[0].upper()}, {obj[1]}, st, "{name}");')
         for p in permit_outs:

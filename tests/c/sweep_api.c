@@ -167,6 +167,17 @@ static uint64_t shared_fp(const sg_shared_limiter *h);
 static void shared_issued(sg_shared_limiter *h, sg_shared_permit *p);
 static void shared_released(sg_shared_permit *p);
 
+/* The shared gate (Linux): see the definitions below. */
+static sg_shared_gate *SGATE_FRESH(void);
+static sg_shared_gate *SGATE_H(void);
+static sg_shared_gate_permit *SGATE_SLOT_FREE(void);
+static sg_shared_gate_permit *SGATE_SLOT_ANY(void);
+static const sg_shared_ticket *SGATE_TICKET(void);
+static uint64_t sgate_fp(const sg_shared_gate *h);
+static void sgate_issued(sg_shared_gate *h, sg_shared_gate_permit *p);
+static void sgate_released(sg_shared_gate_permit *p);
+static void sgate_note_ticket(sg_shared_gate *h, const sg_shared_ticket *t);
+
 #include "sweep_calls.inc"
 
 /* Two live anonymous shared limiters (one is "another object" for the other's permits),
@@ -232,7 +243,117 @@ static void shared_released(sg_shared_permit *p) {
     int k = shared_index(p);
     if (k >= 0) shared_owner[k] = NULL;
 }
+/* Two live anonymous shared gates (limit 2), permit slots with a shadow of which are
+ * live (and whose), and the tickets their arrivals queued (cancelled or taken at the
+ * end). */
+#define SGATE_SLOTS 8
+#define SGATE_TICKETS 64
+static sg_shared_gate *sgate_live, *sgate_other;
+static sg_shared_gate_permit sgate_slots[SGATE_SLOTS], sgate_garbage;
+static sg_shared_gate *sgate_owner[SGATE_SLOTS]; /* NULL: not live */
+static sg_shared_ticket sgate_tickets[SGATE_TICKETS], sgate_bogus;
+static sg_shared_gate *sgate_ticket_gate[SGATE_TICKETS];
+static unsigned sgate_n_tickets;
+static sg_shared_gate *sgate_open(void) {
+    sg_gate_config c;
+    sg_shared_gate *h = NULL;
+    if (sg_gate_config_default(&c) != SG_OK) abort();
+    c.limiter.algorithm = SG_ALGORITHM_FIXED;
+    c.limiter.fixed.initial_limit = 2;
+    c.limiter.fixed.min_limit = 1;
+    c.limiter.fixed.max_limit = 2;
+    if (sg_shared_gate_open(NULL, &c, &h) != SG_OK) abort();
+    return h;
+}
+static sg_shared_gate *SGATE_FRESH(void) { return ONE_IN(4) ? NULL : sgate_open(); }
+static sg_shared_gate *SGATE_H(void) {
+    switch (next_u64() % 16) {
+    case 0: return NULL;
+    case 1: return (sg_shared_gate *)H(0); /* a handle of another type */
+    case 2: case 3: return sgate_other;
+    default: return sgate_live;
+    }
+}
+static int sgate_index(const sg_shared_gate_permit *p) {
+    return p >= sgate_slots && p < sgate_slots + SGATE_SLOTS ? (int)(p - sgate_slots) : -1;
+}
+static sg_shared_gate_permit *SGATE_SLOT_FREE(void) {
+    unsigned k;
+    if (ONE_IN(16)) return NULL;
+    for (k = 0; k < SGATE_SLOTS; k++) {
+        if (sgate_owner[k] == NULL) return &sgate_slots[k];
+    }
+    return NULL;
+}
+static sg_shared_gate_permit *SGATE_SLOT_ANY(void) {
+    size_t i;
+    if (ONE_IN(16)) return NULL;
+    if (ONE_IN(8)) {
+        for (i = 0; i < sizeof sgate_garbage; i++) ((unsigned char *)&sgate_garbage)[i] = (unsigned char)next_u64();
+        return &sgate_garbage;
+    }
+    return &sgate_slots[next_u64() % SGATE_SLOTS];
+}
+static const sg_shared_ticket *SGATE_TICKET(void) {
+    size_t i;
+    if (ONE_IN(16)) return NULL;
+    if (sgate_n_tickets == 0 || ONE_IN(4)) {
+        for (i = 0; i < sizeof sgate_bogus; i++) ((unsigned char *)&sgate_bogus)[i] = (unsigned char)next_u64();
+        return &sgate_bogus;
+    }
+    return &sgate_tickets[next_u64() % sgate_n_tickets];
+}
+static uint64_t sgate_fp(const sg_shared_gate *h) {
+    uint32_t inflight = 0, waiting = 0;
+    double limit = 0;
+    if (sg_shared_gate_inflight(h, &inflight, &waiting, &limit) != SG_OK) return 0;
+    return mix(mix(inflight, waiting), bits_of(limit));
+}
+static void sgate_issued(sg_shared_gate *h, sg_shared_gate_permit *p) {
+    int k = sgate_index(p);
+    if (k < 0) abort();
+    sgate_owner[k] = h;
+}
+static void sgate_released(sg_shared_gate_permit *p) {
+    int k = sgate_index(p);
+    if (k >= 0) sgate_owner[k] = NULL;
+}
+static void sgate_note_ticket(sg_shared_gate *h, const sg_shared_ticket *t) {
+    if (sgate_n_tickets < SGATE_TICKETS) {
+        sgate_tickets[sgate_n_tickets] = *t;
+        sgate_ticket_gate[sgate_n_tickets] = h;
+        sgate_n_tickets++;
+    }
+}
+static void sgate_teardown(void) {
+    unsigned k;
+    uint32_t inflight = 1, waiting = 1;
+    double limit = 0;
+    for (k = 0; k < SGATE_SLOTS; k++) {
+        if (sgate_owner[k] != NULL) {
+            SAME(sg_shared_gate_release(sgate_owner[k], &sgate_slots[k], sweep_now, SG_OUTCOME_IGNORED) == SG_OK,
+                 "end", "a live shared gate permit its gate did not take back");
+            sgate_owner[k] = NULL;
+        }
+    }
+    /* Tickets still out: cancelled, or their grants taken and released. */
+    for (k = 0; k < sgate_n_tickets; k++) {
+        sg_shared_gate_permit p;
+        sg_shared_gate *g = sgate_ticket_gate[k];
+        if (sg_shared_gate_cancel(g, &sgate_tickets[k]) != SG_OK &&
+            sg_shared_gate_wait(g, &sgate_tickets[k], 0, &p, NULL) == SG_OK) {
+            SAME(sg_shared_gate_release(g, &p, sweep_now, SG_OUTCOME_IGNORED) == SG_OK, "end",
+                 "a granted ticket's permit");
+        }
+    }
+    SAME(sg_shared_gate_inflight(sgate_live, &inflight, &waiting, &limit) == SG_OK && inflight == 0 && waiting == 0,
+         "end", "the shared gate has permits in flight or waiters after every release");
+    sg_shared_gate_free(sgate_live);
+    sg_shared_gate_free(sgate_other);
+}
 static void shared_setup(void) {
+    sgate_live = sgate_open();
+    sgate_other = sgate_open();
     memset(shared_long_name, 'a', sizeof shared_long_name - 1);
     shared_live = shared_open();
     shared_other = shared_open();
@@ -409,6 +530,7 @@ int main(int argc, char **argv) {
         }
     }
     shared_teardown();
+    sgate_teardown();
     for (t = 0; t < N_TYPES; t++) {
         end_heap[t](live_heap[t]);
         end_mem[t](live_mem[t]);

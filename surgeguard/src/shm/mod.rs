@@ -1,5 +1,7 @@
-//! One limit across worker processes: the core's [`Limiter`], [`RateLimiter`] and
-//! [`RetryBudget`] placed in shared memory (feature `shm`, Linux).
+//! One limit across worker processes: the core's [`Limiter`], [`RateLimiter`],
+//! [`RetryBudget`] and [`Gate`](surgeguard_core::gate::Gate) placed in shared memory
+//! (feature `shm`, Linux). The gate ([`SharedGate`]) adds a queue whose waiters may be in
+//! any process: see its module docs for how grants reach them.
 //!
 //! Python and Node services run as several processes (gunicorn, `uvicorn --workers`,
 //! Node `cluster`, pre-fork C servers); an in-process limit of 4 then means 4 per worker.
@@ -61,9 +63,14 @@
 //! process's first use claims its slot (a CAS per slot tried, under a process-local
 //! mutex on that one-time path). Sweeps are bounded.
 
+mod gate;
 mod liveness;
 mod segment;
 mod table;
+
+pub use gate::{
+    MAILBOX_ENTRIES, SharedArrival, SharedGate, SharedGatePermit, SharedOutcome, SharedTicket,
+};
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;

@@ -163,6 +163,23 @@ pub(crate) fn uncount(table: &[ProcSlot], claim: Claim, level: usize) -> bool {
     take_one(&slot.held[level.min(LEVELS - 1)])
 }
 
+/// Counts one permit of `level` to `claim` if its slot still belongs to that claim (a
+/// gate's grant routed to the process that queued the ticket). `false`: the slot was
+/// reclaimed or reused and the unit was taken back: the caller releases the permit itself.
+/// `true`: the count stands, or a reclaimer already drained it (and released the permit).
+pub(crate) fn count_checked(table: &[ProcSlot], claim: Claim, level: usize) -> bool {
+    let Some(slot) = table.get(claim.index as usize) else { return false };
+    let held = &slot.held[level.min(LEVELS - 1)];
+    // SeqCst (with the load below and the sweep's SeqCst CAS and fence): either this load
+    // sees the slot leave LIVE, or the sweep's drain sees this unit.
+    held.fetch_add(1, Ordering::SeqCst);
+    let word = slot.word.load(Ordering::SeqCst);
+    if gen_of(word) == claim.generation as u64 && matches!(state_of(word), LIVE | CLAIMED) {
+        return true;
+    }
+    !take_one(held)
+}
+
 /// A CAS from `n > 0` to `n − 1`: `true` if this caller took one.
 fn take_one(held: &AtomicU32) -> bool {
     // Relaxed: each unit is taken by exactly one RMW; what the taker then does (one
@@ -188,7 +205,7 @@ pub(crate) fn detach(table: &[ProcSlot], claim: Claim, pid: u32) {
 }
 
 /// Whether the slot's owner is proven dead.
-fn is_dead(live: &impl Liveness, word: u64, start: u64) -> bool {
+pub(crate) fn is_dead(live: &impl Liveness, word: u64, start: u64) -> bool {
     match (state_of(word), live.seen(pid_of(word))) {
         (_, Seen::Gone) => true,
         // A different start time: the pid was reused, its old owner is dead.
@@ -251,18 +268,21 @@ pub(crate) fn sweep(
                 continue;
             }
             // AcqRel: Acquire takes the dead owner's counts; only one reclaimer wins.
+            // SeqCst, and the fence: a unit counted by `count_checked` is either seen by
+            // the drain below or taken back by its counter (which then sees this CAS).
             if slot
                 .word
                 .compare_exchange(
                     word,
                     pack(RECLAIMING, generation, pid_of(word)),
-                    Ordering::AcqRel,
+                    Ordering::SeqCst,
                     Ordering::Relaxed,
                 )
                 .is_err()
             {
                 continue;
             }
+            std::sync::atomic::fence(Ordering::SeqCst);
             // Release: a taker that reads it also sees the RECLAIMING word.
             slot.reclaimer.store(me, Ordering::Release);
         } else {

@@ -1,0 +1,639 @@
+//! The shared gate's protocol (grant routing, withdraw and reclaim of dead processes)
+//! against a reference model, and its decisions against the in-process Gate.
+
+use std::collections::{HashMap, VecDeque};
+
+use quickcheck::{Arbitrary, Gen, QuickCheck};
+use surgeguard_core::codel::CodelConfig;
+use surgeguard_core::gate::{Event, Gate, GateConfig, LifoTrigger};
+use surgeguard_core::limit::{AlgorithmConfig, FixedConfig};
+use surgeguard_core::{LimiterConfig, Outcome, Priority, Reason, Rejected};
+
+use super::super::liveness::Seen;
+use super::super::table::{self, Claim, Liveness};
+use super::*;
+use crate::shm::SharedLimiter;
+
+/// Fails the property, saying where (quickcheck then prints the shrunk input).
+macro_rules! fail {
+    () => {{
+        eprintln!("gate model: check at line {} failed", line!());
+        return false;
+    }};
+}
+
+/// Liveness the test controls: pid → start time (absent = gone).
+#[derive(Default)]
+struct Fake(HashMap<u32, u64>);
+
+impl Liveness for Fake {
+    fn seen(&self, pid: u32) -> Seen {
+        self.0.get(&pid).map_or(Seen::Gone, |&s| Seen::Alive(s))
+    }
+}
+
+fn fixed(limit: f64, levels: u8) -> LimiterConfig {
+    LimiterConfig {
+        levels,
+        ..LimiterConfig::with_algorithm(AlgorithmConfig::Fixed(FixedConfig {
+            initial_limit: limit,
+            ..Default::default()
+        }))
+    }
+}
+
+const L: u32 = 2;
+
+fn fifo_config() -> GateConfig {
+    GateConfig {
+        limiter: fixed(L as f64, 1),
+        codel: None,
+        lifo: LifoTrigger::Never,
+        ..Default::default()
+    }
+}
+
+// ---- the protocol model ------------------------------------------------------------------
+
+#[derive(Clone, Debug)]
+enum Op {
+    /// Process `p` arrives.
+    Arrive(u8),
+    /// Process `p` releases its `i`-th permit.
+    Release(u8, u8),
+    /// Process `p` takes the outcomes of its tickets.
+    Take(u8),
+    /// Process `p` cancels its `i`-th waiting ticket.
+    Cancel(u8, u8),
+    /// Process `p` is killed (nothing released, nothing withdrawn).
+    Kill(u8),
+    /// Process `p` (or an outsider) reclaims.
+    Reclaim(u8),
+}
+
+impl Arbitrary for Op {
+    fn arbitrary(g: &mut Gen) -> Self {
+        let p = u8::arbitrary(g) % 3;
+        let i = u8::arbitrary(g);
+        match u8::arbitrary(g) % 12 {
+            0..=3 => Op::Arrive(p),
+            4..=5 => Op::Release(p, i),
+            6..=7 => Op::Take(p),
+            8 => Op::Cancel(p, i),
+            9 => Op::Kill(p),
+            _ => Op::Reclaim(p),
+        }
+    }
+}
+
+/// A process of the model: its claim, its permits, its tickets still out.
+struct Proc {
+    pid: u32,
+    start: u64,
+    claim: Claim,
+    permits: Vec<SharedGatePermit>,
+    tickets: Vec<(SharedTicket, u32)>,
+}
+
+/// The rule: limit L, one FIFO queue; a release hands the freed slot to the oldest
+/// waiter, whose process — and only it — receives the grant, exactly once; a killed
+/// process's queued tickets are withdrawn and its permits (granted ones too) come back by
+/// a reclaim, once; a live process is never reclaimed.
+fn run(ops: Vec<Op>) -> bool {
+    let gate = SharedGate::<16>::anonymous(fifo_config()).unwrap();
+    let mut live = Fake::default();
+    let mut procs: HashMap<u8, Proc> = HashMap::new();
+    let mut dead: Vec<Proc> = Vec::new();
+    // Reference: in flight (held by anyone, or granted and not taken), the queue of
+    // (process, ticket id), grants not yet taken per process.
+    let mut inflight = 0u32;
+    let mut queue: VecDeque<(u32, u32)> = VecDeque::new();
+    let mut pending: HashMap<u32, Vec<u32>> = HashMap::new();
+    let mut dead_pids: std::collections::HashSet<u32> = Default::default();
+    let mut dead_pending = 0u32;
+    let mut next_id = 0u32;
+    let mut now = 1_000_000u64;
+    let mut start = 10u64;
+    // A grant to a killed process not reclaimed yet is counted to it: the reclaim owes it.
+    let grant_next = |inflight: &mut u32,
+                      queue: &mut VecDeque<(u32, u32)>,
+                      pending: &mut HashMap<u32, Vec<u32>>,
+                      dead_pids: &std::collections::HashSet<u32>,
+                      dead_pending: &mut u32| {
+        while *inflight < L {
+            let Some((pid, id)) = queue.pop_front() else { break };
+            *inflight += 1;
+            if dead_pids.contains(&pid) {
+                *dead_pending += 1;
+            } else {
+                pending.entry(pid).or_default().push(id);
+            }
+        }
+    };
+    for (k, op) in ops.into_iter().enumerate() {
+        now += 1_000;
+        let outsider = CLAIMLESS;
+        match op {
+            Op::Arrive(p) => {
+                let me = procs.entry(p).or_insert_with(|| {
+                    start += 1;
+                    let pid = 5000 + p as u32 + 10 * k as u32;
+                    live.0.insert(pid, start);
+                    let claim = table::claim(gate.test_table(), pid, start).unwrap();
+                    Proc { pid, start, claim, permits: vec![], tickets: vec![] }
+                });
+                match gate.arrive_as(me.claim, &live, now, Priority::NORMAL, None) {
+                    SharedArrival::Admitted(permit) => {
+                        if !queue.is_empty() || inflight >= L {
+                            fail!()
+                        }
+                        inflight += 1;
+                        me.permits.push(permit);
+                    }
+                    SharedArrival::Queued(t) => {
+                        if queue.is_empty() && inflight < L {
+                            fail!()
+                        }
+                        queue.push_back((me.pid, next_id));
+                        me.tickets.push((t, next_id));
+                        next_id += 1;
+                    }
+                    SharedArrival::Rejected(r) => {
+                        // Only a full queue refuses here.
+                        if r.reason != Reason::QueueFull || queue.len() < 16 {
+                            fail!()
+                        }
+                    }
+                }
+            }
+            Op::Release(p, i) => {
+                let Some(me) = procs.get_mut(&p) else { continue };
+                if me.permits.is_empty() {
+                    continue;
+                }
+                let permit = me.permits.remove(i as usize % me.permits.len());
+                if gate.release_as(&live, permit, now, Outcome::Success).is_err() {
+                    fail!()
+                }
+                inflight -= 1;
+                grant_next(&mut inflight, &mut queue, &mut pending, &dead_pids, &mut dead_pending);
+            }
+            Op::Take(p) => {
+                let Some(me) = procs.get_mut(&p) else { continue };
+                let mut still = vec![];
+                for (t, id) in me.tickets.drain(..) {
+                    match gate.outcome_as(me.claim, &t) {
+                        Ok(None) => still.push((t, id)),
+                        Ok(Some(SharedOutcome::Granted(permit))) => {
+                            // Granted to this process, and this ticket is the one the
+                            // reference granted (exactly once).
+                            let mine = pending.entry(me.pid).or_default();
+                            let Some(pos) = mine.iter().position(|&x| x == id) else { fail!() };
+                            mine.remove(pos);
+                            me.permits.push(permit);
+                        }
+                        _ => fail!(),
+                    }
+                }
+                // Every grant the reference made to this process was seen.
+                if pending.get(&me.pid).is_some_and(|v| !v.is_empty()) {
+                    fail!()
+                }
+                me.tickets = still;
+            }
+            Op::Cancel(p, i) => {
+                let Some(me) = procs.get_mut(&p) else { continue };
+                if me.tickets.is_empty() {
+                    continue;
+                }
+                let (t, id) = me.tickets.remove(i as usize % me.tickets.len());
+                match gate.cancel_as(me.claim, &live, &t) {
+                    Ok(None) => {
+                        // It was still queued in the reference.
+                        let Some(pos) = queue.iter().position(|&(_, x)| x == id) else { fail!() };
+                        queue.remove(pos);
+                    }
+                    Ok(Some(SharedOutcome::Granted(permit))) => {
+                        let mine = pending.entry(me.pid).or_default();
+                        let Some(pos) = mine.iter().position(|&x| x == id) else { fail!() };
+                        mine.remove(pos);
+                        me.permits.push(permit);
+                    }
+                    _ => fail!(),
+                }
+            }
+            Op::Kill(p) => {
+                if let Some(me) = procs.remove(&p) {
+                    live.0.remove(&me.pid);
+                    // Its permits and untaken grants are now owed by a reclaim; its
+                    // queued tickets leave the queue at the reclaim.
+                    dead_pending += me.permits.len() as u32;
+                    dead_pending += pending.remove(&me.pid).map_or(0, |v| v.len() as u32);
+                    dead_pids.insert(me.pid);
+                    dead.push(me);
+                }
+            }
+            Op::Reclaim(p) => {
+                let (claim, me) = match procs.get(&p) {
+                    Some(r) => (r.claim, table::reclaimer_word(r.pid, r.start)),
+                    None => (outsider, table::reclaimer_word(4999, 1)),
+                };
+                let released = gate.reclaim_as(claim, &live, me);
+                // Exactly the dead processes' permits, once.
+                if released != u64::from(dead_pending) {
+                    fail!()
+                }
+                inflight -= dead_pending;
+                dead_pending = 0;
+                queue.retain(|(pid, _)| !dead_pids.contains(pid));
+                dead_pids.clear();
+                dead.clear();
+                grant_next(&mut inflight, &mut queue, &mut pending, &dead_pids, &mut dead_pending);
+            }
+        }
+        // The shared gate's in-flight count and queue length agree with the reference.
+        if gate.gate().limiter().inflight() != inflight
+            || gate.gate().waiting_total() as usize != queue.len()
+        {
+            fail!()
+        }
+        // Every live process's held count is its permits plus its untaken grants.
+        for (p, me) in &procs {
+            let held: u32 = gate.test_table()[me.claim.index as usize]
+                .held
+                .iter()
+                .map(|h| h.load(Ordering::Relaxed))
+                .sum();
+            let _ = p;
+            let owed = me.permits.len() as u32 + pending.get(&me.pid).map_or(0, |v| v.len() as u32);
+            if held != owed {
+                fail!()
+            }
+        }
+    }
+    true
+}
+
+#[test]
+fn routing_and_reclaim_follow_the_model() {
+    QuickCheck::new().tests(300).quickcheck(run as fn(Vec<Op>) -> bool);
+}
+
+#[test]
+fn the_model_catches_a_grant_to_the_wrong_process() {
+    // A grant seen by the owner is checked: a process taking another's ticket is refused.
+    let gate = SharedGate::<16>::anonymous(fifo_config()).unwrap();
+    let mut live = Fake::default();
+    live.0.insert(7001, 1);
+    live.0.insert(7002, 2);
+    let a = table::claim(gate.test_table(), 7001, 1).unwrap();
+    let b = table::claim(gate.test_table(), 7002, 2).unwrap();
+    let mut permits = vec![];
+    for _ in 0..L {
+        match gate.arrive_as(a, &live, 10, Priority::NORMAL, None) {
+            SharedArrival::Admitted(p) => permits.push(p),
+            other => panic!("{other:?}"),
+        }
+    }
+    let SharedArrival::Queued(t) = gate.arrive_as(b, &live, 11, Priority::NORMAL, None) else {
+        panic!("queued")
+    };
+    assert_eq!(gate.outcome_as(a, &t), Err(ShmError::Usage(UsageError::ForeignHandle)));
+    assert_eq!(gate.outcome_as(b, &t), Ok(None));
+    gate.release_as(&live, permits.pop().unwrap(), 12, Outcome::Success).unwrap();
+    let Ok(Some(SharedOutcome::Granted(g))) = gate.outcome_as(b, &t) else { panic!("granted") };
+    // Exactly once.
+    assert_eq!(gate.outcome_as(b, &t), Err(ShmError::Usage(UsageError::UnknownTicket)));
+    gate.release_as(&live, g, 13, Outcome::Success).unwrap();
+    // A permit released twice (rebuilt from its words) is refused, and changes nothing.
+    let p = permits.pop().unwrap();
+    let words = p.into_words();
+    gate.release_as(&live, SharedGatePermit::from_words(words), 14, Outcome::Success).unwrap();
+    assert_eq!(gate.gate().limiter().inflight(), 0);
+    assert_eq!(
+        gate.release_as(&live, SharedGatePermit::from_words(words), 15, Outcome::Success),
+        Err(ShmError::Reclaimed)
+    );
+    assert_eq!(gate.gate().limiter().inflight(), 0);
+}
+
+#[test]
+fn a_dead_processs_queued_ticket_is_withdrawn_and_its_grant_reclaimed() {
+    let gate = SharedGate::<16>::anonymous(fifo_config()).unwrap();
+    let mut live = Fake::default();
+    for (pid, s) in [(8001, 1), (8002, 2), (8003, 3)] {
+        live.0.insert(pid, s);
+    }
+    let a = table::claim(gate.test_table(), 8001, 1).unwrap();
+    let b = table::claim(gate.test_table(), 8002, 2).unwrap();
+    let c = table::claim(gate.test_table(), 8003, 3).unwrap();
+    let SharedArrival::Admitted(pa) = gate.arrive_as(a, &live, 10, Priority::NORMAL, None) else {
+        panic!()
+    };
+    let SharedArrival::Admitted(_pa2) = gate.arrive_as(a, &live, 10, Priority::NORMAL, None) else {
+        panic!()
+    };
+    // B queues first, then C: B is granted at A's first release but never takes it;
+    // A dies holding one permit and C waits.
+    let SharedArrival::Queued(_tb) = gate.arrive_as(b, &live, 11, Priority::NORMAL, None) else {
+        panic!()
+    };
+    let SharedArrival::Queued(tc) = gate.arrive_as(c, &live, 12, Priority::NORMAL, None) else {
+        panic!()
+    };
+    gate.release_as(&live, pa, 13, Outcome::Success).unwrap();
+    live.0.remove(&8001);
+    live.0.remove(&8002);
+    assert_eq!(gate.outcome_as(c, &tc), Ok(None));
+    // A's permit and B's untaken grant: two, once.
+    assert_eq!(gate.reclaim_as(c, &live, table::reclaimer_word(8003, 3)), 2);
+    assert_eq!(gate.reclaim_as(c, &live, table::reclaimer_word(8003, 3)), 0);
+    let Ok(Some(SharedOutcome::Granted(g))) = gate.outcome_as(c, &tc) else { panic!("granted") };
+    assert_eq!(gate.gate().limiter().inflight(), 1);
+    gate.release_as(&live, g, 20, Outcome::Success).unwrap();
+    assert_eq!(gate.gate().limiter().inflight(), 0);
+}
+
+// ---- decisions: the shared gate against the in-process Gate -------------------------------
+
+#[derive(Clone, Debug)]
+enum DOp {
+    Arrive { level: u8, deadline_ms: Option<u8> },
+    Release { i: u8, ok: bool },
+    Cancel(u8),
+    Poll,
+    Advance(u16),
+}
+
+impl Arbitrary for DOp {
+    fn arbitrary(g: &mut Gen) -> Self {
+        match u8::arbitrary(g) % 10 {
+            0..=3 => DOp::Arrive {
+                level: u8::arbitrary(g) % 3,
+                deadline_ms: Option::<u8>::arbitrary(g).map(|d| d % 100),
+            },
+            4..=5 => DOp::Release { i: u8::arbitrary(g), ok: bool::arbitrary(g) },
+            6 => DOp::Cancel(u8::arbitrary(g)),
+            7 => DOp::Poll,
+            _ => DOp::Advance(u16::arbitrary(g) % 200),
+        }
+    }
+}
+
+#[derive(Debug, PartialEq)]
+enum Seen2 {
+    Admitted(u8),
+    Queued,
+    Rejected(Reason),
+}
+
+fn decisions(ops: Vec<DOp>, config: GateConfig) -> bool {
+    let shared = SharedGate::<16>::anonymous(config).unwrap();
+    let local = Gate::<16>::new(config).unwrap();
+    let live = Fake(HashMap::from([(9001, 1)]));
+    let me = table::claim(shared.test_table(), 9001, 1).unwrap();
+    let mut now = 1_000_000_000u64;
+    let mut s_permits: Vec<SharedGatePermit> = vec![];
+    let mut l_permits = vec![];
+    // Tickets in arrival order: (shared, local, decided in local?)
+    let mut tickets: Vec<(SharedTicket, surgeguard_core::queue::Ticket)> = vec![];
+    let mut l_outcomes: HashMap<u64, Result<u8, Rejected>> = HashMap::new();
+    let mut out: [Option<Event>; 64] = std::array::from_fn(|_| None);
+    let mut drain = |local: &Gate<16>,
+                     now: u64,
+                     l_outcomes: &mut HashMap<u64, Result<u8, Rejected>>,
+                     l_permits: &mut Vec<_>| {
+        loop {
+            let n = local.poll(now, &mut out);
+            for ev in out[..n].iter_mut() {
+                match ev.take() {
+                    Some(Event::Granted(t, p)) => {
+                        l_outcomes.insert(t.to_bits(), Ok(p.level().index() as u8));
+                        l_permits.push(p);
+                    }
+                    Some(Event::Expired(t, r)) => {
+                        l_outcomes.insert(t.to_bits(), Err(r));
+                    }
+                    None => {}
+                }
+            }
+            if n < out.len() {
+                break;
+            }
+        }
+    };
+    for op in ops {
+        match op {
+            DOp::Advance(ms) => now += u64::from(ms) * 1_000_000,
+            DOp::Arrive { level, deadline_ms } => {
+                let p = Priority::new(level).unwrap();
+                let d = deadline_ms.map(|d| now + u64::from(d) * 1_000_000);
+                let s = match shared.arrive_as(me, &live, now, p, d) {
+                    SharedArrival::Admitted(x) => {
+                        let l = x.level;
+                        s_permits.push(x);
+                        Seen2::Admitted(l)
+                    }
+                    SharedArrival::Queued(t) => {
+                        tickets.push((t, surgeguard_core::queue::Ticket::from_bits(0)));
+                        Seen2::Queued
+                    }
+                    SharedArrival::Rejected(r) => Seen2::Rejected(r.reason),
+                };
+                let l = match local.arrive(now, p, d) {
+                    surgeguard_core::gate::Arrival::Admitted(x) => {
+                        let l = x.level().index() as u8;
+                        l_permits.push(x);
+                        Seen2::Admitted(l)
+                    }
+                    surgeguard_core::gate::Arrival::Queued(t) => {
+                        if let Some(last) = tickets.last_mut() {
+                            last.1 = t;
+                        }
+                        drain(&local, now, &mut l_outcomes, &mut l_permits);
+                        Seen2::Queued
+                    }
+                    surgeguard_core::gate::Arrival::Rejected(r) => Seen2::Rejected(r.reason),
+                };
+                if s != l {
+                    fail!()
+                }
+            }
+            DOp::Release { i, ok } => {
+                if s_permits.is_empty() || l_permits.is_empty() {
+                    continue;
+                }
+                let k = i as usize % s_permits.len().min(l_permits.len());
+                let outcome = if ok { Outcome::Success } else { Outcome::Dropped };
+                let sp = s_permits.remove(k);
+                let lp = l_permits.remove(k);
+                if sp.level != lp.level().index() as u8 || sp.started_at != lp.started_at() {
+                    eprintln!("release mismatch {sp:?} {lp:?} {s_permits:?} {l_permits:?}");
+                    fail!()
+                }
+                shared.release_as(&live, sp, now, outcome).unwrap();
+                local.release(lp, now, outcome).unwrap();
+                drain(&local, now, &mut l_outcomes, &mut l_permits);
+            }
+            DOp::Cancel(i) => {
+                if tickets.is_empty() {
+                    continue;
+                }
+                let (st, lt) = tickets[i as usize % tickets.len()];
+                let s = shared.cancel_as(me, &live, &st);
+                let l = local.cancel(lt);
+                match (s, l) {
+                    (Ok(None), Ok(())) => {
+                        tickets.retain(|x| x.0 != st);
+                    }
+                    (Ok(Some(o)), Err(_)) => {
+                        // Decided first on both sides: the same outcome.
+                        let l = l_outcomes.remove(&lt.to_bits());
+                        if !settle(o, l, &mut s_permits, &mut l_permits) {
+                            fail!()
+                        }
+                        tickets.retain(|x| x.0 != st);
+                    }
+                    _ => fail!(),
+                }
+            }
+            DOp::Poll => {
+                let _held = shared.lock(me, &live);
+                shared.dispatch_locked(now);
+                drop(_held);
+                drain(&local, now, &mut l_outcomes, &mut l_permits);
+            }
+        }
+        // Every outcome: the same on both sides (granted at the same level, or dropped
+        // for the same reason with the same hint).
+        let mut keep = vec![];
+        for (st, lt) in tickets.drain(..) {
+            let s = shared.outcome_as(me, &st);
+            let l = l_outcomes.remove(&lt.to_bits());
+            match s {
+                Ok(None) if l.is_none() => keep.push((st, lt)),
+                Ok(Some(o)) => {
+                    if !settle(o, l, &mut s_permits, &mut l_permits) {
+                        fail!()
+                    }
+                }
+                _ => fail!(),
+            }
+        }
+        tickets = keep;
+        if shared.gate().metrics() != local.metrics() {
+            fail!()
+        }
+    }
+    true
+}
+
+/// Whether a shared outcome is the in-process one; a grant's permits are moved to the end
+/// of both lists (the same order on both sides).
+fn settle(
+    o: SharedOutcome,
+    l: Option<Result<u8, Rejected>>,
+    s_permits: &mut Vec<SharedGatePermit>,
+    l_permits: &mut Vec<surgeguard_core::RawPermit>,
+) -> bool {
+    match (o, l) {
+        (SharedOutcome::Granted(p), Some(Ok(level))) if p.level == level => {
+            let pos = l_permits
+                .iter()
+                .rposition(|x| x.started_at() == p.started_at && x.level().index() as u8 == level);
+            match pos {
+                Some(pos) => {
+                    let lp = l_permits.remove(pos);
+                    l_permits.push(lp);
+                    s_permits.push(p);
+                    true
+                }
+                None => false,
+            }
+        }
+        (SharedOutcome::Expired(a), Some(Err(b))) => a == b,
+        (o, l) => {
+            eprintln!("gate model: shared outcome {o:?}, in-process {l:?}");
+            false
+        }
+    }
+}
+
+fn rich_config() -> GateConfig {
+    GateConfig {
+        limiter: fixed(3.0, 3),
+        queue_capacity: Some(6),
+        codel: Some(CodelConfig::default()),
+        max_wait_ns: Some(150_000_000),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn the_shared_gate_decides_as_the_in_process_gate() {
+    fn fifo(ops: Vec<DOp>) -> bool {
+        decisions(ops, fifo_config())
+    }
+    fn rich(ops: Vec<DOp>) -> bool {
+        decisions(ops, rich_config())
+    }
+    QuickCheck::new().tests(200).quickcheck(fifo as fn(Vec<DOp>) -> bool);
+    QuickCheck::new().tests(200).quickcheck(rich as fn(Vec<DOp>) -> bool);
+}
+
+#[test]
+fn mismatched_config_and_capacity_are_refused() {
+    let name = format!("sg-test-gate-{}", std::process::id());
+    let _ = SharedGate::<16>::unlink(&name);
+    let a = SharedGate::<16>::open(&name, fifo_config()).unwrap();
+    assert!(a.created());
+    let b = SharedGate::<16>::open(&name, fifo_config()).unwrap();
+    assert!(!b.created());
+    assert_eq!(SharedGate::<16>::open(&name, rich_config()).err(), Some(ShmError::ConfigMismatch));
+    // Another capacity is another layout.
+    assert_eq!(SharedGate::<32>::open(&name, fifo_config()).err(), Some(ShmError::LayoutMismatch));
+    // Another kind of object under the name.
+    assert_eq!(SharedLimiter::open(&name, fixed(2.0, 1)).err(), Some(ShmError::KindMismatch));
+    SharedGate::<16>::unlink(&name).unwrap();
+}
+
+/// Liveness with one pid (9101) alive until `kill`ed, everyone else alive.
+struct Switch(std::sync::atomic::AtomicBool);
+
+impl Liveness for Switch {
+    fn seen(&self, pid: u32) -> Seen {
+        if pid == 9101 && self.0.load(Ordering::SeqCst) {
+            return Seen::Gone;
+        }
+        Seen::Alive(pid as u64 - 9100)
+    }
+}
+
+#[test]
+fn a_dead_lock_holder_is_taken_over_and_a_live_one_is_not() {
+    let gate = SharedGate::<16>::anonymous(fifo_config()).unwrap();
+    let live = Switch(std::sync::atomic::AtomicBool::new(false));
+    let holder = table::claim(gate.test_table(), 9101, 1).unwrap();
+    let other = table::claim(gate.test_table(), 9102, 2).unwrap();
+    // `holder` takes the lock and "dies" inside it (the guard is never dropped).
+    std::mem::forget(gate.lock(holder, &live));
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| gate.arrive_as(other, &live, 10, Priority::NORMAL, None));
+        std::thread::sleep(std::time::Duration::from_millis(60));
+        // While the holder lives, the lock is not taken over.
+        assert!(!waiter.is_finished(), "a live holder's lock was taken");
+        live.0.store(true, Ordering::SeqCst);
+        let killed = std::time::Instant::now();
+        let SharedArrival::Admitted(p) = waiter.join().unwrap() else { panic!("admitted") };
+        // Taken over after about one 10 ms wait.
+        assert!(killed.elapsed() < std::time::Duration::from_secs(2));
+        gate.release_as(&live, p, 20, Outcome::Success).unwrap();
+    });
+    // The lock works normally afterwards.
+    let SharedArrival::Admitted(p) = gate.arrive_as(other, &live, 30, Priority::NORMAL, None)
+    else {
+        panic!("admitted")
+    };
+    gate.release_as(&live, p, 31, Outcome::Success).unwrap();
+    assert_eq!(gate.head().lock.load(Ordering::SeqCst), 0);
+}
