@@ -10,6 +10,7 @@ use std::time::Duration;
 use quickcheck::{Arbitrary, Gen, QuickCheck};
 use surgeguard::clock::monotonic_ns;
 use surgeguard::core::Limiter;
+use surgeguard::core::layout::Placeable;
 use surgeguard::core::limit::{AimdConfig, AlgorithmConfig, FixedConfig};
 use surgeguard::core::rate::RateLimiterConfig;
 use surgeguard::core::retry::RetryBudgetConfig;
@@ -334,6 +335,72 @@ fn rate_and_budget_are_one_across_processes() {
     println!("ok rate_and_budget_are_one_across_processes");
 }
 
+fn fold_holder<T: Placeable>(object: &T) -> u64 {
+    let mut holder = 0;
+    object.fold_cells(&mut |c| holder |= c.holder());
+    holder
+}
+
+/// A worker `kill -9`'d in the middle of a fold (parked inside it by the test hook): while
+/// it lives its cell is left alone; once it is dead the next operation (after the
+/// per-process check interval) frees the cell, so the budget folds and allows retries
+/// again, and a shared limiter's `reclaim` frees its window fold.
+fn kill9_inside_a_fold_frees_the_cell() {
+    let name = unique("fold");
+    let cfg = RetryBudgetConfig {
+        min_retries_per_sec: 0,
+        percent_can_retry: 0.5,
+        ..RetryBudgetConfig::default()
+    };
+    let budget = SharedRetryBudget::open(&name, cfg).unwrap();
+    let limiter = SharedLimiter::anonymous(fixed(3.0)).unwrap();
+    let flags = Counters::new();
+    let (n2, cfg2, lim) = (name.clone(), cfg, &limiter);
+    let child = fork(move || {
+        let mine = SharedRetryBudget::open(&n2, cfg2).unwrap();
+        let mut parked = 0;
+        mine.get().fold_cells(&mut |c| parked += c.park() as u32);
+        lim.limiter().fold_cells(&mut |c| parked += c.park() as u32);
+        flags.at(0).store(parked, Ordering::Release);
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    });
+    wait_until("the child to park", || flags.at(0).load(Ordering::Acquire) != 0);
+    assert_eq!(flags.at(0).load(Ordering::Acquire), 2, "both cells taken by the child");
+    let held = fold_holder(budget.get());
+    assert_ne!(held, 0);
+    assert_eq!(fold_holder(limiter.limiter()), held, "one token per process");
+    let t0 = monotonic_ns() + 2_000_000_000;
+    for i in 0..10 {
+        budget.deposit(t0 + i);
+    }
+    std::thread::sleep(Duration::from_millis(15));
+    assert!(budget.try_withdraw(t0 + 20).is_err(), "ring held: no fold, no retry");
+    assert_eq!(budget.reclaim(), 0, "a live holder is never freed");
+    assert_eq!(limiter.reclaim(), 0);
+    assert_eq!(fold_holder(budget.get()), held);
+    kill9(child);
+    wait_until("the child to die", || {
+        std::fs::read_to_string(format!("/proc/{child}/stat")).map_or(true, |s| s.contains(") Z "))
+    });
+    std::thread::sleep(Duration::from_millis(15));
+    // The next operation meets the dead holder's cell and frees it.
+    let t1 = t0 + 2_000_000_000;
+    for i in 0..10 {
+        budget.deposit(t1 + i);
+    }
+    assert_eq!(fold_holder(budget.get()), 0, "freed by an operation");
+    assert!(budget.try_withdraw(t1 + 20).is_ok(), "folds and allows retries again");
+    assert_eq!(fold_holder(limiter.limiter()), held, "the limiter's cell: still taken");
+    limiter.reclaim();
+    assert_eq!(fold_holder(limiter.limiter()), 0, "freed by reclaim");
+    assert_eq!(budget.reclaim(), 0, "nothing freed twice");
+    assert_eq!(wait(child), -libc::SIGKILL);
+    SharedRetryBudget::unlink(&name).unwrap();
+    println!("ok kill9_inside_a_fold_frees_the_cell");
+}
+
 #[derive(Clone, Debug)]
 enum Op {
     Acquire(u8),
@@ -399,6 +466,7 @@ fn main() {
     create_or_attach_by_name_races_to_one_segment();
     mismatched_attaches_are_refused();
     rate_and_budget_are_one_across_processes();
+    kill9_inside_a_fold_frees_the_cell();
     the_dependency_sees_at_most_the_shared_limit();
     QuickCheck::new().tests(300).quickcheck(same_decisions_as_in_process as fn(Vec<Op>) -> bool);
     println!("ok same_decisions_as_in_process");
