@@ -86,6 +86,7 @@ impl<const K: usize> TopKeysMetrics<K> {
 ///
 /// Cost: `O(K)` relaxed loads and up to three stores per update; `3·K + 4` words.
 #[derive(Debug)]
+#[repr(C)]
 pub struct TopKeys<const K: usize> {
     /// Who is updating (a process token, 0 when nobody): see `layout::FoldCell`.
     busy: FoldFlag,

@@ -112,9 +112,9 @@ fn run(ops: Vec<Op>) -> bool {
             }
             Op::Reuse(p) => {
                 let me = procs[p as usize];
-                if !system.contains_key(&me.pid) {
+                if let std::collections::hash_map::Entry::Vacant(e) = system.entry(me.pid) {
                     next_start += 1;
-                    system.insert(me.pid, next_start);
+                    e.insert(next_start);
                     procs[p as usize] = Proc { pid: me.pid, start: next_start, knows_start: true };
                 }
             }

@@ -66,13 +66,13 @@
 //! mutex on that one-time path). Sweeps are bounded.
 
 mod fold;
-// KEYED mod keyed;
+mod keyed;
 mod liveness;
 mod segment;
 mod table;
 
 pub use fold::FOLD_CHECK_INTERVAL_NS;
-// KEYED pub use keyed::{SharedKeyPermit, SharedKeyedLimits};
+pub use keyed::{SharedKeyPermit, SharedKeyedLimits};
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -631,3 +631,6 @@ mod tests;
 
 #[cfg(test)]
 mod fold_tests;
+
+#[cfg(test)]
+mod keyed_tests;
