@@ -55,6 +55,8 @@ pub mod rate;
 pub mod retry;
 #[cfg(target_os = "linux")]
 pub mod shared;
+#[cfg(target_os = "linux")]
+pub mod shared_more;
 pub mod status;
 pub mod throttle;
 pub mod time;
