@@ -206,12 +206,14 @@ def test_a_killed_worker_attached_by_name_gives_its_permits_back_within_the_boun
     try:
         mine = parent.try_acquire()
         r, w = os.pipe()
+        go_r, go_w = os.pipe()
 
         def child():
             s = surgeguard.Limiter.shared(name, limit=3, levels=1)  # attached after the fork
             held = [s.acquire().__enter__() for _ in range(2)]  # noqa: F841 - held until killed
             os.write(w, b"x")
             if how == "exit_without_release":
+                os.read(go_r, 1)  # alive until the parent has seen it full
                 os._exit(0)  # no release, no detach: as a crash
             time.sleep(60)
 
@@ -220,6 +222,7 @@ def test_a_killed_worker_attached_by_name_gives_its_permits_back_within_the_boun
         assert parent.inflight == 3
         with pytest.raises(surgeguard.Rejected):  # full while the child lives
             parent.try_acquire()
+        os.write(go_w, b"g")
         if how == "sigkill":
             os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)  # dead (reaped)

@@ -155,6 +155,13 @@ impl<const N: usize, const K: usize> SharedKeyedLimits<N, K> {
         self.map.header().nonce.load(Ordering::Relaxed)
     }
 
+    /// A seed drawn at random when the segment was created, the same in every process
+    /// attached to it: hash keys with it ([`hash_key`](surgeguard_core::keyed::hash_key)) so
+    /// that every process maps a key to the same shards, without choosing a seed by hand.
+    pub fn key_seed(&self) -> u64 {
+        surgeguard_core::rng::mix(self.nonce() ^ 0x6b65_795f_7365_6564)
+    }
+
     /// Takes a slot for `key_hash` (as [`KeyedLimits::try_acquire`]), counted to this
     /// process. A [`Reason::KeyLimit`] refusal may first reclaim dead processes' permits
     /// (at most once per [`SWEEP_INTERVAL_NS`] across processes) and retry once.

@@ -1,5 +1,6 @@
-//! One limit across worker processes: the core's [`Limiter`], [`RateLimiter`] and
-//! [`RetryBudget`] placed in shared memory (feature `shm`, Linux).
+//! One limit across worker processes: the core's [`Limiter`], [`RateLimiter`],
+//! [`RetryBudget`] and [`KeyedLimits`](surgeguard_core::keyed::KeyedLimits) placed in
+//! shared memory (feature `shm`, Linux).
 //!
 //! Python and Node services run as several processes (gunicorn, `uvicorn --workers`,
 //! Node `cluster`, pre-fork C servers); an in-process limit of 4 then means 4 per worker.
