@@ -47,6 +47,7 @@ pub unsafe trait Placeable: Sync {
 
     /// Calls `f` with each one-at-a-time cell of the object (see the module docs), so a
     /// process-shared owner can free those held by dead processes. None by default.
+    #[inline]
     fn fold_cells<'a>(&'a self, f: &mut dyn FnMut(FoldCell<'a>)) {
         let _ = f;
     }
@@ -61,6 +62,7 @@ pub fn set_process_token(token: u64) {
 }
 
 /// The token set by [`set_process_token`] (1 until then).
+#[inline]
 pub fn process_token() -> u64 {
     crate::sync::fold_token()
 }
@@ -71,6 +73,7 @@ pub struct FoldCell<'a>(pub(crate) &'a crate::sync::FoldFlag);
 
 impl FoldCell<'_> {
     /// The token of the process whose thread holds the cell now, 0 if free (a snapshot).
+    #[inline]
     pub fn holder(&self) -> u64 {
         self.0.holder()
     }

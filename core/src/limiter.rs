@@ -330,6 +330,7 @@ unsafe impl crate::layout::Placeable for Limiter {
         )
     };
 
+    #[inline]
     fn fold_cells<'a>(&'a self, f: &mut dyn FnMut(crate::layout::FoldCell<'a>)) {
         f(crate::layout::FoldCell(self.fold.flag()));
     }

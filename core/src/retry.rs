@@ -263,6 +263,7 @@ unsafe impl Placeable for RetryBudget {
         )
     };
 
+    #[inline]
     fn fold_cells<'a>(&'a self, f: &mut dyn FnMut(crate::layout::FoldCell<'a>)) {
         f(crate::layout::FoldCell(self.ring.flag()));
     }

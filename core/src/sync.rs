@@ -114,6 +114,7 @@ type TokenCell = core::sync::atomic::AtomicU64;
 type TokenCell = AtomicU64;
 
 /// The token this process writes into a fold flag it takes (never 0).
+#[inline]
 pub(crate) fn fold_token() -> u64 {
     // Relaxed: a per-process constant, changed only by `set_fold_token` (at attach or in a
     // forked child, before any fold of that process).
@@ -166,6 +167,7 @@ impl FoldFlag {
     }
 
     /// The holder's token, 0 if free (a snapshot).
+    #[inline]
     pub(crate) fn holder(&self) -> u64 {
         // Relaxed: a snapshot; `break_stale`'s CAS decides.
         self.holder.load(Ordering::Relaxed)
@@ -234,6 +236,7 @@ impl<T> Exclusive<T> {
     }
 
     /// The flag guarding the value (for freeing it after its holder's process died).
+    #[inline]
     #[cfg_attr(any(loom, not(target_has_atomic = "64")), allow(dead_code))]
     pub(crate) fn flag(&self) -> &FoldFlag {
         &self.busy

@@ -684,6 +684,7 @@ unsafe impl<const N: usize, const K: usize> crate::layout::Placeable for KeyedLi
         )
     };
 
+    #[inline]
     fn fold_cells<'a>(&'a self, f: &mut dyn FnMut(crate::layout::FoldCell<'a>)) {
         f(crate::layout::FoldCell(self.top.flag()));
     }

@@ -139,6 +139,7 @@ impl<const K: usize> TopKeys<K> {
 
     /// The busy flag (for freeing it after its holder's process died).
     #[cfg(all(not(loom), target_has_atomic = "64"))]
+    #[inline]
     pub(crate) fn flag(&self) -> &FoldFlag {
         &self.busy
     }

@@ -570,14 +570,12 @@ macro_rules! shared_plain {
                 self.created
             }
 
-            /// The shared object: call it as the in-process one. (Each call also sets this
-            /// process's fold token after a `fork` and frees a one-at-a-time cell a dead
-            /// process held: see the [module](self) docs.)
+            /// The shared object: call it as the in-process one. (Each call also frees a
+            /// one-at-a-time cell a dead process held: see the [module](self) docs.)
             #[inline]
             pub fn get(&self) -> &$inner {
                 // SAFETY: attach checked kind and layout.
                 let object = unsafe { self.map.object::<$inner>() };
-                fold::ensure_token();
                 fold::check(object);
                 object
             }
