@@ -75,7 +75,7 @@ fn shared_keyed_makes_the_in_process_decisions() {
 }
 
 #[test]
-fn foreign_and_reclaimed_permits_are_refused() {
+fn foreign_permits_other_sizes_and_configs_are_refused() {
     let config = KeyedConfig::new(2);
     let a = SharedKeyedLimits::<8>::anonymous(config).unwrap();
     let b = SharedKeyedLimits::<8>::anonymous(config).unwrap();
@@ -100,4 +100,30 @@ fn foreign_and_reclaimed_permits_are_refused() {
         ShmError::Config(_)
     ));
     SharedKeyedLimits::<8>::unlink(&name).unwrap();
+}
+
+/// Liveness that calls every process dead (this one too): the reclaimer's view of a
+/// process that died holding key permits.
+struct AllGone;
+
+impl super::table::Liveness for AllGone {
+    fn seen(&self, _pid: u32) -> super::liveness::Seen {
+        super::liveness::Seen::Gone
+    }
+}
+
+#[test]
+fn a_reclaimed_processes_key_permits_come_back_once() {
+    let t = SharedKeyedLimits::<8>::anonymous(KeyedConfig::new(2)).unwrap();
+    let held: Vec<_> = (0..3u64).map(|k| t.try_acquire(k, 0, 1).unwrap()).collect();
+    assert_eq!(t.held_by_this_process(), 3);
+    assert_eq!(t.limits().metrics().in_flight, 3);
+    assert_eq!(t.reclaim_with(&AllGone), 3, "every counted permit, once");
+    assert_eq!(t.limits().metrics().in_flight, 0);
+    assert_eq!(t.reclaim_with(&AllGone), 0, "nothing twice");
+    for p in held {
+        // The owner's late release finds nothing to take: refused, nothing released twice.
+        assert_eq!(t.release(p).unwrap_err(), ShmError::Reclaimed);
+    }
+    assert_eq!(t.limits().metrics().in_flight, 0);
 }
