@@ -203,3 +203,61 @@ fn a_budget_whose_folder_died_allows_retries_again() {
     }
     assert!(budget.try_withdraw(3 * SEC + 200_000).is_ok(), "folds and allows a retry again");
 }
+
+/// Threads of live processes take and leave the cell while sweepers race to free it from a
+/// dead holder: the dead holder's cell is freed exactly once, and no live holder is ever
+/// freed (two holders inside at once would show as an overlap).
+#[test]
+fn racing_sweepers_free_a_dead_holder_once_and_never_a_live_one() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+    let budget = Arc::new(RetryBudget::new(RetryBudgetConfig::default()).unwrap());
+    let dead = token(900_000, 1);
+    assert!(cell(&budget).park_as(dead));
+    let inside = Arc::new(AtomicU32::new(0));
+    let overlaps = Arc::new(AtomicU32::new(0));
+    let freed = Arc::new(AtomicU64::new(0));
+    // Pids 1..=4 are alive (start time 7); the dead holder's pid is gone.
+    let seen = |pid: u32| if (1..=4).contains(&pid) { Seen::Alive(7) } else { Seen::Gone };
+    let mut threads = Vec::new();
+    for pid in 1..=4u32 {
+        let (b, inside, overlaps) = (budget.clone(), inside.clone(), overlaps.clone());
+        threads.push(std::thread::spawn(move || {
+            let c = cell(&b);
+            let me = token(pid, 7);
+            let (mut entered, mut tries) = (0, 0u64);
+            while entered < 2_000 {
+                tries += 1;
+                assert!(tries < 500_000_000, "the cell never came free");
+                if c.park_as(me) {
+                    if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                        overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                    std::hint::spin_loop();
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    // SAFETY: this thread holds the cell with `me` (its own leave).
+                    #[allow(unsafe_code)]
+                    let left = unsafe { c.break_stale(me) };
+                    assert!(left, "a live holder's cell was taken from it");
+                    entered += 1;
+                }
+                std::hint::spin_loop();
+            }
+        }));
+    }
+    for _ in 0..2 {
+        let (b, freed) = (budget.clone(), freed.clone());
+        threads.push(std::thread::spawn(move || {
+            for _ in 0..5_000 {
+                freed.fetch_add(u64::from(free_dead_with(&*b, seen)), Ordering::SeqCst);
+            }
+        }));
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(freed.load(Ordering::SeqCst), 1, "the dead holder's cell, once");
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0);
+    assert_eq!(cell(&budget).holder(), 0);
+}
