@@ -417,15 +417,24 @@ typedef struct sg_rate_limiter sg_rate_limiter;
 // bounded share of traffic (Finagle's `RetryBudget`, gRPC's retry throttling). Thread-safe, lock-free.
 typedef struct sg_retry_budget sg_retry_budget;
 
+// A retry budget in memory shared between processes (opaque; heap only).
+typedef struct sg_shared_budget sg_shared_budget;
+
 #if defined(__linux__)
 // A gate in memory shared between processes (opaque; heap only).
 typedef struct sg_shared_gate sg_shared_gate;
 #endif
 
+// Per-key caps (`sg_keyed`) in memory shared between processes (opaque; heap only).
+typedef struct sg_shared_keyed sg_shared_keyed;
+
 #if defined(__linux__)
 // A limiter in memory shared between processes (opaque; heap only).
 typedef struct sg_shared_limiter sg_shared_limiter;
 #endif
+
+// A GCRA rate limiter in memory shared between processes (opaque; heap only).
+typedef struct sg_shared_rate sg_shared_rate;
 
 // The gRPC A6 retry throttle: tokens start full, a failure takes one, a success adds
 // `token_ratio`; retries only while above half. Thread-safe, lock-free.
@@ -1288,6 +1297,15 @@ typedef struct sg_shared_ticket {
     uint64_t opaque[4];
 } sg_shared_ticket;
 #endif
+
+// Caller storage for one admission of an `sg_shared_keyed`. Opaque: fill it only through
+// the library. Released once (a second release says `SG_ALREADY_RELEASED`, a release to
+// another table `SG_FOREIGN_HANDLE`, zeroed or garbage storage `SG_INVALID_HANDLE`); do
+// not copy a live one.
+typedef struct sg_shared_key_permit {
+    // Opaque.
+    uint64_t opaque[6];
+} sg_shared_key_permit;
 
 // Settings of an `sg_adaptive_throttle`.
 typedef struct sg_adaptive_throttle_config {
@@ -2348,6 +2366,115 @@ sg_status sg_shared_gate_inflight(const struct sg_shared_gate *gate,
                                   uint32_t *waiting_out,
                                   double *limit_out);
 #endif
+
+// Creates the shared rate limiter `name` (the file `/dev/shm/surgeguard.<name>`; a name
+// with a `/` is a path) or attaches to it; NULL `name` makes an anonymous one, shared
+// with the processes this one forks afterwards. The config is `sg_rate_limiter_config`'s
+// with `emission_ns` 0 (a rate in `per_second`; `emission_ns` set is
+// `SG_CONFIG_OUT_OF_RANGE`). `SG_SHM_REFUSED` if the name holds another config, kind,
+// layout or version; `SG_INVALID_ARGUMENT` for a bad name; `SG_SHM_UNAVAILABLE` if a
+// system call failed. Free the handle with `sg_shared_rate_free`.
+sg_status sg_shared_rate_open(const char *name,
+                              const struct sg_rate_limiter_config *cfg,
+                              struct sg_shared_rate **rate_out);
+
+// Frees the handle (the segment stays while any process maps it, and a named one until
+// `sg_shared_rate_unlink`). NULL is a no-op.
+void sg_shared_rate_free(struct sg_shared_rate *rate);
+
+// Removes the name (processes that have it mapped keep their segment).
+sg_status sg_shared_rate_unlink(const char *name);
+
+// Whether this handle created the segment (false: it attached to another process's).
+sg_status sg_shared_rate_created(const struct sg_shared_rate *rate, bool *created_out);
+
+// Admits `cost` units at `now` across all processes: `SG_OK`, or `SG_REJECTED` with
+// `SG_REASON_RATE_LIMITED` and the wait (as `sg_rate_limiter_check`).
+sg_status sg_shared_rate_check(struct sg_shared_rate *rate,
+                               uint64_t now,
+                               uint32_t cost,
+                               struct sg_rejection *rejection_out);
+
+// Units that would conform now, without taking them.
+sg_status sg_shared_rate_available(const struct sg_shared_rate *rate,
+                                   uint64_t now,
+                                   uint32_t *available_out);
+
+// Creates the shared retry budget `name` or attaches to it; NULL `name` makes an
+// anonymous one (as `sg_shared_rate_open`). Free it with `sg_shared_budget_free`.
+sg_status sg_shared_budget_open(const char *name,
+                                const struct sg_retry_budget_config *cfg,
+                                struct sg_shared_budget **budget_out);
+
+// Frees the handle. NULL is a no-op.
+void sg_shared_budget_free(struct sg_shared_budget *budget);
+
+// Removes the name (processes that have it mapped keep their segment).
+sg_status sg_shared_budget_unlink(const char *name);
+
+// Whether this handle created the segment.
+sg_status sg_shared_budget_created(const struct sg_shared_budget *budget, bool *created_out);
+
+// Records one request (a first attempt, not a retry) at `now`, in every process's budget.
+sg_status sg_shared_budget_deposit(struct sg_shared_budget *budget, uint64_t now);
+
+// Takes one retry: `SG_OK`, or `SG_REJECTED` with `SG_REASON_BUDGET_EXHAUSTED` and a
+// hint (as `sg_retry_budget_try_withdraw`).
+sg_status sg_shared_budget_try_withdraw(struct sg_shared_budget *budget,
+                                        uint64_t now,
+                                        struct sg_rejection *rejection_out);
+
+// Retries that would be allowed now (reserve included), without taking any.
+sg_status sg_shared_budget_available(const struct sg_shared_budget *budget,
+                                     uint64_t now,
+                                     uint64_t *available_out);
+
+// Frees the budget's slot ring if a process proven dead held it (killed in the middle of
+// a fold); writes how many cells were freed (0 or 1). Operations do this by themselves
+// when they meet such a cell (at most every 10 ms per process); this does it at once.
+sg_status sg_shared_budget_reclaim(struct sg_shared_budget *budget, uint32_t *freed_out);
+
+// Creates the shared keyed table `name` or attaches to it; NULL `name` makes an anonymous
+// one (as `sg_shared_rate_open`). The config is `sg_keyed_config`'s (16, 64, 256 or 1024
+// shards); the segment is the table plus `4 × shards × 256` bytes of per-process counts.
+// Free it with `sg_shared_keyed_free`.
+sg_status sg_shared_keyed_open(const char *name,
+                               const struct sg_keyed_config *cfg,
+                               struct sg_shared_keyed **keyed_out);
+
+// Detaches this process and frees the handle (release its permits first: one still held
+// stays counted until the process exits and is reclaimed). NULL is a no-op.
+void sg_shared_keyed_free(struct sg_shared_keyed *keyed);
+
+// Removes the name (processes that have it mapped keep their segment).
+sg_status sg_shared_keyed_unlink(const char *name);
+
+// Whether this handle created the segment.
+sg_status sg_shared_keyed_created(const struct sg_shared_keyed *keyed, bool *created_out);
+
+// Takes a slot for `key_hash` (and `cost` units of its rate) across all processes, counted
+// to this process, into `permit_out`; or `SG_REJECTED` with `SG_REASON_KEY_LIMIT` /
+// `SG_REASON_KEY_RATE` (as `sg_keyed_try_acquire`). A key-limit refusal may first give
+// back dead processes' permits (at most once per 100 ms across processes) and retry.
+sg_status sg_shared_keyed_try_acquire(struct sg_shared_keyed *keyed,
+                                      uint64_t key_hash,
+                                      uint64_t now,
+                                      uint32_t cost,
+                                      struct sg_shared_key_permit *permit_out,
+                                      struct sg_rejection *rejection_out);
+
+// Returns a permit's slot. Twice is `SG_ALREADY_RELEASED`, another table's permit
+// `SG_FOREIGN_HANDLE`.
+sg_status sg_shared_keyed_release(struct sg_shared_keyed *keyed,
+                                  struct sg_shared_key_permit *permit);
+
+// Gives back the key permits of every attached process proven dead (exactly once each)
+// and frees the top-keys cell if a dead process held it; writes how many permits.
+sg_status sg_shared_keyed_reclaim(struct sg_shared_keyed *keyed, uint64_t *reclaimed_out);
+
+// A snapshot of the shared table (all processes' permits).
+sg_status sg_shared_keyed_metrics_get(const struct sg_shared_keyed *keyed,
+                                      struct sg_keyed_metrics *metrics_out);
 
 // A static, NUL-terminated name for a status (`"ok"`, `"rejected"`, ...); `"unknown
 // status"` for a value that is not one. Never NULL.

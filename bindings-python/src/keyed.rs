@@ -12,6 +12,8 @@ use surgeguard_core::keyed::{
 use surgeguard_core::{Reason, Rejected, UsageError};
 
 use crate::common::*;
+#[cfg(target_os = "linux")]
+use surgeguard::shm::{SharedKeyPermit, SharedKeyedLimits, ShmError};
 
 macro_rules! any_keyed {
     ($($variant:ident = $n:literal),* $(,)?) => {
@@ -23,6 +25,32 @@ macro_rules! any_keyed {
         }
 
         const SHARD_COUNTS: &[usize] = &[$($n),*];
+
+        /// A keyed table in memory shared between processes, of one of the shard counts.
+        #[cfg(target_os = "linux")]
+        enum AnyShared {
+            $($variant(SharedKeyedLimits<$n>),)*
+        }
+
+        #[cfg(target_os = "linux")]
+        impl AnyShared {
+            fn open(shards: usize, name: Option<&str>, cfg: KeyedConfig) -> Option<Result<Self, ShmError>> {
+                $(if shards == $n {
+                    return Some(match name {
+                        Some(n) => SharedKeyedLimits::<$n>::open(n, cfg),
+                        None => SharedKeyedLimits::<$n>::anonymous(cfg),
+                    }.map(AnyShared::$variant));
+                })*
+                None
+            }
+        }
+
+        #[cfg(target_os = "linux")]
+        macro_rules! on_shared {
+            ($t:expr, $x:ident => $body:expr) => {
+                match $t { $(AnyShared::$variant($x) => $body,)* }
+            };
+        }
 
         impl AnyKeyed {
             fn new(shards: usize, cfg: KeyedConfig) -> Option<Result<Box<Self>, surgeguard_core::ConfigError>> {
@@ -43,6 +71,121 @@ macro_rules! any_keyed {
 
 any_keyed!(K8 = 8, K16 = 16, K32 = 32, K64 = 64, K128 = 128, K256 = 256, K512 = 512, K1024 = 1024);
 
+/// The table: in this process, or in shared memory.
+enum Table {
+    Local(Box<AnyKeyed>),
+    #[cfg(target_os = "linux")]
+    Shared(Box<AnyShared>),
+}
+
+/// Runs `$body` with `$c: &CoreKeyed<N>` (the shared table's core object for a shared one).
+macro_rules! on_table {
+    ($t:expr, $c:ident => $body:expr) => {
+        match $t {
+            Table::Local(a) => on_keyed!(&**a, $c => $body),
+            #[cfg(target_os = "linux")]
+            Table::Shared(s) => on_shared!(&**s, x => { let $c = x.limits(); $body }),
+        }
+    };
+}
+
+/// A key permit of a local or a shared table.
+enum AnyPermit {
+    Local(CoreKeyPermit),
+    #[cfg(target_os = "linux")]
+    Shared(SharedKeyPermit),
+}
+
+impl Table {
+    fn try_acquire(&self, py: Python<'_>, h: u64, now: u64, cost: u32) -> PyResult<AnyPermit> {
+        match self {
+            Table::Local(a) => on_keyed!(&**a, c => c.try_acquire(h, now, cost))
+                .map(AnyPermit::Local)
+                .map_err(|r| rejected_err(py, r)),
+            #[cfg(target_os = "linux")]
+            Table::Shared(s) => on_shared!(&**s, x => x.try_acquire(h, now, cost))
+                .map(AnyPermit::Shared)
+                .map_err(|e| crate::shared::shm_err(py, e)),
+        }
+    }
+
+    /// Releases `p` (a permit of this table); the error as a Python exception.
+    fn release(&self, py: Python<'_>, p: AnyPermit) -> PyResult<()> {
+        match (self, p) {
+            (Table::Local(a), AnyPermit::Local(p)) => {
+                on_keyed!(&**a, c => c.release(p)).map_err(|e| usage_err(py, e))
+            }
+            #[cfg(target_os = "linux")]
+            (Table::Shared(s), AnyPermit::Shared(p)) => {
+                on_shared!(&**s, x => x.release(p)).map_err(|e| crate::shared::shm_err(py, e))
+            }
+            #[cfg(target_os = "linux")]
+            _ => Err(usage_err(py, UsageError::ForeignHandle)),
+        }
+    }
+
+    /// Releases `p` and ignores what went wrong (for `__exit__` and drop).
+    fn release_quietly(&self, p: AnyPermit) {
+        match (self, p) {
+            (Table::Local(a), AnyPermit::Local(p)) => {
+                let _ = on_keyed!(&**a, c => c.release(p));
+            }
+            #[cfg(target_os = "linux")]
+            (Table::Shared(s), AnyPermit::Shared(p)) => {
+                let _ = on_shared!(&**s, x => x.release(p));
+            }
+            #[cfg(target_os = "linux")]
+            _ => {}
+        }
+    }
+}
+
+/// `KeyedLimits(...)`'s arguments, checked: the shard count and the core config.
+#[allow(clippy::too_many_arguments)]
+fn keyed_args(
+    py: Python<'_>,
+    shard_limit: &Bound<'_, PyAny>,
+    shards: Option<&Bound<'_, PyAny>>,
+    shards_per_key: Option<&Bound<'_, PyAny>>,
+    limit_retry_after: Option<&Bound<'_, PyAny>>,
+    seed: Option<&Bound<'_, PyAny>>,
+    rate: Option<&Bound<'_, PyAny>>,
+    burst: Option<&Bound<'_, PyAny>>,
+) -> PyResult<(usize, KeyedConfig)> {
+    let shards = opt_uint_arg("shards", shards, u64::MAX)?.unwrap_or(64);
+    let seed = opt_uint_arg("seed", seed, u64::MAX)?.unwrap_or(0);
+    let mut cfg = KeyedConfig::new(uint_arg("shard_limit", shard_limit, u32::MAX as u64)? as u32);
+    cfg.seed = seed;
+    if let Some(v) = shards_per_key.filter(|v| !v.is_none()) {
+        cfg.shards_per_key = uint_arg("shards_per_key", v, u32::MAX as u64)? as u32;
+    }
+    if let Some(v) = opt_secs_arg("limit_retry_after", limit_retry_after, 86_400.0)? {
+        cfg.limit_retry_after = v;
+    }
+    match rate.filter(|v| !v.is_none()) {
+        Some(r) => {
+            let per_second = real_arg("rate", r)?;
+            let burst = match burst.filter(|v| !v.is_none()) {
+                Some(b) => uint_arg("burst", b, u32::MAX as u64)? as u32,
+                None => 1,
+            };
+            cfg.shard_rate = Some(
+                ShardRate::per_second(per_second, burst)
+                    .map_err(|e| config_err(py, "KeyedLimits", e))?,
+            );
+        }
+        None if burst.is_some_and(|b| !b.is_none()) => {
+            return Err(PyTypeError::new_err("burst= needs rate="));
+        }
+        None => {}
+    }
+    let shards =
+        usize::try_from(shards).ok().filter(|n| SHARD_COUNTS.contains(n)).ok_or_else(|| {
+            PyValueError::new_err(format!("shards must be one of {SHARD_COUNTS:?}, got {shards}"))
+        })?;
+    Ok((shards, cfg))
+}
+
 /// Per-key (tenant, API key, agent) concurrency caps and optional per-key rates in a fixed
 /// table of `shards` shards, shuffle-sharded: a key maps to `shards_per_key` of them and is
 /// admitted if any has room, so one noisy key fills only its own shards. Refusals say
@@ -51,7 +194,7 @@ any_keyed!(K8 = 8, K16 = 16, K32 = 32, K64 = 64, K128 = 128, K256 = 256, K512 = 
 /// Keys are strings, bytes (hashed with `hash_key(hash_seed, ...)`) or int hashes.
 #[pyclass(frozen, module = "surgeguard._native")]
 pub struct KeyedLimits {
-    core: Box<AnyKeyed>,
+    core: Table,
     shards: usize,
     hash_seed: u64,
 }
@@ -98,49 +241,89 @@ impl KeyedLimits {
         burst: Option<&Bound<'_, PyAny>>,
         hash_seed: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let shards = opt_uint_arg("shards", shards, u64::MAX)?.unwrap_or(64);
-        let seed = opt_uint_arg("seed", seed, u64::MAX)?.unwrap_or(0);
+        let (shards, cfg) = keyed_args(
+            py,
+            shard_limit,
+            shards,
+            shards_per_key,
+            limit_retry_after,
+            seed,
+            rate,
+            burst,
+        )?;
         let hash_seed = opt_uint_arg("hash_seed", hash_seed, u64::MAX)?;
-        let mut cfg =
-            KeyedConfig::new(uint_arg("shard_limit", shard_limit, u32::MAX as u64)? as u32);
-        cfg.seed = seed;
-        if let Some(v) = shards_per_key.filter(|v| !v.is_none()) {
-            cfg.shards_per_key = uint_arg("shards_per_key", v, u32::MAX as u64)? as u32;
-        }
-        if let Some(v) = opt_secs_arg("limit_retry_after", limit_retry_after, 86_400.0)? {
-            cfg.limit_retry_after = v;
-        }
-        match rate.filter(|v| !v.is_none()) {
-            Some(r) => {
-                let per_second = real_arg("rate", r)?;
-                let burst = match burst.filter(|v| !v.is_none()) {
-                    Some(b) => uint_arg("burst", b, u32::MAX as u64)? as u32,
-                    None => 1,
-                };
-                cfg.shard_rate = Some(
-                    ShardRate::per_second(per_second, burst)
-                        .map_err(|e| config_err(py, "KeyedLimits", e))?,
-                );
-            }
-            None if burst.is_some_and(|b| !b.is_none()) => {
-                return Err(PyTypeError::new_err("burst= needs rate="));
-            }
-            None => {}
-        }
-        let core = usize::try_from(shards)
-            .ok()
-            .and_then(|n| AnyKeyed::new(n, cfg))
-            .ok_or_else(|| {
-                PyValueError::new_err(format!(
-                    "shards must be one of {SHARD_COUNTS:?}, got {shards}"
-                ))
-            })?
+        let core = AnyKeyed::new(shards, cfg)
+            .expect("a checked shard count")
             .map_err(|e| config_err(py, "KeyedLimits", e))?;
         // Keep the seed private and different per process unless told (see hash_key).
         let hash_seed = hash_seed.unwrap_or_else(|| {
             surgeguard_core::rng::mix(clock_ns() ^ (std::process::id() as u64).rotate_left(32))
         });
-        Ok(Self { core, shards: shards as usize, hash_seed })
+        Ok(Self { core: Table::Local(core), shards, hash_seed })
+    }
+
+    /// Per-key caps across worker processes (Linux): `KeyedLimits.shared("name", 4,
+    /// shards=64, ...)` creates or attaches to the shared-memory table of that name
+    /// (`None`: anonymous, for processes forked afterwards); same API and arguments.
+    /// Another config (or shard count) under the same name raises `ValueError`. A worker
+    /// that dies holding key permits gives them back (a refused key sweeps, at most every
+    /// 100 ms; `reclaim()` does it at once). Keys hash with a seed drawn when the table was
+    /// created and shared by every process attached (unless `hash_seed=` is given, which
+    /// then must be the same in every process).
+    #[cfg(target_os = "linux")]
+    #[staticmethod]
+    #[pyo3(signature = (name, shard_limit, *, shards=None, shards_per_key=None,
+        limit_retry_after=None, seed=None, rate=None, burst=None, hash_seed=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn shared(
+        py: Python<'_>,
+        name: &Bound<'_, PyAny>,
+        shard_limit: &Bound<'_, PyAny>,
+        shards: Option<&Bound<'_, PyAny>>,
+        shards_per_key: Option<&Bound<'_, PyAny>>,
+        limit_retry_after: Option<&Bound<'_, PyAny>>,
+        seed: Option<&Bound<'_, PyAny>>,
+        rate: Option<&Bound<'_, PyAny>>,
+        burst: Option<&Bound<'_, PyAny>>,
+        hash_seed: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let name = crate::shared::name_arg(name)?;
+        let (shards, cfg) = keyed_args(
+            py,
+            shard_limit,
+            shards,
+            shards_per_key,
+            limit_retry_after,
+            seed,
+            rate,
+            burst,
+        )?;
+        let hash_seed = opt_uint_arg("hash_seed", hash_seed, u64::MAX)?;
+        let shared = py
+            .detach(|| AnyShared::open(shards, name.as_deref(), cfg))
+            .expect("a checked shard count")
+            .map_err(|e| match e {
+                ShmError::Config(c) => config_err(py, "KeyedLimits", c),
+                e => crate::shared::shm_err(py, e),
+            })?;
+        let hash_seed = hash_seed.unwrap_or_else(|| on_shared!(&shared, x => x.key_seed()));
+        Ok(Self { core: Table::Shared(Box::new(shared)), shards, hash_seed })
+    }
+
+    /// A shared table (Linux): gives back the key permits of worker processes proven dead
+    /// (each once) and returns how many; a local table: 0.
+    fn reclaim(&self) -> u64 {
+        match &self.core {
+            Table::Local(_) => 0,
+            #[cfg(target_os = "linux")]
+            Table::Shared(s) => on_shared!(&**s, x => x.reclaim()),
+        }
+    }
+
+    /// Whether the table lives in memory shared between processes.
+    #[getter]
+    fn is_shared(&self) -> bool {
+        !matches!(self.core, Table::Local(_))
     }
 
     /// Takes a slot (and `cost` units of rate) for `key`, or raises `KeyLimit` / `KeyRate`.
@@ -156,14 +339,8 @@ impl KeyedLimits {
         let cost = opt_uint_arg("cost", cost, u32::MAX as u64)?.unwrap_or(1) as u32;
         let h = t.key_hash(key)?;
         let now = now_or_clock(now_ns)?;
-        match on_keyed!(&*t.core, c => c.try_acquire(h, now, cost)) {
-            Ok(p) => Ok(KeyPermit {
-                table: slf.clone().unbind(),
-                key_hash: h,
-                permit: Mutex::new(Some(p)),
-            }),
-            Err(r) => Err(rejected_err(py, r)),
-        }
+        let p = t.core.try_acquire(py, h, now, cost)?;
+        Ok(KeyPermit { table: slf.clone().unbind(), key_hash: h, permit: Mutex::new(Some(p)) })
     }
 
     /// Returns `permit` (which must come from this table).
@@ -182,7 +359,7 @@ impl KeyedLimits {
     /// Records a refusal of `key` made elsewhere (say, by a Gate) in the top-keys summary.
     fn record_rejection(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
         let h = self.key_hash(key)?;
-        Ok(on_keyed!(&*self.core, c => c.record_rejection(h)))
+        Ok(on_table!(&self.core, c => c.record_rejection(h)))
     }
 
     /// The hash this table uses for `key`.
@@ -193,13 +370,13 @@ impl KeyedLimits {
     /// The shards `key` maps to.
     fn shards_of(&self, key: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
         let h = self.key_hash(key)?;
-        Ok(on_keyed!(&*self.core, c => c.shards_of(h).as_slice().to_vec()))
+        Ok(on_table!(&self.core, c => c.shards_of(h).as_slice().to_vec()))
     }
 
     /// The most permits one key can hold (`shards_per_key × shard_limit`).
     #[getter]
     fn key_limit(&self) -> u64 {
-        on_keyed!(&*self.core, c => c.key_limit())
+        on_table!(&self.core, c => c.key_limit())
     }
 
     /// The number of shards.
@@ -210,7 +387,7 @@ impl KeyedLimits {
 
     /// The isolation math: how many other keys one noisy key can hurt.
     fn isolation<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let iso = on_keyed!(&*self.core, c => c.isolation());
+        let iso = on_table!(&self.core, c => c.isolation());
         let d = PyDict::new(py);
         d.set_item("shards", iso.shards)?;
         d.set_item("shards_per_key", iso.shards_per_key)?;
@@ -224,7 +401,7 @@ impl KeyedLimits {
     /// A snapshot as a dict (`top_keys`: the most refused key hashes).
     fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
-        on_keyed!(&*self.core, c => {
+        on_table!(&self.core, c => {
             let m = c.metrics();
             d.set_item("admitted", m.admitted)?;
             d.set_item("rejected_key_limit", m.rejected_key_limit)?;
@@ -257,16 +434,14 @@ impl KeyedLimits {
 pub struct KeyPermit {
     table: Py<KeyedLimits>,
     key_hash: u64,
-    permit: Mutex<Option<CoreKeyPermit>>,
+    permit: Mutex<Option<AnyPermit>>,
 }
 
 impl KeyPermit {
     fn release_inner(&self, py: Python<'_>) -> PyResult<()> {
         let p = self.permit.lock().unwrap_or_else(|p| p.into_inner()).take();
         match p {
-            Some(p) => {
-                on_keyed!(&*self.table.get().core, c => c.release(p)).map_err(|e| usage_err(py, e))
-            }
+            Some(p) => self.table.get().core.release(py, p),
             None => Err(usage_err(py, UsageError::AlreadyReleased)),
         }
     }
@@ -303,7 +478,7 @@ impl KeyPermit {
     ) -> bool {
         let p = self.permit.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(p) = p {
-            let _ = on_keyed!(&*self.table.get().core, c => c.release(p));
+            self.table.get().core.release_quietly(p);
         }
         false
     }
@@ -313,7 +488,7 @@ impl Drop for KeyPermit {
     fn drop(&mut self) {
         let p = self.permit.get_mut().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(p) = p {
-            let _ = on_keyed!(&*self.table.get().core, c => c.release(p));
+            self.table.get().core.release_quietly(p);
         }
     }
 }

@@ -31,7 +31,7 @@ pub(crate) fn shm_err(py: Python<'_>, e: ShmError) -> PyErr {
     }
 }
 
-fn name_arg(name: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+pub(crate) fn name_arg(name: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
     if name.is_none() {
         return Ok(None);
     }

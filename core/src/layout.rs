@@ -18,6 +18,16 @@
 //! process whose build lays the type out differently refuses to attach. Every field's
 //! offset and size goes into it, plus a version bumped when a field's *meaning* changes.
 //!
+//! **Fold cells.** A few fields are updated by one thread at a time, guarded by a flag taken
+//! with one compare-and-swap (a window fold, a retry budget's slot ring, a top-keys
+//! update). The flag holds the holder's *process token* ([`set_process_token`]), not just
+//! "busy", so that when a process is killed while holding one, a survivor that proves the
+//! process dead frees it ([`FoldCell::break_stale`], reached through
+//! [`Placeable::fold_cells`]). Without that, a shared limiter would stop adapting and a
+//! shared retry budget would refuse every retry. The guarded value is plain numbers, so
+//! what a killed holder left half-written is still a valid value (at worst one window is
+//! folded from a partly updated state).
+//!
 //! Placement needs native 64-bit atomics (the `portable-atomic` fallback of
 //! microcontrollers keeps process-local critical sections, not address-free atomics), so
 //! the impls exist only where `target_has_atomic = "64"`.
@@ -34,6 +44,66 @@
 pub unsafe trait Placeable: Sync {
     /// Fingerprint of the layout (see [`fingerprint`]).
     const LAYOUT: u64;
+
+    /// Calls `f` with each one-at-a-time cell of the object (see the module docs), so a
+    /// process-shared owner can free those held by dead processes. None by default.
+    #[inline]
+    fn fold_cells<'a>(&'a self, f: &mut dyn FnMut(FoldCell<'a>)) {
+        let _ = f;
+    }
+}
+
+/// Sets this process's token, written into every fold cell a thread of this process
+/// takes (see the module docs). Process-wide; call it with a value that names this
+/// process (its pid and start time) before it uses any object in shared memory, and again
+/// in a forked child. `0` is read as `1` (the default, which names no process).
+pub fn set_process_token(token: u64) {
+    crate::sync::set_fold_token(token);
+}
+
+/// The token set by [`set_process_token`] (1 until then).
+#[inline]
+pub fn process_token() -> u64 {
+    crate::sync::fold_token()
+}
+
+/// One one-at-a-time cell of a placed object (see [`Placeable::fold_cells`]).
+#[derive(Clone, Copy, Debug)]
+pub struct FoldCell<'a>(pub(crate) &'a crate::sync::FoldFlag);
+
+impl FoldCell<'_> {
+    /// The token of the process whose thread holds the cell now, 0 if free (a snapshot).
+    #[inline]
+    pub fn holder(&self) -> u64 {
+        self.0.holder()
+    }
+
+    /// Frees the cell if `token` still holds it; `true` if this call freed it (so of
+    /// several callers at most one gets `true`).
+    ///
+    /// # Safety
+    ///
+    /// The process that `token` names is dead: no thread will ever again run inside the
+    /// cell with it. Freeing a cell held by a live thread lets two threads write the same
+    /// plain fields at once (a data race).
+    #[allow(unsafe_code)]
+    pub unsafe fn break_stale(&self, token: u64) -> bool {
+        // SAFETY: the caller's promise is the flag's.
+        unsafe { self.0.break_stale(token) }
+    }
+
+    /// Takes the cell for this process and never gives it back, as a process killed in
+    /// the middle of a fold would: for tests of [`break_stale`](Self::break_stale).
+    #[doc(hidden)]
+    pub fn park(&self) -> bool {
+        self.0.try_enter()
+    }
+
+    /// [`park`](Self::park) as the process `token` names (for model tests).
+    #[doc(hidden)]
+    pub fn park_as(&self, token: u64) -> bool {
+        self.0.try_enter_as(token)
+    }
 }
 
 /// FNV-1a over a type name and a list of layout words (sizes, alignments, offsets and a

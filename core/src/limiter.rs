@@ -281,7 +281,7 @@ unsafe impl crate::layout::Placeable for Limiter {
     const LAYOUT: u64 = {
         use core::mem::{align_of, offset_of, size_of};
         crate::layout::fingerprint(
-            "surgeguard_core::Limiter/1",
+            "surgeguard_core::Limiter/2",
             &[
                 size_of::<Self>() as u64,
                 align_of::<Self>() as u64,
@@ -329,6 +329,11 @@ unsafe impl crate::layout::Placeable for Limiter {
             ],
         )
     };
+
+    #[inline]
+    fn fold_cells<'a>(&'a self, f: &mut dyn FnMut(crate::layout::FoldCell<'a>)) {
+        f(crate::layout::FoldCell(self.fold.flag()));
+    }
 }
 
 /// An admission, released exactly once by [`Permit::release`] (or as

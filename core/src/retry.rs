@@ -233,7 +233,7 @@ unsafe impl Placeable for RetryBudget {
     const LAYOUT: u64 = {
         use core::mem::{align_of, offset_of, size_of};
         fingerprint(
-            "surgeguard_core::retry::RetryBudget/1",
+            "surgeguard_core::retry::RetryBudget/2",
             &[
                 size_of::<Self>() as u64,
                 align_of::<Self>() as u64,
@@ -262,6 +262,11 @@ unsafe impl Placeable for RetryBudget {
             ],
         )
     };
+
+    #[inline]
+    fn fold_cells<'a>(&'a self, f: &mut dyn FnMut(crate::layout::FoldCell<'a>)) {
+        f(crate::layout::FoldCell(self.ring.flag()));
+    }
 }
 
 /// A snapshot of a [`RetryBudget`].

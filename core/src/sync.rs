@@ -103,6 +103,89 @@ impl<T> UnsafeCell<T> {
     }
 }
 
+/// The token a [`FoldFlag`] holder writes: this process's, as set by
+/// [`set_fold_token`] (1 until then). Not shared state of any structure: a plain `core`
+/// atomic even under loom.
+static FOLD_TOKEN: TokenCell = TokenCell::new(1);
+
+#[cfg(loom)]
+type TokenCell = core::sync::atomic::AtomicU64;
+#[cfg(not(loom))]
+type TokenCell = AtomicU64;
+
+/// The token this process writes into a fold flag it takes (never 0).
+#[inline]
+pub(crate) fn fold_token() -> u64 {
+    // Relaxed: a per-process constant, changed only by `set_fold_token` (at attach or in a
+    // forked child, before any fold of that process).
+    FOLD_TOKEN.load(Ordering::Relaxed)
+}
+
+/// Sets the token this process writes into the fold flags it takes (0 is read as 1).
+pub(crate) fn set_fold_token(token: u64) {
+    FOLD_TOKEN.store(token.max(1), Ordering::Relaxed);
+}
+
+/// A flag that one thread at a time holds, recording *who* holds it: `0` when free, else
+/// the holder's process token ([`fold_token`]). Inside one process any nonzero value just
+/// means "taken"; in memory shared between processes the token lets a survivor prove the
+/// holder's process dead and free a flag that process was killed holding
+/// ([`break_stale`](Self::break_stale)), so a fold cell never stays taken for good.
+///
+/// Progress: wait-free (one CAS to enter, one store to leave).
+#[derive(Debug)]
+#[repr(C)]
+pub(crate) struct FoldFlag {
+    holder: AtomicU64,
+}
+
+impl FoldFlag {
+    pub(crate) fn new() -> Self {
+        Self { holder: AtomicU64::new(0) }
+    }
+
+    /// Takes the flag with this process's token; `false` if someone holds it.
+    #[inline]
+    pub(crate) fn try_enter(&self) -> bool {
+        self.try_enter_as(fold_token())
+    }
+
+    /// [`try_enter`](Self::try_enter) with a given token (tests model other processes).
+    #[inline]
+    pub(crate) fn try_enter_as(&self, token: u64) -> bool {
+        // Acquire: pairs with the Release store in `leave` (and the AcqRel CAS of
+        // `break_stale`), so the new holder sees every write the previous one made.
+        token != 0
+            && self.holder.compare_exchange(0, token, Ordering::Acquire, Ordering::Relaxed).is_ok()
+    }
+
+    /// Gives the flag back (only its holder calls this).
+    #[inline]
+    pub(crate) fn leave(&self) {
+        // Release: publishes this holder's writes to the next Acquire in `try_enter`.
+        self.holder.store(0, Ordering::Release);
+    }
+
+    /// The holder's token, 0 if free (a snapshot).
+    #[inline]
+    pub(crate) fn holder(&self) -> u64 {
+        // Relaxed: a snapshot; `break_stale`'s CAS decides.
+        self.holder.load(Ordering::Relaxed)
+    }
+
+    /// Frees the flag if `token` still holds it; `true` if this call freed it.
+    ///
+    /// # Safety
+    /// The thread that took the flag with `token` will never run again (its process is
+    /// proven dead), so nobody is inside the guarded value.
+    pub(crate) unsafe fn break_stale(&self, token: u64) -> bool {
+        // AcqRel: takes the dead holder's writes (as a `try_enter` would) and publishes
+        // the free flag to the next holder's Acquire.
+        token != 0
+            && self.holder.compare_exchange(token, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+    }
+}
+
 /// A value that one thread at a time may update, and that nobody ever waits for.
 ///
 /// `try_with` runs the closure only if no other thread is inside it; otherwise it returns
@@ -114,20 +197,15 @@ impl<T> UnsafeCell<T> {
 ///
 /// Progress: wait-free (one CAS, one store).
 ///
-/// `#[repr(C)]` and an integer flag (not a `bool`) so that a cell may live in memory shared
-/// between processes (see `layout`).
+/// `#[repr(C)]` and an integer flag holding the holder's process token (see
+/// [`FoldFlag`]) so that a cell may live in memory shared between processes (see
+/// `layout`), and a cell whose holder was killed mid-fold can be freed by a survivor.
 #[derive(Debug)]
 #[repr(C)]
 pub(crate) struct Exclusive<T> {
-    /// [`FREE`] or [`BUSY`].
-    busy: AtomicU8,
+    busy: FoldFlag,
     value: UnsafeCell<T>,
 }
-
-/// `Exclusive::busy`: nobody inside.
-const FREE: u8 = 0;
-/// `Exclusive::busy`: one thread inside `try_with`.
-const BUSY: u8 = 1;
 
 // SAFETY: the value is only ever reached through `try_with`, which hands out `&mut T`
 // to exactly one thread at a time (guarded by `busy`), so sharing the cell between
@@ -136,28 +214,32 @@ unsafe impl<T: Send> Sync for Exclusive<T> {}
 
 impl<T> Exclusive<T> {
     pub(crate) fn new(value: T) -> Self {
-        Self { busy: AtomicU8::new(FREE), value: UnsafeCell::new(value) }
+        Self { busy: FoldFlag::new(), value: UnsafeCell::new(value) }
     }
 
     /// Runs `f` with exclusive access, or returns `None` if another thread is inside.
     pub(crate) fn try_with<R>(&self, f: impl FnOnce(&mut T) -> R) -> Option<R> {
-        // Acquire: pairs with the Release store in `Release::drop`, so this thread sees
-        // every write the previous holder made to the value.
-        if self.busy.compare_exchange(FREE, BUSY, Ordering::Acquire, Ordering::Relaxed).is_err() {
+        if !self.busy.try_enter() {
             return None;
         }
-        struct Release<'a>(&'a AtomicU8);
+        struct Release<'a>(&'a FoldFlag);
         impl Drop for Release<'_> {
             fn drop(&mut self) {
-                // Release: publishes this holder's writes to the next Acquire above.
-                self.0.store(FREE, Ordering::Release);
+                self.0.leave();
             }
         }
         let _release = Release(&self.busy);
-        // SAFETY: `busy` was FREE and we set it to BUSY, so no other thread is inside
+        // SAFETY: `busy` was free and this thread took it, so no other thread is inside
         // `try_with`; the `&mut T` does not outlive this call (the closure cannot return it
         // because `R` does not borrow from the cell's lifetime).
         Some(self.value.with_mut(|ptr| f(unsafe { &mut *ptr })))
+    }
+
+    /// The flag guarding the value (for freeing it after its holder's process died).
+    #[inline]
+    #[cfg_attr(any(loom, not(target_has_atomic = "64")), allow(dead_code))]
+    pub(crate) fn flag(&self) -> &FoldFlag {
+        &self.busy
     }
 }
 
@@ -174,6 +256,31 @@ mod tests {
         });
         assert_eq!(inner, Some(true));
         assert_eq!(cell.try_with(|v| *v), Some(2));
+    }
+
+    #[test]
+    fn a_stale_flag_is_freed_only_for_its_holder() {
+        let cell = Exclusive::new(0u32);
+        assert!(cell.flag().try_enter(), "parks as if its holder died inside");
+        let holder = cell.flag().holder();
+        assert_ne!(holder, 0);
+        assert_eq!(cell.try_with(|_| ()), None, "taken");
+        // SAFETY: no thread is inside (the flag was parked, nobody runs the closure).
+        assert!(!unsafe { cell.flag().break_stale(holder ^ 2) }, "another token frees nothing");
+        assert!(!unsafe { cell.flag().break_stale(0) });
+        assert_eq!(cell.try_with(|_| ()), None, "still taken");
+        // SAFETY: as above.
+        assert!(unsafe { cell.flag().break_stale(holder) });
+        // SAFETY: as above.
+        assert!(!unsafe { cell.flag().break_stale(holder) }, "freed once");
+        assert_eq!(
+            cell.try_with(|v| {
+                *v += 1;
+                *v
+            }),
+            Some(1),
+            "usable again"
+        );
     }
 
     #[test]

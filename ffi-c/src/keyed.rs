@@ -502,7 +502,7 @@ pub struct sg_keyed_metrics {
 }
 const _: () = assert!(TOP == 16); // `top_keys` above
 
-fn keyed_metrics<const N: usize>(m: &KeyedMetrics<N, TOP>) -> sg_keyed_metrics {
+pub(crate) fn keyed_metrics<const N: usize>(m: &KeyedMetrics<N, TOP>) -> sg_keyed_metrics {
     let t = &m.top_keys;
     sg_keyed_metrics {
         reserved: [0; 4],

@@ -57,6 +57,7 @@ pub mod retry;
 pub mod shared;
 #[cfg(target_os = "linux")]
 pub mod shared_gate;
+pub mod shared_more;
 pub mod status;
 pub mod throttle;
 pub mod time;

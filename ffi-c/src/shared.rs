@@ -106,7 +106,7 @@ fn take(permit: &sg_shared_permit, owner: u64) -> Res<SharedRawPermit> {
     Ok(unsafe { cell.payload.as_ptr().cast::<SharedRawPermit>().read() })
 }
 
-fn status_of(e: ShmError) -> sg_status {
+pub(crate) fn status_of(e: ShmError) -> sg_status {
     match e {
         ShmError::BadName => SG_INVALID_ARGUMENT,
         ShmError::Os { .. } | ShmError::TableFull => SG_SHM_UNAVAILABLE,
@@ -120,7 +120,7 @@ fn status_of(e: ShmError) -> sg_status {
 }
 
 /// `name` as UTF-8, or `None` for NULL.
-unsafe fn name_arg<'a>(name: *const c_char) -> Res<Option<&'a str>> {
+pub(crate) unsafe fn name_arg<'a>(name: *const c_char) -> Res<Option<&'a str>> {
     if name.is_null() {
         return Ok(None);
     }

@@ -10,11 +10,15 @@ use std::time::Duration;
 use quickcheck::{Arbitrary, Gen, QuickCheck};
 use surgeguard::clock::monotonic_ns;
 use surgeguard::core::Limiter;
+use surgeguard::core::keyed::{KeyedConfig, hash_key};
+use surgeguard::core::layout::Placeable;
 use surgeguard::core::limit::{AimdConfig, AlgorithmConfig, FixedConfig};
 use surgeguard::core::rate::RateLimiterConfig;
 use surgeguard::core::retry::RetryBudgetConfig;
-use surgeguard::shm::{SharedLimiter, SharedRateLimiter, SharedRetryBudget, ShmError};
-use surgeguard::{LimiterConfig, Outcome, Priority};
+use surgeguard::shm::{
+    SharedKeyedLimits, SharedLimiter, SharedRateLimiter, SharedRetryBudget, ShmError,
+};
+use surgeguard::{LimiterConfig, Outcome, Priority, Reason};
 
 fn fixed(limit: f64) -> LimiterConfig {
     LimiterConfig {
@@ -334,6 +338,123 @@ fn rate_and_budget_are_one_across_processes() {
     println!("ok rate_and_budget_are_one_across_processes");
 }
 
+fn fold_holder<T: Placeable>(object: &T) -> u64 {
+    let mut holder = 0;
+    object.fold_cells(&mut |c| holder |= c.holder());
+    holder
+}
+
+/// A worker `kill -9`'d in the middle of a fold (parked inside it by the test hook): while
+/// it lives its cell is left alone; once it is dead the next operation (after the
+/// per-process check interval) frees the cell, so the budget folds and allows retries
+/// again, and a shared limiter's `reclaim` frees its window fold.
+fn kill9_inside_a_fold_frees_the_cell() {
+    let name = unique("fold");
+    let cfg = RetryBudgetConfig {
+        min_retries_per_sec: 0,
+        percent_can_retry: 0.5,
+        ..RetryBudgetConfig::default()
+    };
+    let budget = SharedRetryBudget::open(&name, cfg).unwrap();
+    let limiter = SharedLimiter::anonymous(fixed(3.0)).unwrap();
+    let flags = Counters::new();
+    let (n2, cfg2, lim) = (name.clone(), cfg, &limiter);
+    let child = fork(move || {
+        let mine = SharedRetryBudget::open(&n2, cfg2).unwrap();
+        let mut parked = 0;
+        mine.get().fold_cells(&mut |c| parked += c.park() as u32);
+        lim.limiter().fold_cells(&mut |c| parked += c.park() as u32);
+        flags.at(0).store(parked, Ordering::Release);
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    });
+    wait_until("the child to park", || flags.at(0).load(Ordering::Acquire) != 0);
+    assert_eq!(flags.at(0).load(Ordering::Acquire), 2, "both cells taken by the child");
+    let held = fold_holder(budget.get());
+    assert_ne!(held, 0);
+    assert_eq!(fold_holder(limiter.limiter()), held, "one token per process");
+    let t0 = monotonic_ns() + 2_000_000_000;
+    for i in 0..10 {
+        budget.deposit(t0 + i);
+    }
+    std::thread::sleep(Duration::from_millis(15));
+    assert!(budget.try_withdraw(t0 + 20).is_err(), "ring held: no fold, no retry");
+    assert_eq!(budget.reclaim(), 0, "a live holder is never freed");
+    assert_eq!(limiter.reclaim(), 0);
+    assert_eq!(fold_holder(budget.get()), held);
+    kill9(child);
+    wait_until("the child to die", || {
+        std::fs::read_to_string(format!("/proc/{child}/stat")).map_or(true, |s| s.contains(") Z "))
+    });
+    std::thread::sleep(Duration::from_millis(15));
+    // The next operation meets the dead holder's cell and frees it.
+    let t1 = t0 + 2_000_000_000;
+    for i in 0..10 {
+        budget.deposit(t1 + i);
+    }
+    assert_eq!(fold_holder(budget.get()), 0, "freed by an operation");
+    assert!(budget.try_withdraw(t1 + 20).is_ok(), "folds and allows retries again");
+    assert_eq!(fold_holder(limiter.limiter()), held, "the limiter's cell: still taken");
+    limiter.reclaim();
+    assert_eq!(fold_holder(limiter.limiter()), 0, "freed by reclaim");
+    assert_eq!(budget.reclaim(), 0, "nothing freed twice");
+    assert_eq!(wait(child), -libc::SIGKILL);
+    SharedRetryBudget::unlink(&name).unwrap();
+    println!("ok kill9_inside_a_fold_frees_the_cell");
+}
+
+/// Key permits of a worker `kill -9`'d while holding them come back exactly once: a
+/// refused key sweeps and is admitted; the top-keys flag it held is freed too.
+fn kill9_holding_key_permits_gives_them_back() {
+    let config = KeyedConfig { shards_per_key: 1, ..KeyedConfig::new(2) };
+    let name = unique("keyed");
+    let keyed = SharedKeyedLimits::<8, 4>::open(&name, config).unwrap();
+    let flags = Counters::new();
+    let (x, y) = (hash_key(1, b"tenant-x"), hash_key(1, b"tenant-y"));
+    let mine = keyed.try_acquire(y, monotonic_ns(), 1).unwrap();
+    let n2 = name.clone();
+    let child = fork(move || {
+        let k = SharedKeyedLimits::<8, 4>::open(&n2, config).unwrap();
+        for key in [x, x, y] {
+            let _held = k.try_acquire(key, monotonic_ns(), 1).unwrap(); // held until killed
+        }
+        let mut parked = 0;
+        k.limits().fold_cells(&mut |c| parked += c.park() as u32);
+        flags.at(0).store(1 + parked, Ordering::Release);
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    });
+    wait_until("the child's key permits", || flags.at(0).load(Ordering::Acquire) != 0);
+    assert_eq!(flags.at(0).load(Ordering::Acquire), 2, "the top-keys flag parked");
+    assert_eq!(keyed.limits().metrics().in_flight, 4);
+    assert_eq!(keyed.attached_processes(), 2);
+    let refused = keyed.try_acquire(x, monotonic_ns(), 1).unwrap_err();
+    assert!(matches!(refused, ShmError::Rejected(r) if r.reason == Reason::KeyLimit));
+    assert_eq!(keyed.reclaim(), 0, "a live worker is never reclaimed");
+    kill9(child);
+    wait_until("the child to die", || {
+        std::fs::read_to_string(format!("/proc/{child}/stat")).map_or(true, |s| s.contains(") Z "))
+    });
+    std::thread::sleep(Duration::from_millis(110)); // past the sweep interval
+    let again = keyed.try_acquire(x, monotonic_ns(), 1).expect("the refusal sweeps: admitted");
+    let m = keyed.limits().metrics();
+    assert_eq!(m.in_flight, 2, "the child's 3 came back, exactly");
+    assert_eq!(keyed.reclaim(), 0, "nothing twice");
+    assert_eq!(keyed.attached_processes(), 1);
+    let mut top = 0;
+    keyed.limits().fold_cells(&mut |c| top |= c.holder());
+    assert_eq!(top, 0, "the top-keys flag is free again");
+    assert!(keyed.limits().record_rejection(x));
+    keyed.release(again).unwrap();
+    keyed.release(mine).unwrap();
+    assert_eq!(keyed.limits().metrics().in_flight, 0);
+    assert_eq!(wait(child), -libc::SIGKILL);
+    SharedKeyedLimits::<8, 4>::unlink(&name).unwrap();
+    println!("ok kill9_holding_key_permits_gives_them_back");
+}
+
 #[derive(Clone, Debug)]
 enum Op {
     Acquire(u8),
@@ -399,6 +520,8 @@ fn main() {
     create_or_attach_by_name_races_to_one_segment();
     mismatched_attaches_are_refused();
     rate_and_budget_are_one_across_processes();
+    kill9_inside_a_fold_frees_the_cell();
+    kill9_holding_key_permits_gives_them_back();
     the_dependency_sees_at_most_the_shared_limit();
     QuickCheck::new().tests(300).quickcheck(same_decisions_as_in_process as fn(Vec<Op>) -> bool);
     println!("ok same_decisions_as_in_process");

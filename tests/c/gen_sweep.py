@@ -195,6 +195,10 @@ def type_of_handle(t):
     return None
 
 
+# The other shared objects (Linux): anonymous heap handles, fingerprints and key permit
+# storage defined in sweep_api.c (SMORE_*, SKEY_*).
+SMORE = ("sg_shared_rate", "sg_shared_budget", "sg_shared_keyed")
+
 cases = []
 for name in sorted(fns):
     ret, ps = fns[name]
@@ -210,6 +214,9 @@ for name in sorted(fns):
     sgate_obj = None  # the sg_shared_gate the call is on
     sgate_outs = []  # sg_shared_gate_permit outputs
     sgate_ins = []  # sg_shared_gate_permit inputs
+    smore_obj = None  # (kind, var) of the other shared object the call is on
+    skey_outs = []  # sg_shared_key_permit outputs
+    skey_ins = []  # sg_shared_key_permit inputs
     for i, (t, n) in enumerate(ps):
         v = f"a{i}"
         ht = type_of_handle(t)
@@ -261,6 +268,25 @@ for name in sorted(fns):
             args.append(v)
         elif t == "uint64_t" and n == "timeout_ns":
             body.append(f"uint64_t {v} = ONE_IN(2) ? 0 : U64() % 2000000;")
+            args.append(v)
+        elif base in SMORE and t.endswith("**"):
+            body.append(f"{base} *o{i} = NULL; {base} **{v} = OUTP(&o{i});")
+            outs.append((f"o{i}", "handle:" + base[3:], n))
+            args.append(v)
+        elif base in SMORE and name.endswith("_free"):
+            body.append(f"{base} *{v} = SMORE_FRESH_{base[3:].upper()}();")
+            args.append(v)
+        elif base in SMORE:
+            body.append(f"{base} *{v} = SMORE_H_{base[3:].upper()}();")
+            smore_obj = smore_obj or (base[3:], v)
+            args.append(f"({t}){v}")
+        elif base == "sg_shared_key_permit" and n == "permit_out":
+            body.append(f"sg_shared_key_permit *{v} = SKEY_SLOT_FREE();")
+            skey_outs.append(v)
+            args.append(v)
+        elif base == "sg_shared_key_permit":
+            body.append(f"sg_shared_key_permit *{v} = SKEY_SLOT_ANY();")
+            skey_ins.append(v)
             args.append(v)
         elif t == "const char *" and n == "name":
             body.append(f"const char *{v} = SHARED_NAME();")
@@ -371,6 +397,10 @@ for name in sorted(fns):
             lines.append(f"    uint64_t sgfp_ = sgate_fp({sgate_obj});")
         for p in sgate_outs:
             lines.append(f"    sg_shared_gate_permit gv_{p}; if ({p}) memcpy(&gv_{p}, {p}, sizeof gv_{p});")
+        if smore_obj:
+            lines.append(f"    uint64_t smfpb_ = smore_fp_{smore_obj[0]}({smore_obj[1]});")
+        for p in skey_outs:
+            lines.append(f"    sg_shared_key_permit kv_{p}; if ({p}) memcpy(&kv_{p}, {p}, sizeof kv_{p});")
         lines.append(f"    sg_status st = {call};")
         lines.append(f'    check_status(st, "{name}");')
         if shared_obj:
@@ -389,6 +419,13 @@ for name in sorted(fns):
             lines.append(f"    if (st == SG_OK || st == SG_ALREADY_RELEASED) sgate_released({p});")
         if name == "sg_shared_gate_arrive":
             lines.append("    if (st == SG_QUEUED) sgate_note_ticket(a0, &o5);")
+        if smore_obj:
+            lines.append(f'    if ((unsigned)st >= 100) SAME(smore_fp_{smore_obj[0]}({smore_obj[1]}) == smfpb_, "{name}", "a failing call changed the shared object");')
+        for p in skey_outs:
+            lines.append(f'    if (st != SG_OK && {p}) SAME(memcmp(&kv_{p}, {p}, sizeof kv_{p}) == 0, "{name}", "permit output written on failure");')
+            lines.append(f"    if (st == SG_OK) skey_issued({smore_obj[1]}, {p});")
+        for p in skey_ins:
+            lines.append(f"    if (st == SG_OK) skey_released({p});")
         if obj:
             lines.append(f'    AFTER(T_{obj[0].upper()}, {obj[1]}, st, "{name}");')
         for p in permit_outs:

@@ -166,6 +166,20 @@ static const char *SHARED_NAME(void);
 static uint64_t shared_fp(const sg_shared_limiter *h);
 static void shared_issued(sg_shared_limiter *h, sg_shared_permit *p);
 static void shared_released(sg_shared_permit *p);
+/* The other shared objects: see the definitions below. */
+static sg_shared_rate *SMORE_FRESH_SHARED_RATE(void);
+static sg_shared_rate *SMORE_H_SHARED_RATE(void);
+static sg_shared_budget *SMORE_FRESH_SHARED_BUDGET(void);
+static sg_shared_budget *SMORE_H_SHARED_BUDGET(void);
+static sg_shared_keyed *SMORE_FRESH_SHARED_KEYED(void);
+static sg_shared_keyed *SMORE_H_SHARED_KEYED(void);
+static uint64_t smore_fp_shared_rate(const sg_shared_rate *h);
+static uint64_t smore_fp_shared_budget(const sg_shared_budget *h);
+static uint64_t smore_fp_shared_keyed(const sg_shared_keyed *h);
+static sg_shared_key_permit *SKEY_SLOT_FREE(void);
+static sg_shared_key_permit *SKEY_SLOT_ANY(void);
+static void skey_issued(sg_shared_keyed *h, sg_shared_key_permit *p);
+static void skey_released(sg_shared_key_permit *p);
 
 /* The shared gate (Linux): see the definitions below. */
 static sg_shared_gate *SGATE_FRESH(void);
@@ -374,6 +388,118 @@ static void shared_teardown(void) {
     sg_shared_limiter_free(shared_other);
 }
 
+/* The shared rate limiter, retry budget and keyed table: two live anonymous objects of
+ * each (one is "another object" for the other), key permit slots with a shadow of which
+ * are live (and whose). */
+static sg_shared_rate *smore_rate[2];
+static sg_shared_budget *smore_budget[2];
+static sg_shared_keyed *smore_keyed[2];
+static sg_shared_key_permit skey_slots[SHARED_SLOTS], skey_garbage;
+static sg_shared_keyed *skey_owner[SHARED_SLOTS];
+static sg_shared_rate *smore_open_rate(void) {
+    sg_rate_limiter_config c;
+    sg_shared_rate *h = NULL;
+    if (sg_rate_limiter_config_default(&c) != SG_OK || sg_shared_rate_open(NULL, &c, &h) != SG_OK) abort();
+    return h;
+}
+static sg_shared_budget *smore_open_budget(void) {
+    sg_retry_budget_config c;
+    sg_shared_budget *h = NULL;
+    if (sg_retry_budget_config_default(&c) != SG_OK || sg_shared_budget_open(NULL, &c, &h) != SG_OK) abort();
+    return h;
+}
+static sg_shared_keyed *smore_open_keyed(void) {
+    sg_keyed_config c;
+    sg_shared_keyed *h = NULL;
+    if (sg_keyed_config_default(&c) != SG_OK) abort();
+    c.shards = 16;
+    c.shard_limit = 2;
+    if (sg_shared_keyed_open(NULL, &c, &h) != SG_OK) abort();
+    return h;
+}
+/* NULL, a handle of another type, the other object, or the live one. */
+#define SMORE_PICK(arr, type)                 \
+    switch (next_u64() % 16) {                \
+    case 0: return NULL;                      \
+    case 1: return (type *)H(0);              \
+    case 2: case 3: return (arr)[1];          \
+    default: return (arr)[0];                 \
+    }
+static sg_shared_rate *SMORE_FRESH_SHARED_RATE(void) { return ONE_IN(4) ? NULL : smore_open_rate(); }
+static sg_shared_rate *SMORE_H_SHARED_RATE(void) { SMORE_PICK(smore_rate, sg_shared_rate) }
+static sg_shared_budget *SMORE_FRESH_SHARED_BUDGET(void) { return ONE_IN(4) ? NULL : smore_open_budget(); }
+static sg_shared_budget *SMORE_H_SHARED_BUDGET(void) { SMORE_PICK(smore_budget, sg_shared_budget) }
+static sg_shared_keyed *SMORE_FRESH_SHARED_KEYED(void) { return ONE_IN(4) ? NULL : smore_open_keyed(); }
+static sg_shared_keyed *SMORE_H_SHARED_KEYED(void) { SMORE_PICK(smore_keyed, sg_shared_keyed) }
+static uint64_t smore_fp_shared_rate(const sg_shared_rate *h) {
+    uint32_t a = 0;
+    return sg_shared_rate_available(h, sweep_now, &a) == SG_OK ? mix(a, 1) : 0;
+}
+static uint64_t smore_fp_shared_budget(const sg_shared_budget *h) {
+    uint64_t a = 0;
+    return sg_shared_budget_available(h, sweep_now, &a) == SG_OK ? mix(a, 2) : 0;
+}
+static uint64_t smore_fp_shared_keyed(const sg_shared_keyed *h) {
+    sg_keyed_metrics m;
+    if (sg_shared_keyed_metrics_get(h, &m) != SG_OK) return 0;
+    return mix(mix(m.in_flight, m.admitted), mix(m.foreign_releases, m.rejected_key_limit + m.rejected_key_rate));
+}
+static int skey_index(const sg_shared_key_permit *p) {
+    return p >= skey_slots && p < skey_slots + SHARED_SLOTS ? (int)(p - skey_slots) : -1;
+}
+static sg_shared_key_permit *SKEY_SLOT_FREE(void) {
+    unsigned i, start = (unsigned)(next_u64() % SHARED_SLOTS);
+    if (ONE_IN(32)) return NULL;
+    for (i = 0; i < SHARED_SLOTS; i++) {
+        unsigned k = (start + i) % SHARED_SLOTS;
+        if (skey_owner[k] == NULL) return &skey_slots[k];
+    }
+    return NULL;
+}
+static sg_shared_key_permit *SKEY_SLOT_ANY(void) {
+    if (ONE_IN(32)) return NULL;
+    if (ONE_IN(16)) {
+        size_t i;
+        for (i = 0; i < sizeof skey_garbage; i++) ((unsigned char *)&skey_garbage)[i] = (unsigned char)next_u64();
+        return &skey_garbage;
+    }
+    return &skey_slots[next_u64() % SHARED_SLOTS];
+}
+static void skey_issued(sg_shared_keyed *h, sg_shared_key_permit *p) {
+    int k = skey_index(p);
+    if (k < 0) abort();
+    skey_owner[k] = h;
+}
+static void skey_released(sg_shared_key_permit *p) {
+    int k = skey_index(p);
+    if (k >= 0) skey_owner[k] = NULL;
+}
+static void smore_setup(void) {
+    int i;
+    for (i = 0; i < 2; i++) {
+        smore_rate[i] = smore_open_rate();
+        smore_budget[i] = smore_open_budget();
+        smore_keyed[i] = smore_open_keyed();
+    }
+}
+static void smore_teardown(void) {
+    int k;
+    sg_keyed_metrics m;
+    for (k = 0; k < SHARED_SLOTS; k++) {
+        if (skey_owner[k] != NULL) {
+            SAME(sg_shared_keyed_release(skey_owner[k], &skey_slots[k]) == SG_OK, "end",
+                 "a live shared key permit its table did not take back");
+        }
+    }
+    for (k = 0; k < 2; k++) {
+        SAME(sg_shared_keyed_metrics_get(smore_keyed[k], &m) == SG_OK && m.in_flight == 0, "end",
+             "the shared keyed table has permits in flight after every release");
+        sg_shared_rate_free(smore_rate[k]);
+        sg_shared_budget_free(smore_budget[k]);
+        sg_shared_keyed_free(smore_keyed[k]);
+    }
+}
+
 /* Per type: a heap object, one in caller storage, and ended storage (deinitialised, still
  * allocated: a stale handle that is safe to pass). */
 static void *live_heap[N_TYPES], *live_mem[N_TYPES], *dead_mem[N_TYPES];
@@ -503,6 +629,7 @@ int main(int argc, char **argv) {
     rng_state = seed;
     (void)OUTP_;
     shared_setup();
+    smore_setup();
     for (t = 0; t < N_TYPES; t++) {
         live_heap[t] = make_heap[t]();
         live_mem[t] = make_mem[t]();
@@ -531,6 +658,7 @@ int main(int argc, char **argv) {
     }
     shared_teardown();
     sgate_teardown();
+    smore_teardown();
     for (t = 0; t < N_TYPES; t++) {
         end_heap[t](live_heap[t]);
         end_mem[t](live_mem[t]);

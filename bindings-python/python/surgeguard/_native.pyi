@@ -546,6 +546,23 @@ class KeyedLimits:
         burst: Optional[int] = None,
         hash_seed: Optional[int] = None,
     ) -> None: ...
+    @staticmethod
+    def shared(
+        name: Optional[str],
+        shard_limit: int,
+        *,
+        shards: Optional[int] = None,
+        shards_per_key: Optional[int] = None,
+        limit_retry_after: Optional[Seconds] = None,
+        seed: Optional[int] = None,
+        rate: Optional[float] = None,
+        burst: Optional[int] = None,
+        hash_seed: Optional[int] = None,
+    ) -> "KeyedLimits":
+        """Per-key caps across worker processes (Linux), by ``name`` or anonymous (``None``)."""
+    def reclaim(self) -> int: ...
+    @property
+    def is_shared(self) -> bool: ...
     def try_acquire(self, key: Key, cost: Optional[int] = None, *, now_ns: Optional[int] = None) -> "KeyPermit": ...
     def release(self, permit: "KeyPermit") -> None: ...
     def record_rejection(self, key: Key) -> bool: ...

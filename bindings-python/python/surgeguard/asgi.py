@@ -25,6 +25,12 @@ Per request (``scope["type"] == "http"``; lifespan and websocket pass through):
    anything else (other 4xx/5xx, client disconnect, cancellation, a
    :class:`~surgeguard.DeadlineExceeded`) → ignored.
 
+``gate`` may also be a limiter without a queue — a :class:`~surgeguard.SharedLimiter`
+(one limit across worker processes), a :class:`~surgeguard.Limiter`, or anything with
+their ``try_acquire(priority)`` and permit (``held``, ``release(outcome)``) API: each
+request is then admitted at once or refused at once (``503``, ``limit_reached``), never
+queued, and ``timeout`` is only the deadline the handler reads.
+
 Deadlines: the caller's remaining budget is read from ``surgeguard-timeout-ms``,
 ``grpc-timeout``, ``x-envoy-expected-rq-timeout-ms`` and ``deadline_header`` (the smallest
 valid one wins; bad values are ignored and counted in ``deadline_stats``); without one,
@@ -41,12 +47,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, Awaitable, Callable, Dict, Iterable, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 from . import deadline as _dl
-from ._native import Gate, KeyedLimits, actionable, clock_ns
+from ._native import Gate, KeyedLimits, Limiter, actionable, clock_ns
 from .degrade import STALE_WARNING, _stale_cell
 from .errors import DeadlineExceeded, DeadlineUnmeetable, KeyLimit, KeyRate, OverloadError, Rejected
+
+if TYPE_CHECKING:
+    from ._native import SharedLimiter
 
 __all__ = ["OverloadMiddleware", "health", "outcome_for_status", "DROPPED_STATUSES"]
 
@@ -85,8 +94,65 @@ def outcome_for_status(status: int) -> str:
     return "ignored"
 
 
-def health(gate: Optional[Gate], broken: Optional[Callable[[], bool]] = None) -> Tuple[int, Dict[str, Any]]:
-    """The readiness answer: ``(status, body)``.
+def _is_limiter(obj: Any) -> bool:
+    """Whether ``obj`` has the limiter's admit-or-refuse API (and is not a Gate)."""
+    return not isinstance(obj, Gate) and callable(getattr(obj, "try_acquire", None))
+
+
+class _Admit:
+    """``acquire(...)`` of a :class:`_LimiterGate`: admits on entry or raises the refusal."""
+
+    __slots__ = ("_limiter", "_priority")
+
+    def __init__(self, limiter: Any, priority: Union[str, int, None]) -> None:
+        self._limiter = limiter
+        self._priority = priority
+
+    def __enter__(self) -> Any:
+        return self._limiter.try_acquire(self._priority)
+
+    async def __aenter__(self) -> Any:
+        return self._limiter.try_acquire(self._priority)
+
+
+class _LimiterGate:
+    """A limiter seen through the part of the Gate API the middlewares use: admit or
+    refuse at once (no queue, so nothing to wait for)."""
+
+    __slots__ = ("limiter", "levels")
+
+    def __init__(self, limiter: Any) -> None:
+        self.limiter = limiter
+        levels = getattr(limiter, "levels", 1)
+        self.levels = levels if isinstance(levels, int) and levels >= 1 else 1
+
+    def acquire(self, priority: Union[str, int, None], timeout: Optional[float] = None) -> _Admit:
+        if timeout is not None:
+            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+                raise TypeError(f"timeout must be a number of seconds or None, got {type(timeout).__name__}")
+            if not timeout >= 0 or timeout == float("inf"):
+                raise ValueError(f"timeout must be a finite number of seconds >= 0, got {timeout!r}")
+        return _Admit(self.limiter, priority)
+
+    acquire_async = acquire
+
+    @property
+    def overloaded(self) -> bool:
+        inflight, limit = getattr(self.limiter, "inflight", None), getattr(self.limiter, "limit", None)
+        return isinstance(inflight, int) and isinstance(limit, (int, float)) and inflight >= limit
+
+    def metrics(self) -> Dict[str, Any]:
+        return {"waiting": 0, "limiter": {"inflight": self.limiter.inflight, "limit": self.limiter.limit}}
+
+
+def _admission(gate: Any) -> Any:
+    """What the middleware admits through: the Gate itself, or a limiter adapted."""
+    return _LimiterGate(gate) if _is_limiter(gate) else gate
+
+
+def health(gate: "Union[Gate, Limiter, SharedLimiter, None]", broken: Optional[Callable[[], bool]] = None) -> Tuple[int, Dict[str, Any]]:
+    """The readiness answer: ``(status, body)``. ``gate`` may also be a limiter (a
+    ``SharedLimiter``): overloaded when every permit is taken.
 
     - ``broken()`` true → ``503 {"status": "broken"}``: remove this instance.
     - gate overloaded → ``200 {"status": "overloaded", "send_less": true}``: keep it, send
@@ -94,8 +160,10 @@ def health(gate: Optional[Gate], broken: Optional[Callable[[], bool]] = None) ->
       balancer moves its load onto the others and they fail in turn).
     - otherwise → ``200 {"status": "ok"}``.
     """
-    if gate is not None and not isinstance(gate, Gate):
-        raise TypeError(f"gate must be a surgeguard.Gate or None, got {type(gate).__name__}")
+    if gate is not None and _is_limiter(gate):
+        gate = _LimiterGate(gate)
+    if gate is not None and not isinstance(gate, (Gate, _LimiterGate)):
+        raise TypeError(f"gate must be a surgeguard.Gate, a limiter or None, got {type(gate).__name__}")
     if broken is not None and not callable(broken):
         raise TypeError(f"broken must be a callable or None, got {type(broken).__name__}")
     if broken is not None and broken():
@@ -173,8 +241,10 @@ def _check_args(
     out-of-range values ``ValueError``, all at construction."""
     if not callable(app):
         raise TypeError(f"app must be a callable (the wrapped app), got {type(app).__name__}")
-    if not isinstance(gate, Gate):
-        raise TypeError(f"gate must be a surgeguard.Gate, got {type(gate).__name__}")
+    if not isinstance(gate, Gate) and not _is_limiter(gate):
+        raise TypeError(
+            f"gate must be a surgeguard.Gate or a limiter (SharedLimiter, Limiter), got {type(gate).__name__}"
+        )
     if keyed is not None and not isinstance(keyed, KeyedLimits):
         raise TypeError(f"keyed must be a surgeguard.KeyedLimits or None, got {type(keyed).__name__}")
     for name, value, optional in (
@@ -213,7 +283,9 @@ class OverloadMiddleware:
 
     Args:
         app: the ASGI app.
-        gate: the :class:`~surgeguard.Gate` all requests pass.
+        gate: the :class:`~surgeguard.Gate` all requests pass, or a limiter without a
+            queue (a :class:`~surgeguard.SharedLimiter` for one limit across worker
+            processes): admitted or refused at once.
         timeout: the request's deadline in seconds, covering the wait in the queue *and*
             the expected service time (the gate's ``service_time``): a request that
             cannot finish in time is refused at once (``DeadlineUnmeetable``), and a
@@ -244,7 +316,7 @@ class OverloadMiddleware:
     def __init__(
         self,
         app: ASGIApp,
-        gate: Gate,
+        gate: Union[Gate, Limiter, SharedLimiter],
         *,
         timeout: Optional[float] = None,
         priority_header: str = "x-request-priority",
@@ -267,7 +339,8 @@ class OverloadMiddleware:
         exclude_paths = list(exclude_paths)
         if not all(isinstance(p, str) for p in exclude_paths):
             raise TypeError("exclude_paths must hold str paths")
-        gate.acquire_async(None, timeout)  # validates timeout once, here
+        self._admit = _admission(gate)
+        self._admit.acquire_async(None, timeout)  # validates timeout once, here
         self._deadlines = _dl._ServerPolicy(read_deadlines, deadline_header, default_budget, timeout, deadline_stats)
         self.deadline_stats = self._deadlines.stats
         self._deadline_names = {n.encode("latin-1"): n for n in self._deadlines.names}
@@ -283,8 +356,7 @@ class OverloadMiddleware:
         self.health_path = health_path
         self.broken = broken
         self.exclude_paths = frozenset(exclude_paths)
-        self._levels = gate.levels
-        gate.acquire_async(None, timeout)  # validates timeout once, here
+        self._levels = self._admit.levels
 
     def _key_of(self, scope: Scope) -> Union[str, bytes, None]:
         if self.key is not None:
@@ -311,7 +383,7 @@ class OverloadMiddleware:
             return
         path = scope.get("path", "")
         if self.health_path is not None and path == self.health_path:
-            status, body = health(self.gate, self.broken)
+            status, body = health(self._admit, self.broken)
             await _respond(send, status, [(b"content-type", b"application/json")], json.dumps(body).encode())
             return
         if path in self.exclude_paths:
@@ -334,7 +406,7 @@ class OverloadMiddleware:
             try:
                 if budget == 0:
                     raise _expired_on_arrival(self.deadline_stats)
-                permit = await self.gate.acquire_async(self._priority_of(scope), timeout).__aenter__()
+                permit = await self._admit.acquire_async(self._priority_of(scope), timeout).__aenter__()
             except Rejected as refusal:
                 if key is not None and self.keyed is not None:
                     self.keyed.record_rejection(key)

@@ -6,6 +6,9 @@ closed — not when the app returns (PEP 3333), so streaming responses hold thei
 
     app = OverloadWSGIMiddleware(app, gate=surgeguard.Gate(), timeout=0.5)
 
+``gate`` may also be a limiter without a queue (a :class:`~surgeguard.SharedLimiter`: one
+limit across worker processes), as in :mod:`surgeguard.asgi`: admitted or refused at once.
+
 Refusals: ``429`` (per key) or ``503`` (global) with ``Retry-After`` and the JSON body of
 :func:`surgeguard.actionable`. Outcomes from the status as in :mod:`surgeguard.asgi`.
 
@@ -21,13 +24,14 @@ from __future__ import annotations
 
 import contextvars
 import json
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 from . import deadline as _dl
-from ._native import Gate, KeyedLimits, actionable, clock_ns
+from ._native import Gate, KeyedLimits, Limiter, actionable, clock_ns
 from .asgi import (
     _DEADLINE_BODY,
     _NAMES,
+    _admission,
     _budget_and_timeout,
     _check_args,
     _exception_outcome,
@@ -37,6 +41,9 @@ from .asgi import (
 )
 from .degrade import STALE_WARNING, _stale_cell
 from .errors import DeadlineExceeded, KeyLimit, KeyRate, OverloadError, Rejected
+
+if TYPE_CHECKING:
+    from ._native import SharedLimiter
 
 __all__ = ["OverloadWSGIMiddleware"]
 
@@ -110,7 +117,8 @@ class OverloadWSGIMiddleware:
 
     Args:
         app: the WSGI app.
-        gate: the :class:`~surgeguard.Gate`.
+        gate: the :class:`~surgeguard.Gate`, or a limiter without a queue (a
+            :class:`~surgeguard.SharedLimiter`): admitted or refused at once.
         timeout: the request's deadline in seconds, covering the wait while queued (the
             thread blocks, GIL released) *and* the expected service time: a request that
             cannot finish in time is refused at once (``DeadlineUnmeetable``). ``None``
@@ -127,7 +135,7 @@ class OverloadWSGIMiddleware:
     def __init__(
         self,
         app: WSGIApp,
-        gate: Gate,
+        gate: Union[Gate, Limiter, SharedLimiter],
         *,
         timeout: Optional[float] = None,
         priority_header: str = "x-request-priority",
@@ -144,7 +152,8 @@ class OverloadWSGIMiddleware:
         deadline_stats: Optional[_dl.DeadlineStats] = None,
     ) -> None:
         _check_args(app, gate, priority_header, priority, keyed, key_header, key, key_cost, health_path, broken)
-        gate.acquire(None, timeout)  # validates timeout once, here
+        self._admit = _admission(gate)
+        self._admit.acquire(None, timeout)  # validates timeout once, here
         self._deadlines = _dl._ServerPolicy(read_deadlines, deadline_header, default_budget, timeout, deadline_stats)
         self.deadline_stats = self._deadlines.stats
         self._deadline_env = [(n, _environ_key(n)) for n in self._deadlines.names]
@@ -159,8 +168,7 @@ class OverloadWSGIMiddleware:
         self.key_cost = key_cost
         self.health_path = health_path
         self.broken = broken
-        self._levels = gate.levels
-        gate.acquire(None, timeout)  # validates timeout once, here
+        self._levels = self._admit.levels
 
     def _priority_of(self, environ: Environ) -> Union[str, int, None]:
         if self.priority is not None:
@@ -178,7 +186,7 @@ class OverloadWSGIMiddleware:
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         if self.health_path is not None and environ.get("PATH_INFO") == self.health_path:
-            status, body = health(self.gate, self.broken)
+            status, body = health(self._admit, self.broken)
             data = json.dumps(body).encode()
             start_response(
                 f"{status} {_REASONS.get(status, '')}".strip(),
@@ -202,7 +210,7 @@ class OverloadWSGIMiddleware:
         try:
             if budget == 0:
                 raise _expired_on_arrival(self.deadline_stats)
-            permit = self.gate.acquire(self._priority_of(environ), timeout).__enter__()
+            permit = self._admit.acquire(self._priority_of(environ), timeout).__enter__()
         except Rejected as refusal:
             if key_permit is not None:
                 key_permit.release()

@@ -83,6 +83,7 @@ pub const DEFAULT_TOP_KEYS: usize = 16;
 /// assert_eq!(c.shard_limit, 8);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
 pub struct KeyedConfig {
     /// `k`: shards each key maps to, `1..=min(N, 8)`. 1 is plain hashing (a colliding key
     /// shares the whole cap); 2 or more is shuffle sharding. Default 2, the smallest `k`
@@ -115,6 +116,7 @@ pub struct KeyedConfig {
 /// assert!(ShardRate::per_second(f64::NAN, 5).is_err());
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
 pub struct ShardRate {
     /// Nanoseconds per unit of cost, `1..=10⁶ s` (as [`crate::rate::RateLimiter`]).
     pub emission_ns: u64,
@@ -182,6 +184,37 @@ impl KeyedConfig {
     }
 }
 
+/// The shard rate as plain words: `on == 1` with the rate and its GCRA tolerance, or
+/// `on == 0` (no rate; the other words 0).
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+struct RateRule {
+    emission_ns: u64,
+    tolerance: u64,
+    burst: u32,
+    on: u32,
+}
+
+impl RateRule {
+    const fn new(rate: Option<(ShardRate, u64)>) -> Self {
+        match rate {
+            Some((r, tolerance)) => {
+                Self { emission_ns: r.emission_ns, tolerance, burst: r.burst, on: 1 }
+            }
+            None => Self { emission_ns: 0, tolerance: 0, burst: 0, on: 0 },
+        }
+    }
+
+    #[inline]
+    const fn get(&self) -> Option<(ShardRate, u64)> {
+        if self.on == 1 {
+            Some((ShardRate { emission_ns: self.emission_ns, burst: self.burst }, self.tolerance))
+        } else {
+            None
+        }
+    }
+}
+
 /// Largest `shard_limit`: leaves headroom below `u32::MAX` in the counters.
 const MAX_SHARD_LIMIT: u32 = 1 << 30;
 /// Largest `limit_retry_after`: one hour; a longer hint is a misconfiguration.
@@ -214,6 +247,7 @@ impl KeyPermit {
 
 /// One shard: a concurrency counter, a GCRA word, and their statistics.
 #[derive(Debug)]
+#[repr(C)]
 struct Shard {
     in_flight: AtomicU32,
     /// GCRA theoretical arrival time (ns; 0 = never used).
@@ -406,10 +440,12 @@ impl<const N: usize, const K: usize> KeyedMetrics<N, K> {
 /// `k` mixes, `O(k²)` compares and `k + 2` atomic operations when admitted at the first
 /// shard (`k + 5` with a rate: the table's clock clamp too).
 #[derive(Debug)]
+#[repr(C)]
 pub struct KeyedLimits<const N: usize, const K: usize = DEFAULT_TOP_KEYS> {
     config: KeyedConfig,
-    /// The rate and its GCRA tolerance, if rate-limited.
-    rate: Option<(ShardRate, u64)>,
+    /// The rate and its GCRA tolerance, if rate-limited (plain integers, so the table can
+    /// live in memory shared between processes).
+    rate: RateRule,
     id: u32,
     /// The latest `now` the table has seen (read only with a rate): an out-of-range `now`
     /// acts at it.
@@ -425,7 +461,7 @@ impl<const N: usize, const K: usize> KeyedLimits<N, K> {
         let tolerance = config.validate(N)?;
         Ok(Self {
             config,
-            rate: config.shard_rate.map(|r| (r, tolerance)),
+            rate: RateRule::new(config.shard_rate.map(|r| (r, tolerance))),
             id: crate::sync::next_instance_id(),
             clock: AtomicMonotonic::new(),
             shards: core::array::from_fn(|_| Shard::new()),
@@ -470,12 +506,13 @@ impl<const N: usize, const K: usize> KeyedLimits<N, K> {
     /// limit, `now` and `cost` are ignored. A `now` above [`MAX_NOW`](crate::time::MAX_NOW)
     /// is bad input: it acts at the latest time the table has seen.
     pub fn try_acquire(&self, key_hash: u64, now: u64, cost: u32) -> Result<KeyPermit, Rejected> {
-        let now = if self.rate.is_some() { self.clock.in_range_or_latest(now) } else { now };
+        let rate = self.rate.get();
+        let now = if rate.is_some() { self.clock.in_range_or_latest(now) } else { now };
         let set = self.shards_of(key_hash);
         let mut rate_wait: Option<u64> = None;
         for &shard in self.least_occupied_first(&set).as_slice() {
             let s = &self.shards[shard as usize];
-            match s.try_take(self.config.shard_limit, self.rate, now, cost) {
+            match s.try_take(self.config.shard_limit, rate, now, cost) {
                 Ok(()) => {
                     // Relaxed: a statistic.
                     s.admitted.fetch_add(1, Ordering::Relaxed);
@@ -579,6 +616,77 @@ impl<const N: usize, const K: usize> KeyedLimits<N, K> {
             shard_in_flight,
             top_keys: self.top.metrics(),
         }
+    }
+}
+
+impl<const N: usize, const K: usize> KeyedLimits<N, K> {
+    /// A permit standing for one admitted on `shard` by a holder that can no longer
+    /// release it (a worker process that died holding it, found by the `surgeguard`
+    /// crate's shared-memory reclaimer). The caller must own exactly one admission on that
+    /// shard that was never released: releasing a permit made here for nothing frees a
+    /// slot someone else holds. `None` if `shard >= N`.
+    #[doc(hidden)]
+    pub fn reissue_permit(&self, shard: usize) -> Option<KeyPermit> {
+        (shard < N).then_some(KeyPermit { owner: self.id, shard: shard as u32, key_hash: 0 })
+    }
+
+    /// Whether `permit` was issued by this table.
+    pub fn owns(&self, permit: &KeyPermit) -> bool {
+        permit.owner == self.id && (permit.shard as usize) < N
+    }
+}
+
+// SAFETY: `#[repr(C)]` down to the atomics (the shards, the top-keys summary, the rate
+// rule and the config too), no pointers and no `Drop`. The config, rate rule and id are
+// written once, before publication; afterwards only atomics holding integers change, and
+// the top-keys entries only under its one-at-a-time flag (a process token). LAYOUT covers
+// `N`, `K` and every field's offset and size. What it cannot see is the encoding of the
+// config's `Option<ShardRate>` (read by `config()` only; decisions read the rate rule).
+#[cfg(all(not(loom), target_has_atomic = "64"))]
+#[allow(unsafe_code)]
+unsafe impl<const N: usize, const K: usize> crate::layout::Placeable for KeyedLimits<N, K> {
+    const LAYOUT: u64 = {
+        use core::mem::{align_of, offset_of, size_of};
+        crate::layout::fingerprint(
+            "surgeguard_core::keyed::KeyedLimits/1",
+            &[
+                N as u64,
+                K as u64,
+                size_of::<Self>() as u64,
+                align_of::<Self>() as u64,
+                size_of::<KeyedConfig>() as u64,
+                offset_of!(KeyedConfig, shards_per_key) as u64,
+                offset_of!(KeyedConfig, shard_limit) as u64,
+                offset_of!(KeyedConfig, limit_retry_after) as u64,
+                offset_of!(KeyedConfig, seed) as u64,
+                offset_of!(KeyedConfig, shard_rate) as u64,
+                size_of::<RateRule>() as u64,
+                offset_of!(RateRule, emission_ns) as u64,
+                offset_of!(RateRule, tolerance) as u64,
+                offset_of!(RateRule, burst) as u64,
+                offset_of!(RateRule, on) as u64,
+                size_of::<Shard>() as u64,
+                offset_of!(Shard, in_flight) as u64,
+                offset_of!(Shard, tat) as u64,
+                offset_of!(Shard, clock) as u64,
+                offset_of!(Shard, admitted) as u64,
+                offset_of!(Shard, rejected_limit) as u64,
+                offset_of!(Shard, rejected_rate) as u64,
+                size_of::<TopKeys<K>>() as u64,
+                offset_of!(Self, config) as u64,
+                offset_of!(Self, rate) as u64,
+                offset_of!(Self, id) as u64,
+                offset_of!(Self, clock) as u64,
+                offset_of!(Self, shards) as u64,
+                offset_of!(Self, top) as u64,
+                offset_of!(Self, foreign_releases) as u64,
+            ],
+        )
+    };
+
+    #[inline]
+    fn fold_cells<'a>(&'a self, f: &mut dyn FnMut(crate::layout::FoldCell<'a>)) {
+        f(crate::layout::FoldCell(self.top.flag()));
     }
 }
 

@@ -6,7 +6,7 @@
 //! `c_min ≤ M / K`, every count overestimates by at most its error, and every key whose
 //! true weight exceeds `M / K` is in the summary.
 
-use crate::sync::{AtomicBool, AtomicU64, Ordering};
+use crate::sync::{AtomicU64, FoldFlag, Ordering};
 
 /// One entry of a [`TopKeys`] summary.
 ///
@@ -86,8 +86,10 @@ impl<const K: usize> TopKeysMetrics<K> {
 ///
 /// Cost: `O(K)` relaxed loads and up to three stores per update; `3·K + 4` words.
 #[derive(Debug)]
+#[repr(C)]
 pub struct TopKeys<const K: usize> {
-    busy: AtomicBool,
+    /// Who is updating (a process token, 0 when nobody): see `layout::FoldCell`.
+    busy: FoldFlag,
     keys: [AtomicU64; K],
     counts: [AtomicU64; K],
     errors: [AtomicU64; K],
@@ -106,7 +108,7 @@ impl<const K: usize> TopKeys<K> {
     /// An empty summary.
     pub fn new() -> Self {
         Self {
-            busy: AtomicBool::new(false),
+            busy: FoldFlag::new(),
             keys: core::array::from_fn(|_| AtomicU64::new(0)),
             counts: core::array::from_fn(|_| AtomicU64::new(0)),
             errors: core::array::from_fn(|_| AtomicU64::new(0)),
@@ -122,17 +124,24 @@ impl<const K: usize> TopKeys<K> {
         if K == 0 || weight == 0 {
             return true;
         }
-        // Acquire: pairs with the Release store that ends the previous writer's update, so
-        // this writer reads the counters as that writer left them.
-        if self.busy.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+        // Acquire (in `try_enter`): pairs with the Release store that ends the previous
+        // writer's update, so this writer reads the counters as that writer left them.
+        if !self.busy.try_enter() {
             self.skipped.fetch_add(1, Ordering::Relaxed);
             return false;
         }
         self.update(key_hash, weight);
         self.recorded.fetch_add(1, Ordering::Relaxed);
-        // Release: publishes this update to the next writer's Acquire above.
-        self.busy.store(false, Ordering::Release);
+        // Release (in `leave`): publishes this update to the next writer's Acquire above.
+        self.busy.leave();
         true
+    }
+
+    /// The busy flag (for freeing it after its holder's process died).
+    #[cfg(all(not(loom), target_has_atomic = "64"))]
+    #[inline]
+    pub(crate) fn flag(&self) -> &FoldFlag {
+        &self.busy
     }
 
     /// The space-saving step. Only the busy-flag holder runs it.
@@ -230,9 +239,9 @@ mod tests {
     #[test]
     fn a_busy_summary_skips_and_counts() {
         let top = TopKeys::<2>::new();
-        top.busy.store(true, Ordering::Relaxed);
+        assert!(top.busy.try_enter());
         assert!(!top.record(1, 1));
-        top.busy.store(false, Ordering::Relaxed);
+        top.busy.leave();
         assert!(top.record(1, 1));
         assert!(top.record(1, 0));
         let m = top.metrics();

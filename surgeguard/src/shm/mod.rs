@@ -1,7 +1,8 @@
 //! One limit across worker processes: the core's [`Limiter`], [`RateLimiter`],
-//! [`RetryBudget`] and [`Gate`](surgeguard_core::gate::Gate) placed in shared memory
-//! (feature `shm`, Linux). The gate ([`SharedGate`]) adds a queue whose waiters may be in
-//! any process: see its module docs for how grants reach them.
+//! [`RetryBudget`], [`KeyedLimits`](surgeguard_core::keyed::KeyedLimits) and
+//! [`Gate`](surgeguard_core::gate::Gate) placed in shared memory (feature `shm`, Linux).
+//! The gate ([`SharedGate`]) adds a queue whose waiters may be in any process: see its
+//! module docs for how grants reach them.
 //!
 //! Python and Node services run as several processes (gunicorn, `uvicorn --workers`,
 //! Node `cluster`, pre-fork C servers); an in-process limit of 4 then means 4 per worker.
@@ -53,17 +54,23 @@
 //! in the few instructions between the limiter's admission and the count (or between the
 //! uncount and the release) loses that one slot for good: the limit errs low, never high.
 //!
-//! **Caveats.** A process killed *inside* a window fold (bounded work, once per window)
-//! leaves the fold taken: the shared limiter keeps admitting at its last limit but stops
-//! adapting, and a shared retry budget refuses every retry (`retry_after` 0). A permit
-//! held across `fork` exists in both processes: release it in one only.
+//! **A worker killed inside a fold.** The one-at-a-time cells of a placed object (the
+//! limiter's window fold, the budget's slot ring) record the holder's process; a cell
+//! whose holder is proven dead is freed on attach, on `reclaim()`, and by the first
+//! operation that finds it taken (see `fold`), so a shared limiter keeps adapting and a
+//! shared budget keeps allowing retries after a worker dies mid-fold.
+//!
+//! **Caveats.** A permit held across `fork` exists in both processes: release it in one
+//! only.
 //!
 //! **Progress.** The object's own guarantees (lock-free acquire, wait-free release...) plus
 //! one atomic increment on acquire and one CAS on release (the process's held count). A
 //! process's first use claims its slot (a CAS per slot tried, under a process-local
 //! mutex on that one-time path). Sweeps are bounded.
 
+mod fold;
 mod gate;
+mod keyed;
 mod liveness;
 mod segment;
 mod table;
@@ -71,6 +78,8 @@ mod table;
 pub use gate::{
     MAILBOX_ENTRIES, SharedArrival, SharedGate, SharedGatePermit, SharedOutcome, SharedTicket,
 };
+pub use fold::FOLD_CHECK_INTERVAL_NS;
+pub use keyed::{SharedKeyPermit, SharedKeyedLimits};
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -219,6 +228,7 @@ static FORK_GENERATION: AtomicU64 = AtomicU64::new(0);
 extern "C" fn after_fork_in_child() {
     // Relaxed: read by the same (only) thread of the child afterwards.
     FORK_GENERATION.fetch_add(1, Ordering::Relaxed);
+    fold::after_fork_in_child();
 }
 
 fn fork_generation() -> u64 {
@@ -264,6 +274,7 @@ impl Attachment {
         if let Some(c) = Self::unpack(self.cached.load(Ordering::Relaxed), fork) {
             return Ok(c);
         }
+        fold::ensure_token();
         let pid = std::process::id();
         let start = liveness::my_start_time();
         let claim = match table::claim(map.table(), pid, start) {
@@ -371,6 +382,7 @@ impl SharedLimiter {
     pub fn open(name: &str, config: LimiterConfig) -> Result<Self, ShmError> {
         // Validates the whole config (the algorithm's too), also when attaching.
         let _ = Limiter::new(config)?;
+        fold::ensure_token();
         let path = resolve(name)?;
         let shape = shape_of::<Limiter>(KIND_LIMITER, config_hash(&config), MAX_PROCESSES);
         let (map, created) = Mapping::open_or_create(&path, &shape, || Ok(Limiter::new(config)?))?;
@@ -381,6 +393,7 @@ impl SharedLimiter {
 
     /// A limiter in anonymous shared memory: processes forked after this call share it.
     pub fn anonymous(config: LimiterConfig) -> Result<Self, ShmError> {
+        fold::ensure_token();
         let shape = shape_of::<Limiter>(KIND_LIMITER, config_hash(&config), MAX_PROCESSES);
         let map = Mapping::anonymous(&shape, Limiter::new(config)?)?;
         Ok(Self { map, me: Attachment::new(), created: true })
@@ -424,6 +437,7 @@ impl SharedLimiter {
     pub fn try_acquire_raw(&self, now: u64, level: Priority) -> Result<SharedRawPermit, ShmError> {
         let claim = self.me.claim(&self.map, || self.reclaim())?;
         let limiter = self.limiter();
+        fold::check(limiter);
         let raw = match limiter.try_acquire_raw(now, level) {
             Ok(raw) => raw,
             Err(rejected) => {
@@ -482,9 +496,11 @@ impl SharedLimiter {
     }
 
     /// Releases the permits of every attached process proven dead (as `Ignored`, no
-    /// sample), exactly once each; returns how many. Bounded: one pass over the table.
+    /// sample), exactly once each, and frees the window fold if a dead process held it;
+    /// returns how many permits. Bounded: one pass over the table.
     pub fn reclaim(&self) -> u64 {
         let limiter = self.limiter();
+        fold::free_dead(limiter);
         let me = table::reclaimer_word(std::process::id(), liveness::my_start_time());
         table::sweep(self.map.table(), &table::Proc, me, |level| {
             let level = Priority::new(level as u8).unwrap_or_default();
@@ -534,15 +550,19 @@ macro_rules! shared_plain {
                 let _ = make(config)?;
                 let shape = shape_of::<$inner>($kind, config_hash(&config), 0);
                 let path = resolve(name)?;
+                fold::ensure_token();
                 let (map, created) =
                     Mapping::open_or_create(&path, &shape, || Ok(make(config)?))?;
-                Ok(Self { map, created })
+                let this = Self { map, created };
+                this.reclaim();
+                Ok(this)
             }
 
             /// In anonymous shared memory: processes forked after this call share it.
             pub fn anonymous(config: $config) -> Result<Self, ShmError> {
                 let make = $new;
                 let shape = shape_of::<$inner>($kind, config_hash(&config), 0);
+                fold::ensure_token();
                 Ok(Self { map: Mapping::anonymous(&shape, make(config)?)?, created: true })
             }
 
@@ -556,10 +576,27 @@ macro_rules! shared_plain {
                 self.created
             }
 
-            /// The shared object: call it as the in-process one.
+            /// The shared object: call it as the in-process one. (Each call also frees a
+            /// one-at-a-time cell a dead process held: see the [module](self) docs.)
+            #[inline]
             pub fn get(&self) -> &$inner {
                 // SAFETY: attach checked kind and layout.
-                unsafe { self.map.object::<$inner>() }
+                let object = unsafe { self.map.object::<$inner>() };
+                fold::check(object);
+                object
+            }
+
+            /// Frees the object's one-at-a-time cells held by processes proven dead
+            /// (done on attach and, rate-limited, by operations that meet one); returns
+            /// how many.
+            pub fn reclaim(&self) -> u32 {
+                // SAFETY: attach checked kind and layout.
+                fold::free_dead(unsafe { self.map.object::<$inner>() })
+            }
+
+            /// The file backing it, if any.
+            pub fn path(&self) -> Option<&Path> {
+                self.map.path.as_deref()
             }
         }
 
@@ -596,3 +633,9 @@ shared_plain!(
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod fold_tests;
+
+#[cfg(test)]
+mod keyed_tests;

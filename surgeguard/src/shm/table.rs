@@ -181,7 +181,7 @@ pub(crate) fn count_checked(table: &[ProcSlot], claim: Claim, level: usize) -> b
 }
 
 /// A CAS from `n > 0` to `n − 1`: `true` if this caller took one.
-fn take_one(held: &AtomicU32) -> bool {
+pub(crate) fn take_one(held: &AtomicU32) -> bool {
     // Relaxed: each unit is taken by exactly one RMW; what the taker then does (one
     // release to the limiter) is ordered by the limiter's own atomics.
     held.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok()
@@ -235,10 +235,22 @@ pub(crate) fn sweep(
     table: &[ProcSlot],
     live: &impl Liveness,
     me: u64,
+    release: impl FnMut(usize),
+) -> u64 {
+    sweep_with(table, live, me, release, |_| 0)
+}
+
+/// [`sweep`], and for each slot drained, `extra(index)` drains counts kept outside the
+/// slot (a keyed table's per-shard counts) before the slot is freed; returns the total.
+pub(crate) fn sweep_with(
+    table: &[ProcSlot],
+    live: &impl Liveness,
+    me: u64,
     mut release: impl FnMut(usize),
+    mut extra: impl FnMut(usize) -> u64,
 ) -> u64 {
     let mut released = 0;
-    for slot in table {
+    for (index, slot) in table.iter().enumerate() {
         // Acquire: pairs with the Release store of LIVE in `claim`, so `start` is current.
         let word = slot.word.load(Ordering::Acquire);
         let state = state_of(word);
@@ -294,6 +306,7 @@ pub(crate) fn sweep(
                 released += 1;
             }
         }
+        released += extra(index);
         // Release: the next claimer's Acquire sees the drained counts.
         slot.word.store(pack(FREE, generation + 1, 0), Ordering::Release);
     }
