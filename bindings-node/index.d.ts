@@ -33,6 +33,7 @@ export declare function nowNs (): bigint
 /**
  * Removes the name of a shared object (`Limiter.shared` and the others): processes
  * attached keep theirs, the next opener creates a new one. Whether the name existed.
+ * Names only: a path (containing `/`) is a RangeError; remove such a segment with `fs.unlinkSync`.
  */
 export declare function unlinkShared (name: string): boolean
 

@@ -28,7 +28,8 @@ function tableFull () {
 
 /**
  * Removes the name of a shared object; processes attached keep theirs, the next opener
- * creates a new one. Returns whether the name existed.
+ * creates a new one. Returns whether the name existed. Names only, not paths (a path could
+ * be any file: remove a segment you placed at a path with `fs.unlinkSync`).
  */
 function unlinkShared (name) {
   sharedName('unlinkShared', name)

@@ -176,9 +176,16 @@ pub fn unsupported(what: &str) -> Error {
 }
 
 /// Removes the name of a shared object (processes attached keep their segment); whether
-/// it existed.
+/// it existed. Bare names only (`/dev/shm/surgeguard.<name>`): a path could name any file,
+/// so path-named segments are removed with `fs.unlinkSync` by whoever chose the path.
 #[napi_derive::napi]
 pub fn unlink_shared(name: String) -> Result<bool> {
+    if name.contains('/') {
+        return Err(Error::new(
+            Status::InvalidArg,
+            "unlinkShared takes a name, not a path (remove a segment at a path with fs.unlinkSync)",
+        ));
+    }
     #[cfg(target_os = "linux")]
     {
         match SharedLimiter::unlink(&name) {

@@ -92,6 +92,17 @@ test('bad names are typed errors and create nothing', { skip: !linux }, () => {
   }
   assert.throws(() => sg.unlinkShared(7), (e) => e instanceof TypeError && e.code === 'SG_INVALID_ARG')
   assert.throws(() => sg.unlinkShared('a/../\0'), (e) => e.code === 'SG_INVALID_ARG')
+  // A path is refused by unlinkShared (it could be any file), though it may name a segment.
+  const dir = fs.mkdtempSync('/tmp/sg-node-')
+  try {
+    const at = path.join(dir, 'seg')
+    assert.ok(sg.Limiter.shared(at, FIXED2).shared)
+    assert.ok(fs.existsSync(at))
+    assert.throws(() => sg.unlinkShared(at), (e) => e instanceof RangeError && e.code === 'SG_INVALID_ARG')
+    assert.ok(fs.existsSync(at))
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true })
+  }
   // The longest good name works.
   const long = 'n'.repeat(200 - 'surgeguard.'.length) // the file name stays under NAME_MAX
   try {
