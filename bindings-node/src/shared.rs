@@ -52,6 +52,9 @@ impl<T> Placed<T> {
 
 /// The limiter behind a `Limiter` handle: in-process, or shared (permits counted to this
 /// process so a dead process's come back).
+// The in-process limiter is large (about 22 KB) and stays inline: the enum already lives in
+// the handle's one `Rc` allocation, and a box would add a pointer chase to every acquire.
+#[allow(clippy::large_enum_variant)]
 pub enum LimiterCore {
     /// In this thread's heap.
     Local(Limiter),
@@ -100,7 +103,11 @@ impl Deref for LimiterCore {
 impl LimiterCore {
     /// Admits one unit at `level` (counted to this process when shared).
     #[inline]
-    pub fn acquire(&self, now: u64, level: Priority) -> std::result::Result<CorePermit, AcquireError> {
+    pub fn acquire(
+        &self,
+        now: u64,
+        level: Priority,
+    ) -> std::result::Result<CorePermit, AcquireError> {
         match self {
             LimiterCore::Local(l) => {
                 l.try_acquire_raw(now, level).map(CorePermit::Local).map_err(AcquireError::Rejected)
@@ -127,7 +134,8 @@ impl LimiterCore {
                 l.release_raw(p, now, outcome).map_err(|_| ReleaseError::Foreign)
             }
             #[cfg(target_os = "linux")]
-            (LimiterCore::Shared(s), CorePermit::Shared(p)) => match s.release_raw(p, now, outcome) {
+            (LimiterCore::Shared(s), CorePermit::Shared(p)) => match s.release_raw(p, now, outcome)
+            {
                 Ok(()) => Ok(()),
                 Err(ShmError::Reclaimed) => Err(ReleaseError::AlreadyReleased),
                 Err(_) => Err(ReleaseError::Foreign),
