@@ -189,7 +189,8 @@ function primary () {
       const ms = Number(process.hrtime.bigint() - t0) / 1e6
       t.diagnostic(`admitted ${ms.toFixed(0)} ms after the kill (${tries} requests)`)
       assert.equal(ok, 1, 'a live worker is admitted after the holder died')
-      assert.ok(ms < 500, `within the 100 ms sweep bound plus slack: ${ms.toFixed(0)} ms`)
+      // The 100 ms sweep bound, the 100 ms dependency call, and slack for a loaded machine.
+      assert.ok(ms < 1000, `admitted ${ms.toFixed(0)} ms after the kill`)
       // Both slots are back: two at once are admitted.
       const two = await Promise.all([get(c.port), get(c.port)])
       assert.deepEqual(two.map((r) => r.status), [200, 200])
