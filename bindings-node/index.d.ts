@@ -221,7 +221,7 @@ export declare class Limiter {
   readonly shared: boolean
   /** Shared: whether this object created the segment (false: attached). True in-process. */
   readonly created: boolean
-  /** Shared: processes and worker threads attached now. 1 in-process. */
+  /** Shared: process-table slots in use (each shared object that has acquired holds one, per process or worker thread, until collected or dead). 1 in-process. */
   readonly attachedProcesses: number
   /** Permits held through this object (shared: counted to this process). */
   readonly heldHere: number

@@ -196,7 +196,10 @@ class Limiter {
     return this._n.created()
   }
 
-  /** Shared: processes (and worker threads) attached now. 1 in-process. */
+  /**
+   * Shared: process-table slots in use (each shared object that has acquired holds one,
+   * per process or worker thread, until it is collected or its process dies). 1 in-process.
+   */
   get attachedProcesses () {
     return this._n.attached()
   }
