@@ -183,6 +183,10 @@ test('a shared rate limiter and retry budget: one rate, one budget', { skip: !li
     }
     assert.deepEqual(r1.metrics(), local.metrics())
     assert.ok(r1.shared && !local.shared)
+    const before = r1.metrics()
+    assert.throws(() => sg.RateLimiter.shared(rn, { perSecond: 11, burst: 3 }), (e) => e.code === 'SG_SHM_REFUSED')
+    assert.throws(() => sg.RateLimiter.shared(rn, { perSecond: 10, burst: 4 }), (e) => e.code === 'SG_SHM_REFUSED')
+    assert.deepEqual(r1.metrics(), before)
 
     const b1 = sg.RetryBudget.shared(bn, { percentCanRetry: 0.5, minRetriesPerSec: 0 })
     const b2 = sg.RetryBudget.shared(bn, { percentCanRetry: 0.5, minRetriesPerSec: 0 })
@@ -191,6 +195,9 @@ test('a shared rate limiter and retry budget: one rate, one budget', { skip: !li
     assert.equal(b1.tryWithdraw(t), true)
     assert.equal(b2.tryWithdraw(t), false, 'four requests at 50% fund two retries across both')
     assert.equal(b1.metrics().retriesAllowed, 2)
+    assert.throws(() => sg.RetryBudget.shared(bn, { percentCanRetry: 0.4, minRetriesPerSec: 0 }), (e) => e.code === 'SG_SHM_REFUSED')
+    assert.throws(() => sg.RetryBudget.shared(bn, { percentCanRetry: 0.5 }), (e) => e.code === 'SG_SHM_REFUSED')
+    assert.equal(b2.tryWithdraw(t), false, 'unchanged by the refused opens')
   } finally {
     cleanup(rn, bn)
   }
