@@ -5,6 +5,7 @@
 #   make dist   wheels, sdist, npm packages into dist/ (make install PREFIX=... for C)
 #   make demo   the main job: the overload simulator's comparison table and plots
 #   make bench  criterion benchmarks beside the peers (writes target/criterion)
+#   make bench-shm  the shared-memory benchmark (in-process, shared, fcntl, Redis) in one short run
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 CARGO ?= cargo
@@ -13,7 +14,7 @@ NO_STD_TARGET := aarch64-unknown-none
 MCU_TARGETS := thumbv7em-none-eabihf thumbv6m-none-eabi
 LOOM_TESTS := $(patsubst core/tests/%.rs,%,$(wildcard core/tests/loom_*.rs))
 
-.PHONY: test setup fmt clippy unit loom nostd ctest csweep demo bench pytest miri nodetest
+.PHONY: test setup fmt clippy unit loom nostd ctest csweep demo bench bench-shm pytest miri nodetest
 
 # Two lanes in parallel (2 cores): the Rust checks, and the C/Python/Node checks. They build
 # into separate target directories (target/debug, loom, miri and the no_std triples; target/ctest,
@@ -103,6 +104,13 @@ demo:
 
 bench:
 	$(CARGO) bench -p surgeguard-bench
+
+# The shared-memory rows in one short run: in-process, shared (anonymous, /dev/shm), an fcntl
+# file lock and a Redis INCR/DECR semaphore (a project-local redis-server from
+# scripts/redis_local.sh; the row is skipped with a note if none can be had).
+bench-shm:
+	-scripts/redis_local.sh
+	PATH="$(CURDIR)/.tools/bin:$$PATH" $(CARGO) bench -p surgeguard-bench --bench shm -- --warm-up-time 1 --measurement-time 3
 
 # Python package: a project-local venv; the manylinux2014 x86_64 wheel (`make wheel`, the one
 # `make installtest` checks too, so it is built once) installed into it with the test deps,

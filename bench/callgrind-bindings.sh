@@ -22,7 +22,7 @@ node)
     SG_ADDON="$(cd "$here/.." && pwd)/${CARGO_TARGET_DIR:-target}/release/libsurgeguard_node.so"
     export SG_ADDON
     node=$(command -v node)
-    for p in floor fast facade; do per_iter "$node" "$here/bindings/node_loop.js" "$p" 20000 120000; done
+    for p in floor fast facade limiter shared; do per_iter "$node" "$here/bindings/node_loop.js" "$p" 20000 120000; done
     ;;
 python)
     # The interpreter itself, not a shim script (pyenv), so callgrind follows it.

@@ -8,7 +8,7 @@ ir() {
     valgrind --tool=callgrind --callgrind-out-file=/dev/null "$exe" "$1" "$2" 2>&1 |
         sed -n 's/.*Collected : *\([0-9]*\).*/\1/p'
 }
-for p in admit limiter queue; do
+for p in admit limiter shared queue; do
     a=$(ir "$p" 10000)
     b=$(ir "$p" 110000)
     echo "$p: $(( (b - a) / 100000 )) instructions/iteration"

@@ -30,6 +30,13 @@ export declare const ALGORITHMS: readonly Algorithm[]
 /** The binding's monotonic clock, ns. */
 export declare function nowNs (): bigint
 
+/**
+ * Removes the name of a shared object (`Limiter.shared` and the others): processes
+ * attached keep theirs, the next opener creates a new one. Whether the name existed.
+ * Names only: a path (containing `/`) is a RangeError; remove such a segment with `fs.unlinkSync`.
+ */
+export declare function unlinkShared (name: string): boolean
+
 /** The native addon's version, e.g. "0.1.0" (equals the package's). */
 export declare const version: string
 
@@ -42,6 +49,7 @@ export type ErrorCode =
   | 'SG_INVALID_ARG' | 'SG_REJECTED' | 'SG_ALREADY_RELEASED' | 'SG_FOREIGN_HANDLE'
   | 'SG_UNKNOWN_TICKET' | 'SG_BAD_LEVEL' | 'SG_USAGE'
   | 'SG_DEADLINE_TOO_SHORT' | 'SG_DEADLINE_EXCEEDED'
+  | 'SG_SHM_REFUSED' | 'SG_SHM_UNAVAILABLE'
 export declare const ERROR_CODES: readonly ErrorCode[]
 
 /** Every error surgeguard throws on purpose except argument errors; `code` is stable (`SG_*`). */
@@ -199,6 +207,26 @@ export interface AcquireNowOptions {
 /** An exact, lock-free, priority-aware adaptive concurrency limiter. */
 export declare class Limiter {
   constructor (options?: LimiterOptions)
+  /**
+   * The limiter named `name` in shared memory (Linux): created by the first caller,
+   * attached to by the others, so every `cluster` worker, PM2 instance or worker thread
+   * opening the name shares one limit. `name`: 1 to 200 characters of `[A-Za-z0-9._-]`
+   * (the file `/dev/shm/surgeguard.<name>`) or a path containing `/`. Another config under
+   * the name throws `SG_SHM_REFUSED`; a bad name a `RangeError` (`SG_INVALID_ARG`). The
+   * permits of a process that dies come back (on open, on `reclaim()`, and within 100 ms
+   * of the first acquire they cause to be refused).
+   */
+  static shared (name: string, options?: LimiterOptions): Limiter
+  /** Whether it lives in shared memory. */
+  readonly shared: boolean
+  /** Shared: whether this object created the segment (false: attached). True in-process. */
+  readonly created: boolean
+  /** Shared: process-table slots in use (each shared object that has acquired holds one, per process or worker thread, until collected or dead). 1 in-process. */
+  readonly attachedProcesses: number
+  /** Permits held through this object (shared: counted to this process). */
+  readonly heldHere: number
+  /** Shared: gives back dead processes' permits now; how many. 0 in-process. */
+  reclaim (): number
   /** A permit or null (sync). */
   tryAcquire (options?: AcquireNowOptions): Permit | null
   readonly lastRejection: Rejection | null
@@ -332,6 +360,10 @@ export interface RetryBudgetOptions {
 
 export declare class RetryBudget {
   constructor (options?: RetryBudgetOptions)
+  /** The budget named `name` in shared memory (Linux): one budget for every process and thread opening it (see `Limiter.shared`). */
+  static shared (name: string, options?: RetryBudgetOptions): RetryBudget
+  /** Whether it lives in shared memory. */
+  readonly shared: boolean
   deposit (nowNs?: bigint): void
   tryWithdraw (nowNs?: bigint): boolean
   lastRejection: Rejection | null
@@ -421,6 +453,10 @@ export declare class CircuitBreaker {
 
 export declare class RateLimiter {
   constructor (options: { perSecond: number, burst?: number })
+  /** The rate limiter named `name` in shared memory (Linux): one rate for every process and thread opening it (see `Limiter.shared`). */
+  static shared (name: string, options: { perSecond: number, burst?: number }): RateLimiter
+  /** Whether it lives in shared memory. */
+  readonly shared: boolean
   tryTake (cost?: number, nowNs?: bigint): boolean
   lastRejection: Rejection | null
   takeUpTo (max: number, nowNs?: bigint): number

@@ -15,6 +15,7 @@ const http = require('./lib/http')
 const { createFetch } = require('./lib/fetch')
 const dl = require('./lib/deadline')
 const degrade = require('./lib/degrade')
+const { unlinkShared } = require('./lib/shared')
 
 /** The binding's monotonic clock, ns (what every call uses when no `nowNs` is given). */
 function nowNs () {
@@ -47,6 +48,7 @@ module.exports = {
   PRIORITY,
   ALGORITHMS,
   nowNs,
+  unlinkShared,
   /** The native addon's version (equals package.json's). */
   version: N.version(),
   renderPrometheus,

@@ -28,6 +28,7 @@ export const {
   PRIORITY,
   ALGORITHMS,
   nowNs,
+  unlinkShared,
   renderPrometheus,
   express,
   fastify,

@@ -51,16 +51,23 @@ JS
 install -m 644 "$pkg/scripts/install.js" "$stage/main/install.js"
 # The source build's workspace: the root manifest with only the two members it needs.
 mkdir -p "$stage/main/rust"
-(cd "$root" && git ls-files -z -- core/Cargo.toml core/src bindings-node/Cargo.toml bindings-node/build.rs bindings-node/src \
+# The addon needs the core and the std crate `surgeguard` (its `shm` module: shared memory).
+(cd "$root" && git ls-files -z -- core/Cargo.toml core/src surgeguard/Cargo.toml surgeguard/README.md surgeguard/src \
+    bindings-node/Cargo.toml bindings-node/build.rs bindings-node/src \
     | xargs -0 cp --parents -t "$stage/main/rust")
 cp "$root/Cargo.lock" "$stage/main/rust/Cargo.lock"
-node - "$root/Cargo.toml" "$stage/main/rust/Cargo.toml" <<'JS'
+node - "$root/Cargo.toml" "$stage/main/rust/Cargo.toml" "$stage/main/rust/surgeguard/Cargo.toml" <<'JS'
 const fs = require('fs')
-const [from, to] = process.argv.slice(2)
+const [from, to, std] = process.argv.slice(2)
 const text = fs.readFileSync(from, 'utf8')
 const members = /^members = \[[\s\S]*?^\]/m
 if (!members.test(text)) throw new Error(`${from}: no members = [...]`)
-fs.writeFileSync(to, text.replace(members, 'members = ["core", "bindings-node"]'))
+fs.writeFileSync(to, text.replace(members, 'members = ["core", "surgeguard", "bindings-node"]'))
+// surgeguard's tests, examples and dev-dependencies (other workspace crates) are not shipped:
+// drop those sections so the two-crate workspace resolves.
+const sections = fs.readFileSync(std, 'utf8').split(/^(?=\[)/m)
+const keep = sections.filter((s) => !/^\[(dev-dependencies|\[test\]|\[example\]|\[bench\])/.test(s))
+fs.writeFileSync(std, keep.join(''))
 JS
 if find "$stage/main" -name '*.node' | grep -q .; then echo "npm_pack: a .node file in the main package" >&2; exit 1; fi
 (cd "$stage/main" && npm pack --ignore-scripts --silent --pack-destination "$out" >/dev/null)

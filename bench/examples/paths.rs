@@ -1,7 +1,8 @@
 //! A driver for instruction counts (`valgrind --tool=callgrind`, repeatable on a loaded
 //! machine, unlike wall-clock time): runs one hot path `N` times on one thread.
 //!
-//! Usage: `paths admit|queue|limiter N`. The cost of one iteration is
+//! Usage: `paths admit|queue|limiter|shared N` (`shared`: the limiter in anonymous shared
+//! memory, `surgeguard::shm::SharedLimiter`, with its per-process permit count). The cost of one iteration is
 //! `(Ir(N2) − Ir(N1)) / (N2 − N1)`; `bench/callgrind.sh` does that subtraction.
 
 use std::hint::black_box;
@@ -45,6 +46,14 @@ fn main() {
                 l.release_raw(p, now + 500, Outcome::Success).unwrap();
             }
         }
+        "shared" => {
+            let l = surgeguard::shm::SharedLimiter::anonymous(cfg(1_000_000.0)).unwrap();
+            for _ in 0..n {
+                now += 1_000;
+                let p = l.try_acquire_raw(now, Priority::NORMAL).unwrap();
+                l.release_raw(p, now + 500, Outcome::Success).unwrap();
+            }
+        }
         "queue" => {
             let g = gate(1.0);
             let Arrival::Admitted(mut holder) = g.arrive(now, Priority::NORMAL, None) else {
@@ -63,6 +72,6 @@ fn main() {
                 holder = p;
             }
         }
-        other => panic!("unknown path {other:?}: admit, queue or limiter"),
+        other => panic!("unknown path {other:?}: admit, queue, limiter or shared"),
     }
 }

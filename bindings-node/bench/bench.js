@@ -72,6 +72,15 @@ async function main () {
   add('raw N-API call × 2 (floor of acquire + release)', 2 * floor)
   add('gate.tryAcquire() + permit.success()', syncBench(() => gate.tryAcquire().success()))
   add('limiter.tryAcquire() + permit.success()', syncBench(() => limiter.tryAcquire().success()))
+  let sharedNs
+  if (process.platform === 'linux') {
+    // The same limiter in shared memory (/dev/shm), as every cluster worker would open it.
+    const name = `bench-node-${process.pid}`
+    const shared = sg.Limiter.shared(name, { algorithm: 'fixed', initialLimit: 1_000_000, levels: 1 })
+    sharedNs = syncBench(() => shared.tryAcquire().success())
+    sg.unlinkShared(name)
+    add('Limiter.shared(name).tryAcquire() + permit.success()', sharedNs, 'one limit across processes')
+  }
   add('breaker.tryAcquire() + permit.success()', syncBench(() => breaker.tryAcquire().success()))
   add('budget.deposit() + budget.tryWithdraw()', syncBench(() => { budget.deposit(); budget.tryWithdraw() }))
   add('fast.gateTryAcquire + fast.gateRelease (no facade)', syncBench(() => F.gateRelease(h, F.gateTryAcquire(h, 0), 0)))
@@ -134,6 +143,8 @@ async function main () {
   for (const r of rows) console.log(`| ${r.name} | ${r.ns.toFixed(1)} | ${r.note} |`)
   console.log('\nRatios (overhead = ns/op − the `await fn()` baseline):\n')
   const sync = rows.find((r) => r.name.startsWith('gate.tryAcquire')).ns
+  const local = rows.find((r) => r.name.startsWith('limiter.tryAcquire')).ns
+  if (sharedNs !== undefined) console.log(`- shared memory: Limiter.shared tryAcquire+success = ${sharedNs.toFixed(0)} ns = ${(sharedNs / local).toFixed(2)}× the in-process limiter's ${local.toFixed(0)} ns`)
   console.log(`- sync path: gate.tryAcquire()+success = ${sync.toFixed(0)} ns = ${(sync / floor).toFixed(1)}× the raw N-API floor (target ≤ 100 ns)`)
   console.log(`- promise path: acquire() overhead ${over(acquire).toFixed(0)} ns = ${(over(acquire) / over(pl)).toFixed(2)}× p-limit's ${over(pl).toFixed(0)} ns (target ≤ 0.33); gate.run ${(over(gateRun) / over(pl)).toFixed(2)}×; vs bottleneck ${(over(acquire) / over(bn)).toFixed(3)}×, cockatiel bulkhead ${(over(acquire) / over(bh)).toFixed(2)}×`)
   console.log(`- hybrid idiom (what the HTTP middleware does): overhead ${over(hybrid).toFixed(0)} ns = ${(over(hybrid) / over(pl)).toFixed(2)}× p-limit's`)

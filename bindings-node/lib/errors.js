@@ -12,11 +12,16 @@ const REASONS = Object.freeze(N.reasonNames())
  * - `SG_ALREADY_RELEASED`, `SG_FOREIGN_HANDLE`, `SG_UNKNOWN_TICKET`, `SG_BAD_LEVEL`,
  *   `SG_USAGE`: misuse of a permit or ticket (`OverloadError`);
  * - `SG_DEADLINE_TOO_SHORT`, `SG_DEADLINE_EXCEEDED`: the caller's deadline does not cover
- *   the call (`DeadlineTooShortError`, `DeadlineExceededError`, both `DeadlineError`s).
+ *   the call (`DeadlineTooShortError`, `DeadlineExceededError`, both `DeadlineError`s);
+ * - `SG_SHM_REFUSED`: a shared object's name holds one of another config, kind, layout or
+ *   version (`OverloadError`; nothing was created or changed);
+ * - `SG_SHM_UNAVAILABLE`: shared memory could not be used (a system call failed, every
+ *   process slot is taken, or not Linux) (`OverloadError`).
  */
 const ERROR_CODES = Object.freeze([
   'SG_INVALID_ARG', 'SG_REJECTED', 'SG_ALREADY_RELEASED', 'SG_FOREIGN_HANDLE',
-  'SG_UNKNOWN_TICKET', 'SG_BAD_LEVEL', 'SG_USAGE', 'SG_DEADLINE_TOO_SHORT', 'SG_DEADLINE_EXCEEDED'
+  'SG_UNKNOWN_TICKET', 'SG_BAD_LEVEL', 'SG_USAGE', 'SG_DEADLINE_TOO_SHORT', 'SG_DEADLINE_EXCEEDED',
+  'SG_SHM_REFUSED', 'SG_SHM_UNAVAILABLE'
 ])
 
 /**

@@ -6,6 +6,10 @@ const v = require('./validate')
 const { guard, badThis } = require('./brand')
 const { Levels } = require('./priority')
 const { newPermit } = require('./permit')
+const { OPEN, sharedName, tableFull } = require('./shared')
+
+/** `limiterAcquire`'s code for a shared limiter whose process table is full. */
+const TABLE_FULL = -64
 
 const ALGORITHMS = Object.freeze(['fixed', 'aimd', 'hysteresis', 'gradient', 'gradient2', 'vegas'])
 
@@ -113,9 +117,9 @@ const NOW_OPTIONS = ['priority', 'nowNs']
  * lock-free, per-priority shares), learns the limit from completions.
  */
 class Limiter {
-  constructor (options) {
+  constructor (options, open, name) {
     const o = checkAlgorithmOptions('Limiter', v.options('Limiter', options, LIMITER_SPEC))
-    this._n = call(() => new N.NativeLimiter(o))
+    this._n = call(() => open === OPEN ? N.NativeLimiter.openShared(name, o) : new N.NativeLimiter(o))
     this._h = this._n.handle()
     this._lv = new Levels(o.levels === undefined ? 3 : o.levels)
     this._rej = 0
@@ -134,6 +138,7 @@ class Limiter {
     }
     const r = now === undefined ? F.limiterAcquire(this._h, lvl) : F.limiterAcquire(this._h, lvl, now)
     if (r >= 0) return newPermit(this, releaseLimiter, r, lvl)
+    if (r === TABLE_FULL) throw tableFull()
     this._rej = -r
     this._rejMs = F.lastRetryAfterMs()
     return null
@@ -168,6 +173,50 @@ class Limiter {
   /** A snapshot of counters and gauges. */
   metrics () {
     return this._n.metrics()
+  }
+
+  /**
+   * The limiter named `name` in shared memory (Linux): created by the first caller,
+   * attached to by the others (every `cluster` worker, PM2 instance or worker thread that
+   * opens the name shares one limit). `options` as the constructor's; a different config
+   * under the same name throws `SG_SHM_REFUSED`. The file is `/dev/shm/surgeguard.<name>`,
+   * or `name` itself if it contains a `/`.
+   */
+  static shared (name, options) {
+    return new Limiter(options, OPEN, sharedName('Limiter.shared', name))
+  }
+
+  /** Whether it lives in shared memory. */
+  get shared () {
+    return this._n.isShared()
+  }
+
+  /** Shared: whether this object created the segment (false: attached). True in-process. */
+  get created () {
+    return this._n.created()
+  }
+
+  /**
+   * Shared: process-table slots in use (each shared object that has acquired holds one,
+   * per process or worker thread, until it is collected or its process dies). 1 in-process.
+   */
+  get attachedProcesses () {
+    return this._n.attached()
+  }
+
+  /** Permits held through this object (shared: counted to this process's slot). */
+  get heldHere () {
+    return this._n.heldHere()
+  }
+
+  /**
+   * Shared: gives back the permits of dead processes now (each exactly once, as ignored)
+   * and returns how many. Also done on open and, at most every 100 ms, by an acquire
+   * refused for want of a slot; call it from `cluster`'s `exit` event for a prompt return.
+   * 0 in-process.
+   */
+  reclaim () {
+    return this._n.reclaim()
   }
 }
 

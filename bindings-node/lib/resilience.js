@@ -6,6 +6,7 @@ const v = require('./validate')
 const { guard, badThis } = require('./brand')
 const { newPermit, OUTCOMES } = require('./permit')
 const { releaseFailure } = require('./limiter')
+const { OPEN, sharedName } = require('./shared')
 
 const NOW_ONLY = ['nowNs']
 
@@ -18,7 +19,7 @@ function refusalOf (code) {
  * stay within `percentCanRetry` of traffic plus `minRetriesPerSec`.
  */
 class RetryBudget {
-  constructor (options) {
+  constructor (options, open, name) {
     const o = v.options('RetryBudget', options, {
       ttlMs: 'ms',
       minRetriesPerSec: (w, x) => v.int(w, x, 0, 2 ** 32 - 1),
@@ -44,9 +45,22 @@ class RetryBudget {
       o.percentCanRetry = o.retryRatio
       delete o.retryRatio
     }
-    this._n = call(() => new N.NativeRetryBudget(o))
+    this._n = call(() => open === OPEN ? N.NativeRetryBudget.openShared(name, o) : new N.NativeRetryBudget(o))
     this._h = this._n.handle()
     this.lastRejection = null
+  }
+
+  /**
+   * The retry budget named `name` in shared memory (Linux), one budget for every process
+   * and thread that opens the name; see `Limiter.shared`.
+   */
+  static shared (name, options) {
+    return new RetryBudget(options, OPEN, sharedName('RetryBudget.shared', name))
+  }
+
+  /** Whether it lives in shared memory. */
+  get shared () {
+    return this._n.isShared()
   }
 
   /** Records a request (call once per original request, not per retry). */
@@ -306,7 +320,7 @@ function releaseBreaker (breaker, id, outcome, nowNs) {
 
 /** A GCRA rate limiter: weighted cost, returns the wait instead of sleeping. */
 class RateLimiter {
-  constructor (options) {
+  constructor (options, open, name) {
     if (options === undefined || options === null || options.perSecond === undefined) {
       throw v.typeErr('RateLimiter needs { perSecond }')
     }
@@ -314,9 +328,22 @@ class RateLimiter {
       perSecond: 'number',
       burst: (w, x) => v.int(w, x, 0, 2 ** 32 - 1)
     })
-    this._n = call(() => new N.NativeRateLimiter(o))
+    this._n = call(() => open === OPEN ? N.NativeRateLimiter.openShared(name, o) : new N.NativeRateLimiter(o))
     this._h = this._n.handle()
     this.lastRejection = null
+  }
+
+  /**
+   * The rate limiter named `name` in shared memory (Linux), one rate for every process
+   * and thread that opens the name; see `Limiter.shared`.
+   */
+  static shared (name, options) {
+    return new RateLimiter(options, OPEN, sharedName('RateLimiter.shared', name))
+  }
+
+  /** Whether it lives in shared memory. */
+  get shared () {
+    return this._n.isShared()
   }
 
   /** Takes `cost` units (default 1) if they conform now: true if taken. */

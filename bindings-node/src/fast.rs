@@ -10,6 +10,7 @@
 //! - acquire-like calls return a permit id (`≥ 0`) or `-reason` (the core's `Reason` wire
 //!   value, 1..=15) on refusal; the refusal's `retry_after` is then read with
 //!   `lastRetryAfterMs()` (a per-thread cell, valid until the next refusal);
+//! - `limiterAcquire` on a shared limiter returns `-64` when its process table is full;
 //! - `gateArrive` also returns `-(QUEUED_BASE + ticket)` when the arrival waits;
 //! - release-like calls return `≥ 0` on success and `-1` (not a live permit: already
 //!   released or never issued) or `-2` (another object's permit) otherwise; the facade
@@ -29,6 +30,11 @@ use surgeguard_core::{Outcome, Priority, Rejected};
 use crate::keyed::KeyedInner;
 use crate::limiter::LimiterInner;
 use crate::resilience::{AdaptiveThrottleInner, BreakerInner, BudgetInner, RateInner};
+use crate::shared::{AcquireError, ReleaseError};
+
+/// `limiterAcquire`'s result when a shared limiter's process table is full of live
+/// processes (below every `-reason`).
+pub const SHM_TABLE_FULL: f64 = -64.0;
 
 /// Offset of queued tickets in `gateArrive`'s result (above every reason code).
 pub const QUEUED_BASE: f64 = 16.0;
@@ -346,12 +352,13 @@ unsafe extern "C" fn limiter_acquire(
     let h = handle_arg!(env, argv, LimiterInner);
     let level = level!(env, argv[1], h.levels);
     let now = now!(env, argv, argc, 2);
-    let r = match h.core.try_acquire_raw(now, level) {
+    let r = match h.core.acquire(now, level) {
         Ok(p) => h.permits.insert(p).unwrap_or_else(|p| {
-            let _ = h.core.release_raw(p, now, Outcome::Ignored);
+            let _ = h.core.release(p, now, Outcome::Ignored);
             -1.0
         }),
-        Err(r) => refuse(r),
+        Err(AcquireError::Rejected(r)) => refuse(r),
+        Err(AcquireError::TableFull) => SHM_TABLE_FULL,
     };
     // SAFETY: env is this callback's, open until it returns.
     unsafe { ret(env, r) }
@@ -371,9 +378,10 @@ unsafe extern "C" fn limiter_release(
     let outcome = outcome!(env, argv[2]);
     let now = now!(env, argv, argc, 3);
     let r = match h.permits.take(id) {
-        Some(p) => match h.core.release_raw(p, now, outcome) {
+        Some(p) => match h.core.release(p, now, outcome) {
             Ok(()) => 0.0,
-            Err(_) => -2.0,
+            Err(ReleaseError::AlreadyReleased) => -1.0,
+            Err(ReleaseError::Foreign) => -2.0,
         },
         None => -1.0,
     };

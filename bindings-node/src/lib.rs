@@ -20,7 +20,8 @@
 //! deterministic tests. Durations cross the boundary as milliseconds (JS numbers).
 //!
 //! Threads: every object belongs to the JS thread (isolate) that made it; the handles are
-//! `Rc`-based and checked by a type tag, never shared with worker threads.
+//! `Rc`-based and checked by a type tag, never shared with worker threads. Threads (and
+//! processes) share a limit by opening the same shared-memory object by name ([`shared`]).
 
 #![deny(clippy::all)]
 
@@ -34,6 +35,7 @@ pub mod handle;
 pub mod keyed;
 pub mod limiter;
 pub mod resilience;
+pub mod shared;
 pub mod slab;
 
 use napi::bindgen_prelude::*;

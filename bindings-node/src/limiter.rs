@@ -8,11 +8,12 @@ use surgeguard_core::limit::{
     AimdConfig, AlgorithmConfig, FixedConfig, Gradient2Config, GradientConfig, HysteresisConfig,
     VegasConfig,
 };
-use surgeguard_core::{Limiter, LimiterConfig, LimiterMetrics, Priority, RawPermit};
+use surgeguard_core::{Limiter, LimiterConfig, LimiterMetrics, Outcome, Priority};
 
 use crate::convert::{config_err, finite, int_in, ms_to_ns, range};
 use crate::fast::tags;
 use crate::handle::{new_handle, Tagged};
+use crate::shared::{CorePermit, LimiterCore};
 use crate::slab::Slab;
 
 /// Limiter options, as the facade normalises them (durations in ms).
@@ -307,12 +308,24 @@ pub fn limiter_config(o: &LimiterOptions) -> Result<LimiterConfig> {
 
 /// What a `Limiter` handle points at.
 pub struct LimiterInner {
-    /// The core limiter.
-    pub core: Limiter,
+    /// The core limiter (in-process or shared).
+    pub core: LimiterCore,
     /// Permits held by JS.
-    pub permits: Slab<RawPermit>,
+    pub permits: Slab<CorePermit>,
     /// Levels in use.
     pub levels: u8,
+}
+
+impl Drop for LimiterInner {
+    /// Permits still held when the limiter is collected (or its worker thread ends) go back
+    /// as `Ignored`: for a shared limiter they would otherwise count against every process
+    /// until this one exits.
+    fn drop(&mut self) {
+        let now = self.core.latest_time();
+        for p in self.permits.drain() {
+            let _ = self.core.release(p, now, Outcome::Ignored);
+        }
+    }
 }
 
 impl Tagged for LimiterInner {
@@ -387,9 +400,75 @@ impl NativeLimiter {
     pub fn new(options: Option<LimiterOptions>) -> Result<Self> {
         let cfg = limiter_config(&options.unwrap_or_default())?;
         let core = Limiter::new(cfg).map_err(|e| config_err("Limiter", e))?;
-        Ok(Self {
-            inner: Rc::new(LimiterInner { core, permits: Slab::default(), levels: cfg.levels }),
-        })
+        Ok(Self::wrap(LimiterCore::Local(core), cfg.levels))
+    }
+
+    fn wrap(core: LimiterCore, levels: u8) -> Self {
+        Self { inner: Rc::new(LimiterInner { core, permits: Slab::default(), levels }) }
+    }
+
+    /// The limiter named `name` in shared memory: created, or attached to if it exists
+    /// (then `options` must describe the same config).
+    #[napi(factory)]
+    pub fn open_shared(name: String, options: Option<LimiterOptions>) -> Result<Self> {
+        let cfg = limiter_config(&options.unwrap_or_default())?;
+        #[cfg(target_os = "linux")]
+        {
+            let core = surgeguard::shm::SharedLimiter::open(&name, cfg)
+                .map_err(|e| crate::shared::shm_err("Limiter", e))?;
+            Ok(Self::wrap(LimiterCore::Shared(core), cfg.levels))
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = (name, cfg);
+            Err(crate::shared::unsupported("Limiter.shared"))
+        }
+    }
+
+    /// Whether it lives in shared memory.
+    #[napi]
+    pub fn is_shared(&self) -> bool {
+        self.inner.core.is_shared()
+    }
+
+    /// Shared: whether this call created the segment (false: attached).
+    #[napi]
+    pub fn created(&self) -> bool {
+        match &self.inner.core {
+            LimiterCore::Local(_) => true,
+            #[cfg(target_os = "linux")]
+            LimiterCore::Shared(s) => s.created(),
+        }
+    }
+
+    /// Shared: releases the permits of dead processes (each once); how many.
+    #[napi]
+    pub fn reclaim(&self) -> f64 {
+        match &self.inner.core {
+            LimiterCore::Local(_) => 0.0,
+            #[cfg(target_os = "linux")]
+            LimiterCore::Shared(s) => s.reclaim() as f64,
+        }
+    }
+
+    /// Shared: process-table slots in use (processes and worker threads attached).
+    #[napi]
+    pub fn attached(&self) -> f64 {
+        match &self.inner.core {
+            LimiterCore::Local(_) => 1.0,
+            #[cfg(target_os = "linux")]
+            LimiterCore::Shared(s) => f64::from(s.attached_processes()),
+        }
+    }
+
+    /// Permits held through this object (for a shared one: counted in its slot).
+    #[napi]
+    pub fn held_here(&self) -> f64 {
+        match &self.inner.core {
+            LimiterCore::Local(_) => self.inner.permits.live() as f64,
+            #[cfg(target_os = "linux")]
+            LimiterCore::Shared(s) => f64::from(s.held_by_this_process()),
+        }
     }
 
     /// The handle the `fast.limiter*` functions take.

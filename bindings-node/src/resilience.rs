@@ -22,6 +22,7 @@ use crate::clock::resolve_now;
 use crate::convert::{config_err, finite, int_in, ms_to_ns, ns_to_ms, range, u32_of};
 use crate::fast::{refuse, tags};
 use crate::handle::{new_handle, Tagged};
+use crate::shared::Placed;
 use crate::slab::Slab;
 
 /// A seed: a whole number in `[0, 2^53]` (exact in a JS number).
@@ -43,6 +44,21 @@ fn refusal(r: surgeguard_core::Rejected) -> Refusal {
 // ---------------------------------------------------------------------------------------
 // RetryBudget
 
+fn budget_config(options: Option<RetryBudgetOptions>) -> Result<RetryBudgetConfig> {
+    let o = options.unwrap_or_default();
+    let mut c = RetryBudgetConfig::default();
+    if let Some(x) = o.ttl_ms {
+        c.ttl = ms_to_ns("ttlMs", x)?;
+    }
+    if let Some(x) = o.min_retries_per_sec {
+        c.min_retries_per_sec = u32_of("minRetriesPerSec", x)?;
+    }
+    if let Some(x) = o.percent_can_retry {
+        c.percent_can_retry = finite("percentCanRetry", x)?;
+    }
+    Ok(c)
+}
+
 #[napi(object)]
 #[derive(Default)]
 pub struct RetryBudgetOptions {
@@ -56,8 +72,8 @@ pub struct RetryBudgetOptions {
 
 /// What a `RetryBudget` handle points at.
 pub struct BudgetInner {
-    /// The core budget.
-    pub core: RetryBudget,
+    /// The core budget (in-process or shared).
+    pub core: Placed<RetryBudget>,
 }
 
 impl Tagged for BudgetInner {
@@ -81,19 +97,32 @@ pub struct NativeRetryBudget {
 impl NativeRetryBudget {
     #[napi(constructor)]
     pub fn new(options: Option<RetryBudgetOptions>) -> Result<Self> {
-        let o = options.unwrap_or_default();
-        let mut c = RetryBudgetConfig::default();
-        if let Some(x) = o.ttl_ms {
-            c.ttl = ms_to_ns("ttlMs", x)?;
-        }
-        if let Some(x) = o.min_retries_per_sec {
-            c.min_retries_per_sec = u32_of("minRetriesPerSec", x)?;
-        }
-        if let Some(x) = o.percent_can_retry {
-            c.percent_can_retry = finite("percentCanRetry", x)?;
-        }
+        let c = budget_config(options)?;
         let core = RetryBudget::new(c).map_err(|e| config_err("RetryBudget", e))?;
-        Ok(Self { inner: Rc::new(BudgetInner { core }) })
+        Ok(Self { inner: Rc::new(BudgetInner { core: Placed::Local(core) }) })
+    }
+
+    /// The budget named `name` in shared memory: created, or attached to (same config).
+    #[napi(factory)]
+    pub fn open_shared(name: String, options: Option<RetryBudgetOptions>) -> Result<Self> {
+        let c = budget_config(options)?;
+        #[cfg(target_os = "linux")]
+        {
+            let core = surgeguard::shm::SharedRetryBudget::open(&name, c)
+                .map_err(|e| crate::shared::shm_err("RetryBudget", e))?;
+            Ok(Self { inner: Rc::new(BudgetInner { core: Placed::Shared(Box::new(core)) }) })
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = (name, c);
+            Err(crate::shared::unsupported("RetryBudget.shared"))
+        }
+    }
+
+    /// Whether it lives in shared memory.
+    #[napi]
+    pub fn is_shared(&self) -> bool {
+        self.inner.core.is_shared()
     }
 
     #[napi]
@@ -571,8 +600,8 @@ pub struct RateLimiterOptions {
 
 /// What a `RateLimiter` handle points at.
 pub struct RateInner {
-    /// The core limiter.
-    pub core: RateLimiter,
+    /// The core limiter (in-process or shared).
+    pub core: Placed<RateLimiter>,
 }
 
 impl Tagged for RateInner {
@@ -599,7 +628,32 @@ impl NativeRateLimiter {
         let burst = options.burst.map_or(Ok(1), |b| u32_of("burst", b))?;
         let c = RateLimiterConfig { per_second: finite("perSecond", options.per_second)?, burst };
         let core = RateLimiter::new(c).map_err(|e| config_err("RateLimiter", e))?;
-        Ok(Self { inner: Rc::new(RateInner { core }) })
+        Ok(Self { inner: Rc::new(RateInner { core: Placed::Local(core) }) })
+    }
+
+    /// The rate limiter named `name` in shared memory: created, or attached to (same
+    /// config).
+    #[napi(factory)]
+    pub fn open_shared(name: String, options: RateLimiterOptions) -> Result<Self> {
+        let burst = options.burst.map_or(Ok(1), |b| u32_of("burst", b))?;
+        let c = RateLimiterConfig { per_second: finite("perSecond", options.per_second)?, burst };
+        #[cfg(target_os = "linux")]
+        {
+            let core = surgeguard::shm::SharedRateLimiter::open(&name, c)
+                .map_err(|e| crate::shared::shm_err("RateLimiter", e))?;
+            Ok(Self { inner: Rc::new(RateInner { core: Placed::Shared(Box::new(core)) }) })
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = (name, c);
+            Err(crate::shared::unsupported("RateLimiter.shared"))
+        }
+    }
+
+    /// Whether it lives in shared memory.
+    #[napi]
+    pub fn is_shared(&self) -> bool {
+        self.inner.core.is_shared()
     }
 
     #[napi]

@@ -95,6 +95,23 @@ impl<T> Slab<T> {
         e.value.as_ref().map(f)
     }
 
+    /// Takes every live value out (their ids become stale).
+    pub fn drain(&self) -> Vec<T> {
+        let mut s = self.inner.borrow_mut();
+        let mut out = Vec::with_capacity(s.live);
+        let mut freed = Vec::new();
+        for (i, e) in s.entries.iter_mut().enumerate() {
+            if let Some(v) = e.value.take() {
+                e.generation = (e.generation + 1) & GEN_MASK;
+                freed.push(i as u32);
+                out.push(v);
+            }
+        }
+        s.free.extend(freed);
+        s.live = 0;
+        out
+    }
+
     /// Live entries (permits held by JS).
     pub fn live(&self) -> usize {
         self.inner.borrow().live

@@ -101,4 +101,16 @@ async function degrade (): Promise<string> {
   return `${v} ${w} ${price} ${extra.length} ${opt.enabled()} ${sg.STALE_WARNING}`
 }
 
-export { left, at, scoped, until, outHeaders, firstIgnored, ignoredMalformed, deadlineSignal, mwDeadlines, inner, degrade }
+function sharedObjects (): number {
+  const db: sg.Limiter = sg.Limiter.shared('myservice-db', { algorithm: 'fixed', initialLimit: 2, levels: 1 })
+  const rate: sg.RateLimiter = sg.RateLimiter.shared('myservice-rate', { perSecond: 50, burst: 10 })
+  const budget: sg.RetryBudget = sg.RetryBudget.shared('myservice-retries', { percentCanRetry: 0.2 })
+  const flags: boolean[] = [db.shared, db.created, rate.shared, budget.shared]
+  const p = db.tryAcquire()
+  p?.success()
+  const code: sg.ErrorCode = 'SG_SHM_REFUSED'
+  const removed: boolean = sg.unlinkShared('myservice-db')
+  return db.reclaim() + db.attachedProcesses + db.heldHere + flags.length + code.length + Number(removed)
+}
+
+export { sharedObjects, left, at, scoped, until, outHeaders, firstIgnored, ignoredMalformed, deadlineSignal, mwDeadlines, inner, degrade }
