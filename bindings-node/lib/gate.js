@@ -7,6 +7,7 @@ const { guard, badThis } = require('./brand')
 const { Levels } = require('./priority')
 const { newPermit, endPermit, OUTCOMES } = require('./permit')
 const { LIMITER_SPEC, checkAlgorithmOptions, releaseFailure } = require('./limiter')
+const { OPEN, sharedName } = require('./shared')
 
 const QUEUED_BASE = 16
 /** The wire value of `limit_reached` (the refusal that may still queue). */
@@ -76,7 +77,7 @@ function abortReason (signal) {
  * `next_wakeup`, expires waiters on time.
  */
 class Gate {
-  constructor (options) {
+  constructor (options, open, name) {
     if (options !== undefined && options !== null && (typeof options !== 'object' || Array.isArray(options))) {
       throw v.typeErr(`Gate options must be an object (got ${v.show(options)})`)
     }
@@ -101,8 +102,14 @@ class Gate {
       native.agingTo = this._lv.of(g.aging.to)
       native.agingAfterMs = g.aging.afterMs
     }
-    this._n = call(() => new N.NativeGate(native))
-    this._h = this._n.handle()
+    if (open === OPEN) {
+      this._n = call(() => N.NativeSharedGate.open(name, native))
+      // Shared gates take the native object's methods, not the raw fast path.
+      this._h = null
+    } else {
+      this._n = call(() => new N.NativeGate(native))
+      this._h = this._n.handle()
+    }
     /** ticket → waiter { resolve, reject, level, signal, onAbort } */
     this._waiters = new Map()
     this._timer = null
@@ -360,6 +367,23 @@ class Gate {
   metrics () {
     return this._n.metrics()
   }
+
+  /**
+   * The gate named `name` in shared memory (Linux): one limit, one priority queue and one
+   * shed switch across every `cluster` worker, PM2 instance or worker thread that opens the
+   * name. A release in any process grants the next waiter, whichever process queued it.
+   * `options` as the constructor's (`queueCapacity` at most 256, default 256); a different
+   * config under the same name throws `SG_SHM_REFUSED`. The file is
+   * `/dev/shm/surgeguard.<name>`, or `name` itself if it contains a `/`.
+   */
+  static shared (name, options) {
+    return new SharedGate(options, OPEN, sharedName('Gate.shared', name))
+  }
+
+  /** Whether it lives in shared memory. */
+  get shared () {
+    return false
+  }
 }
 
 function runUnder (permit, fn, classify) {
@@ -401,6 +425,203 @@ function releaseGate (gate, id, outcome, nowNs) {
   if (r > 0 && gate._waiters.size > 0) gate._pump(nowNs)
 }
 
-guard(Gate, ['tryAcquire', 'acquire', 'run'])
+/**
+ * A `Gate` in shared memory (made by `Gate.shared`). Grants from other processes reach
+ * this one through its mailbox in the segment: a native pump thread, running while this
+ * object has waiters, wakes on it and hands the outcomes to this thread (through an
+ * unref'd threadsafe function; a ref'd 1 s interval keeps the process alive while
+ * something waits). The same thread polls the gate at its next wakeup (deadlines, maximum
+ * wait) and sweeps dead processes every 100 ms.
+ */
+class SharedGate extends Gate {
+  constructor (options, open, name) {
+    super(options, open, name)
+    this._pumping = false
+    this._keep = null
+  }
 
-module.exports = { Gate, defaultClassify }
+  tryAcquire (opts) {
+    if (!(this instanceof SharedGate)) throw badThis('Gate', 'tryAcquire')
+    let lvl = this._lv.default
+    let now
+    let t = -1
+    if (opts !== undefined) {
+      v.callOptions('tryAcquire', opts, TRY_OPTIONS)
+      if (opts.priority !== undefined) lvl = this._lv.of(opts.priority)
+      now = v.nowNs(opts.nowNs)
+      if (opts.deadlineNs !== undefined) t = untilMs(opts.deadlineNs, now)
+    }
+    const r = call(() => this._n.tryAcquire(lvl, t, now))
+    if (r >= 0) return newPermit(this, releaseShared, r, lvl)
+    this._rej = -r
+    this._rejMs = F.lastRetryAfterMs()
+    return null
+  }
+
+  acquire (opts) {
+    if (!(this instanceof SharedGate)) return Promise.reject(badThis('Gate', 'acquire'))
+    let lvl = this._lv.default
+    let timeout = -1
+    let noWait = false
+    let signal
+    let now
+    let r
+    try {
+      if (opts !== undefined) {
+        v.callOptions('acquire', opts, ACQUIRE_OPTIONS)
+        if (opts.priority !== undefined) lvl = this._lv.of(opts.priority)
+        if (opts.timeoutMs !== undefined) {
+          if (v.ms('timeoutMs', opts.timeoutMs) === 0) noWait = true
+          else timeout = opts.timeoutMs
+        }
+        signal = opts.signal
+        if (signal !== undefined && !isSignal(signal)) throw v.typeErr(`signal must be an AbortSignal (got ${v.show(signal)})`)
+        now = v.nowNs(opts.nowNs)
+        if (opts.deadlineNs !== undefined) {
+          const t = untilMs(opts.deadlineNs, now)
+          timeout = timeout === -1 ? t : Math.min(timeout, t)
+        }
+        if (signal !== undefined && signal.aborted) return Promise.reject(abortReason(signal))
+      }
+      r = call(() => this._n.tryAcquire(lvl, timeout, now))
+      if (r === -LIMIT_REACHED && !noWait) r = call(() => this._n.arrive(lvl, timeout, now))
+    } catch (err) {
+      return Promise.reject(err)
+    }
+    if (r >= 0) return Promise.resolve(newPermit(this, releaseShared, r, lvl))
+    if (r > -QUEUED_BASE) return Promise.reject(new RejectedError(reasonName(-r), F.lastRetryAfterMs()))
+    return this._wait(-r - QUEUED_BASE, lvl, signal)
+  }
+
+  run (fn, opts) {
+    if (!(this instanceof SharedGate)) return Promise.reject(badThis('Gate', 'run'))
+    if (typeof fn !== 'function') return Promise.reject(v.typeErr(`run needs a function (got ${v.show(fn)})`))
+    let classify = this._classify
+    let o
+    if (opts !== undefined) {
+      try {
+        v.callOptions('run', opts, RUN_OPTIONS)
+        if (opts.classify !== undefined) classify = v.fn('classify', opts.classify)
+      } catch (err) {
+        return Promise.reject(err)
+      }
+      o = Object.assign({}, opts)
+      delete o.classify
+    }
+    return this.acquire(o).then((p) => runUnder(p, fn, classify))
+  }
+
+  _wait (ticket, lvl, signal) {
+    return new Promise((resolve, reject) => {
+      const w = { resolve, reject, level: lvl, signal, onAbort: null }
+      if (signal !== undefined) {
+        w.onAbort = () => this._abort(ticket, w)
+        signal.addEventListener('abort', w.onAbort, { once: true })
+      }
+      this._waiters.set(ticket, w)
+      this._startPump()
+      // A grant may have come during the arrival itself.
+      this._collect()
+    })
+  }
+
+  _abort (ticket, w) {
+    if (this._waiters.get(ticket) !== w) return
+    this._waiters.delete(ticket)
+    // Withdrawn; a grant that raced with it is released (as ignored) natively.
+    this._n.cancel(ticket)
+    w.reject(abortReason(w.signal))
+    this._idle()
+  }
+
+  _startPump () {
+    if (this._pumping) return
+    this._n.startPump(() => this._collect())
+    this._pumping = true
+    // Ref'd: a waiter keeps its process alive (the grant may come from another process).
+    this._keep = setInterval(() => this._collect(), 1000)
+  }
+
+  /** Stops the pump once nothing waits. */
+  _idle () {
+    if (this._waiters.size > 0 || !this._pumping) return
+    this._pumping = false
+    this._n.stopPump()
+    clearInterval(this._keep)
+    this._keep = null
+  }
+
+  /** Takes this object's decided tickets and settles their waiters. */
+  _collect () {
+    const ev = this._n.collect()
+    for (let i = 0; i < ev.length; i += 4) {
+      const ticket = ev[i + 1]
+      const w = this._waiters.get(ticket)
+      if (ev[i] === 0) {
+        if (w === undefined) {
+          this._n.release(ev[i + 2], 2) // nobody waits for it any more
+          continue
+        }
+        this._waiters.delete(ticket)
+        this._settled(w)
+        w.resolve(newPermit(this, releaseShared, ev[i + 2], w.level))
+      } else if (w !== undefined) {
+        this._waiters.delete(ticket)
+        this._settled(w)
+        w.reject(new RejectedError(reasonName(ev[i + 2]), ev[i + 3]))
+      }
+    }
+    this._idle()
+  }
+
+  /** After a shed-level or limit change: dispatch now, then settle. */
+  _pump (nowNs) {
+    call(() => (nowNs === undefined ? this._n.poll() : this._n.poll(nowNs)))
+    this._collect()
+  }
+
+  _schedule () {}
+
+  get shared () {
+    return true
+  }
+
+  /** Whether this object created the segment (false: attached). */
+  get created () {
+    return this._n.created()
+  }
+
+  /** Process-table slots in use (processes and worker threads attached). */
+  get attachedProcesses () {
+    return this._n.attached()
+  }
+
+  /** Permits counted to this object's process slot. */
+  get heldHere () {
+    return this._n.heldHere()
+  }
+
+  /**
+   * Gives back the permits of dead processes now (each exactly once, as ignored) and
+   * withdraws their queued tickets, then grants the freed slots to the waiters of any
+   * process; returns the permits released. Also done on open and every 100 ms by each
+   * object that has waiters; call it from `cluster`'s `exit` event for a prompt return.
+   */
+  reclaim () {
+    const n = this._n.reclaim()
+    if (this._waiters.size > 0) this._collect()
+    return n
+  }
+}
+
+/** Ends a shared gate permit; the release dispatches the freed slot to any process. */
+function releaseShared (gate, id, outcome, nowNs) {
+  const r = call(() => gate._n.release(id, outcome, nowNs))
+  if (r < 0) throw releaseFailure(r)
+  if (gate._waiters.size > 0) gate._collect()
+}
+
+guard(Gate, ['tryAcquire', 'acquire', 'run'])
+guard(SharedGate, ['tryAcquire', 'acquire', 'run'])
+
+module.exports = { Gate, SharedGate, defaultClassify }

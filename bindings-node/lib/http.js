@@ -19,6 +19,7 @@ const D = require('./deadline')
 const H = require('./headers')
 const { RejectedError } = require('./errors')
 const { Gate } = require('./gate')
+const { Limiter } = require('./limiter')
 const { KeyedLimits, actionable } = require('./keyed')
 
 /** The default outcome of a response: < 400 success; 429/503/504 dropped; else ignore. */
@@ -37,7 +38,7 @@ function header (req, name) {
 function config (type, options) {
   const o = v.options(type, options, {
     gate: (w, x) => {
-      if (!(x instanceof Gate)) throw v.typeErr(`${w} must be a surgeguard Gate`)
+      if (!(x instanceof Gate) && !(x instanceof Limiter)) throw v.typeErr(`${w} must be a surgeguard Gate or Limiter (Gate.shared, Limiter.shared too)`)
       return x
     },
     priority: 'fn',
@@ -65,6 +66,7 @@ function config (type, options) {
   if (o.key !== undefined && o.keyed === undefined) throw v.typeErr(`${type}: key needs keyed (a KeyedLimits)`)
   const priorityHeader = (o.priorityHeader || 'x-request-priority').toLowerCase()
   const levels = o.gate.levels
+  if (o.readinessRoute !== undefined && !(o.gate instanceof Gate)) throw v.typeErr(`${type}: readinessRoute needs a Gate (a Limiter has no queue or state to report)`)
   if (o.overloadedStatus !== undefined && o.readinessRoute === undefined) {
     throw v.typeErr(`${type}: overloadedStatus needs readinessRoute`)
   }
@@ -129,7 +131,13 @@ async function admit (cfg, req, res) {
     const priority = cfg.priority(req)
     // Admitted at once (the common case) without a Promise; otherwise wait in the queue.
     // `timeoutMs` is part of the deadline (its cap).
-    permit = cfg.gate.tryAcquire(deadlineNs === undefined ? { priority } : { priority, deadlineNs })
+    // A Limiter admits or refuses (no queue, no deadline check).
+    const isGate = cfg.gate instanceof Gate
+    permit = cfg.gate.tryAcquire(deadlineNs === undefined || !isGate ? { priority } : { priority, deadlineNs })
+    if (permit === null && !isGate) {
+      const rej = cfg.gate.lastRejection
+      throw new RejectedError(rej.reason, rej.retryAfterMs)
+    }
     if (permit === null) {
       // Only a full limiter may still queue; shed, an unmeetable deadline, ... are final.
       const rej = cfg.gate.lastRejection

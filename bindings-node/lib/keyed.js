@@ -4,6 +4,10 @@ const { F } = N
 const { call, reasonName, OverloadError } = require('./errors')
 const v = require('./validate')
 const { guard, badThis } = require('./brand')
+const { OPEN, sharedName, tableFull } = require('./shared')
+
+/** `keyedAcquire`'s code for a shared table whose process table is full. */
+const TABLE_FULL = -64
 
 /** Only this module can build a KeyPermit. */
 const TOKEN = Symbol('surgeguard.KeyPermit')
@@ -35,7 +39,10 @@ class KeyPermit {
     const id = this.#id
     if (id < 0) throw new OverloadError('surgeguard: key permit already released', 'SG_ALREADY_RELEASED')
     this.#id = -1
-    F.keyedRelease(this.#owner._h, id)
+    if (F.keyedRelease(this.#owner._h, id) === -2) {
+      // Shared: its process was taken for dead and the permit was given back already.
+      throw new OverloadError('surgeguard: key permit already given back (its process was reclaimed)', 'SG_ALREADY_RELEASED')
+    }
   }
 
   get released () {
@@ -59,7 +66,7 @@ class KeyPermit {
  * "Workload isolation using shuffle-sharding").
  */
 class KeyedLimits {
-  constructor (options) {
+  constructor (options, open, name) {
     if (options === undefined || options === null || options.shardLimit === undefined) {
       throw v.typeErr('KeyedLimits needs { shardLimit }')
     }
@@ -72,7 +79,7 @@ class KeyedLimits {
       ratePerSecond: 'number',
       rateBurst: (w, x) => v.int(w, x, 1, 1e9)
     })
-    this._n = call(() => new N.NativeKeyedLimits(o))
+    this._n = call(() => (open === OPEN ? N.NativeKeyedLimits.openShared(name, o) : new N.NativeKeyedLimits(o)))
     this._h = this._n.handle()
     this.lastRejection = null
   }
@@ -85,6 +92,7 @@ class KeyedLimits {
     if (this?._h === undefined) throw badThis('KeyedLimits', 'tryAcquire')
     const r = nowNs === undefined ? F.keyedAcquire(this._h, key, cost) : F.keyedAcquire(this._h, key, cost, nowNs)
     if (r >= 0) return new KeyPermit(TOKEN, this, r, key)
+    if (r === TABLE_FULL) throw tableFull()
     this.lastRejection = { reason: reasonName(-r), retryAfterMs: F.lastRetryAfterMs() }
     this._n.noteRefused(key)
     return null
@@ -114,6 +122,38 @@ class KeyedLimits {
 
   metrics () {
     return this._n.metrics()
+  }
+
+  /**
+   * The table named `name` in shared memory (Linux): one set of per-key caps across every
+   * `cluster` worker, PM2 instance or worker thread that opens the name. `options` as the
+   * constructor's; a different config under the same name throws `SG_SHM_REFUSED`. Keys
+   * are hashed with a seed drawn when the segment was created (the same in every
+   * process). A dead worker's key permits come back (each once) on `reclaim()`, on open,
+   * and at most every 100 ms on a refusal for want of a slot.
+   */
+  static shared (name, options) {
+    return new KeyedLimits(options, OPEN, sharedName('KeyedLimits.shared', name))
+  }
+
+  /** Whether it lives in shared memory. */
+  get shared () {
+    return this._n.isShared()
+  }
+
+  /** Shared: whether this object created the segment (false: attached). True in-process. */
+  get created () {
+    return this._n.created()
+  }
+
+  /** Shared: process-table slots in use. 1 in-process. */
+  get attachedProcesses () {
+    return this._n.attached()
+  }
+
+  /** Shared: gives back the key permits of dead processes now; how many. 0 in-process. */
+  reclaim () {
+    return this._n.reclaim()
   }
 }
 

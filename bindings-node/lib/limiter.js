@@ -144,6 +144,11 @@ class Limiter {
     return null
   }
 
+  /** The levels of this limiter (`levels.of(name)`, `levels.fromHeader(value)`). */
+  get levels () {
+    return this._lv
+  }
+
   /** Why the last `tryAcquire` returned null: `{ reason, retryAfterMs }`, or null. */
   get lastRejection () {
     return this._rej === 0 ? null : { reason: reasonName(this._rej), retryAfterMs: this._rejMs }

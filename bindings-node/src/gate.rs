@@ -186,7 +186,7 @@ pub struct GateOptions {
     pub fallback_retry_after_ms: Option<f64>,
 }
 
-fn gate_config(o: &GateOptions) -> Result<GateConfig> {
+pub(crate) fn gate_config(o: &GateOptions) -> Result<GateConfig> {
     let limiter = limiter_config(o.limiter.as_ref().unwrap_or(&LimiterOptions::default()))?;
     let mut c = GateConfig { limiter, ..GateConfig::default() };
     c.queue_capacity = Some(match o.queue_capacity {
@@ -284,7 +284,7 @@ pub struct GateMetricsJs {
     pub limiter: LimiterMetricsJs,
 }
 
-fn state_name(s: GateState) -> &'static str {
+pub(crate) fn state_name(s: GateState) -> &'static str {
     match s {
         GateState::Healthy => "healthy",
         GateState::Overloaded => "overloaded",
@@ -402,40 +402,45 @@ impl NativeGate {
 
     #[napi]
     pub fn metrics(&self) -> GateMetricsJs {
-        let m = self.inner.core.metrics();
-        let n = self.inner.levels as usize;
-        GateMetricsJs {
-            state: state_name(m.state).to_string(),
-            waiting_by_level: m.waiting_by_level[..n].iter().map(|&x| f64::from(x)).collect(),
-            waiting: f64::from(m.waiting),
-            capacity: f64::from(m.capacity),
-            oldest_age_ms: ns_to_ms(m.oldest_age_ns),
-            queued: m.queued as f64,
-            granted: m.granted as f64,
-            expired: m.expired as f64,
-            sloughed: m.sloughed as f64,
-            evicted: m.evicted as f64,
-            cancelled: m.cancelled as f64,
-            shed: m.shed as f64,
-            queue_full: m.queue_full as f64,
-            deadline_unmeetable: m.deadline_unmeetable as f64,
-            aged: m.aged as f64,
-            lifo_switches: m.lifo_switches as f64,
-            lifo_levels: f64::from(m.lifo_levels),
-            shed_level: m.shed_level.map(|p| p.index() as f64),
-            service_ms: ns_to_ms(m.service_ns),
-            codel: m.codel[..n]
-                .iter()
-                .map(|c| CodelMetricsJs {
-                    min_delay_ms: ns_to_ms(c.min_delay_ns),
-                    overloaded: c.overloaded,
-                    load: f64::from(c.load),
-                    drops: c.drops as f64,
-                    intervals: c.intervals as f64,
-                })
-                .collect(),
-            limiter: limiter_metrics(&m.limiter),
-        }
+        gate_metrics(&self.inner.core, self.inner.levels)
+    }
+}
+
+/// A core gate's metrics for JS (the first `levels` levels).
+pub(crate) fn gate_metrics<const C: usize>(g: &Gate<C>, levels: u8) -> GateMetricsJs {
+    let m = g.metrics();
+    let n = levels as usize;
+    GateMetricsJs {
+        state: state_name(m.state).to_string(),
+        waiting_by_level: m.waiting_by_level[..n].iter().map(|&x| f64::from(x)).collect(),
+        waiting: f64::from(m.waiting),
+        capacity: f64::from(m.capacity),
+        oldest_age_ms: ns_to_ms(m.oldest_age_ns),
+        queued: m.queued as f64,
+        granted: m.granted as f64,
+        expired: m.expired as f64,
+        sloughed: m.sloughed as f64,
+        evicted: m.evicted as f64,
+        cancelled: m.cancelled as f64,
+        shed: m.shed as f64,
+        queue_full: m.queue_full as f64,
+        deadline_unmeetable: m.deadline_unmeetable as f64,
+        aged: m.aged as f64,
+        lifo_switches: m.lifo_switches as f64,
+        lifo_levels: f64::from(m.lifo_levels),
+        shed_level: m.shed_level.map(|p| p.index() as f64),
+        service_ms: ns_to_ms(m.service_ns),
+        codel: m.codel[..n]
+            .iter()
+            .map(|c| CodelMetricsJs {
+                min_delay_ms: ns_to_ms(c.min_delay_ns),
+                overloaded: c.overloaded,
+                load: f64::from(c.load),
+                drops: c.drops as f64,
+                intervals: c.intervals as f64,
+            })
+            .collect(),
+        limiter: limiter_metrics(&m.limiter),
     }
 }
 
@@ -445,7 +450,7 @@ impl NativeGate {
 
 /// The deadline for `timeout` ms from `now`: `Ok(None)` for -1 (no timeout), `Err` for
 /// anything but -1 or a finite number ≥ 0.
-fn deadline_of(timeout: f64, now: u64) -> std::result::Result<Option<u64>, ()> {
+pub(crate) fn deadline_of(timeout: f64, now: u64) -> std::result::Result<Option<u64>, ()> {
     if timeout == -1.0 {
         Ok(None)
     } else if (0.0..1e15).contains(&timeout) {

@@ -16,18 +16,119 @@ use crate::convert::{config_err, int_in, ms_to_ns, range, u32_of};
 use crate::fast::{refuse, tags};
 use crate::handle::{new_handle, Tagged};
 use crate::slab::Slab;
+#[cfg(target_os = "linux")]
+use surgeguard::shm::{SharedKeyPermit, SharedKeyedLimits, ShmError};
 
 /// Heavy hitters tracked per table (the core's default).
 const TOP: usize = keyed::DEFAULT_TOP_KEYS;
 /// Refused keys whose text is remembered for `metrics().topKeys` (bounded memory).
 const KEY_NAMES: usize = 1024;
 
+/// One table size: in this thread's heap, or shared between processes (then permits are
+/// counted to this process, so a dead worker's come back).
+enum Tbl<const N: usize> {
+    Local(Box<KeyedLimits<N, TOP>>),
+    #[cfg(target_os = "linux")]
+    Shared(Box<SharedKeyedLimits<N, TOP>>),
+}
+
+impl<const N: usize> std::ops::Deref for Tbl<N> {
+    type Target = KeyedLimits<N, TOP>;
+    fn deref(&self) -> &KeyedLimits<N, TOP> {
+        match self {
+            Tbl::Local(t) => t,
+            #[cfg(target_os = "linux")]
+            Tbl::Shared(s) => s.limits(),
+        }
+    }
+}
+
+/// A permit of a [`Tbl`].
+enum KPermit {
+    Local(KeyPermit),
+    #[cfg(target_os = "linux")]
+    Shared(SharedKeyPermit),
+}
+
+impl<const N: usize> Tbl<N> {
+    /// A permit, `Err(Some(refusal))`, or `Err(None)` when the shared process table is
+    /// full.
+    fn take(
+        &self,
+        hash: u64,
+        now: u64,
+        cost: u32,
+    ) -> std::result::Result<KPermit, Option<Rejected>> {
+        match self {
+            Tbl::Local(t) => t.try_acquire(hash, now, cost).map(KPermit::Local).map_err(Some),
+            #[cfg(target_os = "linux")]
+            Tbl::Shared(s) => match s.try_acquire(hash, now, cost) {
+                Ok(p) => Ok(KPermit::Shared(p)),
+                Err(ShmError::Rejected(r)) => Err(Some(r)),
+                Err(_) => Err(None),
+            },
+        }
+    }
+
+    /// Ends a permit: false if it was not live (its process reclaimed, or another table's).
+    fn give(&self, p: KPermit) -> bool {
+        match (self, p) {
+            (Tbl::Local(t), KPermit::Local(p)) => t.release(p).is_ok(),
+            #[cfg(target_os = "linux")]
+            (Tbl::Shared(s), KPermit::Shared(p)) => s.release(p).is_ok(),
+            #[cfg(target_os = "linux")]
+            (_, p) => {
+                std::mem::forget(p);
+                false
+            }
+        }
+    }
+
+    fn reclaim(&self) -> u64 {
+        match self {
+            Tbl::Local(_) => 0,
+            #[cfg(target_os = "linux")]
+            Tbl::Shared(s) => s.reclaim(),
+        }
+    }
+
+    fn attached(&self) -> u32 {
+        match self {
+            Tbl::Local(_) => 1,
+            #[cfg(target_os = "linux")]
+            Tbl::Shared(s) => s.attached_processes(),
+        }
+    }
+
+    fn created(&self) -> bool {
+        match self {
+            Tbl::Local(_) => true,
+            #[cfg(target_os = "linux")]
+            Tbl::Shared(s) => s.created(),
+        }
+    }
+
+    fn is_shared(&self) -> bool {
+        !matches!(self, Tbl::Local(_))
+    }
+
+    /// The seed keys are hashed with: the config's in-process; the segment's (the same in
+    /// every process attached) when shared.
+    fn hash_seed(&self) -> u64 {
+        match self {
+            Tbl::Local(t) => t.config().seed,
+            #[cfg(target_os = "linux")]
+            Tbl::Shared(s) => s.key_seed(),
+        }
+    }
+}
+
 /// The table sizes offered (`shards` option). `N` is a compile-time constant in the core.
 enum Table {
-    S16(Box<KeyedLimits<16, TOP>>),
-    S64(Box<KeyedLimits<64, TOP>>),
-    S256(Box<KeyedLimits<256, TOP>>),
-    S1024(Box<KeyedLimits<1024, TOP>>),
+    S16(Tbl<16>),
+    S64(Tbl<64>),
+    S256(Tbl<256>),
+    S1024(Tbl<1024>),
 }
 
 macro_rules! each {
@@ -44,9 +145,10 @@ macro_rules! each {
 /// What a `KeyedLimits` handle points at.
 pub struct KeyedInner {
     table: Table,
-    permits: Slab<KeyPermit>,
+    permits: Slab<KPermit>,
     /// Text of recently refused keys, by hash, for the top-keys report.
     names: RefCell<HashMap<u64, String>>,
+    seed: u64,
 }
 
 impl Tagged for KeyedInner {
@@ -56,31 +158,34 @@ impl Tagged for KeyedInner {
 impl KeyedInner {
     /// The hash seed of this table's keys.
     pub fn seed(&self) -> u64 {
-        each!(&self.table, t => t.config().seed)
+        self.seed
     }
 
-    /// A permit id, or `-reason` (`key_limit`, `key_rate`).
+    /// A permit id, `-reason` (`key_limit`, `key_rate`), or `SHM_TABLE_FULL`.
     pub fn acquire(&self, hash: u64, now: u64, cost: u32) -> f64 {
-        let r: std::result::Result<KeyPermit, Rejected> =
-            each!(&self.table, t => t.try_acquire(hash, now, cost));
-        match r {
+        match each!(&self.table, t => t.take(hash, now, cost)) {
             Ok(p) => match self.permits.insert(p) {
                 Ok(id) => id,
                 Err(p) => {
-                    let _ = each!(&self.table, t => t.release(p));
+                    let _ = each!(&self.table, t => t.give(p));
                     -(Reason::KeyLimit as u8 as f64)
                 }
             },
-            Err(r) => refuse(r),
+            Err(Some(r)) => refuse(r),
+            Err(None) => crate::fast::SHM_TABLE_FULL,
         }
     }
 
-    /// `0`, or `-1` if `id` is not live.
+    /// `0`, `-1` if `id` is not live, `-2` if the permit was given back already (its
+    /// process reclaimed).
     pub fn release(&self, id: f64) -> f64 {
         match self.permits.take(id) {
             Some(p) => {
-                let _ = each!(&self.table, t => t.release(p));
-                0.0
+                if each!(&self.table, t => t.give(p)) {
+                    0.0
+                } else {
+                    -2.0
+                }
             }
             None => -1.0,
         }
@@ -149,6 +254,30 @@ fn isolation_js(i: keyed::Isolation) -> IsolationJs {
     }
 }
 
+/// The core config of `options` (all but `shards`).
+fn keyed_config(o: KeyedOptions) -> Result<KeyedConfig> {
+    let mut c = KeyedConfig::new(u32_of("shardLimit", o.shard_limit)?);
+    if let Some(x) = o.shards_per_key {
+        c.shards_per_key = u32_of("shardsPerKey", x)?;
+    }
+    if let Some(x) = o.limit_retry_after_ms {
+        c.limit_retry_after = ms_to_ns("limitRetryAfterMs", x)?;
+    }
+    if let Some(x) = o.seed {
+        c.seed = int_in("seed", x, 0, 1 << 53)?;
+    }
+    match (o.rate_per_second, o.rate_burst) {
+        (Some(r), b) => {
+            let burst = b.map_or(Ok(1), |b| u32_of("rateBurst", b))?;
+            c.shard_rate =
+                Some(ShardRate::per_second(r, burst).map_err(|e| config_err("KeyedLimits", e))?);
+        }
+        (None, Some(_)) => return Err(range("rateBurst", "needs ratePerSecond")),
+        (None, None) => {}
+    }
+    Ok(c)
+}
+
 #[napi(js_name = "NativeKeyedLimits")]
 pub struct NativeKeyedLimits {
     inner: Rc<KeyedInner>,
@@ -158,42 +287,87 @@ pub struct NativeKeyedLimits {
 impl NativeKeyedLimits {
     #[napi(constructor)]
     pub fn new(options: KeyedOptions) -> Result<Self> {
-        let o = options;
-        let mut c = KeyedConfig::new(u32_of("shardLimit", o.shard_limit)?);
-        if let Some(x) = o.shards_per_key {
-            c.shards_per_key = u32_of("shardsPerKey", x)?;
-        }
-        if let Some(x) = o.limit_retry_after_ms {
-            c.limit_retry_after = ms_to_ns("limitRetryAfterMs", x)?;
-        }
-        if let Some(x) = o.seed {
-            c.seed = int_in("seed", x, 0, 1 << 53)?;
-        }
-        match (o.rate_per_second, o.rate_burst) {
-            (Some(r), b) => {
-                let burst = b.map_or(Ok(1), |b| u32_of("rateBurst", b))?;
-                c.shard_rate = Some(
-                    ShardRate::per_second(r, burst).map_err(|e| config_err("KeyedLimits", e))?,
-                );
-            }
-            (None, Some(_)) => return Err(range("rateBurst", "needs ratePerSecond")),
-            (None, None) => {}
-        }
+        let shards = options.shards;
+        let c = keyed_config(options)?;
         let err = |e| config_err("KeyedLimits", e);
-        let table = match o.shards.unwrap_or(64.0) {
-            16.0 => Table::S16(Box::new(KeyedLimits::new(c).map_err(err)?)),
-            64.0 => Table::S64(Box::new(KeyedLimits::new(c).map_err(err)?)),
-            256.0 => Table::S256(Box::new(KeyedLimits::new(c).map_err(err)?)),
-            1024.0 => Table::S1024(Box::new(KeyedLimits::new(c).map_err(err)?)),
+        let table = match shards.unwrap_or(64.0) {
+            16.0 => Table::S16(Tbl::Local(Box::new(KeyedLimits::new(c).map_err(err)?))),
+            64.0 => Table::S64(Tbl::Local(Box::new(KeyedLimits::new(c).map_err(err)?))),
+            256.0 => Table::S256(Tbl::Local(Box::new(KeyedLimits::new(c).map_err(err)?))),
+            1024.0 => Table::S1024(Tbl::Local(Box::new(KeyedLimits::new(c).map_err(err)?))),
             _ => return Err(range("shards", "must be 16, 64, 256 or 1024")),
         };
-        Ok(Self {
+        Ok(Self::wrap(table))
+    }
+
+    fn wrap(table: Table) -> Self {
+        let seed = each!(&table, t => t.hash_seed());
+        Self {
             inner: Rc::new(KeyedInner {
                 table,
                 permits: Slab::default(),
                 names: RefCell::new(HashMap::new()),
+                seed,
             }),
-        })
+        }
+    }
+
+    /// The table named `name` in shared memory: created, or attached to if it exists (then
+    /// `options` must describe the same config). Keys are hashed with a seed drawn when
+    /// the segment was created (the same in every process).
+    #[napi(factory)]
+    pub fn open_shared(name: String, options: KeyedOptions) -> Result<Self> {
+        let shards = options.shards.unwrap_or(64.0);
+        let c = keyed_config(options)?;
+        #[cfg(target_os = "linux")]
+        {
+            let e = |e| crate::shared::shm_err("KeyedLimits", e);
+            let table = match shards {
+                16.0 => {
+                    Table::S16(Tbl::Shared(Box::new(SharedKeyedLimits::open(&name, c).map_err(e)?)))
+                }
+                64.0 => {
+                    Table::S64(Tbl::Shared(Box::new(SharedKeyedLimits::open(&name, c).map_err(e)?)))
+                }
+                256.0 => Table::S256(Tbl::Shared(Box::new(
+                    SharedKeyedLimits::open(&name, c).map_err(e)?,
+                ))),
+                1024.0 => Table::S1024(Tbl::Shared(Box::new(
+                    SharedKeyedLimits::open(&name, c).map_err(e)?,
+                ))),
+                _ => return Err(range("shards", "must be 16, 64, 256 or 1024")),
+            };
+            Ok(Self::wrap(table))
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = (name, shards, c);
+            Err(crate::shared::unsupported("KeyedLimits.shared"))
+        }
+    }
+
+    /// Whether it lives in shared memory.
+    #[napi]
+    pub fn is_shared(&self) -> bool {
+        each!(&self.inner.table, t => t.is_shared())
+    }
+
+    /// Shared: whether this call created the segment (false: attached).
+    #[napi]
+    pub fn created(&self) -> bool {
+        each!(&self.inner.table, t => t.created())
+    }
+
+    /// Shared: releases the key permits of dead processes (each once); how many.
+    #[napi]
+    pub fn reclaim(&self) -> f64 {
+        each!(&self.inner.table, t => t.reclaim()) as f64
+    }
+
+    /// Shared: process-table slots in use.
+    #[napi]
+    pub fn attached(&self) -> f64 {
+        f64::from(each!(&self.inner.table, t => t.attached()))
     }
 
     #[napi]

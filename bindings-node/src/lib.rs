@@ -36,6 +36,7 @@ pub mod keyed;
 pub mod limiter;
 pub mod resilience;
 pub mod shared;
+pub mod shared_gate;
 pub mod slab;
 
 use napi::bindgen_prelude::*;

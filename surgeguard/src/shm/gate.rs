@@ -507,6 +507,22 @@ impl<const CAP: usize> SharedGate<CAP> {
         Ok(self.arrive_as(claim, &table::Proc, now, level, deadline))
     }
 
+    /// A permit now or a refusal, never queued (as [`Gate::try_arrive`]: `arrive`'s
+    /// decisions, refusing `LimitReached` where `arrive` would queue); counted to this
+    /// process. Takes no lock.
+    pub fn try_arrive(
+        &self,
+        now: u64,
+        level: Priority,
+        deadline: Option<u64>,
+    ) -> Result<SharedGatePermit, ShmError> {
+        let claim = self.claim()?;
+        match self.gate().try_arrive(now, level, deadline) {
+            Ok(p) => Ok(self.hold(claim, p)),
+            Err(r) => Err(ShmError::Rejected(r)),
+        }
+    }
+
     fn hold(&self, claim: Claim, permit: RawPermit) -> SharedGatePermit {
         let level = permit.level().index();
         let started_at = permit.started_at();
