@@ -151,6 +151,16 @@ pub struct KeyedInner {
     seed: u64,
 }
 
+impl Drop for KeyedInner {
+    /// Key permits still held when the table is collected (or its worker thread ends) go
+    /// back: for a shared table they would otherwise count until this process exits.
+    fn drop(&mut self) {
+        for p in self.permits.drain() {
+            let _ = each!(&self.table, t => t.give(p));
+        }
+    }
+}
+
 impl Tagged for KeyedInner {
     const TAG: u64 = tags::KEYED;
 }

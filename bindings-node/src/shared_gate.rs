@@ -454,8 +454,22 @@ impl NativeSharedGate {
 }
 
 impl Drop for NativeSharedGate {
+    /// Collected (or its thread or process ending): its tickets are withdrawn and its
+    /// permits given back, as ignored, so that an ended worker thread holds nothing.
     fn drop(&mut self) {
         self.stop_pump();
+        #[cfg(target_os = "linux")]
+        {
+            let now = self.gate.gate().limiter().latest_time();
+            for (_, t) in self.tickets.get_mut().drain() {
+                if let Ok(Some(SharedOutcome::Granted(p))) = self.gate.cancel(&t) {
+                    let _ = self.gate.release(p, now, Outcome::Ignored);
+                }
+            }
+            for p in self.permits.drain() {
+                let _ = self.gate.release(p, now, Outcome::Ignored);
+            }
+        }
     }
 }
 
