@@ -227,6 +227,8 @@ export declare class Limiter {
   readonly heldHere: number
   /** Shared: gives back dead processes' permits now; how many. 0 in-process. */
   reclaim (): number
+  /** The levels of this limiter. */
+  readonly levels: Levels
   /** A permit or null (sync). */
   tryAcquire (options?: AcquireNowOptions): Permit | null
   readonly lastRejection: Rejection | null
@@ -347,6 +349,29 @@ export declare class Gate {
   readonly levels: Levels
   setStaticLimit (limit: number | null): void
   metrics (): GateMetrics
+  /**
+   * The gate named `name` in shared memory (Linux): one limit, one priority queue and one
+   * shed switch across every `cluster` worker, PM2 instance or worker thread opening the
+   * name; a release in any process grants the next waiter, whichever process queued it
+   * (a native thread per object with waiters wakes on the process's mailbox; it does not
+   * keep the event loop alive when nothing waits). `queueCapacity` at most 256 (default
+   * 256); a process holds at most 64 queued tickets at once (more are refused
+   * `limit_reached`). Another config under the name throws `SG_SHM_REFUSED`; a bad name a
+   * `RangeError` (`SG_INVALID_ARG`). A process that dies gives back its permits and
+   * withdraws its tickets (swept every 100 ms while anything waits, on open, and on
+   * `reclaim()`).
+   */
+  static shared (name: string, options?: GateOptions): Gate
+  /** Whether it lives in shared memory. */
+  readonly shared: boolean
+  /** Shared: whether this object created the segment (false: attached). True in-process. */
+  readonly created: boolean
+  /** Shared: process-table slots in use. 1 in-process. */
+  readonly attachedProcesses: number
+  /** Permits held through this object (shared: counted to this process). */
+  readonly heldHere: number
+  /** Shared: gives back dead processes' permits and tickets now; the permits. 0 in-process. */
+  reclaim (): number
 }
 
 export interface RetryBudgetOptions {
@@ -562,6 +587,22 @@ export declare class KeyedLimits {
     shards: number
     topKeys: Array<{ key?: string, keyHash: string, count: number, error: number }>
   }
+  /**
+   * The table named `name` in shared memory (Linux): one set of per-key caps across every
+   * process or worker thread opening the name. Keys are hashed with a seed drawn when the
+   * segment was created (the same in every process). Another config under the name throws
+   * `SG_SHM_REFUSED`. A dead process's key permits come back once (on open, on
+   * `reclaim()`, and at most every 100 ms on a `key_limit` refusal).
+   */
+  static shared (name: string, options: KeyedOptions): KeyedLimits
+  /** Whether it lives in shared memory. */
+  readonly shared: boolean
+  /** Shared: whether this object created the segment (false: attached). True in-process. */
+  readonly created: boolean
+  /** Shared: process-table slots in use. 1 in-process. */
+  readonly attachedProcesses: number
+  /** Shared: gives back dead processes' key permits now; how many. 0 in-process. */
+  reclaim (): number
 }
 
 /** The core's seeded 64-bit key hash (the same in every binding). */
@@ -591,7 +632,11 @@ export declare function renderPrometheus (
 export interface RequestLike { headers: Record<string, string | string[] | undefined> }
 
 export interface HttpOptions<Req extends RequestLike = RequestLike> {
-  gate: Gate
+  /**
+   * A Gate (admits, queues or refuses; `Gate.shared` for one queue across workers) or a
+   * Limiter (admits or refuses at once; `Limiter.shared` too; no `readinessRoute`).
+   */
+  gate: Gate | Limiter
   /** Priority from the request (default: the X-Request-Priority header). */
   priority?: (req: Req) => Priority | undefined
   priorityHeader?: string

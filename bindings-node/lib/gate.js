@@ -384,6 +384,26 @@ class Gate {
   get shared () {
     return false
   }
+
+  /** Shared: whether this object created the segment (false: attached). True in-process. */
+  get created () {
+    return true
+  }
+
+  /** Shared: process-table slots in use. 1 in-process. */
+  get attachedProcesses () {
+    return 1
+  }
+
+  /** Permits held through this object (shared: counted to this process's slot). */
+  get heldHere () {
+    return this._n.livePermits()
+  }
+
+  /** Shared: gives back dead processes' permits now; how many. 0 in-process. */
+  reclaim () {
+    return 0
+  }
 }
 
 function runUnder (permit, fn, classify) {

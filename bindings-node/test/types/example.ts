@@ -113,4 +113,14 @@ function sharedObjects (): number {
   return db.reclaim() + db.attachedProcesses + db.heldHere + flags.length + code.length + Number(removed)
 }
 
-export { sharedObjects, left, at, scoped, until, outHeaders, firstIgnored, ignoredMalformed, deadlineSignal, mwDeadlines, inner, degrade }
+async function sharedGate (): Promise<number> {
+  const gate: sg.Gate = sg.Gate.shared('myservice-gate', { algorithm: 'fixed', initialLimit: 4, queueCapacity: 64 })
+  const keyed: sg.KeyedLimits = sg.KeyedLimits.shared('myservice-keys', { shardLimit: 2 })
+  const p = await gate.acquire({ timeoutMs: 100, signal: AbortSignal.timeout(200) })
+  p.success()
+  const mw = sg.express({ gate: sg.Limiter.shared('myservice-db', { algorithm: 'fixed', initialLimit: 2 }), keyed, key: 'x-tenant-id' })
+  const flags: boolean[] = [gate.shared, gate.created, keyed.shared, keyed.created, typeof mw === 'function']
+  return gate.reclaim() + gate.attachedProcesses + gate.heldHere + keyed.reclaim() + keyed.attachedProcesses + flags.length
+}
+
+export { sharedObjects, sharedGate, left, at, scoped, until, outHeaders, firstIgnored, ignoredMalformed, deadlineSignal, mwDeadlines, inner, degrade }
