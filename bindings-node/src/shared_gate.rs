@@ -44,6 +44,8 @@ use surgeguard::shm::{
 pub const SHARED_CAP: usize = 256;
 /// How often the pump thread sweeps dead processes (and at most how long it sleeps).
 const SWEEP_NS: u64 = 100_000_000;
+/// The shortest timer wait of the pump thread.
+const MIN_WAIT_NS: u64 = 1_000_000;
 
 type Pump = ThreadsafeFunction<(), (), (), Status, false, true, 0>;
 
@@ -501,7 +503,9 @@ fn pump(gate: &SharedGate<SHARED_CAP>, tsfn: &Pump, stop: &AtomicBool) {
                 return; // the environment is going away
             }
         }
-        let until = next.map_or(next_sweep, |t| t.max(now + 1).min(next_sweep));
-        gate.wait_mailbox(seq, until.saturating_sub(now).max(1));
+        // At least 1 ms between timer rounds (a wakeup that stays due, e.g. while another
+        // process dispatches, must not spin); the mailbox still wakes it at once.
+        let until = next.map_or(next_sweep, |t| t.min(next_sweep));
+        gate.wait_mailbox(seq, until.saturating_sub(now).max(MIN_WAIT_NS));
     }
 }

@@ -104,6 +104,33 @@ test('a shared gate: abort and timeout withdraw the ticket; errors are typed and
   }
 })
 
+test('a shared gate: a grant that raced with an abort is released as ignored', { skip: !linux }, async () => {
+  const name = fresh()
+  try {
+    const a = sg.Gate.shared(name, FIXED(1))
+    const b = sg.Gate.shared(name, FIXED(1))
+    const p = a.tryAcquire()
+    const ac = new AbortController()
+    const w = b.acquire({ signal: ac.signal })
+    // In one tick: the release grants b's ticket (in its mailbox, not yet taken), then
+    // b's waiter aborts before its pump delivers the grant.
+    p.success()
+    assert.equal(b.waiting, 0)
+    assert.equal(b.inflight, 1, 'granted to b')
+    ac.abort(new Error('client gone'))
+    await assert.rejects(w, /client gone/)
+    assert.equal(b.inflight, 0, 'the raced grant was released')
+    assert.equal(b.heldHere, 0)
+    assert.equal(b.livePermits, 0)
+    assert.equal(b.metrics().granted, 1)
+    const q = a.tryAcquire()
+    assert.ok(q, 'the slot is free again')
+    q.success()
+  } finally {
+    sg.unlinkShared(name)
+  }
+})
+
 test('a shared gate does not keep the event loop alive when nothing waits', { skip: !linux }, async () => {
   const name = fresh()
   try {
