@@ -131,6 +131,37 @@ test('a shared gate: a grant that raced with an abort is released as ignored', {
   }
 })
 
+test('a shared gate: reclaim() gives back a killed process\'s permit once and withdraws its ticket', { skip: !linux }, async () => {
+  const name = fresh()
+  try {
+    const g = sg.Gate.shared(name, FIXED(1))
+    const code = `
+      const sg = require(${JSON.stringify(PKG)})
+      const g = sg.Gate.shared(process.argv[1], { algorithm: 'fixed', initialLimit: 1, levels: 1, codel: false })
+      const p = g.tryAcquire()
+      g.acquire().catch(() => {})
+      console.log(p ? 'held' : 'refused')
+    `
+    const child = spawn(process.execPath, ['-e', code, name], { stdio: ['ignore', 'pipe', 'inherit'] })
+    const line = await new Promise((resolve) => child.stdout.once('data', (b) => resolve(String(b).trim())))
+    assert.equal(line, 'held')
+    assert.equal(g.inflight, 1)
+    assert.equal(g.waiting, 1)
+    assert.equal(g.tryAcquire(), null)
+    child.kill('SIGKILL')
+    await new Promise((resolve) => child.on('exit', resolve))
+    assert.equal(g.reclaim(), 1)
+    assert.equal(g.reclaim(), 0, 'once')
+    assert.equal(g.waiting, 0, 'its ticket was withdrawn')
+    assert.equal(g.inflight, 0)
+    const p = g.tryAcquire()
+    assert.ok(p)
+    p.success()
+  } finally {
+    sg.unlinkShared(name)
+  }
+})
+
 test('a shared gate does not keep the event loop alive when nothing waits', { skip: !linux }, async () => {
   const name = fresh()
   try {
