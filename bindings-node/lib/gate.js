@@ -7,7 +7,9 @@ const { guard, badThis } = require('./brand')
 const { Levels } = require('./priority')
 const { newPermit, endPermit, OUTCOMES } = require('./permit')
 const { LIMITER_SPEC, checkAlgorithmOptions, releaseFailure } = require('./limiter')
-const { OPEN, sharedName } = require('./shared')
+const { OPEN, sharedName, tableFull } = require('./shared')
+/** `sharedGateTryAcquire`'s code for a shared gate whose process table is full. */
+const TABLE_FULL = -64
 
 const QUEUED_BASE = 16
 /** The wire value of `limit_reached` (the refusal that may still queue). */
@@ -104,8 +106,8 @@ class Gate {
     }
     if (open === OPEN) {
       this._n = call(() => N.NativeSharedGate.open(name, native))
-      // Shared gates take the native object's methods, not the raw fast path.
-      this._h = null
+      // The shared gate's raw fast path (`F.sharedGate*`) takes this handle.
+      this._h = this._n.handle()
     } else {
       this._n = call(() => new N.NativeGate(native))
       this._h = this._n.handle()
@@ -471,8 +473,9 @@ class SharedGate extends Gate {
       now = v.nowNs(opts.nowNs)
       if (opts.deadlineNs !== undefined) t = untilMs(opts.deadlineNs, now)
     }
-    const r = call(() => this._n.tryAcquire(lvl, t, now))
+    const r = now === undefined ? (t === -1 ? F.sharedGateTryAcquire(this._h, lvl) : F.sharedGateTryAcquire(this._h, lvl, t)) : F.sharedGateTryAcquire(this._h, lvl, t, now)
     if (r >= 0) return newPermit(this, releaseShared, r, lvl)
+    if (r === TABLE_FULL) throw tableFull()
     this._rej = -r
     this._rejMs = F.lastRetryAfterMs()
     return null
@@ -503,7 +506,8 @@ class SharedGate extends Gate {
         }
         if (signal !== undefined && signal.aborted) return Promise.reject(abortReason(signal))
       }
-      r = call(() => this._n.tryAcquire(lvl, timeout, now))
+      r = now === undefined ? F.sharedGateTryAcquire(this._h, lvl, timeout) : F.sharedGateTryAcquire(this._h, lvl, timeout, now)
+      if (r === TABLE_FULL) throw tableFull()
       if (r === -LIMIT_REACHED && !noWait) r = call(() => this._n.arrive(lvl, timeout, now))
     } catch (err) {
       return Promise.reject(err)
@@ -636,7 +640,7 @@ class SharedGate extends Gate {
 
 /** Ends a shared gate permit; the release dispatches the freed slot to any process. */
 function releaseShared (gate, id, outcome, nowNs) {
-  const r = call(() => gate._n.release(id, outcome, nowNs))
+  const r = nowNs === undefined ? F.sharedGateRelease(gate._h, id, outcome) : F.sharedGateRelease(gate._h, id, outcome, nowNs)
   if (r < 0) throw releaseFailure(r)
   if (gate._waiters.size > 0) gate._collect()
 }

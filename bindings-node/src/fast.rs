@@ -645,7 +645,7 @@ const FAST: &[(&str, Callback)] = &[
 /// The `fast` object: every raw callback above as a plain function.
 pub fn create_fast_object(env: &Env) -> Result<Object<'_>> {
     let mut obj = Object::new(env)?;
-    for (name, cb) in FAST.iter().chain(crate::gate::FAST) {
+    for (name, cb) in FAST.iter().chain(crate::gate::FAST).chain(crate::shared_gate::FAST) {
         let mut f = ptr::null_mut();
         // SAFETY: `env` is the live env napi-rs gave `init`; `name` is valid for its
         // `len` bytes (N-API copies it); `cb` is a `Callback` (N-API passes it a valid
@@ -686,4 +686,6 @@ pub mod tags {
     pub const KEYED: u64 = 0x5347_0000_0000_0006;
     /// `AdaptiveThrottle`.
     pub const THROTTLE: u64 = 0x5347_0000_0000_0007;
+    /// `Gate.shared`.
+    pub const SHARED_GATE: u64 = 0x5347_0000_0000_0008;
 }

@@ -31,10 +31,18 @@ use surgeguard_core::{Outcome, Reason, Rejected};
 
 use crate::clock::resolve_now;
 use crate::convert::{level_of, ns_to_ms, outcome_of};
+use crate::fast::{
+    args, bigint_now, handle_arg, level, now, number, outcome, ret, tags, throw, Callback,
+    SHM_TABLE_FULL,
+};
 use crate::fast::{refuse, QUEUED_BASE};
 use crate::gate::{deadline_of, gate_config, gate_metrics, state_name, GateMetricsJs, GateOptions};
+use crate::handle::{new_handle, Tagged};
 use crate::limiter::set_static;
 use crate::slab::Slab;
+use napi::sys;
+use std::rc::Rc;
+use surgeguard_core::Priority;
 
 #[cfg(target_os = "linux")]
 use surgeguard::shm::{
@@ -51,9 +59,8 @@ const MIN_WAIT_NS: u64 = 1_000_000;
 
 type Pump = ThreadsafeFunction<(), (), (), Status, false, true, 0>;
 
-/// A shared gate, its permits and this object's queued tickets.
-#[napi(js_name = "NativeSharedGate")]
-pub struct NativeSharedGate {
+/// A shared gate, its permits and this object's queued tickets (what a handle points at).
+pub struct SharedGateInner {
     #[cfg(target_os = "linux")]
     gate: Arc<SharedGate<SHARED_CAP>>,
     #[cfg(target_os = "linux")]
@@ -67,6 +74,16 @@ pub struct NativeSharedGate {
     pump: RefCell<Option<Arc<AtomicBool>>>,
 }
 
+impl Tagged for SharedGateInner {
+    const TAG: u64 = tags::SHARED_GATE;
+}
+
+/// The JS class over a [`SharedGateInner`].
+#[napi(js_name = "NativeSharedGate")]
+pub struct NativeSharedGate {
+    inner: Rc<SharedGateInner>,
+}
+
 #[cfg(not(target_os = "linux"))]
 fn nolinux<T>() -> Result<T> {
     Err(crate::shared::unsupported("Gate.shared"))
@@ -78,7 +95,26 @@ fn timeout_deadline(timeout_ms: f64, now: u64) -> Result<Option<u64>> {
 }
 
 #[cfg(target_os = "linux")]
-impl NativeSharedGate {
+impl SharedGateInner {
+    /// A permit id or `-reason` (never queues), or `SHM_TABLE_FULL`.
+    pub fn try_acquire(&self, now: u64, level: Priority, deadline: Option<u64>) -> f64 {
+        match self.gate.try_arrive(now, level, deadline) {
+            Ok(p) => self.permit_id(p, now),
+            Err(ShmError::Rejected(r)) => refuse(r),
+            Err(_) => SHM_TABLE_FULL,
+        }
+    }
+
+    /// `0`, `-1` (not live: released twice, or reclaimed) or `-2` (another object's).
+    pub fn release(&self, id: f64, now: u64, outcome: Outcome) -> f64 {
+        let Some(p) = self.permits.take(id) else { return -1.0 };
+        match self.gate.release(p, now, outcome) {
+            Ok(()) => 0.0,
+            Err(ShmError::Reclaimed) => -1.0,
+            Err(_) => -2.0,
+        }
+    }
+
     fn permit_id(&self, p: SharedGatePermit, now: u64) -> f64 {
         self.permits.insert(p).unwrap_or_else(|p| {
             let _ = self.gate.release(p, now, Outcome::Ignored);
@@ -110,13 +146,15 @@ impl NativeSharedGate {
             let gate = SharedGate::<SHARED_CAP>::open(&name, cfg)
                 .map_err(|e| crate::shared::shm_err("Gate", e))?;
             Ok(Self {
-                gate: Arc::new(gate),
-                permits: Slab::default(),
-                tickets: RefCell::new(HashMap::new()),
-                next_ticket: Cell::new(0),
-                levels: cfg.limiter.levels,
-                fallback_retry_ns: cfg.fallback_retry_after_ns,
-                pump: RefCell::new(None),
+                inner: Rc::new(SharedGateInner {
+                    gate: Arc::new(gate),
+                    permits: Slab::default(),
+                    tickets: RefCell::new(HashMap::new()),
+                    next_ticket: Cell::new(0),
+                    levels: cfg.limiter.levels,
+                    fallback_retry_ns: cfg.fallback_retry_after_ns,
+                    pump: RefCell::new(None),
+                }),
             })
         }
         #[cfg(not(target_os = "linux"))]
@@ -126,18 +164,24 @@ impl NativeSharedGate {
         }
     }
 
+    /// The handle the `fast.sharedGate*` functions take.
+    #[napi]
+    pub fn handle<'env>(&self, env: &'env Env) -> Result<Unknown<'env>> {
+        new_handle(env, &self.inner)
+    }
+
     /// A permit id, or `-reason` (never queues).
     #[napi]
     pub fn try_acquire(&self, level: f64, timeout_ms: f64, now_ns: Option<BigInt>) -> Result<f64> {
-        let level = level_of(level, self.levels)?;
+        let level = level_of(level, self.inner.levels)?;
         let now = resolve_now(now_ns)?;
         let deadline = timeout_deadline(timeout_ms, now)?;
         #[cfg(target_os = "linux")]
         {
-            match self.gate.try_arrive(now, level, deadline) {
-                Ok(p) => Ok(self.permit_id(p, now)),
+            match self.inner.gate.try_arrive(now, level, deadline) {
+                Ok(p) => Ok(self.inner.permit_id(p, now)),
                 Err(ShmError::Rejected(r)) => Ok(refuse(r)),
-                Err(_) => Err(Self::table_full()),
+                Err(_) => Err(SharedGateInner::table_full()),
             }
         }
         #[cfg(not(target_os = "linux"))]
@@ -150,21 +194,21 @@ impl NativeSharedGate {
     /// A permit id, `-reason`, or `-(QUEUED_BASE + ticket)`.
     #[napi]
     pub fn arrive(&self, level: f64, timeout_ms: f64, now_ns: Option<BigInt>) -> Result<f64> {
-        let level = level_of(level, self.levels)?;
+        let level = level_of(level, self.inner.levels)?;
         let now = resolve_now(now_ns)?;
         let deadline = timeout_deadline(timeout_ms, now)?;
         #[cfg(target_os = "linux")]
         {
-            match self.gate.arrive(now, level, deadline) {
-                Ok(SharedArrival::Admitted(p)) => Ok(self.permit_id(p, now)),
+            match self.inner.gate.arrive(now, level, deadline) {
+                Ok(SharedArrival::Admitted(p)) => Ok(self.inner.permit_id(p, now)),
                 Ok(SharedArrival::Rejected(r)) => Ok(refuse(r)),
                 Ok(SharedArrival::Queued(t)) => {
-                    let id = self.next_ticket.get();
-                    self.next_ticket.set(id.wrapping_add(1) & 0x7fff_ffff);
-                    self.tickets.borrow_mut().insert(id, t);
+                    let id = self.inner.next_ticket.get();
+                    self.inner.next_ticket.set(id.wrapping_add(1) & 0x7fff_ffff);
+                    self.inner.tickets.borrow_mut().insert(id, t);
                     Ok(-(QUEUED_BASE + f64::from(id)))
                 }
-                Err(_) => Err(Self::table_full()),
+                Err(_) => Err(SharedGateInner::table_full()),
             }
         }
         #[cfg(not(target_os = "linux"))]
@@ -182,12 +226,7 @@ impl NativeSharedGate {
         let now = resolve_now(now_ns)?;
         #[cfg(target_os = "linux")]
         {
-            let Some(p) = self.permits.take(id) else { return Ok(-1.0) };
-            Ok(match self.gate.release(p, now, outcome) {
-                Ok(()) => 0.0,
-                Err(ShmError::Reclaimed) => -1.0,
-                Err(_) => -2.0,
-            })
+            Ok(self.inner.release(id, now, outcome))
         }
         #[cfg(not(target_os = "linux"))]
         {
@@ -205,18 +244,18 @@ impl NativeSharedGate {
         #[cfg(target_os = "linux")]
         {
             let now = crate::clock::now_ns();
-            let mut tickets = self.tickets.borrow_mut();
+            let mut tickets = self.inner.tickets.borrow_mut();
             tickets.retain(|&id, t| {
                 let id = f64::from(id);
-                match self.gate.outcome(t) {
+                match self.inner.gate.outcome(t) {
                     Ok(None) => return true,
                     Ok(Some(SharedOutcome::Granted(p))) => {
-                        let pid = self.permit_id(p, now);
+                        let pid = self.inner.permit_id(p, now);
                         if pid >= 0.0 {
                             out.extend([0.0, id, pid, 0.0]);
                         } else {
                             let r = f64::from(Reason::LimitReached as u8);
-                            out.extend([1.0, id, r, ns_to_ms(self.fallback_retry_ns)]);
+                            out.extend([1.0, id, r, ns_to_ms(self.inner.fallback_retry_ns)]);
                         }
                     }
                     Ok(Some(SharedOutcome::Expired(r))) => {
@@ -225,7 +264,7 @@ impl NativeSharedGate {
                     // Its entry was cleared (this process was taken for dead): refused.
                     Err(_) => {
                         let r = f64::from(Reason::LimitReached as u8);
-                        out.extend([1.0, id, r, ns_to_ms(self.fallback_retry_ns)]);
+                        out.extend([1.0, id, r, ns_to_ms(self.inner.fallback_retry_ns)]);
                     }
                 }
                 false
@@ -243,13 +282,13 @@ impl NativeSharedGate {
             if !(0.0..=f64::from(u32::MAX)).contains(&ticket) || ticket.fract() != 0.0 {
                 return Ok(false);
             }
-            let Some(t) = self.tickets.borrow_mut().remove(&(ticket as u32)) else {
+            let Some(t) = self.inner.tickets.borrow_mut().remove(&(ticket as u32)) else {
                 return Ok(false);
             };
-            Ok(match self.gate.cancel(&t) {
+            Ok(match self.inner.gate.cancel(&t) {
                 Ok(None) => true,
                 Ok(Some(SharedOutcome::Granted(p))) => {
-                    let _ = self.gate.release(p, crate::clock::now_ns(), Outcome::Ignored);
+                    let _ = self.inner.gate.release(p, crate::clock::now_ns(), Outcome::Ignored);
                     false
                 }
                 Ok(Some(SharedOutcome::Expired(_))) | Err(_) => false,
@@ -267,7 +306,7 @@ impl NativeSharedGate {
     pub fn pending(&self) -> f64 {
         #[cfg(target_os = "linux")]
         {
-            self.tickets.borrow().len() as f64
+            self.inner.tickets.borrow().len() as f64
         }
         #[cfg(not(target_os = "linux"))]
         0.0
@@ -277,7 +316,7 @@ impl NativeSharedGate {
     /// mailbox moves, polls the gate at its next wakeup and sweeps dead processes.
     #[napi]
     pub fn start_pump(&self, cb: Function<(), ()>) -> Result<()> {
-        if self.pump.borrow().is_some() {
+        if self.inner.pump.borrow().is_some() {
             return Ok(());
         }
         #[cfg(target_os = "linux")]
@@ -288,7 +327,7 @@ impl NativeSharedGate {
                 .weak::<true>()
                 .build()?;
             let stop = Arc::new(AtomicBool::new(false));
-            let gate = Arc::clone(&self.gate);
+            let gate = Arc::clone(&self.inner.gate);
             let flag = Arc::clone(&stop);
             std::thread::Builder::new()
                 .name("surgeguard-pump".into())
@@ -296,7 +335,7 @@ impl NativeSharedGate {
                 .map_err(|e| {
                     Error::new(Status::GenericFailure, format!("SG_SHM_UNAVAILABLE: pump: {e}"))
                 })?;
-            *self.pump.borrow_mut() = Some(stop);
+            *self.inner.pump.borrow_mut() = Some(stop);
             Ok(())
         }
         #[cfg(not(target_os = "linux"))]
@@ -309,9 +348,7 @@ impl NativeSharedGate {
     /// Stops the pump thread (it exits within 100 ms).
     #[napi]
     pub fn stop_pump(&self) {
-        if let Some(stop) = self.pump.borrow_mut().take() {
-            stop.store(true, Ordering::Release);
-        }
+        self.inner.stop_pump();
     }
 
     /// Runs the gate's dispatch now (grants and expiries of every process).
@@ -320,7 +357,7 @@ impl NativeSharedGate {
         let now = resolve_now(now_ns)?;
         #[cfg(target_os = "linux")]
         {
-            self.gate.poll(now).map(|n| n as f64).map_err(|_| Self::table_full())
+            self.inner.gate.poll(now).map(|n| n as f64).map_err(|_| SharedGateInner::table_full())
         }
         #[cfg(not(target_os = "linux"))]
         {
@@ -335,7 +372,7 @@ impl NativeSharedGate {
     pub fn reclaim(&self) -> f64 {
         #[cfg(target_os = "linux")]
         {
-            self.gate.reclaim() as f64
+            self.inner.gate.reclaim() as f64
         }
         #[cfg(not(target_os = "linux"))]
         0.0
@@ -346,7 +383,7 @@ impl NativeSharedGate {
     pub fn created(&self) -> bool {
         #[cfg(target_os = "linux")]
         {
-            self.gate.created()
+            self.inner.gate.created()
         }
         #[cfg(not(target_os = "linux"))]
         false
@@ -357,7 +394,7 @@ impl NativeSharedGate {
     pub fn attached(&self) -> f64 {
         #[cfg(target_os = "linux")]
         {
-            f64::from(self.gate.attached_processes())
+            f64::from(self.inner.gate.attached_processes())
         }
         #[cfg(not(target_os = "linux"))]
         0.0
@@ -368,7 +405,7 @@ impl NativeSharedGate {
     pub fn held_here(&self) -> f64 {
         #[cfg(target_os = "linux")]
         {
-            f64::from(self.gate.held_by_this_process())
+            f64::from(self.inner.gate.held_by_this_process())
         }
         #[cfg(not(target_os = "linux"))]
         0.0
@@ -392,7 +429,7 @@ impl NativeSharedGate {
     #[napi]
     pub fn set_shed_level(&self, level: Option<f64>) -> Result<()> {
         let p = match level {
-            Some(x) => Some(level_of(x, self.levels)?),
+            Some(x) => Some(level_of(x, self.inner.levels)?),
             None => None,
         };
         self.core()?.set_shed_level(p);
@@ -428,7 +465,7 @@ impl NativeSharedGate {
     pub fn live_permits(&self) -> f64 {
         #[cfg(target_os = "linux")]
         {
-            self.permits.live() as f64
+            self.inner.permits.live() as f64
         }
         #[cfg(not(target_os = "linux"))]
         0.0
@@ -441,14 +478,14 @@ impl NativeSharedGate {
 
     #[napi]
     pub fn metrics(&self) -> Result<GateMetricsJs> {
-        Ok(gate_metrics(self.core()?, self.levels))
+        Ok(gate_metrics(self.core()?, self.inner.levels))
     }
 }
 
 impl NativeSharedGate {
     #[cfg(target_os = "linux")]
     fn core(&self) -> Result<&surgeguard_core::gate::Gate<SHARED_CAP>> {
-        Ok(self.gate.gate())
+        Ok(self.inner.gate.gate())
     }
 
     #[cfg(not(target_os = "linux"))]
@@ -457,7 +494,15 @@ impl NativeSharedGate {
     }
 }
 
-impl Drop for NativeSharedGate {
+impl SharedGateInner {
+    fn stop_pump(&self) {
+        if let Some(stop) = self.pump.borrow_mut().take() {
+            stop.store(true, Ordering::Release);
+        }
+    }
+}
+
+impl Drop for SharedGateInner {
     /// Collected (or its thread or process ending): its tickets are withdrawn and its
     /// permits given back, as ignored, so that an ended worker thread holds nothing.
     fn drop(&mut self) {
@@ -511,3 +556,64 @@ fn pump(gate: &SharedGate<SHARED_CAP>, tsfn: &Pump, stop: &AtomicBool) {
         gate.wait_mailbox(seq, until.saturating_sub(now).max(MIN_WAIT_NS));
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// The hot path, as raw callbacks (see `fast`): sharedGateTryAcquire(h, level[, timeoutMs[,
+// nowNs]]) -> permit id | -reason | SHM_TABLE_FULL; sharedGateRelease(h, id, outcome[,
+// nowNs]) -> 0 | -1 | -2.
+
+/// # Safety
+/// Called only by N-API, as a [`Callback`].
+#[cfg(target_os = "linux")]
+unsafe extern "C" fn shared_gate_try_acquire(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    // SAFETY: env and info are what N-API passed to this callback (the `Callback` contract).
+    let (argv, argc) = unsafe { args::<4>(env, info) };
+    let h = handle_arg!(env, argv, SharedGateInner);
+    let level = level!(env, argv[1], h.levels);
+    let timeout = if argc > 2 {
+        // SAFETY: env is this callback's; argv[2] one of its arguments.
+        unsafe { number(env, argv[2]) }
+    } else {
+        -1.0
+    };
+    let now = now!(env, argv, argc, 3);
+    let Ok(deadline) = deadline_of(timeout, now) else {
+        // SAFETY: env is this callback's.
+        return unsafe {
+            crate::fast::bad_number(env, argv[2], "timeoutMs must be -1 or a finite number ≥ 0")
+        };
+    };
+    // SAFETY: env is this callback's, open until it returns.
+    unsafe { ret(env, h.try_acquire(now, level, deadline)) }
+}
+
+/// # Safety
+/// Called only by N-API, as a [`Callback`].
+#[cfg(target_os = "linux")]
+unsafe extern "C" fn shared_gate_release(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    // SAFETY: env and info are what N-API passed to this callback (the `Callback` contract).
+    let (argv, argc) = unsafe { args::<4>(env, info) };
+    let h = handle_arg!(env, argv, SharedGateInner);
+    // SAFETY: env is this callback's; argv[1] one of its arguments (`undefined` if absent).
+    let id = unsafe { number(env, argv[1]) };
+    let outcome = outcome!(env, argv[2]);
+    let now = now!(env, argv, argc, 3);
+    // SAFETY: env is this callback's, open until it returns.
+    unsafe { ret(env, h.release(id, now, outcome)) }
+}
+
+/// The shared gate's raw callbacks (registered with the others in `fast`; none where
+/// shared memory is not built: the facade cannot make a shared gate there).
+#[cfg(target_os = "linux")]
+pub const FAST: &[(&str, Callback)] = &[
+    ("sharedGateTryAcquire", shared_gate_try_acquire),
+    ("sharedGateRelease", shared_gate_release),
+];
+#[cfg(not(target_os = "linux"))]
+pub const FAST: &[(&str, Callback)] = &[];
