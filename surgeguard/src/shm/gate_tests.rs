@@ -637,3 +637,43 @@ fn a_dead_lock_holder_is_taken_over_and_a_live_one_is_not() {
     gate.release_as(&live, p, 31, Outcome::Success).unwrap();
     assert_eq!(gate.head().lock.load(Ordering::SeqCst), 0);
 }
+
+// ---- try_arrive ----------------------------------------------------------------------------
+
+/// `try_arrive` admits as `arrive` does while there is room, refuses `LimitReached` where
+/// `arrive` would queue (nothing queued), and counts its permits to this process.
+#[test]
+fn try_arrive_never_queues_and_counts_to_this_process() {
+    let gate = SharedGate::<16>::anonymous(fifo_config()).expect("gate");
+    let lvl = Priority::new(0).expect("level");
+    let now = 1_000_000;
+    let held: Vec<_> =
+        (0..L).map(|_| gate.try_arrive(now, lvl, None).expect("room for L")).collect();
+    assert_eq!(gate.held_by_this_process(), L);
+    match gate.try_arrive(now, lvl, None) {
+        Err(ShmError::Rejected(r)) => assert_eq!(r.reason, Reason::LimitReached),
+        other => panic!("expected a LimitReached refusal, got {other:?}"),
+    }
+    assert_eq!(gate.gate().waiting_total(), 0, "never queued");
+    assert_eq!(gate.gate().metrics().queued, 0);
+    for p in held {
+        gate.release(p, now + 1, Outcome::Success).expect("release");
+    }
+    assert_eq!(gate.held_by_this_process(), 0);
+    assert_eq!(gate.gate().limiter().inflight(), 0);
+    // A waiter ahead of it: refused, not admitted past the queue.
+    let p = gate.try_arrive(now + 2, lvl, None).expect("room");
+    let q = gate.try_arrive(now + 2, lvl, None).expect("room");
+    let SharedArrival::Queued(t) = gate.arrive(now + 2, lvl, None).expect("arrive") else {
+        panic!("full: queued")
+    };
+    gate.release(p, now + 3, Outcome::Success).expect("release");
+    // The freed slot went to the waiter, so a try_arrive is refused.
+    assert!(matches!(gate.try_arrive(now + 3, lvl, None), Err(ShmError::Rejected(_))));
+    let Some(SharedOutcome::Granted(g)) = gate.outcome(&t).expect("outcome") else {
+        panic!("granted")
+    };
+    gate.release(g, now + 4, Outcome::Success).expect("release");
+    gate.release(q, now + 4, Outcome::Success).expect("release");
+    assert_eq!(gate.gate().limiter().inflight(), 0);
+}
