@@ -355,7 +355,7 @@ export declare class Gate {
    * name; a release in any process grants the next waiter, whichever process queued it
    * (a native thread per object with waiters wakes on the process's mailbox; it does not
    * keep the event loop alive when nothing waits). `queueCapacity` at most 256 (default
-   * 256); a process holds at most 64 queued tickets at once (more are refused
+   * 256); one object holds at most 64 queued tickets at once (more are refused
    * `limit_reached`). Another config under the name throws `SG_SHM_REFUSED`; a bad name a
    * `RangeError` (`SG_INVALID_ARG`). A process that dies gives back its permits and
    * withdraws its tickets (swept every 100 ms while anything waits, on open, and on
