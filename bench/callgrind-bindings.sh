@@ -19,7 +19,10 @@ per_iter() { # runner script path n1 n2
 case "${1:-node}" in
 node)
     cargo build -q --release -p surgeguard-node
-    SG_ADDON="$(cd "$here/.." && pwd)/${CARGO_TARGET_DIR:-target}/release/libsurgeguard_node.so"
+    # Node loads an addon only from a file named `*.node` (a `.so` is read as JavaScript).
+    target="${CARGO_TARGET_DIR:-$(cd "$here/.." && pwd)/target}"
+    SG_ADDON="$(mktemp -d)/surgeguard.node"
+    cp "$target/release/libsurgeguard_node.so" "$SG_ADDON"
     export SG_ADDON
     node=$(command -v node)
     for p in floor fast facade limiter shared; do per_iter "$node" "$here/bindings/node_loop.js" "$p" 20000 120000; done

@@ -810,12 +810,9 @@ impl Gate {
     ) -> PyResult<()> {
         let result = lock(&ticket.get().slot.state).result.take();
         match result {
-            Some(Ok(raw)) => {
-                permit.get().finish_wait(Some(raw));
-                Ok(())
-            }
+            Some(Ok(raw)) => permit.get().finish_wait(py, Some(raw)),
             Some(Err(r)) => {
-                permit.get().finish_wait(None);
+                permit.get().finish_wait(py, None)?;
                 Err(rejected_err(py, r))
             }
             None => Err(PyValueError::new_err("the ticket has no outcome yet")),
@@ -836,16 +833,16 @@ impl Gate {
         let slot = &ticket.get().slot;
         match self.abandon(slot) {
             Some(Ok(raw)) if keep => {
-                permit.get().finish_wait(Some(raw));
+                permit.get().finish_wait(py, Some(raw))?;
                 Ok(true)
             }
             Some(Ok(raw)) => {
-                permit.get().finish_wait(None);
+                permit.get().finish_wait(py, None)?;
                 self.release_raw(Some(py), raw, 0, Outcome::Ignored);
                 Ok(false)
             }
             _ => {
-                permit.get().finish_wait(None);
+                permit.get().finish_wait(py, None)?;
                 Ok(false)
             }
         }

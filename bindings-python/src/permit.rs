@@ -10,12 +10,12 @@
 //! Shared across threads: the permit is a frozen pyclass (no borrow flag). Its life is one
 //! atomic state word; every transition is a compare-and-swap, so of two threads ending it
 //! exactly one wins and the other gets `UsageError`; readers (`held`, `outcome`) only load
-//! the word (wait-free). The admitted slot sits in a mutex that only the thread that won
-//! the state transition touches, so it is never contended (safe under free-threaded
-//! CPython as well).
+//! the word (wait-free). The admitted slot is touched only by the thread that won the
+//! state transition that owns it (see `SlotCell`), so it needs no lock of its own (safe
+//! under free-threaded CPython as well).
 
+use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Mutex, MutexGuard};
 
 use pyo3::exceptions::{PyStopIteration, PyTypeError};
 use pyo3::prelude::*;
@@ -87,6 +87,8 @@ mod st {
     pub const RELEASING: u8 = 4;
     /// Admission failed (the refusal was raised), or the wait was abandoned.
     pub const FAILED: u8 = 5;
+    /// Admitted: the thread that moved `WAITING` here is storing the slot.
+    pub const FILLING: u8 = 6;
     /// Released: `RELEASED + outcome index` (success, dropped, ignored).
     pub const RELEASED: u8 = 8;
 }
@@ -114,8 +116,43 @@ mod aw {
     pub const ENTERED: u8 = 1;
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+/// The admitted slot of a permit, owned through the permit's state word instead of a lock.
+///
+/// The rule: the slot is written only by the thread whose compare-and-swap moved the state
+/// from `WAITING` to `FILLING` (exactly one thread wins it), before it publishes
+/// `IN_BLOCK` with a Release store; or before the permit is shared at all (`HELD` at
+/// creation). It
+/// is taken only by the thread whose compare-and-swap moved the state from `HELD` or
+/// `IN_BLOCK` to `RELEASING` (AcqRel: its Acquire pairs with that Release), and exactly
+/// one thread wins that transition; or by `Drop`, which has the permit to itself. So at
+/// most one thread touches the cell at a time, and each access happens after the previous
+/// one. Before, a mutex held the slot: two uncontended lock/unlock pairs per `with` block.
+struct SlotCell(UnsafeCell<Option<RawPermit>>);
+
+// SAFETY: every access follows the ownership rule above (one thread at a time, ordered by
+// the state word's Release/Acquire pairs), and `RawPermit` is plain data that may move
+// between threads.
+unsafe impl Sync for SlotCell {}
+
+impl SlotCell {
+    /// Stores the slot.
+    ///
+    /// # Safety
+    /// The caller owns the cell by the rule above (it won `WAITING` → `FILLING`), and
+    /// publishes the store with a Release store of the state afterwards.
+    unsafe fn put(&self, raw: RawPermit) {
+        // SAFETY: exclusive by the caller's contract.
+        unsafe { *self.0.get() = Some(raw) };
+    }
+
+    /// Takes the slot.
+    ///
+    /// # Safety
+    /// The caller won the transition to `RELEASING` (AcqRel compare-and-swap).
+    unsafe fn take(&self) -> Option<RawPermit> {
+        // SAFETY: exclusive by the caller's contract.
+        unsafe { (*self.0.get()).take() }
+    }
 }
 
 /// One admission: use it as `with ... as permit:` / `async with ... as permit:`, or end it
@@ -134,7 +171,7 @@ pub struct Permit {
     state: AtomicU8,
     /// The slot; taken only by the thread that won the transition out of `HELD`/`IN_BLOCK`
     /// (or put in by the one that won `WAITING`), so never contended.
-    raw: Mutex<Option<RawPermit>>,
+    raw: SlotCell,
     /// Set once admitted (0 before): `started_at_ns`.
     started: std::sync::atomic::AtomicU64,
     awaiting: AtomicU8,
@@ -158,7 +195,7 @@ impl Permit {
             now,
             is_async,
             state: AtomicU8::new(state),
-            raw: Mutex::new(raw),
+            raw: SlotCell(UnsafeCell::new(raw)),
             started: std::sync::atomic::AtomicU64::new(started),
             awaiting: AtomicU8::new(aw::NOTHING),
         }
@@ -190,17 +227,28 @@ impl Permit {
         self.state.compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire).map(|_| ())
     }
 
-    /// Stores the slot of an admission and moves `WAITING` → `IN_BLOCK`.
-    fn hold(&self, raw: RawPermit) {
+    /// Stores the slot of an admission and moves `WAITING` → `IN_BLOCK`. A permit that is
+    /// not waiting (an async wait finished twice, or for another permit) refuses the slot:
+    /// it goes back to its owner unused and the call raises `UsageError`.
+    fn hold(&self, py: Python<'_>, raw: RawPermit) -> PyResult<()> {
+        if self.cas(st::WAITING, st::FILLING).is_err() {
+            let now = raw.started_at();
+            self.owner.release(Some(py), raw, now, Outcome::Ignored);
+            return Err(usage_msg(py, "not_waiting", "this permit is not waiting for a slot"));
+        }
         self.started.store(raw.started_at(), Ordering::Relaxed);
-        *lock(&self.raw) = Some(raw);
+        // SAFETY: this thread won `WAITING` → `FILLING` just above, which makes it the
+        // cell's only user; the Release store below publishes the slot to the thread that
+        // later wins `IN_BLOCK` → `RELEASING`.
+        unsafe { self.raw.put(raw) };
         self.state.store(st::IN_BLOCK, Ordering::Release);
+        Ok(())
     }
 
     /// The error for entering a permit in state `s`.
     fn enter_error(py: Python<'_>, s: u8) -> PyErr {
         match s {
-            st::IN_BLOCK | st::WAITING => usage_msg(
+            st::IN_BLOCK | st::WAITING | st::FILLING => usage_msg(
                 py,
                 "already_entered",
                 "this permit is already inside a `with` block (a permit is entered once)",
@@ -249,7 +297,7 @@ impl Permit {
         match &this.owner {
             Owner::Limiter(l) => match l.get().core.try_acquire_raw(now, this.priority) {
                 Ok(raw) => {
-                    this.hold(raw);
+                    this.hold(py, raw)?;
                     Ok(None)
                 }
                 Err(r) => {
@@ -261,7 +309,7 @@ impl Permit {
                 let injected = this.now.is_some() || this.owner.clock().is_some();
                 match g.get().arrive(py, now, this.priority, this.timeout_ns) {
                     Ok(Waiter::Admitted(raw)) => {
-                        this.hold(raw);
+                        this.hold(py, raw)?;
                         Ok(None)
                     }
                     Ok(Waiter::Queued(wait)) => {
@@ -270,7 +318,7 @@ impl Permit {
                         } else {
                             match g.get().wait_sync(py, &wait, injected) {
                                 Ok(raw) => {
-                                    this.hold(raw);
+                                    this.hold(py, raw)?;
                                     Ok(None)
                                 }
                                 Err(e) => {
@@ -290,10 +338,13 @@ impl Permit {
     }
 
     /// Called by the async wait when the ticket was granted (`Some`) or dropped (`None`).
-    pub fn finish_wait(&self, raw: Option<RawPermit>) {
+    pub fn finish_wait(&self, py: Python<'_>, raw: Option<RawPermit>) -> PyResult<()> {
         match raw {
-            Some(raw) => self.hold(raw),
-            None => self.state.store(st::FAILED, Ordering::Release),
+            Some(raw) => self.hold(py, raw),
+            None => {
+                self.state.store(st::FAILED, Ordering::Release);
+                Ok(())
+            }
         }
     }
 
@@ -352,7 +403,9 @@ impl Permit {
 
     /// After `claim`: returns the slot and records the outcome.
     fn finish_release(&self, py: Option<Python<'_>>, outcome: Outcome, now: u64) {
-        let raw = lock(&self.raw).take();
+        // SAFETY: called only after `claim` or `exit` won the transition to `RELEASING`
+        // (AcqRel), which no other thread can win.
+        let raw = unsafe { self.raw.take() };
         self.state.store(st::RELEASED + outcome_code(outcome), Ordering::Release);
         if let Some(raw) = raw {
             self.owner.release(py, raw, now, outcome);
@@ -517,7 +570,7 @@ impl Permit {
         let s = self.state.load(Ordering::Acquire);
         let state = match s {
             st::PENDING => "pending".to_string(),
-            st::WAITING => "waiting".to_string(),
+            st::WAITING | st::FILLING => "waiting".to_string(),
             st::HELD | st::IN_BLOCK => "held".to_string(),
             st::RELEASING => "releasing".to_string(),
             st::FAILED => "refused".to_string(),
@@ -529,7 +582,7 @@ impl Permit {
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        if let Some(raw) = self.raw.get_mut().unwrap_or_else(|p| p.into_inner()).take() {
+        if let Some(raw) = self.raw.0.get_mut().take() {
             // Garbage-collected while held: return the slot, no capacity signal (with a
             // `clock=`, at the admission's time: no Python call from a destructor).
             let now = match (self.now, self.owner.clock()) {

@@ -228,3 +228,54 @@ async def test_sync_with_in_async_code_is_refused():
         async with g.acquire():
             pass
     no_leaks(g)
+
+
+FINISH_FOR_ANOTHER = r'''
+import asyncio
+import surgeguard as sg
+import surgeguard._aio as aio
+
+async def main():
+    g = sg.Gate(limit=1, codel=False)
+    held = g.try_acquire()
+    real = aio.wait_ticket
+
+    async def finish_for_another(gate, permit, ticket, timeout):
+        # The helper finishes the wait for a permit that is not the waiting one.
+        return await real(gate, held, ticket, timeout)
+
+    aio.wait_ticket = finish_for_another
+
+    async def enter():
+        async with g.acquire_async(timeout=5):
+            pass
+
+    task = asyncio.create_task(enter())
+    while g.waiting() < 1:
+        await asyncio.sleep(0.001)
+    held.success()
+    try:
+        await task
+    except sg.UsageError as e:
+        kind = e.kind
+    else:
+        kind = None
+    m = g.metrics()
+    print(kind, held.outcome, m["limiter"]["inflight"], m["waiting"],
+          m["binding_waiters"], m["binding_orphans"])
+
+asyncio.run(main())
+'''
+
+
+def test_a_wait_finished_for_a_permit_that_is_not_waiting_gives_the_slot_back():
+    # A fresh interpreter: the gate looks the asyncio helper up once per process, so the
+    # replacement must be in place before the first wait.
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", FINISH_FOR_ANOTHER], capture_output=True,
+                         text=True, timeout=60, check=True).stdout.split()
+    # Refused with its kind; the other permit's outcome stands; the granted slot went
+    # back unused (nothing in flight, nothing waiting, no route left behind).
+    assert out == ["not_waiting", "success", "0", "0", "0", "0"], out

@@ -352,8 +352,9 @@ pub struct GateMetrics {
 /// one) besides the release that freed the slot (before: nine, one of them the gate's
 /// own clamp). Per admitted request (arrive + `Success` release, several levels): five
 /// RMWs, the same as the limiter alone (before: seven, the clamp on each call).
-/// Instructions per request (callgrind, `bench/callgrind.sh`): about 360 admitted, 1,320
-/// queued and granted, against 123 for the limiter alone.
+/// Instructions per request (callgrind, `bench/callgrind.sh`): about 355 admitted, 1,260
+/// queued and granted (with the release that frees the slot), against 123 for the limiter
+/// alone.
 ///
 /// **Shared cache lines written** by an admitted arrival and its `Success` release, when
 /// every call advances time (a busy server): the limiter's own — its state word (a CAS

@@ -909,6 +909,10 @@ impl<const CAP: usize> Dispatcher<'_, CAP> {
         // Earlier rounds' deferred reports, then this batch, oldest first.
         // Dispatcher-private: a load and a store, no read-modify-write.
         let deferred = q.deferred.load(Ordering::Relaxed);
+        if deferred == END && self.attention == END {
+            // Nothing to settle (the common case: a round that only links arrivals).
+            return;
+        }
         if deferred != END {
             q.deferred.store(END, Ordering::Relaxed);
         }

@@ -214,7 +214,9 @@ class UsageError(RuntimeError):
             object that did not issue it), ``"not_admitted"`` (ended before it was
             admitted, or after its admission was refused), ``"already_entered"``
             (``with p:`` on a permit already inside its block), ``"not_entered"``
-            (``__exit__`` without ``__enter__``), ``"unknown_ticket"`` or ``"bad_level"``.
+            (``__exit__`` without ``__enter__``), ``"not_waiting"`` (the asyncio helpers
+            finished a wait for a permit that was not waiting; the slot went back),
+            ``"unknown_ticket"`` or ``"bad_level"``.
     """
 
     kind: str
