@@ -1273,6 +1273,35 @@ impl<const CAP: usize> Gate<CAP> {
     pub fn ticket_slot(&self, ticket: Ticket) -> Option<usize> {
         self.queue.slot_of(ticket)
     }
+
+    /// Whether `ticket` still waits in the queue.
+    #[doc(hidden)]
+    pub fn is_waiting(&self, ticket: Ticket) -> bool {
+        self.queue.is_waiting(ticket)
+    }
+
+    /// Rebuilds the queue after a thread stopped for good inside it (see
+    /// `WaitQueue::rebuild_after_lost_thread`): a shared-memory gate whose dispatching,
+    /// arriving or cancelling process was killed. Permits that thread had taken are not
+    /// given back here (the caller accounts for them).
+    ///
+    /// # Safety
+    ///
+    /// As `WaitQueue::rebuild_after_lost_thread`: no other thread arrives, cancels or
+    /// polls during the call, and none that was doing so before ever runs again.
+    #[doc(hidden)]
+    #[allow(unsafe_code)]
+    pub unsafe fn rebuild_after_lost_thread(&self) {
+        // SAFETY: the caller's guarantee is the queue's.
+        unsafe { self.queue.rebuild_after_lost_thread() }
+    }
+
+    /// Test hook: see `WaitQueue::abandon_dispatch_round` (a dispatcher killed inside a
+    /// round; the waiter it took out is neither granted nor reported).
+    #[doc(hidden)]
+    pub fn abandon_dispatch_round(&self, remove_oldest: bool) -> Option<Ticket> {
+        self.queue.abandon_dispatch_round(remove_oldest)
+    }
 }
 
 // SAFETY: `#[repr(C)]` down to the queue's slots, CoDel and the dimmer; no pointers and

@@ -1255,6 +1255,135 @@ impl<const CAP: usize> Dispatcher<'_, CAP> {
     }
 }
 
+// ---- recovery after a thread lost inside the queue (shared memory) ----------------------
+
+impl<const CAP: usize> WaitQueue<CAP> {
+    /// Whether `ticket` still waits in this queue (neither granted, expired, cancelled nor
+    /// evicted).
+    #[doc(hidden)]
+    pub fn is_waiting(&self, ticket: Ticket) -> bool {
+        self.decode(ticket).is_ok_and(|(i, tgen)| {
+            let s = self.slots[i].state.load(Ordering::Acquire);
+            status_of(s) == WAITING && Self::same_gen(gen_of(s), tgen)
+        })
+    }
+
+    /// Rebuilds everything a thread that stopped for good inside the queue may have left
+    /// half done — the dispatch flag held, the stacks it had taken, half-linked lists, an
+    /// arrival claimed but not published, the counts — from the slots' state words, which
+    /// are the truth (each changes by one CAS). Waiting slots are re-linked at their level
+    /// in arrival order; cancelled, taken-over and unfinished arrivals' slots are kept for
+    /// the next round to settle (evictions are still reported); an unpublished fresh
+    /// arrival's slot is freed (its ticket was never handed out). Leaves a dispatch
+    /// request. For a shared-memory gate whose dispatching process was killed.
+    ///
+    /// # Safety
+    ///
+    /// No other thread uses the queue during the call (a lock around every operation on
+    /// it), and no thread that was inside it before the call ever runs again. Not
+    /// memory-unsafe otherwise, but it would corrupt the lists.
+    #[doc(hidden)]
+    #[allow(unsafe_code)]
+    pub unsafe fn rebuild_after_lost_thread(&self) {
+        let cap = self.capacity();
+        for l in 0..LEVELS {
+            self.head[l].store(END, Ordering::Relaxed);
+            self.tail[l].store(END, Ordering::Relaxed);
+        }
+        self.deferred.store(END, Ordering::Relaxed);
+        for slot in &self.slots[..cap] {
+            slot.link.store(END, Ordering::Relaxed);
+            slot.attn_link.store(END, Ordering::Relaxed);
+            slot.prev.store(END, Ordering::Relaxed);
+            slot.next.store(END, Ordering::Relaxed);
+            slot.linked.store(0, Ordering::Relaxed);
+        }
+        let mut d = Dispatcher {
+            q: self,
+            incoming: END,
+            attention: END,
+            rest: [END; 2],
+            current: END,
+            current_next: 0,
+        };
+        let mut waiting = [0u64; LEVELS];
+        for (i, slot) in self.slots[..cap].iter().enumerate() {
+            let s = slot.state.load(Ordering::Acquire);
+            match status_of(s) {
+                WAITING if s & ATTN == 0 => {
+                    waiting[level_of(s)] += 1;
+                    let at = slot.enqueued_at.load(Ordering::Relaxed);
+                    d.link_sorted(level_of(s), i, at);
+                }
+                WAITING => {
+                    waiting[level_of(s)] += 1;
+                    d.defer(i);
+                }
+                CLAIMED if s & (ATTN | EVICTED_MASK) == 0 => {
+                    // A fresh arrival never published: its ticket was never returned.
+                    slot.state.store(pack(gen_of(s), FREE, 0), Ordering::Release);
+                }
+                CLAIMED | CANCELLED => {
+                    // An unfinished take-over or reuse (its evictions still to report), or
+                    // a cancel: settled (freed) by the next round.
+                    let new = (s & !STATUS_MASK) | CANCELLED | ATTN;
+                    slot.state.store(new, Ordering::Release);
+                    d.defer(i);
+                }
+                _ => {}
+            }
+        }
+        // Departures are the arrivals not cancelled, evicted or still waiting.
+        for (l, w) in waiting.iter().enumerate() {
+            let c = &self.counts;
+            let gone =
+                c.cancelled[l].load(Ordering::Relaxed) + c.evicted[l].load(Ordering::Relaxed) + w;
+            let departed = c.arrived[l].load(Ordering::Relaxed).saturating_sub(gone);
+            c.departed[l].store(departed, Ordering::Release);
+        }
+        // Release: the next holder's Acquire entry sees the rebuilt lists.
+        self.ctl.store(STACKS_EMPTY | PENDING, Ordering::Release);
+    }
+
+    /// Test hook: enters a dispatch round as `try_dispatch` does, links the arrivals,
+    /// takes the oldest waiter of the most important level out of the queue if
+    /// `remove_oldest`, and stops there for good, the dispatch flag held — what a
+    /// dispatcher killed inside a round leaves. Returns the ticket taken out. `None` (and
+    /// nothing done) if another thread is dispatching.
+    #[doc(hidden)]
+    pub fn abandon_dispatch_round(&self, remove_oldest: bool) -> Option<Ticket> {
+        let mut w = self.ctl.load(Ordering::Relaxed);
+        loop {
+            if w & BUSY != 0 {
+                return None;
+            }
+            match self.ctl.compare_exchange_weak(
+                w,
+                BUSY | STACKS_EMPTY,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(actual) => w = actual,
+            }
+        }
+        let mut d = Dispatcher {
+            q: self,
+            incoming: head_of(w, INCOMING_SHIFT),
+            attention: head_of(w, ATTENTION_SHIFT),
+            rest: [END; 2],
+            current: END,
+            current_next: 0,
+        };
+        d.link_incoming();
+        if !remove_oldest {
+            return None;
+        }
+        let oldest = (0..self.levels as usize).find_map(|l| d.oldest(priority(l)))?;
+        d.remove(&oldest).then(|| oldest.ticket())
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;

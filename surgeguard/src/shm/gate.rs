@@ -114,7 +114,19 @@ struct Head<const CAP: usize> {
     route_ticket: [AtomicU64; CAP],
     /// `ROUTED | entry << 40 | generation << 9 | process slot` (0: none).
     route_owner: [AtomicU64; CAP],
+    /// How many records of `journal` the lock holder is routing (0: none).
+    journal_len: AtomicU64,
+    /// The events of the dispatch being routed: `[ticket, kind | code << 8, time]`, kind
+    /// `J_GRANTED` (code: the level; time: the start) or `J_EXPIRED` (code: the reason;
+    /// time: `retry_after`), 0 once routed. A holder taking the lock over from a dead one
+    /// routes what is left.
+    journal: [[AtomicU64; 3]; JOURNAL],
 }
+
+/// Events one dispatch call takes from the gate (and records in the journal) at a time.
+const JOURNAL: usize = 16;
+const J_GRANTED: u64 = 1;
+const J_EXPIRED: u64 = 2;
 
 const HELD: u32 = 1 << 30;
 const LOCK_GEN_MASK: u32 = (1 << 21) - 1;
@@ -125,6 +137,8 @@ const INDEX_MASK: u32 = 0x1FF;
 /// dead); it holds the lock only for a sweep.
 const CLAIMLESS: Claim = Claim { index: INDEX_MASK, generation: 0 };
 const ROUTED: u64 = 1 << 63;
+/// How long a locker waits on a held lock before it checks whether the holder is dead.
+pub const LOCK_TAKEOVER_NS: u64 = 10_000_000;
 
 // SAFETY: `#[repr(C)]`; the gate is Placeable; the rest are atomics holding integers;
 // no pointers, no Drop. LAYOUT covers the gate's fingerprint and every offset.
@@ -133,13 +147,16 @@ unsafe impl<const CAP: usize> Placeable for Head<CAP> {
     const LAYOUT: u64 = {
         use core::mem::{offset_of, size_of};
         fingerprint(
-            "surgeguard::shm::SharedGate/1",
+            "surgeguard::shm::SharedGate/2",
             &[
                 <Gate<CAP> as Placeable>::LAYOUT,
                 size_of::<Self>() as u64,
                 offset_of!(Self, lock) as u64,
                 offset_of!(Self, route_ticket) as u64,
                 offset_of!(Self, route_owner) as u64,
+                offset_of!(Self, journal_len) as u64,
+                offset_of!(Self, journal) as u64,
+                JOURNAL as u64,
                 size_of::<Mailbox>() as u64,
                 size_of::<Entry>() as u64,
                 MAILBOX_ENTRIES as u64,
@@ -302,6 +319,20 @@ pub enum SharedOutcome {
     Expired(Rejected),
 }
 
+/// Where [`SharedGate::stop_inside`] (a test hook) stops a process for good.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KillPoint {
+    /// A dispatch: the gate polled and its events recorded, none routed yet.
+    Journaled,
+    /// Inside the gate's dispatch round: the queue's dispatch flag held, the oldest waiter
+    /// taken out of the queue, neither granted nor reported.
+    InRound,
+    /// An arrival (level `NORMAL`, no deadline): decided by the gate, a queued ticket not
+    /// routed to this process yet (an admission is counted to it).
+    InArrival,
+}
+
 // ---- the shared gate ---------------------------------------------------------------------
 
 /// A [`Gate`] (limiter, priority queue, CoDel, shed switch) in shared memory: one limit
@@ -342,6 +373,8 @@ fn new_head<const CAP: usize>(config: GateConfig) -> Result<Head<CAP>, ShmError>
         _pad: AtomicU32::new(0),
         route_ticket: core::array::from_fn(|_| AtomicU64::new(0)),
         route_owner: core::array::from_fn(|_| AtomicU64::new(0)),
+        journal_len: AtomicU64::new(0),
+        journal: core::array::from_fn(|_| core::array::from_fn(|_| AtomicU64::new(0))),
     })
 }
 
@@ -460,15 +493,18 @@ impl<const CAP: usize> SharedGate<CAP> {
             {
                 continue;
             }
-            futex_wait(word, cur | SLEEPERS, 10_000_000);
+            futex_wait(word, cur | SLEEPERS, LOCK_TAKEOVER_NS);
             let now = word.load(Ordering::Relaxed);
             if now != 0 && now & !SLEEPERS == cur & !SLEEPERS && self.holder_dead(now, live) {
-                // Take over from a dead holder. Acquire: as above.
+                // Take over from a dead holder: one CAS from its word, so exactly one
+                // locker wins and recovers what it left. Acquire: as above.
                 if word
                     .compare_exchange(now, me | SLEEPERS, Ordering::Acquire, Ordering::Relaxed)
                     .is_ok()
                 {
-                    return Held { word };
+                    let held = Held { word };
+                    self.recover_locked();
+                    return held;
                 }
             }
         }
@@ -600,23 +636,105 @@ impl<const CAP: usize> SharedGate<CAP> {
     /// whose queue slot's record was overwritten by the arrival that evicted it.
     fn dispatch_with(&self, now: u64, mut evicted: Option<(u64, u64)>) -> usize {
         let mut total = 0;
-        let mut out: [Option<Event>; 16] = Default::default();
         loop {
-            let n = self.gate().poll(now, &mut out);
-            for ev in out[..n].iter_mut() {
-                if let Some(ev) = ev.take() {
-                    self.route(ev, &mut evicted);
-                }
-            }
+            let n = self.poll_into_journal(now);
+            // A grant released here (its owner gone) freed a slot: poll again for it.
+            let freed = self.route_journal(&mut evicted);
             total += n;
-            if n < out.len() {
+            if n < JOURNAL && !freed {
                 return total;
             }
         }
     }
 
-    /// Hands one event to the owner of its ticket (under the lock).
-    fn route(&self, ev: Event, evicted: &mut Option<(u64, u64)>) {
+    /// One `poll` of the gate, its events recorded in the journal (under the lock). A
+    /// process killed inside the poll, or before the journal's length is stored, loses
+    /// the events it had in hand (see the module docs).
+    fn poll_into_journal(&self, now: u64) -> usize {
+        let head = self.head();
+        let mut out: [Option<Event>; JOURNAL] = Default::default();
+        let n = self.gate().poll(now, &mut out);
+        for (ev, rec) in out[..n].iter_mut().zip(&head.journal) {
+            let (t, meta, time) = match ev.take() {
+                Some(Event::Granted(t, p)) => {
+                    let r = (t, J_GRANTED | (p.level().index() as u64) << 8, p.started_at());
+                    // Held by the journal record now (rebuilt from it when routed).
+                    std::mem::forget(p);
+                    r
+                }
+                Some(Event::Expired(t, r)) => {
+                    (t, J_EXPIRED | (r.reason as u64) << 8, r.retry_after)
+                }
+                None => continue,
+            };
+            rec[0].store(t.to_bits(), Ordering::Relaxed);
+            rec[2].store(time, Ordering::Relaxed);
+            rec[1].store(meta, Ordering::Relaxed);
+        }
+        // Relaxed: read by this holder, or by the next one after its Acquire on the lock.
+        head.journal_len.store(n as u64, Ordering::Relaxed);
+        n
+    }
+
+    /// Routes the journal's records not routed yet, then empties it (under the lock). Each
+    /// record is marked routed before it is acted on: a holder killed in between loses
+    /// that one event (a grant's slot errs low, never released twice).
+    fn route_journal(&self, evicted: &mut Option<(u64, u64)>) -> bool {
+        let mut freed = false;
+        let head = self.head();
+        let n = (head.journal_len.load(Ordering::Relaxed) as usize).min(JOURNAL);
+        for rec in &head.journal[..n] {
+            let meta = rec[1].swap(0, Ordering::Relaxed);
+            let t = Ticket::from_bits(rec[0].load(Ordering::Relaxed));
+            let time = rec[2].load(Ordering::Relaxed);
+            let ev = match meta & 0xFF {
+                J_GRANTED => {
+                    let level = Priority::new((meta >> 8) as u8).unwrap_or_default();
+                    // The journal held it: exactly one counted, unreleased admission.
+                    Event::Granted(t, self.gate().limiter().reissue_permit_at(level, time))
+                }
+                J_EXPIRED => Event::Expired(t, Rejected::new(reason_of(meta >> 8), time)),
+                _ => continue,
+            };
+            freed |= self.route(ev, evicted);
+        }
+        head.journal_len.store(0, Ordering::Relaxed);
+        freed
+    }
+
+    /// After taking the lock over from a dead holder: rebuilds the gate's queue (the holder
+    /// may have died inside an arrival, a cancel or a dispatch round, the queue's dispatch
+    /// flag held), routes the events it had recorded and not routed, tells the owners of
+    /// tickets it had taken out of the queue without recording them (`Expired`). The
+    /// next dispatch (a release, a queued arrival, a poll, a waiter's timer or sweep, the
+    /// end of a reclaim) hands out what it freed.
+    fn recover_locked(&self) {
+        let gate = self.gate();
+        let head = self.head();
+        // SAFETY: every operation on the gate's queue (arrive, cancel, poll) runs under
+        // this lock, which is ours, and its dead holder never runs again.
+        #[allow(unsafe_code)]
+        unsafe {
+            gate.rebuild_after_lost_thread()
+        };
+        let mut none = None;
+        self.route_journal(&mut none);
+        for i in 0..CAP {
+            if head.route_owner[i].load(Ordering::Relaxed) & ROUTED == 0 {
+                continue;
+            }
+            let t = Ticket::from_bits(head.route_ticket[i].load(Ordering::Relaxed));
+            if !gate.is_waiting(t) {
+                // Taken out by the dead dispatcher and lost with it (a grant's permit
+                // included: the safe side).
+                self.route(Event::Expired(t, Rejected::new(Reason::Expired, 0)), &mut none);
+            }
+        }
+    }
+
+    /// Hands one event to the owner of its ticket (under the lock); `true` if it released
+    /// a grant instead (its owner withdrew or died).
+    fn route(&self, ev: Event, evicted: &mut Option<(u64, u64)>) -> bool {
         let gate = self.gate();
         let head = self.head();
         let ticket = match &ev {
@@ -644,8 +762,9 @@ impl<const CAP: usize> SharedGate<CAP> {
             // Withdrawn, or queued by a process that died before its ticket was routed.
             if let Event::Granted(_, p) = ev {
                 let _ = gate.release(p, gate.limiter().latest_time(), Outcome::Ignored);
+                return true;
             }
-            return;
+            return false;
         };
         match ev {
             Event::Granted(_, p) => {
@@ -663,7 +782,7 @@ impl<const CAP: usize> SharedGate<CAP> {
                     // Its process was reclaimed meanwhile: the grant raced with the death.
                     let _ = gate.release(p, gate.limiter().latest_time(), Outcome::Ignored);
                     entry.state.store(FREE, Ordering::Release);
-                    return;
+                    return true;
                 }
                 std::mem::forget(p);
                 entry.a.store(started_at, Ordering::Relaxed);
@@ -678,6 +797,7 @@ impl<const CAP: usize> SharedGate<CAP> {
             }
         }
         self.wake(index);
+        false
     }
 
     /// Bumps a mailbox's sequence and wakes its sleepers, if any.
@@ -947,10 +1067,10 @@ impl<const CAP: usize> SharedGate<CAP> {
             let permit = gate.limiter().reissue_permit(level);
             let _ = gate.release(permit, gate.limiter().latest_time(), Outcome::Ignored);
         });
-        if withdrawn + released > 0 {
-            let _held = self.lock(claim, live);
-            self.dispatch_locked(gate.limiter().latest_time());
-        }
+        // Always: a lock taken over from a dead holder above may have freed slots too.
+        let _ = withdrawn;
+        let _held = self.lock(claim, live);
+        self.dispatch_locked(gate.limiter().latest_time());
         released
     }
 
@@ -968,6 +1088,65 @@ impl<const CAP: usize> SharedGate<CAP> {
             }
         }
         n
+    }
+
+    /// Test hook: stops this process for good at `point`, holding the segment's lock (the
+    /// guard is forgotten), after releasing `permit` first if given (its counted release,
+    /// without the dispatch after it). Returns the ticket `point` left behind, if any. A
+    /// test then kills the process (or, in-process, declares it dead); whoever takes the
+    /// lock over recovers.
+    #[doc(hidden)]
+    pub fn stop_inside(
+        &self,
+        point: KillPoint,
+        permit: Option<SharedGatePermit>,
+        now: u64,
+    ) -> Result<Option<Ticket>, ShmError> {
+        let claim = self.claim()?;
+        Ok(self.stop_inside_as(claim, &table::Proc, point, permit, now))
+    }
+
+    pub(crate) fn stop_inside_as(
+        &self,
+        claim: Claim,
+        live: &impl Liveness,
+        point: KillPoint,
+        permit: Option<SharedGatePermit>,
+        now: u64,
+    ) -> Option<Ticket> {
+        let gate = self.gate();
+        if let Some(permit) = permit {
+            if table::uncount(self.table(), permit.claim, permit.level as usize) {
+                let raw = gate.limiter().reissue_permit_at(permit.level(), permit.started_at);
+                let _ = gate.release(raw, now, Outcome::Success);
+            }
+        }
+        let entry = (point == KillPoint::InArrival).then(|| {
+            self.mailbox(claim.index).entries.iter().find(|e| {
+                e.state
+                    .compare_exchange(FREE, RESERVED, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+            })
+        });
+        std::mem::forget(self.lock(claim, live));
+        match point {
+            KillPoint::Journaled => {
+                self.poll_into_journal(now);
+                None
+            }
+            KillPoint::InRound => gate.abandon_dispatch_round(true),
+            KillPoint::InArrival => {
+                entry.flatten()?;
+                match gate.arrive(now, Priority::NORMAL, None) {
+                    Arrival::Queued(t) => Some(t),
+                    Arrival::Admitted(p) => {
+                        let _ = self.hold(claim, p);
+                        None
+                    }
+                    Arrival::Rejected(_) => None,
+                }
+            }
+        }
     }
 
     /// Processes attached now.

@@ -69,6 +69,10 @@ enum Op {
     Kill(u8),
     /// Process `p` (or an outsider) reclaims.
     Reclaim(u8),
+    /// Process `p` releases its `i`-th permit (if any) and is killed inside the dispatch
+    /// after it, or is killed inside an arrival, holding the segment's lock; then an
+    /// outsider reclaims (taking the lock over).
+    Die(u8, u8, KillPoint),
 }
 
 impl Arbitrary for Op {
@@ -81,7 +85,14 @@ impl Arbitrary for Op {
             6..=7 => Op::Take(p),
             8 => Op::Cancel(p, i),
             9 => Op::Kill(p),
-            _ => Op::Reclaim(p),
+            10 => Op::Reclaim(p),
+            _ if u8::arbitrary(g) % 3 != 0 => Op::Reclaim(p),
+            _ => Op::Die(
+                p,
+                i,
+                *g.choose(&[KillPoint::Journaled, KillPoint::InRound, KillPoint::InArrival])
+                    .unwrap(),
+            ),
         }
     }
 }
@@ -98,7 +109,10 @@ struct Proc {
 /// The rule: limit L, one FIFO queue; a release hands the freed slot to the oldest
 /// waiter, whose process — and only it — receives the grant, exactly once; a killed
 /// process's queued tickets are withdrawn and its permits (granted ones too) come back by
-/// a reclaim, once; a live process is never reclaimed.
+/// a reclaim, once; a live process is never reclaimed. A process killed holding the lock:
+/// inside a dispatch whose events were recorded, they are delivered as if it had lived;
+/// inside the gate's round, the waiter it had taken out is told `Expired`; inside an
+/// arrival, its queued ticket has no owner (granted later and given back at once).
 fn run(ops: Vec<Op>) -> bool {
     let gate = SharedGate::<16>::anonymous(fifo_config()).unwrap();
     let mut live = Fake::default();
@@ -112,6 +126,10 @@ fn run(ops: Vec<Op>) -> bool {
     let mut dead_pids: std::collections::HashSet<u32> = Default::default();
     let mut dead_pending = 0u32;
     let mut next_id = 0u32;
+    // Tickets told `Expired` (taken out by a dispatcher killed inside its round).
+    let mut expired: HashMap<u32, Vec<u32>> = HashMap::new();
+    // The owner of a ticket queued by a process killed inside its arrival: nobody.
+    const ORPHAN: u32 = 0;
     let mut now = 1_000_000u64;
     let mut start = 10u64;
     // A grant to a killed process not reclaimed yet is counted to it: the reclaim owes it.
@@ -122,6 +140,10 @@ fn run(ops: Vec<Op>) -> bool {
                       dead_pending: &mut u32| {
         while *inflight < L {
             let Some((pid, id)) = queue.pop_front() else { break };
+            if pid == ORPHAN {
+                // Granted to nobody: given back at once.
+                continue;
+            }
             *inflight += 1;
             if dead_pids.contains(&pid) {
                 *dead_pending += 1;
@@ -192,11 +214,21 @@ fn run(ops: Vec<Op>) -> bool {
                             mine.remove(pos);
                             me.permits.push(permit);
                         }
+                        Ok(Some(SharedOutcome::Expired(r))) => {
+                            let mine = expired.entry(me.pid).or_default();
+                            let Some(pos) = mine.iter().position(|&x| x == id) else { fail!() };
+                            mine.remove(pos);
+                            if r.reason != Reason::Expired {
+                                fail!()
+                            }
+                        }
                         _ => fail!(),
                     }
                 }
-                // Every grant the reference made to this process was seen.
-                if pending.get(&me.pid).is_some_and(|v| !v.is_empty()) {
+                // Every grant and expiry the reference made to this process was seen.
+                if pending.get(&me.pid).is_some_and(|v| !v.is_empty())
+                    || expired.get(&me.pid).is_some_and(|v| !v.is_empty())
+                {
                     fail!()
                 }
                 me.tickets = still;
@@ -219,7 +251,89 @@ fn run(ops: Vec<Op>) -> bool {
                         mine.remove(pos);
                         me.permits.push(permit);
                     }
+                    Ok(Some(SharedOutcome::Expired(_))) => {
+                        let mine = expired.entry(me.pid).or_default();
+                        let Some(pos) = mine.iter().position(|&x| x == id) else { fail!() };
+                        mine.remove(pos);
+                    }
                     _ => fail!(),
+                }
+            }
+            Op::Die(p, i, point) => {
+                let Some(mut me) = procs.remove(&p) else { continue };
+                let permit = (point != KillPoint::InArrival && !me.permits.is_empty())
+                    .then(|| me.permits.remove(i as usize % me.permits.len()));
+                let released = permit.is_some();
+                let left = gate.stop_inside_as(me.claim, &live, point, permit, now);
+                // Killed: from here on what it holds is owed by the reclaim.
+                live.0.remove(&me.pid);
+                dead_pids.insert(me.pid);
+                if released {
+                    inflight -= 1;
+                }
+                match point {
+                    KillPoint::Journaled => {
+                        // Its dispatch granted (recorded, delivered by the next holder).
+                        if left.is_some() {
+                            fail!()
+                        }
+                        grant_next(
+                            &mut inflight,
+                            &mut queue,
+                            &mut pending,
+                            &dead_pids,
+                            &mut dead_pending,
+                        );
+                    }
+                    KillPoint::InRound => {
+                        // The oldest waiter was taken out, and told `Expired` later.
+                        let oldest = queue.pop_front();
+                        if left.is_some() != oldest.is_some() {
+                            fail!()
+                        }
+                        if let Some((pid, id)) = oldest {
+                            if pid != me.pid && pid != ORPHAN {
+                                expired.entry(pid).or_default().push(id);
+                            }
+                        }
+                    }
+                    KillPoint::InArrival => {
+                        if queue.is_empty() && inflight < L {
+                            // Admitted and counted to it.
+                            if left.is_some() {
+                                fail!()
+                            }
+                            inflight += 1;
+                            dead_pending += 1;
+                        } else if queue.len() < 16 {
+                            if left.is_none() {
+                                fail!()
+                            }
+                            queue.push_back((ORPHAN, next_id));
+                            next_id += 1;
+                        } else if left.is_some() {
+                            fail!()
+                        }
+                    }
+                }
+                dead_pending += me.permits.len() as u32;
+                dead_pending += pending.remove(&me.pid).map_or(0, |v| v.len() as u32);
+                expired.remove(&me.pid);
+                dead.push(me);
+                // An outsider takes the lock over, recovers, and reclaims.
+                let released = gate.reclaim_as(outsider, &live, table::reclaimer_word(4999, 1));
+                if released != u64::from(dead_pending) {
+                    fail!()
+                }
+                inflight -= dead_pending;
+                dead_pending = 0;
+                queue.retain(|(pid, _)| !dead_pids.contains(pid));
+                dead_pids.clear();
+                dead.clear();
+                grant_next(&mut inflight, &mut queue, &mut pending, &dead_pids, &mut dead_pending);
+                // The lock is free again.
+                if gate.head().lock.load(Ordering::SeqCst) & !SLEEPERS != 0 {
+                    fail!()
                 }
             }
             Op::Kill(p) => {

@@ -75,10 +75,13 @@ mod liveness;
 mod segment;
 mod table;
 
-pub use gate::{
-    MAILBOX_ENTRIES, SharedArrival, SharedGate, SharedGatePermit, SharedOutcome, SharedTicket,
-};
 pub use fold::FOLD_CHECK_INTERVAL_NS;
+#[doc(hidden)]
+pub use gate::KillPoint;
+pub use gate::{
+    LOCK_TAKEOVER_NS, MAILBOX_ENTRIES, SharedArrival, SharedGate, SharedGatePermit, SharedOutcome,
+    SharedTicket,
+};
 pub use keyed::{SharedKeyPermit, SharedKeyedLimits};
 
 use std::path::{Path, PathBuf};
