@@ -1296,11 +1296,36 @@ impl<const CAP: usize> Gate<CAP> {
         unsafe { self.queue.rebuild_after_lost_thread() }
     }
 
-    /// Test hook: see `WaitQueue::abandon_dispatch_round` (a dispatcher killed inside a
-    /// round; the waiter it took out is neither granted nor reported).
+    /// Waiters granted so far: bumped by the dispatch round once the waiter is out of the
+    /// queue, before its event (and permit) is handed out — a shared-memory layer that
+    /// records the count with the events it took knows how many grants a dispatcher
+    /// killed inside a round had in hand.
     #[doc(hidden)]
-    pub fn abandon_dispatch_round(&self, remove_oldest: bool) -> Option<Ticket> {
-        self.queue.abandon_dispatch_round(remove_oldest)
+    pub fn granted_total(&self) -> u64 {
+        self.granted.load(Ordering::Relaxed)
+    }
+
+    /// Test hook: see `WaitQueue::abandon_dispatch_round` (a dispatcher killed inside a
+    /// round). With `grant`, the oldest waiter is taken out only if a permit is free, and
+    /// that permit is taken and the grant counted, as a round does before handing the
+    /// event out; the permit and the event are then lost with the round.
+    #[doc(hidden)]
+    pub fn abandon_dispatch_round(&self, now: u64, grant: bool) -> Option<Ticket> {
+        let mut permit = None;
+        let taken = self.queue.abandon_dispatch_round(|w| {
+            if !grant {
+                return true;
+            }
+            permit = self.try_permit(now, w.level()).ok();
+            permit.is_some()
+        });
+        if let Some(p) = permit {
+            if taken.is_some() {
+                bump(&self.granted, 1);
+            }
+            core::mem::forget(p);
+        }
+        taken
     }
 }
 

@@ -1346,12 +1346,12 @@ impl<const CAP: usize> WaitQueue<CAP> {
     }
 
     /// Test hook: enters a dispatch round as `try_dispatch` does, links the arrivals,
-    /// takes the oldest waiter of the most important level out of the queue if
-    /// `remove_oldest`, and stops there for good, the dispatch flag held — what a
-    /// dispatcher killed inside a round leaves. Returns the ticket taken out. `None` (and
-    /// nothing done) if another thread is dispatching.
+    /// takes the oldest waiter of the most important level out of the queue if `take`
+    /// says so, and stops there for good, the dispatch flag held — what a dispatcher
+    /// killed inside a round leaves. Returns the ticket taken out. `None` (and nothing
+    /// done) if another thread is dispatching.
     #[doc(hidden)]
-    pub fn abandon_dispatch_round(&self, remove_oldest: bool) -> Option<Ticket> {
+    pub fn abandon_dispatch_round(&self, take: impl FnOnce(&Waiter) -> bool) -> Option<Ticket> {
         let mut w = self.ctl.load(Ordering::Relaxed);
         loop {
             if w & BUSY != 0 {
@@ -1376,11 +1376,8 @@ impl<const CAP: usize> WaitQueue<CAP> {
             current_next: 0,
         };
         d.link_incoming();
-        if !remove_oldest {
-            return None;
-        }
         let oldest = (0..self.levels as usize).find_map(|l| d.oldest(priority(l)))?;
-        d.remove(&oldest).then(|| oldest.ticket())
+        (take(&oldest) && d.remove(&oldest)).then(|| oldest.ticket())
     }
 }
 

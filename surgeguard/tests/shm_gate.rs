@@ -187,8 +187,8 @@ fn kill9_with_permits_and_queued_tickets() {
 /// A worker killed (`kill -9`) while it holds the segment's lock, at each point a test
 /// hook can stop it: inside the dispatch after its release (the gate polled and its
 /// events recorded, none routed), inside the gate's dispatch round (the queue's dispatch
-/// flag held, the oldest waiter taken out), inside an arrival (a ticket queued with no
-/// owner). It held both permits of a limit of 2; two other workers wait. Nobody calls
+/// flag held, the oldest waiter taken out; or taken out and granted, its permit in hand),
+/// inside an arrival (a ticket queued with no owner). It held both permits of a limit of 2; two other workers wait. Nobody calls
 /// `reclaim`: their wait loops take the lock over, recover, and sweep. Every waiter is
 /// granted within the bound, never more than the limit at once; afterwards nothing is in
 /// flight, nothing is reclaimed twice, and exactly the limit is admitted again.
@@ -284,7 +284,8 @@ fn kill9_holding_the_lock(point: KillPoint) {
     assert!(after < 1_000_000_000, "granted within the bound");
     assert!(c.at(7).load(Ordering::SeqCst) <= 2, "never more than the limit");
     let expiries = c.at(8).load(Ordering::SeqCst);
-    assert_eq!(expiries, u64::from(point == KillPoint::InRound), "expiries told");
+    let taken_out = matches!(point, KillPoint::InRound | KillPoint::InRoundGranted);
+    assert_eq!(expiries, u64::from(taken_out), "expiries told");
     assert_eq!(c.at(1).load(Ordering::Acquire), 1 + u64::from(point != KillPoint::Journaled));
     assert_eq!(gate.gate().waiting_total(), 0);
     assert_eq!(gate.gate().limiter().inflight(), 0, "every permit back");
@@ -734,7 +735,9 @@ fn same_decisions_from_another_process(ops: Vec<Op>) -> bool {
 
 fn main() {
     kill9_with_permits_and_queued_tickets();
-    for point in [KillPoint::Journaled, KillPoint::InRound, KillPoint::InArrival] {
+    for point in
+        [KillPoint::Journaled, KillPoint::InRound, KillPoint::InRoundGranted, KillPoint::InArrival]
+    {
         kill9_holding_the_lock(point);
     }
     four_workers_hold_one_limit();

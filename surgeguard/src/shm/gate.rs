@@ -114,7 +114,9 @@ struct Head<const CAP: usize> {
     route_ticket: [AtomicU64; CAP],
     /// `ROUTED | entry << 40 | generation << 9 | process slot` (0: none).
     route_owner: [AtomicU64; CAP],
-    /// How many records of `journal` the lock holder is routing (0: none).
+    /// `records | granted << 8`: how many records of `journal` the lock holder is routing
+    /// (0: none), and the gate's `granted_total` when they were recorded (one word: both
+    /// are stored in one step).
     journal_len: AtomicU64,
     /// The events of the dispatch being routed: `[ticket, kind | code << 8, time]`, kind
     /// `J_GRANTED` (code: the level; time: the start) or `J_EXPIRED` (code: the reason;
@@ -328,6 +330,9 @@ pub enum KillPoint {
     /// Inside the gate's dispatch round: the queue's dispatch flag held, the oldest waiter
     /// taken out of the queue, neither granted nor reported.
     InRound,
+    /// As `InRound`, but the waiter taken out only if a permit is free, and granted: its
+    /// permit taken and the grant counted, the event not handed out yet.
+    InRoundGranted,
     /// An arrival (level `NORMAL`, no deadline): decided by the gate, a queued ticket not
     /// routed to this process yet (an admission is counted to it).
     InArrival,
@@ -671,8 +676,10 @@ impl<const CAP: usize> SharedGate<CAP> {
             rec[2].store(time, Ordering::Relaxed);
             rec[1].store(meta, Ordering::Relaxed);
         }
-        // Relaxed: read by this holder, or by the next one after its Acquire on the lock.
-        head.journal_len.store(n as u64, Ordering::Relaxed);
+        // The records and the grants they account for, in one store. Relaxed: read by
+        // this holder, or by the next one after its Acquire on the lock.
+        let granted = self.gate().granted_total();
+        head.journal_len.store(n as u64 | granted << 8, Ordering::Relaxed);
         n
     }
 
@@ -682,7 +689,8 @@ impl<const CAP: usize> SharedGate<CAP> {
     fn route_journal(&self, evicted: &mut Option<(u64, u64)>) -> bool {
         let mut freed = false;
         let head = self.head();
-        let n = (head.journal_len.load(Ordering::Relaxed) as usize).min(JOURNAL);
+        let word = head.journal_len.load(Ordering::Relaxed);
+        let n = ((word & 0xFF) as usize).min(JOURNAL);
         for rec in &head.journal[..n] {
             let meta = rec[1].swap(0, Ordering::Relaxed);
             let t = Ticket::from_bits(rec[0].load(Ordering::Relaxed));
@@ -698,14 +706,14 @@ impl<const CAP: usize> SharedGate<CAP> {
             };
             freed |= self.route(ev, evicted);
         }
-        head.journal_len.store(0, Ordering::Relaxed);
+        head.journal_len.store(word & !0xFF, Ordering::Relaxed);
         freed
     }
 
     /// After taking the lock over from a dead holder: rebuilds the gate's queue (the holder
     /// may have died inside an arrival, a cancel or a dispatch round, the queue's dispatch
     /// flag held), routes the events it had recorded and not routed, tells the owners of
-    /// tickets it had taken out of the queue without recording them (`Expired`). The
+    /// tickets it had taken out of the queue and not delivered (`Expired`). The
     /// next dispatch (a release, a queued arrival, a poll, a waiter's timer or sweep, the
     /// end of a reclaim) hands out what it freed.
     fn recover_locked(&self) {
@@ -717,6 +725,13 @@ impl<const CAP: usize> SharedGate<CAP> {
         unsafe {
             gate.rebuild_after_lost_thread()
         };
+        // Grants counted by the gate since the last recorded poll: the dead dispatcher had
+        // their permits in hand. Marked as accounted for first (a recoverer killed next
+        // loses them, never releases them twice).
+        let word = head.journal_len.load(Ordering::Relaxed);
+        let granted = gate.granted_total();
+        let in_hand = granted.wrapping_sub(word >> 8) & (u64::MAX >> 8);
+        head.journal_len.store(word & 0xFF | granted << 8, Ordering::Relaxed);
         let mut none = None;
         self.route_journal(&mut none);
         for i in 0..CAP {
@@ -728,6 +743,35 @@ impl<const CAP: usize> SharedGate<CAP> {
                 // Taken out by the dead dispatcher and lost with it (a grant's permit
                 // included: the safe side).
                 self.route(Event::Expired(t, Rejected::new(Reason::Expired, 0)), &mut none);
+            }
+        }
+        // And tickets it had taken out whose route it had already used (killed between
+        // using the route and writing the outcome): still `QUEUED`, no longer waiting.
+        for index in 0..MAX_PROCESSES as u32 {
+            let mut told = false;
+            for entry in &self.mailbox(index).entries {
+                if entry.state.load(Ordering::Acquire) != QUEUED {
+                    continue;
+                }
+                let t = Ticket::from_bits(entry.ticket.load(Ordering::Relaxed));
+                if !gate.is_waiting(t) {
+                    entry.a.store(0, Ordering::Relaxed);
+                    entry.b.store(Reason::Expired as u64, Ordering::Relaxed);
+                    entry.state.store(EXPIRED, Ordering::Release);
+                    told = true;
+                }
+            }
+            if told {
+                self.wake(index);
+            }
+        }
+        // Their permits (the waiters were told `Expired` above): with one level, each is
+        // a level-0 admission. With several, which level each was is not recorded: they
+        // stay lost (the limit errs low by them, never high).
+        if gate.levels() == 1 {
+            for _ in 0..in_hand {
+                let permit = gate.limiter().reissue_permit(Priority::new(0).unwrap_or_default());
+                let _ = gate.release(permit, gate.limiter().latest_time(), Outcome::Ignored);
             }
         }
     }
@@ -1134,7 +1178,8 @@ impl<const CAP: usize> SharedGate<CAP> {
                 self.poll_into_journal(now);
                 None
             }
-            KillPoint::InRound => gate.abandon_dispatch_round(true),
+            KillPoint::InRound => gate.abandon_dispatch_round(now, false),
+            KillPoint::InRoundGranted => gate.abandon_dispatch_round(now, true),
             KillPoint::InArrival => {
                 entry.flatten()?;
                 match gate.arrive(now, Priority::NORMAL, None) {

@@ -86,12 +86,17 @@ impl Arbitrary for Op {
             8 => Op::Cancel(p, i),
             9 => Op::Kill(p),
             10 => Op::Reclaim(p),
-            _ if u8::arbitrary(g) % 3 != 0 => Op::Reclaim(p),
+            _ if bool::arbitrary(g) => Op::Reclaim(p),
             _ => Op::Die(
                 p,
                 i,
-                *g.choose(&[KillPoint::Journaled, KillPoint::InRound, KillPoint::InArrival])
-                    .unwrap(),
+                *g.choose(&[
+                    KillPoint::Journaled,
+                    KillPoint::InRound,
+                    KillPoint::InRoundGranted,
+                    KillPoint::InArrival,
+                ])
+                .unwrap(),
             ),
         }
     }
@@ -111,7 +116,8 @@ struct Proc {
 /// process's queued tickets are withdrawn and its permits (granted ones too) come back by
 /// a reclaim, once; a live process is never reclaimed. A process killed holding the lock:
 /// inside a dispatch whose events were recorded, they are delivered as if it had lived;
-/// inside the gate's round, the waiter it had taken out is told `Expired`; inside an
+/// inside the gate's round, the waiter it had taken out is told `Expired` (and the permit
+/// it had taken for it comes back); inside an
 /// arrival, its queued ticket has no owner (granted later and given back at once).
 fn run(ops: Vec<Op>) -> bool {
     let gate = SharedGate::<16>::anonymous(fifo_config()).unwrap();
@@ -273,21 +279,35 @@ fn run(ops: Vec<Op>) -> bool {
                 }
                 match point {
                     KillPoint::Journaled => {
-                        // Its dispatch granted (recorded, delivered by the next holder).
+                        // Its dispatch granted (recorded, delivered by the next holder;
+                        // a grant to nobody is given back then, and handed out again only
+                        // by the reclaim's dispatch).
                         if left.is_some() {
                             fail!()
                         }
-                        grant_next(
-                            &mut inflight,
-                            &mut queue,
-                            &mut pending,
-                            &dead_pids,
-                            &mut dead_pending,
-                        );
+                        let mut to_nobody = 0;
+                        while inflight < L {
+                            let Some((pid, id)) = queue.pop_front() else { break };
+                            inflight += 1;
+                            if pid == ORPHAN {
+                                to_nobody += 1;
+                            } else if dead_pids.contains(&pid) {
+                                dead_pending += 1;
+                            } else {
+                                pending.entry(pid).or_default().push(id);
+                            }
+                        }
+                        inflight -= to_nobody;
                     }
-                    KillPoint::InRound => {
-                        // The oldest waiter was taken out, and told `Expired` later.
-                        let oldest = queue.pop_front();
+                    KillPoint::InRound | KillPoint::InRoundGranted => {
+                        // The oldest waiter was taken out (granted: only if a slot was
+                        // free, its permit then lost with the round and given back by the
+                        // recovery), and told `Expired` later.
+                        let oldest = if point == KillPoint::InRound || inflight < L {
+                            queue.pop_front()
+                        } else {
+                            None
+                        };
                         if left.is_some() != oldest.is_some() {
                             fail!()
                         }
@@ -391,6 +411,41 @@ fn run(ops: Vec<Op>) -> bool {
 #[test]
 fn routing_and_reclaim_follow_the_model() {
     QuickCheck::new().tests(300).quickcheck(run as fn(Vec<Op>) -> bool);
+}
+
+#[test]
+fn killed_holding_the_lock_cases() {
+    use KillPoint::*;
+    use Op::*;
+    let cases: Vec<Vec<Op>> = vec![
+        // A grant recorded for a ticket nobody owns (its arrival was killed) is given
+        // back at the recovery; the killed dispatcher's own ticket is withdrawn.
+        vec![
+            Arrive(2),
+            Arrive(1),
+            Arrive(0),
+            Die(1, 180, InArrival),
+            Arrive(2),
+            Die(2, 1, Journaled),
+        ],
+        // Each kill point with a waiter of another process queued.
+        vec![Arrive(0), Arrive(0), Arrive(1), Die(0, 0, Journaled), Take(1), Release(1, 0)],
+        vec![Arrive(0), Arrive(0), Arrive(1), Die(0, 0, InRound), Take(1), Arrive(1)],
+        vec![Arrive(0), Arrive(0), Arrive(1), Die(0, 0, InRoundGranted), Take(1), Arrive(1)],
+        vec![Arrive(0), Arrive(0), Arrive(1), Die(0, 0, InArrival), Take(1), Release(1, 0)],
+        // Killed twice in a row, the second time by the process that recovered nothing.
+        vec![
+            Arrive(0),
+            Arrive(1),
+            Arrive(2),
+            Die(0, 0, InRoundGranted),
+            Die(1, 0, InRound),
+            Take(2),
+        ],
+    ];
+    for ops in cases {
+        assert!(run(ops.clone()), "{ops:?}");
+    }
 }
 
 #[test]
