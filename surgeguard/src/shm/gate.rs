@@ -35,18 +35,37 @@
 //! most every 100 ms, or called) first withdraws the dead process's queued tickets
 //! (under the lock: `cancel`, its entries cleared), then drains its permits, granted ones
 //! included, as `Ignored`, exactly once each (the process table's held counts), then
-//! dispatches the freed slots to the other processes' waiters. The lock's holder word
-//! names a process slot: a holder proven dead (pid gone or reused, the table's rule) is
-//! taken over by the next locker after one 10 ms wait.
+//! dispatches the freed slots to the other processes' waiters.
 //!
-//! **Caveats.** The lock makes arrivals, dispatch and cancels of the shared gate blocking
-//! (held for one gate operation: about a microsecond); releases are not under it. A
-//! process killed *inside* a gate operation under the lock (microseconds) leaves what
-//! that operation had in hand: a queued ticket with no owner (granted later and released
-//! as `Ignored` by the dispatcher), or, killed inside a dispatch round, grants lost (the
-//! limit errs low by those) and the gate's dispatch flag held for good (no more grants:
-//! recreate the segment). A process holds at most [`MAILBOX_ENTRIES`] tickets at once;
-//! an arrival beyond that never queues (it is decided as the gate's `try_arrive`).
+//! **The lock, and a holder killed inside it.** Arrivals, dispatch and cancels are
+//! *blocking*: they take one lock (held for one gate operation, about a microsecond;
+//! releases are not under it). Its word names the holder's process slot and generation;
+//! a locker that finds it held spins briefly, then sleeps on it (`FUTEX_WAIT`,
+//! [`LOCK_TAKEOVER_NS`] = 10 ms at a time) and, if the holder is then proven dead (pid
+//! gone or reused, the table's rule), takes the lock over with one CAS from the dead
+//! holder's word — so exactly one locker takes over and a live holder never is. The
+//! taker-over then recovers what the holder was doing, whatever the instruction it died
+//! at: the core queue is rebuilt from its slots' state words (each changes by one CAS,
+//! so they are the truth): the dispatch flag, the arrivals and cancels it had taken,
+//! half-linked lists, an arrival claimed and never published; the events of its last
+//! dispatch (recorded in a journal in the segment with the gate's count of grants, in one
+//! store, before any is routed) are routed as if it had lived; the owners of tickets it
+//! had taken out of the queue and not delivered are told `Expired`; and the grants it
+//! held inside the gate's round (the gate's grant count past the journal's) are released
+//! — with one priority level; with several, their levels are not recorded and they stay
+//! lost. What is left (each a window of a few instructions) errs on the safe side, as the
+//! process table does: a slot is lost (the limit errs low by one), never released twice
+//! — the permit the round took before choosing its waiter, an arrival admitted but not
+//! yet counted, an event marked routed but not yet delivered. A queued ticket whose
+//! arrival was killed before its route was written has no owner: granted in turn, it is
+//! released as `Ignored` at once. **Bound:** the next locker (any arrival, cancel,
+//! release or poll, and every waiter's sweep at most every 100 ms) recovers within one
+//! 10 ms wait of the kill, and the same sweep drains the dead process's permits: while
+//! anyone waits, within 100 ms + 10 ms + one sweep. A process with no table slot (a full
+//! table) sweeping as it attaches is never taken over (it cannot be proven dead).
+//!
+//! **Caveats.** A process holds at most [`MAILBOX_ENTRIES`] tickets at once; an arrival
+//! beyond that never queues (it is decided as the gate's `try_arrive`).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -347,7 +366,8 @@ pub enum KillPoint {
 ///
 /// Progress: `release` is the gate's (wait-free) plus one CAS on the process's count,
 /// then a dispatch under the segment's lock; `arrive`, `poll` and `cancel` take the lock
-/// (blocking; a dead holder is taken over).
+/// (blocking: a holder that stops inside it stops them; a dead holder is taken over and
+/// its work recovered within one 10 ms wait: `docs/shared-memory.md`, stage C).
 #[derive(Debug)]
 pub struct SharedGate<const CAP: usize = 256> {
     map: Mapping,
