@@ -968,3 +968,68 @@ fn rebuilt(ops: Vec<QOp>) -> bool {
 fn the_queue_rebuilt_after_a_lost_dispatcher_loses_nothing() {
     QuickCheck::new().tests(500).quickcheck(rebuilt as fn(Vec<QOp>) -> bool);
 }
+
+/// A holder killed inside the gate's round with a grant in hand, and four processes
+/// racing to lock (each sweeping): one takes the lock over and recovers, once — the
+/// grant's permit is given back once, the waiter it had taken out is told `Expired` once,
+/// the freed slots go to the next two waiters, and the dead holder's permit is reclaimed
+/// once across the racers.
+#[test]
+fn racing_lockers_take_a_dead_holder_over_once() {
+    let gate = SharedGate::<16>::anonymous(fifo_config()).unwrap();
+    let live = Switch(std::sync::atomic::AtomicBool::new(false));
+    let holder = table::claim(gate.test_table(), 9101, 1).unwrap();
+    let others: Vec<Claim> = (9102..9106)
+        .map(|pid| table::claim(gate.test_table(), pid, pid as u64 - 9100).unwrap())
+        .collect();
+    let mut held = vec![];
+    for _ in 0..2 {
+        let SharedArrival::Admitted(p) = gate.arrive_as(holder, &live, 10, Priority::NORMAL, None)
+        else {
+            panic!("admitted")
+        };
+        held.push(p);
+    }
+    let tickets: Vec<SharedTicket> = others
+        .iter()
+        .map(|&c| match gate.arrive_as(c, &live, 11, Priority::NORMAL, None) {
+            SharedArrival::Queued(t) => t,
+            other => panic!("queued: {other:?}"),
+        })
+        .collect();
+    let taken = gate.stop_inside_as(holder, &live, KillPoint::InRoundGranted, held.pop(), 12);
+    assert_eq!(taken, Some(tickets[0].ticket()));
+    assert_eq!(gate.gate().limiter().inflight(), 2, "one held by the dead, one in hand");
+    live.0.store(true, Ordering::SeqCst);
+    let released: u64 = std::thread::scope(|s| {
+        let handles: Vec<_> = others
+            .iter()
+            .enumerate()
+            .map(|(k, &c)| {
+                let (gate, live) = (&gate, &live);
+                s.spawn(move || {
+                    gate.reclaim_as(c, live, table::reclaimer_word(9102 + k as u32, k as u64 + 2))
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).sum()
+    });
+    assert_eq!(released, 1, "the dead holder's permit, once");
+    std::mem::forget(held);
+    let outcome = |k: usize| gate.outcome_as(others[k], &tickets[k]).unwrap();
+    assert!(
+        matches!(outcome(0), Some(SharedOutcome::Expired(r)) if r.reason == Reason::Expired),
+        "the waiter taken out is told Expired"
+    );
+    let mut granted = 0;
+    for k in 1..4 {
+        if let Some(SharedOutcome::Granted(p)) = outcome(k) {
+            granted += 1;
+            std::mem::forget(p);
+        }
+    }
+    assert_eq!(granted, 2, "exactly the two freed slots are handed out");
+    assert_eq!(gate.gate().limiter().inflight(), 2);
+    assert_eq!(gate.gate().waiting_total(), 1);
+    assert_eq!(gate.head().lock.load(Ordering::SeqCst), 0);
+}
