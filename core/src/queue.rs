@@ -1263,7 +1263,8 @@ impl<const CAP: usize> WaitQueue<CAP> {
     #[doc(hidden)]
     pub fn is_waiting(&self, ticket: Ticket) -> bool {
         self.decode(ticket).is_ok_and(|(i, tgen)| {
-            let s = self.slots[i].state.load(Ordering::Acquire);
+            // Relaxed: a snapshot of one word; nothing else is read on its strength.
+            let s = self.slots[i].state.load(Ordering::Relaxed);
             status_of(s) == WAITING && Self::same_gen(gen_of(s), tgen)
         })
     }
@@ -1308,6 +1309,8 @@ impl<const CAP: usize> WaitQueue<CAP> {
         };
         let mut waiting = [0u64; LEVELS];
         for (i, slot) in self.slots[..cap].iter().enumerate() {
+            // Acquire: pairs with the Release of whichever CAS or store wrote the word
+            // (publish, cancel, take-over, free), so the slot's fields are seen with it.
             let s = slot.state.load(Ordering::Acquire);
             match status_of(s) {
                 WAITING if s & ATTN == 0 => {
@@ -1321,12 +1324,15 @@ impl<const CAP: usize> WaitQueue<CAP> {
                 }
                 CLAIMED if s & (ATTN | EVICTED_MASK) == 0 => {
                     // A fresh arrival never published: its ticket was never returned.
+                    // Release: pairs with the Acquire CAS in `claim`, as a free by the
+                    // dispatcher does.
                     slot.state.store(pack(gen_of(s), FREE, 0), Ordering::Release);
                 }
                 CLAIMED | CANCELLED => {
                     // An unfinished take-over or reuse (its evictions still to report), or
                     // a cancel: settled (freed) by the next round.
                     let new = (s & !STATUS_MASK) | CANCELLED | ATTN;
+                    // Release: pairs with the Acquire load in `settle`.
                     slot.state.store(new, Ordering::Release);
                     d.defer(i);
                 }
@@ -1339,6 +1345,7 @@ impl<const CAP: usize> WaitQueue<CAP> {
             let gone =
                 c.cancelled[l].load(Ordering::Relaxed) + c.evicted[l].load(Ordering::Relaxed) + w;
             let departed = c.arrived[l].load(Ordering::Relaxed).saturating_sub(gone);
+            // Release: pairs with the Acquire load in `Counts::waiting`.
             c.departed[l].store(departed, Ordering::Release);
         }
         // Release: the next holder's Acquire entry sees the rebuilt lists.

@@ -770,13 +770,15 @@ impl<const CAP: usize> SharedGate<CAP> {
         for index in 0..MAX_PROCESSES as u32 {
             let mut told = false;
             for entry in &self.mailbox(index).entries {
-                if entry.state.load(Ordering::Acquire) != QUEUED {
+                // Relaxed: a QUEUED entry is written only under the lock, which is ours.
+                if entry.state.load(Ordering::Relaxed) != QUEUED {
                     continue;
                 }
                 let t = Ticket::from_bits(entry.ticket.load(Ordering::Relaxed));
                 if !gate.is_waiting(t) {
                     entry.a.store(0, Ordering::Relaxed);
                     entry.b.store(Reason::Expired as u64, Ordering::Relaxed);
+                    // Release: the owner's Acquire load of EXPIRED sees `a` and `b`.
                     entry.state.store(EXPIRED, Ordering::Release);
                     told = true;
                 }
