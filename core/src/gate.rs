@@ -1274,6 +1274,60 @@ impl<const CAP: usize> Gate<CAP> {
     pub fn ticket_slot(&self, ticket: Ticket) -> Option<usize> {
         self.queue.slot_of(ticket)
     }
+
+    /// Whether `ticket` still waits in the queue.
+    #[doc(hidden)]
+    pub fn is_waiting(&self, ticket: Ticket) -> bool {
+        self.queue.is_waiting(ticket)
+    }
+
+    /// Rebuilds the queue after a thread stopped for good inside it (see
+    /// `WaitQueue::rebuild_after_lost_thread`): a shared-memory gate whose dispatching,
+    /// arriving or cancelling process was killed. Permits that thread had taken are not
+    /// given back here (the caller accounts for them).
+    ///
+    /// # Safety
+    ///
+    /// As `WaitQueue::rebuild_after_lost_thread`: no other thread arrives, cancels or
+    /// polls during the call, and none that was doing so before ever runs again.
+    #[doc(hidden)]
+    #[allow(unsafe_code)]
+    pub unsafe fn rebuild_after_lost_thread(&self) {
+        // SAFETY: the caller's guarantee is the queue's.
+        unsafe { self.queue.rebuild_after_lost_thread() }
+    }
+
+    /// Waiters granted so far: bumped by the dispatch round once the waiter is out of the
+    /// queue, before its event (and permit) is handed out — a shared-memory layer that
+    /// records the count with the events it took knows how many grants a dispatcher
+    /// killed inside a round had in hand.
+    #[doc(hidden)]
+    pub fn granted_total(&self) -> u64 {
+        self.granted.load(Ordering::Relaxed)
+    }
+
+    /// Test hook: see `WaitQueue::abandon_dispatch_round` (a dispatcher killed inside a
+    /// round). With `grant`, the oldest waiter is taken out only if a permit is free, and
+    /// that permit is taken and the grant counted, as a round does before handing the
+    /// event out; the permit and the event are then lost with the round.
+    #[doc(hidden)]
+    pub fn abandon_dispatch_round(&self, now: u64, grant: bool) -> Option<Ticket> {
+        let mut permit = None;
+        let taken = self.queue.abandon_dispatch_round(|w| {
+            if !grant {
+                return true;
+            }
+            permit = self.try_permit(now, w.level()).ok();
+            permit.is_some()
+        });
+        if let Some(p) = permit {
+            if taken.is_some() {
+                bump(&self.granted, 1);
+            }
+            core::mem::forget(p);
+        }
+        taken
+    }
 }
 
 // SAFETY: `#[repr(C)]` down to the queue's slots, CoDel and the dimmer; no pointers and

@@ -1259,6 +1259,223 @@ impl<const CAP: usize> Dispatcher<'_, CAP> {
     }
 }
 
+// ---- recovery after a thread lost inside the queue (shared memory) ----------------------
+
+impl<const CAP: usize> WaitQueue<CAP> {
+    /// Whether `ticket` still waits in this queue (neither granted, expired, cancelled nor
+    /// evicted).
+    #[doc(hidden)]
+    pub fn is_waiting(&self, ticket: Ticket) -> bool {
+        self.decode(ticket).is_ok_and(|(i, tgen)| {
+            // Relaxed: a snapshot of one word; nothing else is read on its strength.
+            let s = self.slots[i].state.load(Ordering::Relaxed);
+            status_of(s) == WAITING && Self::same_gen(gen_of(s), tgen)
+        })
+    }
+
+    /// Rebuilds everything a thread that stopped for good inside the queue may have left
+    /// half done — the dispatch flag held, the stacks it had taken, half-linked lists, an
+    /// arrival claimed but not published, the counts — from the slots' state words, which
+    /// are the truth (each changes by one CAS). Waiting slots are re-linked at their level
+    /// in arrival order; cancelled, taken-over and unfinished arrivals' slots are kept for
+    /// the next round to settle (evictions are still reported); an unpublished fresh
+    /// arrival's slot is freed (its ticket was never handed out). Leaves a dispatch
+    /// request. For a shared-memory gate whose dispatching process was killed.
+    ///
+    /// # Safety
+    ///
+    /// No other thread uses the queue during the call (a lock around every operation on
+    /// it), and no thread that was inside it before the call ever runs again. Not
+    /// memory-unsafe otherwise, but it would corrupt the lists.
+    #[doc(hidden)]
+    #[allow(unsafe_code)]
+    pub unsafe fn rebuild_after_lost_thread(&self) {
+        let cap = self.capacity();
+        for l in 0..LEVELS {
+            self.head[l].store(END, Ordering::Relaxed);
+            self.tail[l].store(END, Ordering::Relaxed);
+        }
+        self.deferred.store(END, Ordering::Relaxed);
+        for slot in &self.slots[..cap] {
+            slot.link.store(END, Ordering::Relaxed);
+            slot.attn_link.store(END, Ordering::Relaxed);
+            slot.prev.store(END, Ordering::Relaxed);
+            slot.next.store(END, Ordering::Relaxed);
+            slot.linked.store(0, Ordering::Relaxed);
+        }
+        let mut d = Dispatcher {
+            q: self,
+            incoming: END,
+            attention: END,
+            rest: [END; 2],
+            current: END,
+            current_next: 0,
+        };
+        let mut waiting = [0u64; LEVELS];
+        for (i, slot) in self.slots[..cap].iter().enumerate() {
+            // Acquire: pairs with the Release of whichever CAS or store wrote the word
+            // (publish, cancel, take-over, free), so the slot's fields are seen with it.
+            let s = slot.state.load(Ordering::Acquire);
+            match status_of(s) {
+                WAITING if s & ATTN == 0 => {
+                    waiting[level_of(s)] += 1;
+                    let at = slot.enqueued_at.load(Ordering::Relaxed);
+                    d.link_sorted(level_of(s), i, at);
+                }
+                WAITING => {
+                    waiting[level_of(s)] += 1;
+                    d.defer(i);
+                }
+                CLAIMED if s & (ATTN | EVICTED_MASK) == 0 => {
+                    // A fresh arrival never published: its ticket was never returned.
+                    // Release: pairs with the Acquire CAS in `claim`, as a free by the
+                    // dispatcher does.
+                    slot.state.store(pack(gen_of(s), FREE, 0), Ordering::Release);
+                }
+                CLAIMED | CANCELLED => {
+                    // An unfinished take-over or reuse (its evictions still to report), or
+                    // a cancel: settled (freed) by the next round.
+                    let new = (s & !STATUS_MASK) | CANCELLED | ATTN;
+                    // Release: pairs with the Acquire load in `settle`.
+                    slot.state.store(new, Ordering::Release);
+                    d.defer(i);
+                }
+                _ => {}
+            }
+        }
+        // Departures are the arrivals not cancelled, evicted or still waiting.
+        for (l, w) in waiting.iter().enumerate() {
+            let c = &self.counts;
+            let gone =
+                c.cancelled[l].load(Ordering::Relaxed) + c.evicted[l].load(Ordering::Relaxed) + w;
+            let departed = c.arrived[l].load(Ordering::Relaxed).saturating_sub(gone);
+            // Release: pairs with the Acquire load in `Counts::waiting`.
+            c.departed[l].store(departed, Ordering::Release);
+        }
+        // Release: the next holder's Acquire entry sees the rebuilt lists.
+        self.ctl.store(STACKS_EMPTY | PENDING, Ordering::Release);
+    }
+
+    /// Test hook: enters a dispatch round as `try_dispatch` does, links the arrivals,
+    /// takes the oldest waiter of the most important level out of the queue if `take`
+    /// says so, and stops there for good, the dispatch flag held — what a dispatcher
+    /// killed inside a round leaves. Returns the ticket taken out. `None` (and nothing
+    /// done) if another thread is dispatching.
+    #[doc(hidden)]
+    pub fn abandon_dispatch_round(&self, take: impl FnOnce(&Waiter) -> bool) -> Option<Ticket> {
+        let mut w = self.ctl.load(Ordering::Relaxed);
+        loop {
+            if w & BUSY != 0 {
+                return None;
+            }
+            match self.ctl.compare_exchange_weak(
+                w,
+                BUSY | STACKS_EMPTY,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(actual) => w = actual,
+            }
+        }
+        let mut d = Dispatcher {
+            q: self,
+            incoming: head_of(w, INCOMING_SHIFT),
+            attention: head_of(w, ATTENTION_SHIFT),
+            rest: [END; 2],
+            current: END,
+            current_next: 0,
+        };
+        d.link_incoming();
+        let oldest = (0..self.levels as usize).find_map(|l| d.oldest(priority(l)))?;
+        (take(&oldest) && d.remove(&oldest)).then(|| oldest.ticket())
+    }
+}
+
+/// The rebuild after an arrival killed half way (the states `push` and `take_over` leave
+/// between their steps, made by hand).
+#[cfg(all(test, not(loom)))]
+mod rebuild_tests {
+    use super::*;
+    use std::vec;
+    use std::vec::Vec;
+
+    /// Refreshes (collecting evictions), then takes every waiter, most important first.
+    fn drain<const C: usize>(q: &WaitQueue<C>) -> (Vec<Ticket>, Vec<Ticket>) {
+        let (mut evicted, mut taken) = (Vec::new(), Vec::new());
+        assert!(q.try_dispatch(|d| {
+            d.refresh(|t| {
+                evicted.push(t);
+                true
+            });
+            for l in 0..d.levels() as usize {
+                while let Some(w) = d.oldest(priority(l)) {
+                    assert!(d.remove(&w));
+                    taken.push(w.ticket());
+                }
+            }
+            true
+        }));
+        (evicted, taken)
+    }
+
+    #[test]
+    fn an_arrival_killed_after_its_claim_leaves_a_free_slot() {
+        for counted in [false, true] {
+            let q = WaitQueue::<4>::new(2, 4).unwrap();
+            let a = q.push(priority(0), 1, NO_DEADLINE, false).unwrap();
+            let b = q.push(priority(0), 2, NO_DEADLINE, false).unwrap();
+            // Killed after its CAS (and perhaps its count), before publishing.
+            let (i, _, reclaimed) = q.claim(1, || true).unwrap();
+            assert!(!reclaimed);
+            if counted {
+                q.counts.arrived[1].fetch_add(1, Ordering::Relaxed);
+            }
+            // SAFETY: this thread alone uses the queue.
+            #[allow(unsafe_code)]
+            unsafe {
+                q.rebuild_after_lost_thread()
+            };
+            assert_eq!(status_of(q.slots[i].state.load(Ordering::Relaxed)), FREE);
+            assert_eq!(q.len(), 2);
+            assert!(q.needs_dispatch());
+            assert_eq!(drain(&q), (vec![], vec![a, b]));
+            assert_eq!(q.len(), 0);
+            // Every slot can be taken again.
+            for k in 0..4 {
+                assert!(q.push(priority(1), 10 + k, NO_DEADLINE, false).is_some());
+            }
+            assert_eq!(q.len(), 4);
+        }
+    }
+
+    #[test]
+    fn an_arrival_killed_inside_its_take_over_still_reports_the_eviction() {
+        let q = WaitQueue::<2>::new(2, 2).unwrap();
+        let v1 = q.push(priority(1), 1, NO_DEADLINE, false).unwrap();
+        let v2 = q.push(priority(1), 2, NO_DEADLINE, false).unwrap();
+        // A more important arrival's take-over CAS on the oldest, then killed (no count,
+        // no attention push, never published).
+        let (i, _) = q.decode(v1).unwrap();
+        let s = q.slots[i].state.load(Ordering::Relaxed);
+        let new = pack(gen_of(s).wrapping_add(1), CLAIMED, 0) | ATTN | EVICTED_ONE;
+        q.slots[i].state.store(new, Ordering::Relaxed);
+        // SAFETY: this thread alone uses the queue.
+        #[allow(unsafe_code)]
+        unsafe {
+            q.rebuild_after_lost_thread()
+        };
+        assert_eq!(q.waiting(priority(0)), 0);
+        assert_eq!(q.waiting(priority(1)), 1);
+        // The victim is reported once, the slot freed, the other waiter served.
+        assert_eq!(drain(&q), (vec![v1], vec![v2]));
+        assert_eq!(drain(&q), (vec![], vec![]));
+        assert_eq!(q.len(), 0);
+        assert!(q.push(priority(0), 5, NO_DEADLINE, false).is_some());
+        assert!(q.push(priority(0), 6, NO_DEADLINE, false).is_some());
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;

@@ -35,18 +35,37 @@
 //! most every 100 ms, or called) first withdraws the dead process's queued tickets
 //! (under the lock: `cancel`, its entries cleared), then drains its permits, granted ones
 //! included, as `Ignored`, exactly once each (the process table's held counts), then
-//! dispatches the freed slots to the other processes' waiters. The lock's holder word
-//! names a process slot: a holder proven dead (pid gone or reused, the table's rule) is
-//! taken over by the next locker after one 10 ms wait.
+//! dispatches the freed slots to the other processes' waiters.
 //!
-//! **Caveats.** The lock makes arrivals, dispatch and cancels of the shared gate blocking
-//! (held for one gate operation: about a microsecond); releases are not under it. A
-//! process killed *inside* a gate operation under the lock (microseconds) leaves what
-//! that operation had in hand: a queued ticket with no owner (granted later and released
-//! as `Ignored` by the dispatcher), or, killed inside a dispatch round, grants lost (the
-//! limit errs low by those) and the gate's dispatch flag held for good (no more grants:
-//! recreate the segment). A process holds at most [`MAILBOX_ENTRIES`] tickets at once;
-//! an arrival beyond that never queues (it is decided as the gate's `try_arrive`).
+//! **The lock, and a holder killed inside it.** Arrivals, dispatch and cancels are
+//! *blocking*: they take one lock (held for one gate operation, about a microsecond;
+//! releases are not under it). Its word names the holder's process slot and generation;
+//! a locker that finds it held spins briefly, then sleeps on it (`FUTEX_WAIT`,
+//! [`LOCK_TAKEOVER_NS`] = 10 ms at a time) and, if the holder is then proven dead (pid
+//! gone or reused, the table's rule), takes the lock over with one CAS from the dead
+//! holder's word — so exactly one locker takes over and a live holder never is. The
+//! taker-over then recovers what the holder was doing, whatever the instruction it died
+//! at: the core queue is rebuilt from its slots' state words (each changes by one CAS,
+//! so they are the truth): the dispatch flag, the arrivals and cancels it had taken,
+//! half-linked lists, an arrival claimed and never published; the events of its last
+//! dispatch (recorded in a journal in the segment with the gate's count of grants, in one
+//! store, before any is routed) are routed as if it had lived; the owners of tickets it
+//! had taken out of the queue and not delivered are told `Expired`; and the grants it
+//! held inside the gate's round (the gate's grant count past the journal's) are released
+//! — with one priority level; with several, their levels are not recorded and they stay
+//! lost. What is left (each a window of a few instructions) errs on the safe side, as the
+//! process table does: a slot is lost (the limit errs low by one), never released twice
+//! — the permit the round took before choosing its waiter, an arrival admitted but not
+//! yet counted, an event marked routed but not yet delivered. A queued ticket whose
+//! arrival was killed before its route was written has no owner: granted in turn, it is
+//! released as `Ignored` at once. **Bound:** the next locker (any arrival, cancel,
+//! release or poll, and every waiter's sweep at most every 100 ms) recovers within one
+//! 10 ms wait of the kill, and the same sweep drains the dead process's permits: while
+//! anyone waits, within 100 ms + 10 ms + one sweep. A process with no table slot (a full
+//! table) sweeping as it attaches is never taken over (it cannot be proven dead).
+//!
+//! **Caveats.** A process holds at most [`MAILBOX_ENTRIES`] tickets at once; an arrival
+//! beyond that never queues (it is decided as the gate's `try_arrive`).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -114,7 +133,21 @@ struct Head<const CAP: usize> {
     route_ticket: [AtomicU64; CAP],
     /// `ROUTED | entry << 40 | generation << 9 | process slot` (0: none).
     route_owner: [AtomicU64; CAP],
+    /// `records | granted << 8`: how many records of `journal` the lock holder is routing
+    /// (0: none), and the gate's `granted_total` when they were recorded (one word: both
+    /// are stored in one step).
+    journal_len: AtomicU64,
+    /// The events of the dispatch being routed: `[ticket, kind | code << 8, time]`, kind
+    /// `J_GRANTED` (code: the level; time: the start) or `J_EXPIRED` (code: the reason;
+    /// time: `retry_after`), 0 once routed. A holder taking the lock over from a dead one
+    /// routes what is left.
+    journal: [[AtomicU64; 3]; JOURNAL],
 }
+
+/// Events one dispatch call takes from the gate (and records in the journal) at a time.
+const JOURNAL: usize = 16;
+const J_GRANTED: u64 = 1;
+const J_EXPIRED: u64 = 2;
 
 const HELD: u32 = 1 << 30;
 const LOCK_GEN_MASK: u32 = (1 << 21) - 1;
@@ -125,6 +158,8 @@ const INDEX_MASK: u32 = 0x1FF;
 /// dead); it holds the lock only for a sweep.
 const CLAIMLESS: Claim = Claim { index: INDEX_MASK, generation: 0 };
 const ROUTED: u64 = 1 << 63;
+/// How long a locker waits on a held lock before it checks whether the holder is dead.
+pub const LOCK_TAKEOVER_NS: u64 = 10_000_000;
 
 // SAFETY: `#[repr(C)]`; the gate is Placeable; the rest are atomics holding integers;
 // no pointers, no Drop. LAYOUT covers the gate's fingerprint and every offset.
@@ -133,13 +168,16 @@ unsafe impl<const CAP: usize> Placeable for Head<CAP> {
     const LAYOUT: u64 = {
         use core::mem::{offset_of, size_of};
         fingerprint(
-            "surgeguard::shm::SharedGate/1",
+            "surgeguard::shm::SharedGate/2",
             &[
                 <Gate<CAP> as Placeable>::LAYOUT,
                 size_of::<Self>() as u64,
                 offset_of!(Self, lock) as u64,
                 offset_of!(Self, route_ticket) as u64,
                 offset_of!(Self, route_owner) as u64,
+                offset_of!(Self, journal_len) as u64,
+                offset_of!(Self, journal) as u64,
+                JOURNAL as u64,
                 size_of::<Mailbox>() as u64,
                 size_of::<Entry>() as u64,
                 MAILBOX_ENTRIES as u64,
@@ -302,6 +340,23 @@ pub enum SharedOutcome {
     Expired(Rejected),
 }
 
+/// Where [`SharedGate::stop_inside`] (a test hook) stops a process for good.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KillPoint {
+    /// A dispatch: the gate polled and its events recorded, none routed yet.
+    Journaled,
+    /// Inside the gate's dispatch round: the queue's dispatch flag held, the oldest waiter
+    /// taken out of the queue, neither granted nor reported.
+    InRound,
+    /// As `InRound`, but the waiter taken out only if a permit is free, and granted: its
+    /// permit taken and the grant counted, the event not handed out yet.
+    InRoundGranted,
+    /// An arrival (level `NORMAL`, no deadline): decided by the gate, a queued ticket not
+    /// routed to this process yet (an admission is counted to it).
+    InArrival,
+}
+
 // ---- the shared gate ---------------------------------------------------------------------
 
 /// A [`Gate`] (limiter, priority queue, CoDel, shed switch) in shared memory: one limit
@@ -311,7 +366,8 @@ pub enum SharedOutcome {
 ///
 /// Progress: `release` is the gate's (wait-free) plus one CAS on the process's count,
 /// then a dispatch under the segment's lock; `arrive`, `poll` and `cancel` take the lock
-/// (blocking; a dead holder is taken over).
+/// (blocking: a holder that stops inside it stops them; a dead holder is taken over and
+/// its work recovered within one 10 ms wait: `docs/shared-memory.md`, stage C).
 #[derive(Debug)]
 pub struct SharedGate<const CAP: usize = 256> {
     map: Mapping,
@@ -342,6 +398,8 @@ fn new_head<const CAP: usize>(config: GateConfig) -> Result<Head<CAP>, ShmError>
         _pad: AtomicU32::new(0),
         route_ticket: core::array::from_fn(|_| AtomicU64::new(0)),
         route_owner: core::array::from_fn(|_| AtomicU64::new(0)),
+        journal_len: AtomicU64::new(0),
+        journal: core::array::from_fn(|_| core::array::from_fn(|_| AtomicU64::new(0))),
     })
 }
 
@@ -460,15 +518,18 @@ impl<const CAP: usize> SharedGate<CAP> {
             {
                 continue;
             }
-            futex_wait(word, cur | SLEEPERS, 10_000_000);
+            futex_wait(word, cur | SLEEPERS, LOCK_TAKEOVER_NS);
             let now = word.load(Ordering::Relaxed);
             if now != 0 && now & !SLEEPERS == cur & !SLEEPERS && self.holder_dead(now, live) {
-                // Take over from a dead holder. Acquire: as above.
+                // Take over from a dead holder: one CAS from its word, so exactly one
+                // locker wins and recovers what it left. Acquire: as above.
                 if word
                     .compare_exchange(now, me | SLEEPERS, Ordering::Acquire, Ordering::Relaxed)
                     .is_ok()
                 {
-                    return Held { word };
+                    let held = Held { word };
+                    self.recover_locked();
+                    return held;
                 }
             }
         }
@@ -616,23 +677,146 @@ impl<const CAP: usize> SharedGate<CAP> {
     /// whose queue slot's record was overwritten by the arrival that evicted it.
     fn dispatch_with(&self, now: u64, mut evicted: Option<(u64, u64)>) -> usize {
         let mut total = 0;
-        let mut out: [Option<Event>; 16] = Default::default();
         loop {
-            let n = self.gate().poll(now, &mut out);
-            for ev in out[..n].iter_mut() {
-                if let Some(ev) = ev.take() {
-                    self.route(ev, &mut evicted);
-                }
-            }
+            let n = self.poll_into_journal(now);
+            // A grant released here (its owner gone) freed a slot: poll again for it.
+            let freed = self.route_journal(&mut evicted);
             total += n;
-            if n < out.len() {
+            if n < JOURNAL && !freed {
                 return total;
             }
         }
     }
 
-    /// Hands one event to the owner of its ticket (under the lock).
-    fn route(&self, ev: Event, evicted: &mut Option<(u64, u64)>) {
+    /// One `poll` of the gate, its events recorded in the journal (under the lock). A
+    /// process killed inside the poll, or before the journal's length is stored, loses
+    /// the events it had in hand (see the module docs).
+    fn poll_into_journal(&self, now: u64) -> usize {
+        let head = self.head();
+        let mut out: [Option<Event>; JOURNAL] = Default::default();
+        let n = self.gate().poll(now, &mut out);
+        for (ev, rec) in out[..n].iter_mut().zip(&head.journal) {
+            let (t, meta, time) = match ev.take() {
+                Some(Event::Granted(t, p)) => {
+                    let r = (t, J_GRANTED | (p.level().index() as u64) << 8, p.started_at());
+                    // Held by the journal record now (rebuilt from it when routed).
+                    std::mem::forget(p);
+                    r
+                }
+                Some(Event::Expired(t, r)) => {
+                    (t, J_EXPIRED | (r.reason as u64) << 8, r.retry_after)
+                }
+                None => continue,
+            };
+            rec[0].store(t.to_bits(), Ordering::Relaxed);
+            rec[2].store(time, Ordering::Relaxed);
+            rec[1].store(meta, Ordering::Relaxed);
+        }
+        // The records and the grants they account for, in one store. Relaxed: read by
+        // this holder, or by the next one after its Acquire on the lock.
+        let granted = self.gate().granted_total();
+        head.journal_len.store(n as u64 | granted << 8, Ordering::Relaxed);
+        n
+    }
+
+    /// Routes the journal's records not routed yet, then empties it (under the lock). Each
+    /// record is marked routed before it is acted on: a holder killed in between loses
+    /// that one event (a grant's slot errs low, never released twice).
+    fn route_journal(&self, evicted: &mut Option<(u64, u64)>) -> bool {
+        let mut freed = false;
+        let head = self.head();
+        let word = head.journal_len.load(Ordering::Relaxed);
+        let n = ((word & 0xFF) as usize).min(JOURNAL);
+        for rec in &head.journal[..n] {
+            let meta = rec[1].swap(0, Ordering::Relaxed);
+            let t = Ticket::from_bits(rec[0].load(Ordering::Relaxed));
+            let time = rec[2].load(Ordering::Relaxed);
+            let ev = match meta & 0xFF {
+                J_GRANTED => {
+                    let level = Priority::new((meta >> 8) as u8).unwrap_or_default();
+                    // The journal held it: exactly one counted, unreleased admission.
+                    Event::Granted(t, self.gate().limiter().reissue_permit_at(level, time))
+                }
+                J_EXPIRED => Event::Expired(t, Rejected::new(reason_of(meta >> 8), time)),
+                _ => continue,
+            };
+            freed |= self.route(ev, evicted);
+        }
+        head.journal_len.store(word & !0xFF, Ordering::Relaxed);
+        freed
+    }
+
+    /// After taking the lock over from a dead holder: rebuilds the gate's queue (the holder
+    /// may have died inside an arrival, a cancel or a dispatch round, the queue's dispatch
+    /// flag held), routes the events it had recorded and not routed, tells the owners of
+    /// tickets it had taken out of the queue and not delivered (`Expired`). The
+    /// next dispatch (a release, a queued arrival, a poll, a waiter's timer or sweep, the
+    /// end of a reclaim) hands out what it freed.
+    fn recover_locked(&self) {
+        let gate = self.gate();
+        let head = self.head();
+        // SAFETY: every operation on the gate's queue (arrive, cancel, poll) runs under
+        // this lock, which is ours, and its dead holder never runs again.
+        #[allow(unsafe_code)]
+        unsafe {
+            gate.rebuild_after_lost_thread()
+        };
+        // Grants counted by the gate since the last recorded poll: the dead dispatcher had
+        // their permits in hand. Marked as accounted for first (a recoverer killed next
+        // loses them, never releases them twice).
+        let word = head.journal_len.load(Ordering::Relaxed);
+        let granted = gate.granted_total();
+        let in_hand = granted.wrapping_sub(word >> 8) & (u64::MAX >> 8);
+        head.journal_len.store(word & 0xFF | granted << 8, Ordering::Relaxed);
+        let mut none = None;
+        self.route_journal(&mut none);
+        for i in 0..CAP {
+            if head.route_owner[i].load(Ordering::Relaxed) & ROUTED == 0 {
+                continue;
+            }
+            let t = Ticket::from_bits(head.route_ticket[i].load(Ordering::Relaxed));
+            if !gate.is_waiting(t) {
+                // Taken out by the dead dispatcher and lost with it (a grant's permit
+                // included: the safe side).
+                self.route(Event::Expired(t, Rejected::new(Reason::Expired, 0)), &mut none);
+            }
+        }
+        // And tickets it had taken out whose route it had already used (killed between
+        // using the route and writing the outcome): still `QUEUED`, no longer waiting.
+        for index in 0..MAX_PROCESSES as u32 {
+            let mut told = false;
+            for entry in &self.mailbox(index).entries {
+                // Relaxed: a QUEUED entry is written only under the lock, which is ours.
+                if entry.state.load(Ordering::Relaxed) != QUEUED {
+                    continue;
+                }
+                let t = Ticket::from_bits(entry.ticket.load(Ordering::Relaxed));
+                if !gate.is_waiting(t) {
+                    entry.a.store(0, Ordering::Relaxed);
+                    entry.b.store(Reason::Expired as u64, Ordering::Relaxed);
+                    // Release: the owner's Acquire load of EXPIRED sees `a` and `b`.
+                    entry.state.store(EXPIRED, Ordering::Release);
+                    told = true;
+                }
+            }
+            if told {
+                self.wake(index);
+            }
+        }
+        // Their permits (the waiters were told `Expired` above): with one level, each is
+        // a level-0 admission. With several, which level each was is not recorded: they
+        // stay lost (the limit errs low by them, never high).
+        if gate.levels() == 1 {
+            for _ in 0..in_hand {
+                let permit = gate.limiter().reissue_permit(Priority::new(0).unwrap_or_default());
+                let _ = gate.release(permit, gate.limiter().latest_time(), Outcome::Ignored);
+            }
+        }
+    }
+
+    /// Hands one event to the owner of its ticket (under the lock); `true` if it released
+    /// a grant instead (its owner withdrew or died).
+    fn route(&self, ev: Event, evicted: &mut Option<(u64, u64)>) -> bool {
         let gate = self.gate();
         let head = self.head();
         let ticket = match &ev {
@@ -660,8 +844,9 @@ impl<const CAP: usize> SharedGate<CAP> {
             // Withdrawn, or queued by a process that died before its ticket was routed.
             if let Event::Granted(_, p) = ev {
                 let _ = gate.release(p, gate.limiter().latest_time(), Outcome::Ignored);
+                return true;
             }
-            return;
+            return false;
         };
         match ev {
             Event::Granted(_, p) => {
@@ -679,7 +864,7 @@ impl<const CAP: usize> SharedGate<CAP> {
                     // Its process was reclaimed meanwhile: the grant raced with the death.
                     let _ = gate.release(p, gate.limiter().latest_time(), Outcome::Ignored);
                     entry.state.store(FREE, Ordering::Release);
-                    return;
+                    return true;
                 }
                 std::mem::forget(p);
                 entry.a.store(started_at, Ordering::Relaxed);
@@ -694,6 +879,7 @@ impl<const CAP: usize> SharedGate<CAP> {
             }
         }
         self.wake(index);
+        false
     }
 
     /// Bumps a mailbox's sequence and wakes its sleepers, if any.
@@ -963,10 +1149,10 @@ impl<const CAP: usize> SharedGate<CAP> {
             let permit = gate.limiter().reissue_permit(level);
             let _ = gate.release(permit, gate.limiter().latest_time(), Outcome::Ignored);
         });
-        if withdrawn + released > 0 {
-            let _held = self.lock(claim, live);
-            self.dispatch_locked(gate.limiter().latest_time());
-        }
+        // Always: a lock taken over from a dead holder above may have freed slots too.
+        let _ = withdrawn;
+        let _held = self.lock(claim, live);
+        self.dispatch_locked(gate.limiter().latest_time());
         released
     }
 
@@ -984,6 +1170,66 @@ impl<const CAP: usize> SharedGate<CAP> {
             }
         }
         n
+    }
+
+    /// Test hook: stops this process for good at `point`, holding the segment's lock (the
+    /// guard is forgotten), after releasing `permit` first if given (its counted release,
+    /// without the dispatch after it). Returns the ticket `point` left behind, if any. A
+    /// test then kills the process (or, in-process, declares it dead); whoever takes the
+    /// lock over recovers.
+    #[doc(hidden)]
+    pub fn stop_inside(
+        &self,
+        point: KillPoint,
+        permit: Option<SharedGatePermit>,
+        now: u64,
+    ) -> Result<Option<Ticket>, ShmError> {
+        let claim = self.claim()?;
+        Ok(self.stop_inside_as(claim, &table::Proc, point, permit, now))
+    }
+
+    pub(crate) fn stop_inside_as(
+        &self,
+        claim: Claim,
+        live: &impl Liveness,
+        point: KillPoint,
+        permit: Option<SharedGatePermit>,
+        now: u64,
+    ) -> Option<Ticket> {
+        let gate = self.gate();
+        if let Some(permit) = permit {
+            if table::uncount(self.table(), permit.claim, permit.level as usize) {
+                let raw = gate.limiter().reissue_permit_at(permit.level(), permit.started_at);
+                let _ = gate.release(raw, now, Outcome::Success);
+            }
+        }
+        let entry = (point == KillPoint::InArrival).then(|| {
+            self.mailbox(claim.index).entries.iter().find(|e| {
+                e.state
+                    .compare_exchange(FREE, RESERVED, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+            })
+        });
+        std::mem::forget(self.lock(claim, live));
+        match point {
+            KillPoint::Journaled => {
+                self.poll_into_journal(now);
+                None
+            }
+            KillPoint::InRound => gate.abandon_dispatch_round(now, false),
+            KillPoint::InRoundGranted => gate.abandon_dispatch_round(now, true),
+            KillPoint::InArrival => {
+                entry.flatten()?;
+                match gate.arrive(now, Priority::NORMAL, None) {
+                    Arrival::Queued(t) => Some(t),
+                    Arrival::Admitted(p) => {
+                        let _ = self.hold(claim, p);
+                        None
+                    }
+                    Arrival::Rejected(_) => None,
+                }
+            }
+        }
     }
 
     /// Processes attached now.

@@ -69,6 +69,10 @@ enum Op {
     Kill(u8),
     /// Process `p` (or an outsider) reclaims.
     Reclaim(u8),
+    /// Process `p` releases its `i`-th permit (if any) and is killed inside the dispatch
+    /// after it, or is killed inside an arrival, holding the segment's lock; then an
+    /// outsider reclaims (taking the lock over).
+    Die(u8, u8, KillPoint),
 }
 
 impl Arbitrary for Op {
@@ -81,7 +85,19 @@ impl Arbitrary for Op {
             6..=7 => Op::Take(p),
             8 => Op::Cancel(p, i),
             9 => Op::Kill(p),
-            _ => Op::Reclaim(p),
+            10 => Op::Reclaim(p),
+            _ if bool::arbitrary(g) => Op::Reclaim(p),
+            _ => Op::Die(
+                p,
+                i,
+                *g.choose(&[
+                    KillPoint::Journaled,
+                    KillPoint::InRound,
+                    KillPoint::InRoundGranted,
+                    KillPoint::InArrival,
+                ])
+                .unwrap(),
+            ),
         }
     }
 }
@@ -98,7 +114,11 @@ struct Proc {
 /// The rule: limit L, one FIFO queue; a release hands the freed slot to the oldest
 /// waiter, whose process — and only it — receives the grant, exactly once; a killed
 /// process's queued tickets are withdrawn and its permits (granted ones too) come back by
-/// a reclaim, once; a live process is never reclaimed.
+/// a reclaim, once; a live process is never reclaimed. A process killed holding the lock:
+/// inside a dispatch whose events were recorded, they are delivered as if it had lived;
+/// inside the gate's round, the waiter it had taken out is told `Expired` (and the permit
+/// it had taken for it comes back); inside an
+/// arrival, its queued ticket has no owner (granted later and given back at once).
 fn run(ops: Vec<Op>) -> bool {
     let gate = SharedGate::<16>::anonymous(fifo_config()).unwrap();
     let mut live = Fake::default();
@@ -112,6 +132,10 @@ fn run(ops: Vec<Op>) -> bool {
     let mut dead_pids: std::collections::HashSet<u32> = Default::default();
     let mut dead_pending = 0u32;
     let mut next_id = 0u32;
+    // Tickets told `Expired` (taken out by a dispatcher killed inside its round).
+    let mut expired: HashMap<u32, Vec<u32>> = HashMap::new();
+    // The owner of a ticket queued by a process killed inside its arrival: nobody.
+    const ORPHAN: u32 = 0;
     let mut now = 1_000_000u64;
     let mut start = 10u64;
     // A grant to a killed process not reclaimed yet is counted to it: the reclaim owes it.
@@ -122,6 +146,10 @@ fn run(ops: Vec<Op>) -> bool {
                       dead_pending: &mut u32| {
         while *inflight < L {
             let Some((pid, id)) = queue.pop_front() else { break };
+            if pid == ORPHAN {
+                // Granted to nobody: given back at once.
+                continue;
+            }
             *inflight += 1;
             if dead_pids.contains(&pid) {
                 *dead_pending += 1;
@@ -192,11 +220,21 @@ fn run(ops: Vec<Op>) -> bool {
                             mine.remove(pos);
                             me.permits.push(permit);
                         }
+                        Ok(Some(SharedOutcome::Expired(r))) => {
+                            let mine = expired.entry(me.pid).or_default();
+                            let Some(pos) = mine.iter().position(|&x| x == id) else { fail!() };
+                            mine.remove(pos);
+                            if r.reason != Reason::Expired {
+                                fail!()
+                            }
+                        }
                         _ => fail!(),
                     }
                 }
-                // Every grant the reference made to this process was seen.
-                if pending.get(&me.pid).is_some_and(|v| !v.is_empty()) {
+                // Every grant and expiry the reference made to this process was seen.
+                if pending.get(&me.pid).is_some_and(|v| !v.is_empty())
+                    || expired.get(&me.pid).is_some_and(|v| !v.is_empty())
+                {
                     fail!()
                 }
                 me.tickets = still;
@@ -219,7 +257,103 @@ fn run(ops: Vec<Op>) -> bool {
                         mine.remove(pos);
                         me.permits.push(permit);
                     }
+                    Ok(Some(SharedOutcome::Expired(_))) => {
+                        let mine = expired.entry(me.pid).or_default();
+                        let Some(pos) = mine.iter().position(|&x| x == id) else { fail!() };
+                        mine.remove(pos);
+                    }
                     _ => fail!(),
+                }
+            }
+            Op::Die(p, i, point) => {
+                let Some(mut me) = procs.remove(&p) else { continue };
+                let permit = (point != KillPoint::InArrival && !me.permits.is_empty())
+                    .then(|| me.permits.remove(i as usize % me.permits.len()));
+                let released = permit.is_some();
+                let left = gate.stop_inside_as(me.claim, &live, point, permit, now);
+                // Killed: from here on what it holds is owed by the reclaim.
+                live.0.remove(&me.pid);
+                dead_pids.insert(me.pid);
+                if released {
+                    inflight -= 1;
+                }
+                match point {
+                    KillPoint::Journaled => {
+                        // Its dispatch granted (recorded, delivered by the next holder;
+                        // a grant to nobody is given back then, and handed out again only
+                        // by the reclaim's dispatch).
+                        if left.is_some() {
+                            fail!()
+                        }
+                        let mut to_nobody = 0;
+                        while inflight < L {
+                            let Some((pid, id)) = queue.pop_front() else { break };
+                            inflight += 1;
+                            if pid == ORPHAN {
+                                to_nobody += 1;
+                            } else if dead_pids.contains(&pid) {
+                                dead_pending += 1;
+                            } else {
+                                pending.entry(pid).or_default().push(id);
+                            }
+                        }
+                        inflight -= to_nobody;
+                    }
+                    KillPoint::InRound | KillPoint::InRoundGranted => {
+                        // The oldest waiter was taken out (granted: only if a slot was
+                        // free, its permit then lost with the round and given back by the
+                        // recovery), and told `Expired` later.
+                        let oldest = if point == KillPoint::InRound || inflight < L {
+                            queue.pop_front()
+                        } else {
+                            None
+                        };
+                        if left.is_some() != oldest.is_some() {
+                            fail!()
+                        }
+                        if let Some((pid, id)) = oldest {
+                            if pid != me.pid && pid != ORPHAN {
+                                expired.entry(pid).or_default().push(id);
+                            }
+                        }
+                    }
+                    KillPoint::InArrival => {
+                        if queue.is_empty() && inflight < L {
+                            // Admitted and counted to it.
+                            if left.is_some() {
+                                fail!()
+                            }
+                            inflight += 1;
+                            dead_pending += 1;
+                        } else if queue.len() < 16 {
+                            if left.is_none() {
+                                fail!()
+                            }
+                            queue.push_back((ORPHAN, next_id));
+                            next_id += 1;
+                        } else if left.is_some() {
+                            fail!()
+                        }
+                    }
+                }
+                dead_pending += me.permits.len() as u32;
+                dead_pending += pending.remove(&me.pid).map_or(0, |v| v.len() as u32);
+                expired.remove(&me.pid);
+                dead.push(me);
+                // An outsider takes the lock over, recovers, and reclaims.
+                let released = gate.reclaim_as(outsider, &live, table::reclaimer_word(4999, 1));
+                if released != u64::from(dead_pending) {
+                    fail!()
+                }
+                inflight -= dead_pending;
+                dead_pending = 0;
+                queue.retain(|(pid, _)| !dead_pids.contains(pid));
+                dead_pids.clear();
+                dead.clear();
+                grant_next(&mut inflight, &mut queue, &mut pending, &dead_pids, &mut dead_pending);
+                // The lock is free again.
+                if gate.head().lock.load(Ordering::SeqCst) & !SLEEPERS != 0 {
+                    fail!()
                 }
             }
             Op::Kill(p) => {
@@ -277,6 +411,41 @@ fn run(ops: Vec<Op>) -> bool {
 #[test]
 fn routing_and_reclaim_follow_the_model() {
     QuickCheck::new().tests(300).quickcheck(run as fn(Vec<Op>) -> bool);
+}
+
+#[test]
+fn killed_holding_the_lock_cases() {
+    use KillPoint::*;
+    use Op::*;
+    let cases: Vec<Vec<Op>> = vec![
+        // A grant recorded for a ticket nobody owns (its arrival was killed) is given
+        // back at the recovery; the killed dispatcher's own ticket is withdrawn.
+        vec![
+            Arrive(2),
+            Arrive(1),
+            Arrive(0),
+            Die(1, 180, InArrival),
+            Arrive(2),
+            Die(2, 1, Journaled),
+        ],
+        // Each kill point with a waiter of another process queued.
+        vec![Arrive(0), Arrive(0), Arrive(1), Die(0, 0, Journaled), Take(1), Release(1, 0)],
+        vec![Arrive(0), Arrive(0), Arrive(1), Die(0, 0, InRound), Take(1), Arrive(1)],
+        vec![Arrive(0), Arrive(0), Arrive(1), Die(0, 0, InRoundGranted), Take(1), Arrive(1)],
+        vec![Arrive(0), Arrive(0), Arrive(1), Die(0, 0, InArrival), Take(1), Release(1, 0)],
+        // Killed twice in a row, the second time by the process that recovered nothing.
+        vec![
+            Arrive(0),
+            Arrive(1),
+            Arrive(2),
+            Die(0, 0, InRoundGranted),
+            Die(1, 0, InRound),
+            Take(2),
+        ],
+    ];
+    for ops in cases {
+        assert!(run(ops.clone()), "{ops:?}");
+    }
 }
 
 #[test]
@@ -676,4 +845,230 @@ fn try_arrive_never_queues_and_counts_to_this_process() {
     gate.release(g, now + 4, Outcome::Success).expect("release");
     gate.release(q, now + 4, Outcome::Success).expect("release");
     assert_eq!(gate.gate().limiter().inflight(), 0);
+}
+
+// ---- the queue rebuilt after a lost dispatcher ---------------------------------------------
+
+#[derive(Clone, Debug)]
+enum QOp {
+    /// An arrival at level 0..3 (a full queue evicts a less important waiter).
+    Arrive(u8),
+    /// Cancel the `i`-th ticket out.
+    Cancel(u8),
+    /// Release the `i`-th permit, then poll until nothing is left to report.
+    Release(u8),
+    /// Poll until nothing is left to report.
+    Poll,
+    /// A dispatcher stops for good inside a round (having taken the oldest waiter out,
+    /// with its grant counted and its permit in hand if `true`); the queue is rebuilt.
+    Die(bool),
+}
+
+impl Arbitrary for QOp {
+    fn arbitrary(g: &mut Gen) -> Self {
+        match u8::arbitrary(g) % 10 {
+            0..=3 => QOp::Arrive(u8::arbitrary(g) % 3),
+            4 => QOp::Cancel(u8::arbitrary(g)),
+            5..=6 => QOp::Release(u8::arbitrary(g)),
+            7 => QOp::Poll,
+            _ => QOp::Die(bool::arbitrary(g)),
+        }
+    }
+}
+
+/// The rule: whatever a lost dispatcher left (its dispatch flag, the arrivals and
+/// cancels it had taken, half-linked lists, evictions not reported), after the rebuild
+/// every ticket is reported exactly once (granted, expired or evicted) or cancelled, or
+/// was the one the lost dispatcher took out; the queue's counts match the tickets out;
+/// the limiter's count is the permits held plus the lost grants; and in the end every
+/// waiter is served.
+fn rebuilt(ops: Vec<QOp>) -> bool {
+    let config = GateConfig {
+        limiter: fixed(2.0, 3),
+        codel: None,
+        lifo: LifoTrigger::Never,
+        ..Default::default()
+    };
+    let gate = Gate::<4>::new(config).unwrap();
+    let now = 1_000_000u64;
+    let mut out: Vec<u64> = vec![];
+    let mut permits = vec![];
+    let mut reported = std::collections::HashSet::new();
+    let mut lost = 0u32;
+    let mut buf: [Option<Event>; 3] = Default::default();
+    // Polls until empty; every event is for a ticket out, reported once.
+    let drain = |out: &mut Vec<u64>,
+                 permits: &mut Vec<surgeguard_core::RawPermit>,
+                 reported: &mut std::collections::HashSet<u64>,
+                 buf: &mut [Option<Event>; 3]| {
+        for _ in 0..100 {
+            let n = gate.poll(now, buf);
+            for ev in buf[..n].iter_mut() {
+                let t = match ev.take() {
+                    Some(Event::Granted(t, p)) => {
+                        permits.push(p);
+                        t
+                    }
+                    Some(Event::Expired(t, _)) => t,
+                    None => continue,
+                };
+                let Some(pos) = out.iter().position(|&x| x == t.to_bits()) else { return false };
+                out.remove(pos);
+                if !reported.insert(t.to_bits()) {
+                    return false;
+                }
+            }
+            if n < buf.len() && gate.next_wakeup(now) != Some(now) {
+                return true;
+            }
+        }
+        false
+    };
+    for op in ops {
+        match op {
+            QOp::Arrive(l) => match gate.arrive(now, Priority::new(l).unwrap(), None) {
+                Arrival::Admitted(p) => permits.push(p),
+                Arrival::Queued(t) => out.push(t.to_bits()),
+                Arrival::Rejected(_) => {}
+            },
+            QOp::Cancel(i) => {
+                if out.is_empty() {
+                    continue;
+                }
+                let t = out[i as usize % out.len()];
+                if gate.cancel(Ticket::from_bits(t)).is_ok() {
+                    out.retain(|&x| x != t);
+                    if !reported.insert(t) {
+                        fail!()
+                    }
+                }
+            }
+            QOp::Release(i) => {
+                if !permits.is_empty() {
+                    let p = permits.remove(i as usize % permits.len());
+                    gate.release(p, now, Outcome::Success).unwrap();
+                }
+                if !drain(&mut out, &mut permits, &mut reported, &mut buf) {
+                    fail!()
+                }
+            }
+            QOp::Poll => {
+                if !drain(&mut out, &mut permits, &mut reported, &mut buf) {
+                    fail!()
+                }
+            }
+            QOp::Die(grant) => {
+                let before = gate.granted_total();
+                if let Some(t) = gate.abandon_dispatch_round(now, grant) {
+                    let Some(pos) = out.iter().position(|&x| x == t.to_bits()) else { fail!() };
+                    out.remove(pos);
+                    reported.insert(t.to_bits());
+                }
+                lost += (gate.granted_total() - before) as u32;
+                // SAFETY: this thread is the only one using the gate; the "lost" round
+                // never runs again.
+                #[allow(unsafe_code)]
+                unsafe {
+                    gate.rebuild_after_lost_thread()
+                };
+                // A dispatch is owed: the next poll runs at once.
+                if gate.next_wakeup(now) != Some(now) {
+                    fail!()
+                }
+            }
+        }
+        if matches!(op, QOp::Release(_) | QOp::Poll) && gate.waiting_total() as usize != out.len() {
+            fail!()
+        }
+        if gate.limiter().inflight() != permits.len() as u32 + lost {
+            fail!()
+        }
+    }
+    // Serve everyone: release what is held, poll, until nobody waits.
+    for _ in 0..64 {
+        for p in permits.drain(..) {
+            gate.release(p, now, Outcome::Success).unwrap();
+        }
+        if !drain(&mut out, &mut permits, &mut reported, &mut buf) {
+            fail!()
+        }
+        if out.is_empty() {
+            return gate.waiting_total() == 0;
+        }
+        if lost >= 2 {
+            // Both slots lost for good (the test's "dispatcher" never gives them back):
+            // nothing can be served; the queue still holds exactly the tickets out.
+            return gate.waiting_total() as usize == out.len();
+        }
+    }
+    fail!()
+}
+
+#[test]
+fn the_queue_rebuilt_after_a_lost_dispatcher_loses_nothing() {
+    QuickCheck::new().tests(500).quickcheck(rebuilt as fn(Vec<QOp>) -> bool);
+}
+
+/// A holder killed inside the gate's round with a grant in hand, and four processes
+/// racing to lock (each sweeping): one takes the lock over and recovers, once — the
+/// grant's permit is given back once, the waiter it had taken out is told `Expired` once,
+/// the freed slots go to the next two waiters, and the dead holder's permit is reclaimed
+/// once across the racers.
+#[test]
+fn racing_lockers_take_a_dead_holder_over_once() {
+    let gate = SharedGate::<16>::anonymous(fifo_config()).unwrap();
+    let live = Switch(std::sync::atomic::AtomicBool::new(false));
+    let holder = table::claim(gate.test_table(), 9101, 1).unwrap();
+    let others: Vec<Claim> = (9102..9106)
+        .map(|pid| table::claim(gate.test_table(), pid, pid as u64 - 9100).unwrap())
+        .collect();
+    let mut held = vec![];
+    for _ in 0..2 {
+        let SharedArrival::Admitted(p) = gate.arrive_as(holder, &live, 10, Priority::NORMAL, None)
+        else {
+            panic!("admitted")
+        };
+        held.push(p);
+    }
+    let tickets: Vec<SharedTicket> = others
+        .iter()
+        .map(|&c| match gate.arrive_as(c, &live, 11, Priority::NORMAL, None) {
+            SharedArrival::Queued(t) => t,
+            other => panic!("queued: {other:?}"),
+        })
+        .collect();
+    let taken = gate.stop_inside_as(holder, &live, KillPoint::InRoundGranted, held.pop(), 12);
+    assert_eq!(taken, Some(tickets[0].ticket()));
+    assert_eq!(gate.gate().limiter().inflight(), 2, "one held by the dead, one in hand");
+    live.0.store(true, Ordering::SeqCst);
+    let released: u64 = std::thread::scope(|s| {
+        let handles: Vec<_> = others
+            .iter()
+            .enumerate()
+            .map(|(k, &c)| {
+                let (gate, live) = (&gate, &live);
+                s.spawn(move || {
+                    gate.reclaim_as(c, live, table::reclaimer_word(9102 + k as u32, k as u64 + 2))
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).sum()
+    });
+    assert_eq!(released, 1, "the dead holder's permit, once");
+    drop(held); // the dead holder's: reclaimed, never released
+    let outcome = |k: usize| gate.outcome_as(others[k], &tickets[k]).unwrap();
+    assert!(
+        matches!(outcome(0), Some(SharedOutcome::Expired(r)) if r.reason == Reason::Expired),
+        "the waiter taken out is told Expired"
+    );
+    let mut granted = 0;
+    for k in 1..4 {
+        if let Some(SharedOutcome::Granted(_held)) = outcome(k) {
+            granted += 1;
+        }
+    }
+    assert_eq!(granted, 2, "exactly the two freed slots are handed out");
+    assert_eq!(gate.gate().limiter().inflight(), 2);
+    assert_eq!(gate.gate().waiting_total(), 1);
+    assert_eq!(gate.head().lock.load(Ordering::SeqCst), 0);
 }

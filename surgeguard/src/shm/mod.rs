@@ -76,8 +76,11 @@ mod segment;
 mod table;
 
 pub use fold::FOLD_CHECK_INTERVAL_NS;
+#[doc(hidden)]
+pub use gate::KillPoint;
 pub use gate::{
-    MAILBOX_ENTRIES, SharedArrival, SharedGate, SharedGatePermit, SharedOutcome, SharedTicket,
+    LOCK_TAKEOVER_NS, MAILBOX_ENTRIES, SharedArrival, SharedGate, SharedGatePermit, SharedOutcome,
+    SharedTicket,
 };
 pub use keyed::{SharedKeyPermit, SharedKeyedLimits};
 
