@@ -2,7 +2,8 @@
 
 ``gunicorn -w 4 -k uvicorn.workers.UvicornWorker`` serves an ASGI app whose handler holds
 a permit of a limiter of limit L while it calls a dependency: a small threaded HTTP server
-in the test process that records how many calls it serves at once. With
+in the test process that records how many calls it serves at once. The same with the ASGI middleware over ``surgeguard.Gate.shared`` (a shared queue: requests
+wait for a release in any worker) and over one ``Gate`` per worker. With
 ``surgeguard.Limiter.shared`` (created in the master before the fork with ``--preload``,
 or attached by name in each worker after it) the dependency never sees more than L at
 once; with one ``surgeguard.Limiter`` per worker it sees up to 4 x L, and more than L in
@@ -39,6 +40,7 @@ LIMIT = 2
 HOLD = 0.25  # seconds the dependency takes per call
 CLIENTS = 24  # concurrent clients
 REQUESTS = 72  # requests in all
+GATE_TIMEOUT = 1.5  # the middleware's deadline (wait + service) with a gate
 
 APP = textwrap.dedent(
     '''
@@ -51,6 +53,10 @@ APP = textwrap.dedent(
         limiter = surgeguard.Limiter.shared(os.environ["SG_NAME"], limit=L, levels=1)
     elif MODE == "anonymous":  # created in the master before the fork (--preload)
         limiter = surgeguard.Limiter.shared(None, limit=L, levels=1)
+    elif MODE == "gate":  # a shared Gate by name: one limit and one queue across workers
+        gate = surgeguard.Gate.shared(os.environ["SG_NAME"], limit=L, levels=1, codel=False)
+    elif MODE == "gate-local":  # one Gate per worker
+        gate = surgeguard.Gate(limit=L, levels=1, codel=False)
     else:  # one per worker: the limit is multiplied by the number of workers
         limiter = surgeguard.Limiter(limit=L, levels=1)
 
@@ -84,6 +90,13 @@ APP = textwrap.dedent(
             status = 503
         await send({"type": "http.response.start", "status": status, "headers": []})
         await send({"type": "http.response.body", "body": str(os.getpid()).encode()})
+
+
+    if MODE.startswith("gate"):  # the ASGI middleware admits (queueing), the handler calls
+        from surgeguard.asgi import OverloadMiddleware
+
+        limiter = surgeguard.Limiter(limit=1_000_000, levels=1)  # never refuses
+        app = OverloadMiddleware(app, gate=gate, timeout=float(os.environ["SG_TIMEOUT"]))
     '''
 )
 
@@ -169,6 +182,7 @@ def gunicorn(tmp_path, mode, name=None):
         SG_MODE=mode,
         SG_NAME=name or "",
         SG_READY=str(ready),
+        SG_TIMEOUT=str(GATE_TIMEOUT),
     )
     cmd = [
         sys.executable, "-m", "gunicorn",
@@ -200,11 +214,11 @@ def gunicorn(tmp_path, mode, name=None):
         dep.close()
 
 
-def serve_and_drive(tmp_path, mode, name=None):
+def serve_and_drive(tmp_path, mode, name=None, requests=REQUESTS):
     """Runs gunicorn with the app in `mode`, drives it, returns (dependency max, statuses, pids)."""
     with gunicorn(tmp_path, mode, name) as (port, dep, _):
         with ThreadPoolExecutor(CLIENTS) as pool:
-            results = list(pool.map(lambda _: get(port), range(REQUESTS)))
+            results = list(pool.map(lambda _: get(port), range(requests)))
         statuses = [s for s, _ in results]
         pids = {b for s, b in results if s == 200}
         return dep.max, statuses, pids
@@ -226,6 +240,19 @@ def test_gunicorn_workers_share_one_limit_by_name(tmp_path):
         surgeguard.SharedLimiter.unlink(name)
 
 
+def test_a_shared_limiter_refuses_the_wave_a_shared_gate_queues(tmp_path):
+    """The comparison for the test above: the same wave through the shared limiter (no
+    queue) is served only as far as L admissions at once allow."""
+    name = f"pytest-gunicorn-wave-{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        most, statuses, pids = serve_and_drive(tmp_path, "shared", name, requests=CLIENTS)
+        served, refused = statuses.count(200), statuses.count(503)
+        print(f"shared limiter, {CLIENTS} at once: served {served}, refused {refused}, peak {most}")
+        assert most <= LIMIT and served <= 3 * LIMIT and refused > 0
+    finally:
+        surgeguard.SharedLimiter.unlink(name)
+
+
 def test_gunicorn_workers_share_one_limit_created_before_the_fork(tmp_path):
     most, statuses, pids = serve_and_drive(tmp_path, "anonymous")
     assert set(statuses) <= {200, 503}
@@ -238,6 +265,38 @@ def test_without_sharing_each_worker_has_its_own_limit(tmp_path):
     assert set(statuses) <= {200, 503}
     assert len(pids) > 1  # served by several workers ...
     assert LIMIT < most <= WORKERS * LIMIT  # ... each admitting L: more than L at once
+
+
+def test_gunicorn_workers_share_one_gate_and_queue(tmp_path):
+    """The ASGI middleware over ``Gate.shared`` by name: never more than L at the
+    dependency, and requests queue across workers (a release in one worker grants a
+    request waiting in another) rather than being refused at once; those that cannot
+    finish within the middleware's timeout are refused (503)."""
+    name = f"pytest-gunicorn-gate-{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        # One wave of CLIENTS requests at once: admit-or-refuse serves L of them; the
+        # shared queue serves those that can finish within the timeout (L per HOLD).
+        most, statuses, pids = serve_and_drive(tmp_path, "gate", name, requests=CLIENTS)
+        served, refused = statuses.count(200), statuses.count(503)
+        print(f"shared gate, {CLIENTS} at once: served {served}, refused {refused}, peak {most}")
+        assert set(statuses) <= {200, 503}
+        assert most == LIMIT  # never more than L at once
+        mine = surgeguard.Gate.shared(name, limit=LIMIT, levels=1, codel=False)
+        m = mine.metrics()
+        assert m["queued"] > 0 and m["granted"] > 0  # requests waited and were granted
+        assert 2 * LIMIT <= served <= LIMIT * (GATE_TIMEOUT / HOLD + 1), (served, refused)
+        assert m["granted"] >= served - LIMIT  # all but the first L came from the queue
+        mine.reclaim()
+        assert mine.inflight == 0 and mine.waiting() == 0
+    finally:
+        surgeguard.SharedGate.unlink(name)
+
+
+def test_without_sharing_each_worker_has_its_own_gate(tmp_path):
+    most, statuses, pids = serve_and_drive(tmp_path, "gate-local")
+    print(f"one gate per worker: served {statuses.count(200)}, refused {statuses.count(503)}, peak {most}")
+    assert set(statuses) <= {200, 503}
+    assert LIMIT < most <= WORKERS * LIMIT
 
 
 def test_a_worker_killed_while_holding_permits_gives_them_back(tmp_path):
