@@ -75,10 +75,10 @@ mod liveness;
 mod segment;
 mod table;
 
-pub use fold::FOLD_CHECK_INTERVAL_NS;
 pub use gate::{
     MAILBOX_ENTRIES, SharedArrival, SharedGate, SharedGatePermit, SharedOutcome, SharedTicket,
 };
+pub use fold::FOLD_CHECK_INTERVAL_NS;
 pub use keyed::{SharedKeyPermit, SharedKeyedLimits};
 
 use std::path::{Path, PathBuf};
