@@ -91,6 +91,8 @@ struct SlotState {
     result: Option<SharedOutcome>,
     /// The asyncio future's wake-up callable (called with the GIL).
     waker: Option<Py<PyAny>>,
+    /// The wait ended (`_finish` or `_abandon`): nothing left to withdraw on drop.
+    finished: bool,
 }
 
 /// The async waiters of this process, and its pump thread.
@@ -654,7 +656,11 @@ impl SharedGate {
         permit: &Bound<'_, SharedGatePermit>,
         ticket: &Bound<'_, SharedGateTicket>,
     ) -> PyResult<()> {
-        let result = lock(&ticket.get().slot.state).result.take();
+        let result = {
+            let mut st = lock(&ticket.get().slot.state);
+            st.finished = st.result.is_some();
+            st.result.take()
+        };
         match result {
             Some(SharedOutcome::Granted(p)) => {
                 permit.get().finish_wait(Some(p.into_words()));
@@ -687,7 +693,11 @@ impl SharedGate {
             if p.pid == std::process::id() {
                 p.waiters.remove(&key);
             }
-            let taken = lock(&slot.state).result.take();
+            let taken = {
+                let mut st = lock(&slot.state);
+                st.finished = true;
+                st.result.take()
+            };
             match taken {
                 Some(o) => Some(o),
                 None => on!(self.core(), g => g.cancel(&slot.ticket)).ok().flatten(),
@@ -750,6 +760,31 @@ impl SharedGateTicket {
     #[getter]
     fn done(&self) -> bool {
         lock(&self.slot.state).result.is_some()
+    }
+}
+
+impl Drop for SharedGateTicket {
+    /// A wait that never finished (its coroutine dropped unawaited): withdraw the ticket,
+    /// and release a grant that came meanwhile, so the slot is not held until the process
+    /// dies.
+    fn drop(&mut self) {
+        let slot = &self.slot;
+        if lock(&slot.state).finished {
+            return;
+        }
+        let outcome = {
+            let mut p = lock(&self.inner.pump);
+            if p.pid == std::process::id() {
+                p.waiters.remove(&slot.ticket.ticket().to_bits());
+            }
+            let taken = lock(&slot.state).result.take();
+            // A ticket of another process (a forked child's copy) is refused here.
+            taken.or_else(|| on!(&self.inner.core, g => g.cancel(&slot.ticket)).ok().flatten())
+        };
+        if let Some(SharedOutcome::Granted(p)) = outcome {
+            let now = clock_ns();
+            let _ = on!(&self.inner.core, g => g.release(p, now, Outcome::Ignored));
+        }
     }
 }
 

@@ -355,6 +355,68 @@ def test_a_worker_killed_while_holding_permits_gives_them_back(tmp_path):
 SWEEP_BOUND = 0.1
 
 
+def test_a_gate_worker_killed_holding_permits_and_queued_tickets_gives_them_back(tmp_path):
+    """A shared Gate: two requests hold both permits (their dependency calls hang) and
+    more requests wait in the shared queue, in several workers; the holders' workers are
+    killed (SIGKILL), some with queued tickets of their own. The live workers' waiting
+    requests are then granted (their pump threads sweep the dead workers at most every
+    100 ms) and served; the dead workers' tickets are withdrawn, not granted to nobody."""
+    name = f"pytest-gunicorn-gatekill-{os.getpid()}-{time.monotonic_ns()}"
+    waiters = 6
+    done = {}
+
+    def hang(port):
+        try:
+            get_once(port, "/hang")
+        except OSError:
+            pass  # its worker was killed
+
+    def work(port, i):
+        try:
+            done[i] = (get_once(port, "/work"), time.monotonic())
+        except OSError:
+            done[i] = (None, time.monotonic())  # queued in a killed worker
+
+    try:
+        with gunicorn(tmp_path, "gate", name) as (port, dep, ready):
+            gate = surgeguard.Gate.shared(name, limit=LIMIT, levels=1, codel=False)
+            hanging = [threading.Thread(target=hang, args=(port,), daemon=True) for _ in range(LIMIT)]
+            for t in hanging:
+                t.start()
+            deadline = time.monotonic() + 10
+            while dep.now < LIMIT:
+                assert time.monotonic() < deadline, "the hanging requests did not arrive"
+                time.sleep(0.01)
+            queued = [threading.Thread(target=work, args=(port, i), daemon=True) for i in range(waiters)]
+            for t in queued:
+                t.start()
+            while gate.waiting() < waiters:
+                assert time.monotonic() < deadline, f"only {gate.waiting()} queued"
+                time.sleep(0.01)
+            holders = {int(f.split("-")[1]) for f in os.listdir(ready) if f.startswith("holder-")}
+            assert gate.inflight == LIMIT and 1 <= len(holders) <= LIMIT
+            for pid in holders:
+                os.kill(pid, signal.SIGKILL)
+            killed = time.monotonic()
+            dep.hang.set()  # the dead workers' calls end at the dependency
+            for t in queued:
+                t.join(10)
+            served = {i: at - killed for i, (status, at) in done.items() if status == 200}
+            print(f"gate kill -9: {len(served)} of {waiters} waiters served, first after "
+                  f"{min(served.values()) * 1000:.0f} ms")  # fmt: skip
+            assert served, done  # the live workers' waiters were granted ...
+            # ... within the sweep bound (+ the dependency's HOLD, + slack for a loaded host)
+            assert min(served.values()) < SWEEP_BOUND + HOLD + 1.0, served
+            assert set(s for s, _ in done.values()) <= {200, None}, done
+            end = time.monotonic() + 5
+            while gate.waiting() or gate.inflight:  # nothing left queued or held for the dead
+                gate.reclaim()
+                assert time.monotonic() < end, (gate.waiting(), gate.inflight)
+                time.sleep(0.02)
+    finally:
+        surgeguard.SharedGate.unlink(name)
+
+
 def _alive(pid):
     """A zombie (killed, not yet reaped by the gunicorn master) counts as dead."""
     try:
