@@ -16,6 +16,11 @@
 //!   sweeps dead processes every 100 ms while anything waits; it exits after 0.5 s with
 //!   nothing to wait for. A cancelled task withdraws its ticket; a grant that raced with
 //!   the cancel is released as ignored.
+//!
+//! A permit belongs to the process that was admitted: a forked child's copy cannot release
+//! it (`UsageError`, and dropping the copy releases nothing). Fork while this process has
+//! async waiters in flight only if the child will not wait asynchronously on the same gate
+//! object (the pump's registry lock could be held across the fork).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -465,7 +470,7 @@ impl SharedGate {
         Ok(SharedGatePermit {
             owner: slf.clone().unbind(),
             level,
-            state: Mutex::new(PState::Held(p.into_words())),
+            state: Mutex::new(PState::held(p)),
             entered: AtomicBool::new(false),
         })
     }
@@ -796,8 +801,15 @@ enum PState {
     },
     /// Queued, an async wait in progress.
     Waiting,
-    Held([u64; 3]),
+    /// Admitted: the permit's words, and the process that holds it.
+    Held([u64; 3], u32),
     Done,
+}
+
+impl PState {
+    fn held(p: CorePermit) -> Self {
+        PState::Held(p.into_words(), std::process::id())
+    }
 }
 
 /// A permit of a `SharedGate`: release it once with `success()`, `dropped()`, `ignore()`
@@ -820,7 +832,7 @@ impl SharedGatePermit {
 
     fn finish_wait(&self, words: Option<[u64; 3]>) {
         *self.lock() = match words {
-            Some(w) => PState::Held(w),
+            Some(w) => PState::Held(w, std::process::id()),
             None => PState::Done,
         };
     }
@@ -829,7 +841,7 @@ impl SharedGatePermit {
     /// queued (ticket, the real-clock deadline), refusals raised.
     fn arrive(&self, py: Python<'_>) -> PyResult<Option<(SharedTicket, Option<u64>)>> {
         let (timeout_ns, now) = match *self.lock() {
-            PState::Held(_) => return Ok(None),
+            PState::Held(..) => return Ok(None),
             PState::Pending { timeout_ns, now } => (timeout_ns, now),
             PState::Waiting => {
                 return Err(usage_msg(py, "already_waiting", "this permit is already waiting"))
@@ -852,7 +864,7 @@ impl SharedGatePermit {
         };
         match arrival {
             SharedArrival::Admitted(p) => {
-                *self.lock() = PState::Held(p.into_words());
+                *self.lock() = PState::held(p);
                 Ok(None)
             }
             SharedArrival::Rejected(r) => {
@@ -861,7 +873,7 @@ impl SharedGatePermit {
             }
             SharedArrival::Queued(t) if timeout_ns == Some(0) => match g.no_wait(py, &t) {
                 Ok(p) => {
-                    *self.lock() = PState::Held(p.into_words());
+                    *self.lock() = PState::held(p);
                     Ok(None)
                 }
                 Err(e) => {
@@ -894,9 +906,14 @@ impl SharedGatePermit {
         let now = now_from(py, None, now_ns)?;
         let mut st = self.lock();
         match std::mem::replace(&mut *st, PState::Done) {
-            PState::Held(w) => {
+            PState::Held(w, pid) if pid == std::process::id() => {
                 drop(st);
                 self.owner.get().release_words(py, w, now, outcome)
+            }
+            held @ PState::Held(..) => {
+                // A copy in a forked child: the slot is the parent's to release.
+                *st = held;
+                Err(usage_err(py, UsageError::ForeignHandle))
             }
             other => {
                 *st = other;
@@ -948,7 +965,7 @@ impl SharedGatePermit {
     /// Whether it is held.
     #[getter]
     fn held(&self) -> bool {
-        matches!(*self.lock(), PState::Held(_))
+        matches!(*self.lock(), PState::Held(..))
     }
     /// The priority level (an int) it was asked at.
     #[getter]
@@ -1034,7 +1051,7 @@ impl SharedGatePermit {
         let state = match *self.lock() {
             PState::Pending { .. } => "pending",
             PState::Waiting => "waiting",
-            PState::Held(_) => "held",
+            PState::Held(..) => "held",
             PState::Done => "released",
         };
         format!("SharedGatePermit(priority={}, {state})", self.level.index())
@@ -1047,7 +1064,11 @@ impl Drop for SharedGatePermit {
             self.state.get_mut().unwrap_or_else(|e| e.into_inner()),
             PState::Done,
         );
-        if let PState::Held(w) = st {
+        // Not in a forked child holding a copy: the slot is the parent's.
+        if let PState::Held(w, pid) = st {
+            if pid != std::process::id() {
+                return;
+            }
             let g = self.owner.get();
             let now = clock_ns();
             let _ = on!(g.core(), c => c.release(CorePermit::from_words(w), now, Outcome::Ignored));

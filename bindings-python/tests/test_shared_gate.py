@@ -211,6 +211,28 @@ def test_a_killed_process_holding_permits_and_a_ticket_gives_them_back_and_waite
         surgeguard.SharedGate.unlink(name)
 
 
+def test_a_forked_child_cannot_release_the_parents_permit():
+    gate = surgeguard.Gate.shared(None, limit=2, levels=1, codel=False)
+    held = gate.try_acquire()
+
+    def child():
+        try:
+            held.success()  # the child's copy of the parent's permit
+        except surgeguard.UsageError:
+            pass
+        else:
+            return 3
+        global _copy
+        _copy = held  # dropped at exit: must not release the parent's slot either
+        return 0
+
+    pid = fork(child)
+    assert wait_exit(pid) == 0
+    assert gate.inflight == 1 and held.held
+    held.success()
+    assert gate.inflight == 0
+
+
 # ---- one process --------------------------------------------------------------------------
 
 
@@ -487,3 +509,47 @@ def test_asgi_middleware_queues_on_a_shared_gate_and_answers_health():
     assert statuses == [200] * 6 and health == 200
     assert seen["max"] == 1 and gate.inflight == 0
     assert gate.metrics()["granted"] >= 1
+
+
+def test_asgi_middleware_on_a_shared_gate_enforces_the_callers_deadline_and_priority():
+    from surgeguard.asgi import OverloadMiddleware
+
+    gate = surgeguard.Gate.shared(None, limit=1, levels=3, codel=False)
+    order = []
+
+    async def app(scope, receive, send):
+        order.append(scope["path"])
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    mw = OverloadMiddleware(app, gate=gate)
+
+    async def call(path, headers):
+        sent = []
+
+        async def send(m):
+            sent.append(m)
+
+        async def receive():
+            return {"type": "http.request"}
+
+        await mw({"type": "http", "path": path, "headers": headers}, receive, send)
+        return sent[0]["status"]
+
+    async def run():
+        held = gate.try_acquire()
+        t0 = time.monotonic()
+        # The caller gives 30 ms: it waits in the shared queue, then is dropped (503).
+        late = await call("/late", [(b"surgeguard-timeout-ms", b"30")])
+        waited = time.monotonic() - t0
+        bg = asyncio.create_task(call("/bg", [(b"x-request-priority", b"background")]))
+        crit = asyncio.create_task(call("/crit", [(b"x-request-priority", b"critical")]))
+        while gate.waiting() < 2:
+            await asyncio.sleep(0.001)
+        held.success()
+        return late, waited, await asyncio.gather(crit, bg)
+
+    late, waited, statuses = asyncio.run(run())
+    assert late == 503 and 0.02 <= waited < 0.03 + SLACK
+    assert statuses == [200, 200] and order == ["/crit", "/bg"]  # critical first
+    assert gate.inflight == 0 and gate.waiting() == 0
