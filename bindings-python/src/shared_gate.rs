@@ -12,10 +12,10 @@
 //!   first async wait (and again in a forked child: the pid is checked), blocked on the
 //!   process's mailbox (`wait_mailbox`); it takes each decided ticket's outcome and wakes
 //!   its future through `loop.call_soon_threadsafe` (see `surgeguard/_aio.py`). It also
-//!   polls the gate when its `next_wakeup` comes (deadlines, CoDel, maximum wait) and
-//!   sweeps dead processes every 100 ms while anything waits; it exits after 0.5 s with
-//!   nothing to wait for. A cancelled task withdraws its ticket; a grant that raced with
-//!   the cancel is released as ignored.
+//!   polls the gate when its `next_wakeup` comes (deadlines, CoDel, maximum wait; it
+//!   looks at least every 20 ms) and sweeps dead processes every 100 ms while anything
+//!   waits; it exits after 0.5 s with nothing to wait for. A cancelled task withdraws its
+//!   ticket; a grant that raced with the cancel is released as ignored.
 //!
 //! A permit belongs to the process that was admitted: a forked child's copy cannot release
 //! it (`UsageError`, and dropping the copy releases nothing). Fork while this process has
@@ -208,7 +208,11 @@ impl Inner {
                 let _ = on!(&self.core, g => g.poll(now));
                 next = on!(&self.core, g => g.gate().next_wakeup(now));
             }
-            let until = next.map_or(next_sweep, |t| t.max(now + 1).min(next_sweep));
+            // At most a slice apart: a waiter registered meanwhile may have an earlier
+            // timer than the one this sleep was computed from.
+            let until = next
+                .map_or(next_sweep, |t| t.max(now + 1).min(next_sweep))
+                .min(now.saturating_add(SLICE_NS));
             on!(&self.core, g => g.wait_mailbox(seq, until.saturating_sub(now).max(1_000)));
         }
     }
