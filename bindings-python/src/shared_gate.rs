@@ -185,15 +185,10 @@ impl Inner {
                     false
                 });
             }
-            if !wakers.is_empty() {
-                Python::attach(|py| {
-                    for w in &wakers {
-                        if let Err(e) = w.call0(py) {
-                            e.write_unraisable(py, None);
-                        }
-                    }
-                    drop(wakers);
-                });
+            if !wakers.is_empty() && !call_wakers(wakers) {
+                // The interpreter is shutting down: never touch Python again.
+                lock(&self.pump).running = false;
+                return;
             }
             let now = clock_ns();
             if now >= next_sweep {
@@ -216,6 +211,78 @@ impl Inner {
             on!(&self.core, g => g.wait_mailbox(seq, until.saturating_sub(now).max(1_000)));
         }
     }
+}
+
+/// The pump threads' way into Python, closed at interpreter exit: a thread that is inside
+/// Python (waking a future) when the interpreter finalizes would be made to exit through
+/// the Rust frames of its stack (`pthread_exit` when it asks for the GIL back), which
+/// aborts the process. An `atexit` hook closes the gate and waits for such calls to end.
+struct ExitGuard {
+    /// `(closed, pump threads inside Python now)`.
+    state: Mutex<(bool, u32)>,
+    cv: Condvar,
+}
+
+static EXIT_GUARD: ExitGuard = ExitGuard { state: Mutex::new((false, 0)), cv: Condvar::new() };
+static ATEXIT: std::sync::Once = std::sync::Once::new();
+
+/// Calls the wakers with the GIL; `false` (without calling them) once the interpreter is
+/// exiting.
+fn call_wakers(wakers: Vec<Py<PyAny>>) -> bool {
+    {
+        let mut st = lock(&EXIT_GUARD.state);
+        if st.0 {
+            // Dropping them would need the GIL: leave them to the process's exit.
+            std::mem::forget(wakers);
+            return false;
+        }
+        st.1 += 1;
+    }
+    Python::attach(|py| {
+        for w in &wakers {
+            if let Err(e) = w.call0(py) {
+                e.write_unraisable(py, None);
+            }
+        }
+        drop(wakers);
+    });
+    let mut st = lock(&EXIT_GUARD.state);
+    st.1 -= 1;
+    if st.1 == 0 {
+        EXIT_GUARD.cv.notify_all();
+    }
+    true
+}
+
+/// Registers (once per process) the `atexit` hook that closes [`EXIT_GUARD`].
+fn register_atexit(py: Python<'_>) -> PyResult<()> {
+    let mut result = Ok(());
+    ATEXIT.call_once(|| {
+        result = (|| {
+            let hook = pyo3::types::PyCFunction::new_closure(
+                py,
+                None,
+                None,
+                |args: &Bound<'_, PyTuple>, _kwargs: Option<&Bound<'_, PyDict>>| {
+                    args.py().detach(|| {
+                        let mut st = lock(&EXIT_GUARD.state);
+                        st.0 = true;
+                        let end = std::time::Instant::now() + Duration::from_secs(2);
+                        while st.1 > 0 && std::time::Instant::now() < end {
+                            st = EXIT_GUARD
+                                .cv
+                                .wait_timeout(st, Duration::from_millis(50))
+                                .unwrap_or_else(|e| e.into_inner())
+                                .0;
+                        }
+                    });
+                },
+            )?;
+            py.import("atexit")?.call_method1("register", (hook,))?;
+            Ok(())
+        })();
+    });
+    result
 }
 
 /// A `Gate` in memory shared between processes: one limit, one priority queue and one set
@@ -756,13 +823,14 @@ pub struct SharedGateTicket {
 impl SharedGateTicket {
     /// Registers the wake-up callable with this process's pump; returns True if the
     /// outcome is already known (the callable is then not stored).
-    fn set_waker(&self, waker: Py<PyAny>) -> bool {
+    fn set_waker(&self, py: Python<'_>, waker: Py<PyAny>) -> PyResult<bool> {
+        register_atexit(py)?;
         lock(&self.slot.state).waker = Some(waker);
         if self.inner.register(&self.slot) {
             lock(&self.slot.state).waker = None;
-            return true;
+            return Ok(true);
         }
-        false
+        Ok(false)
     }
 
     /// Whether the outcome is known.

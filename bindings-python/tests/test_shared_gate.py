@@ -233,6 +233,26 @@ def test_a_forked_child_cannot_release_the_parents_permit():
     assert gate.inflight == 0
 
 
+def test_the_interpreter_exits_cleanly_right_after_an_async_grant():
+    """The pump thread wakes a future from outside Python; an interpreter that finalizes
+    while that call is still inside Python must not abort the process (an atexit hook
+    waits for it, then closes the pump's way into Python)."""
+    import subprocess
+
+    script = (
+        "import asyncio, surgeguard as sg\n"
+        "g = sg.Gate.shared(None, limit=1, levels=1, codel=False)\n"
+        "h = g.try_acquire()\n"
+        "async def run():\n"
+        "    asyncio.get_running_loop().call_later(0.02, h.success)\n"
+        "    async with g.acquire_async(timeout=5):\n"
+        "        pass\n"
+        "asyncio.run(run())\n"
+    )
+    codes = [subprocess.run([sys.executable, "-c", script], capture_output=True).returncode for _ in range(6)]
+    assert codes == [0] * 6, codes
+
+
 # ---- one process --------------------------------------------------------------------------
 
 
