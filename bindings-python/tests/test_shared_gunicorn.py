@@ -55,6 +55,8 @@ APP = textwrap.dedent(
         limiter = surgeguard.Limiter.shared(None, limit=L, levels=1)
     elif MODE == "gate":  # a shared Gate by name: one limit and one queue across workers
         gate = surgeguard.Gate.shared(os.environ["SG_NAME"], limit=L, levels=1, codel=False)
+    elif MODE == "gate-anonymous":  # a shared Gate created in the master before the fork
+        gate = surgeguard.Gate.shared(None, limit=L, levels=1, codel=False)
     elif MODE == "gate-local":  # one Gate per worker
         gate = surgeguard.Gate(limit=L, levels=1, codel=False)
     else:  # one per worker: the limit is multiplied by the number of workers
@@ -193,7 +195,7 @@ def gunicorn(tmp_path, mode, name=None):
         "--graceful-timeout", "3",
         "--log-level", "warning",
     ]  # fmt: skip
-    if mode == "anonymous":
+    if mode in ("anonymous", "gate-anonymous"):
         cmd.append("--preload")
     cmd.append("sgapp:app")
     proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -290,6 +292,17 @@ def test_gunicorn_workers_share_one_gate_and_queue(tmp_path):
         assert mine.inflight == 0 and mine.waiting() == 0
     finally:
         surgeguard.SharedGate.unlink(name)
+
+
+def test_gunicorn_workers_share_one_gate_created_before_the_fork(tmp_path):
+    """``Gate.shared(None, ...)`` in the master (``--preload``): each worker starts its own
+    pump thread after the fork; the limit holds and requests queue across workers."""
+    most, statuses, pids = serve_and_drive(tmp_path, "gate-anonymous", requests=CLIENTS)
+    served, refused = statuses.count(200), statuses.count(503)
+    print(f"shared gate before the fork, {CLIENTS} at once: served {served}, refused {refused}, peak {most}")
+    assert set(statuses) <= {200, 503}
+    assert most == LIMIT
+    assert 2 * LIMIT <= served <= LIMIT * (GATE_TIMEOUT / HOLD + 1), (served, refused)
 
 
 def test_without_sharing_each_worker_has_its_own_gate(tmp_path):
