@@ -112,7 +112,7 @@ def test_created_before_fork_a_waiter_in_one_process_is_granted_by_a_release_in_
     assert read_byte(r) == b"g"
     granted_after = time.monotonic() - released
     assert wait_exit(pid) == 0
-    assert granted_after < 0.5, granted_after  # a futex wake, not a poll
+    assert granted_after < SLACK, granted_after
     assert gate.inflight == 0 and gate.waiting() == 0
     assert gate.metrics()["granted"] == 1
 

@@ -250,7 +250,7 @@ def test_a_shared_limiter_refuses_the_wave_a_shared_gate_queues(tmp_path):
         most, statuses, pids = serve_and_drive(tmp_path, "shared", name, requests=CLIENTS)
         served, refused = statuses.count(200), statuses.count(503)
         print(f"shared limiter, {CLIENTS} at once: served {served}, refused {refused}, peak {most}")
-        assert most <= LIMIT and served <= 3 * LIMIT and refused > 0
+        assert most <= LIMIT and refused > served, (served, refused)
     finally:
         surgeguard.SharedLimiter.unlink(name)
 
@@ -286,7 +286,7 @@ def test_gunicorn_workers_share_one_gate_and_queue(tmp_path):
         mine = surgeguard.Gate.shared(name, limit=LIMIT, levels=1, codel=False)
         m = mine.metrics()
         assert m["queued"] > 0 and m["granted"] > 0  # requests waited and were granted
-        assert 2 * LIMIT <= served <= LIMIT * (GATE_TIMEOUT / HOLD + 1), (served, refused)
+        assert served >= 2 * LIMIT and refused > 0, (served, refused)  # queued, deadline kept
         assert m["granted"] >= served - LIMIT  # all but the first L came from the queue
         mine.reclaim()
         assert mine.inflight == 0 and mine.waiting() == 0
@@ -302,7 +302,7 @@ def test_gunicorn_workers_share_one_gate_created_before_the_fork(tmp_path):
     print(f"shared gate before the fork, {CLIENTS} at once: served {served}, refused {refused}, peak {most}")
     assert set(statuses) <= {200, 503}
     assert most == LIMIT
-    assert 2 * LIMIT <= served <= LIMIT * (GATE_TIMEOUT / HOLD + 1), (served, refused)
+    assert served >= 2 * LIMIT and refused > 0, (served, refused)
 
 
 def test_without_sharing_each_worker_has_its_own_gate(tmp_path):
@@ -375,7 +375,7 @@ def test_a_gate_worker_killed_holding_permits_and_queued_tickets_gives_them_back
     requests are then granted (their pump threads sweep the dead workers at most every
     100 ms) and served; the dead workers' tickets are withdrawn, not granted to nobody."""
     name = f"pytest-gunicorn-gatekill-{os.getpid()}-{time.monotonic_ns()}"
-    waiters = 6
+    waiters = 8
     done = {}
 
     def hang(port):
@@ -420,7 +420,8 @@ def test_a_gate_worker_killed_holding_permits_and_queued_tickets_gives_them_back
             assert served, done  # the live workers' waiters were granted ...
             # ... within the sweep bound (+ the dependency's HOLD, + slack for a loaded host)
             assert min(served.values()) < SWEEP_BOUND + HOLD + 1.0, served
-            assert set(s for s, _ in done.values()) <= {200, None}, done
+            # 503: a waiter whose deadline (the middleware's timeout) passed in the queue.
+            assert set(s for s, _ in done.values()) <= {200, 503, None}, done
             end = time.monotonic() + 5
             while gate.waiting() or gate.inflight:  # nothing left queued or held for the dead
                 gate.reclaim()
