@@ -519,7 +519,8 @@ impl Gate {
         clock: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let clock = clock_arg(clock)?;
-        let limiter = limiter_config(
+        let (cfg, capacity) = gate_config(
+            py,
             algorithm,
             limit,
             levels,
@@ -529,33 +530,15 @@ impl Gate {
             window_rtt_multiple,
             min_samples,
             active,
+            queue_capacity,
+            codel,
+            lifo,
+            max_wait,
+            aging,
+            initial_service,
+            service_alpha,
+            fallback_retry_after,
         )?;
-        let mut cfg = GateConfig { limiter, ..GateConfig::default() };
-        let capacity = match queue_capacity.filter(|v| !v.is_none()) {
-            Some(v) => uint_arg("queue_capacity", v, MAX_QUEUE as u64)? as usize,
-            None => 1024,
-        };
-        if capacity == 0 {
-            return Err(PyValueError::new_err("queue_capacity must be at least 1"));
-        }
-        cfg.queue_capacity = Some(capacity);
-        cfg.codel = codel_arg(codel)?;
-        if let Some(v) = lifo.filter(|v| !v.is_none()) {
-            cfg.lifo = lifo_arg(v)?;
-        }
-        cfg.max_wait_ns = opt_secs_arg("max_wait", max_wait, 3600.0)?;
-        if let Some(v) = aging.filter(|v| !v.is_none()) {
-            cfg.aging = aging_arg(py, v, cfg.limiter.levels)?;
-        }
-        if let Some(v) = opt_secs_arg("initial_service", initial_service, 3600.0)? {
-            cfg.initial_service_ns = v;
-        }
-        if let Some(v) = service_alpha.filter(|v| !v.is_none()) {
-            cfg.service_alpha = ranged_arg("service_alpha", v, f64::MIN_POSITIVE, 1.0)?;
-        }
-        if let Some(v) = opt_secs_arg("fallback_retry_after", fallback_retry_after, 3600.0)? {
-            cfg.fallback_retry_after_ns = v;
-        }
         let core = AnyGate::new(&cfg, capacity).map_err(|e| config_err(py, "Gate", e))?;
         Ok(Self {
             core,
@@ -565,6 +548,24 @@ impl Gate {
             timer_hooks: Mutex::new(Vec::new()),
             clock,
         })
+    }
+
+    /// `Gate.shared("name", limit=..., ...)` (Linux): a `SharedGate`, one gate (limit,
+    /// queue, waiters) across worker processes, created or attached by name, or anonymous
+    /// (`None`) before `os.fork()`. Takes the Gate's keyword arguments except `clock`.
+    #[cfg(target_os = "linux")]
+    #[staticmethod]
+    #[pyo3(signature = (name, *args, **kwargs))]
+    fn shared<'py>(
+        py: Python<'py>,
+        name: &Bound<'py, PyAny>,
+        args: &Bound<'py, PyTuple>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        crate::shared::name_arg(name)?;
+        let mut all = vec![name.clone()];
+        all.extend(args.iter());
+        py.get_type::<crate::shared_gate::SharedGate>().call(PyTuple::new(py, all)?, kwargs)
     }
 
     /// `with gate.acquire(priority="normal", timeout=0.2) as permit:` — admits on entry,
@@ -762,39 +763,7 @@ impl Gate {
 
     /// A snapshot of counters and gauges as a dict (`limiter` holds the limiter's).
     fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let m = on!(&*self.core, g => g.metrics());
-        let n = self.levels as usize;
-        let d = PyDict::new(py);
-        d.set_item(
-            "state",
-            match m.state {
-                GateState::Healthy => "healthy",
-                _ => "overloaded",
-            },
-        )?;
-        d.set_item("waiting", m.waiting)?;
-        d.set_item("waiting_by_level", m.waiting_by_level[..n].to_vec())?;
-        d.set_item("capacity", m.capacity)?;
-        d.set_item("oldest_age", secs(m.oldest_age_ns))?;
-        d.set_item("queued", m.queued)?;
-        d.set_item("granted", m.granted)?;
-        d.set_item("expired", m.expired)?;
-        d.set_item("sloughed", m.sloughed)?;
-        d.set_item("evicted", m.evicted)?;
-        d.set_item("cancelled", m.cancelled)?;
-        d.set_item("shed", m.shed)?;
-        d.set_item("queue_full", m.queue_full)?;
-        d.set_item("deadline_unmeetable", m.deadline_unmeetable)?;
-        d.set_item("aged", m.aged)?;
-        d.set_item("lifo_switches", m.lifo_switches)?;
-        d.set_item("shed_level", m.shed_level.map(|p| p.index()))?;
-        d.set_item("service_time", secs(m.service_ns))?;
-        d.set_item(
-            "codel_overloaded",
-            m.codel[..n].iter().map(|c| c.overloaded).collect::<Vec<_>>(),
-        )?;
-        d.set_item("codel_drops", m.codel[..n].iter().map(|c| c.drops).collect::<Vec<_>>())?;
-        d.set_item("limiter", limiter_metrics(py, &m.limiter)?)?;
+        let d = gate_metrics(py, &on!(&*self.core, g => g.metrics()), self.levels)?;
         let routes = lock(&self.routes);
         d.set_item("binding_waiters", routes.waiters.len())?;
         d.set_item("binding_orphans", routes.orphans.len())?;
@@ -891,6 +860,107 @@ impl Gate {
         };
         Ok(Permit::pending(Owner::Gate(slf.clone().unbind()), p, timeout_ns, now, is_async))
     }
+}
+
+/// A gate's metrics snapshot as the dict `Gate.metrics()` returns.
+pub fn gate_metrics<'py>(
+    py: Python<'py>,
+    m: &surgeguard_core::gate::GateMetrics,
+    levels: u8,
+) -> PyResult<Bound<'py, PyDict>> {
+    let n = levels as usize;
+    let d = PyDict::new(py);
+    d.set_item(
+        "state",
+        match m.state {
+            GateState::Healthy => "healthy",
+            _ => "overloaded",
+        },
+    )?;
+    d.set_item("waiting", m.waiting)?;
+    d.set_item("waiting_by_level", m.waiting_by_level[..n].to_vec())?;
+    d.set_item("capacity", m.capacity)?;
+    d.set_item("oldest_age", secs(m.oldest_age_ns))?;
+    d.set_item("queued", m.queued)?;
+    d.set_item("granted", m.granted)?;
+    d.set_item("expired", m.expired)?;
+    d.set_item("sloughed", m.sloughed)?;
+    d.set_item("evicted", m.evicted)?;
+    d.set_item("cancelled", m.cancelled)?;
+    d.set_item("shed", m.shed)?;
+    d.set_item("queue_full", m.queue_full)?;
+    d.set_item("deadline_unmeetable", m.deadline_unmeetable)?;
+    d.set_item("aged", m.aged)?;
+    d.set_item("lifo_switches", m.lifo_switches)?;
+    d.set_item("shed_level", m.shed_level.map(|p| p.index()))?;
+    d.set_item("service_time", secs(m.service_ns))?;
+    d.set_item("codel_overloaded", m.codel[..n].iter().map(|c| c.overloaded).collect::<Vec<_>>())?;
+    d.set_item("codel_drops", m.codel[..n].iter().map(|c| c.drops).collect::<Vec<_>>())?;
+    d.set_item("limiter", limiter_metrics(py, &m.limiter)?)?;
+    Ok(d)
+}
+
+/// The Gate's config from its keyword arguments, and the queue capacity asked for (for
+/// `Gate(...)` and `Gate.shared(...)`).
+#[allow(clippy::too_many_arguments)]
+pub fn gate_config(
+    py: Python<'_>,
+    algorithm: Option<&Bound<'_, PyAny>>,
+    limit: Option<&Bound<'_, PyAny>>,
+    levels: Option<&Bound<'_, PyAny>>,
+    weights: Option<&Bound<'_, PyAny>>,
+    min_window: Option<&Bound<'_, PyAny>>,
+    max_window: Option<&Bound<'_, PyAny>>,
+    window_rtt_multiple: Option<&Bound<'_, PyAny>>,
+    min_samples: Option<&Bound<'_, PyAny>>,
+    active: Option<&Bound<'_, PyAny>>,
+    queue_capacity: Option<&Bound<'_, PyAny>>,
+    codel: Option<&Bound<'_, PyAny>>,
+    lifo: Option<&Bound<'_, PyAny>>,
+    max_wait: Option<&Bound<'_, PyAny>>,
+    aging: Option<&Bound<'_, PyAny>>,
+    initial_service: Option<&Bound<'_, PyAny>>,
+    service_alpha: Option<&Bound<'_, PyAny>>,
+    fallback_retry_after: Option<&Bound<'_, PyAny>>,
+) -> PyResult<(GateConfig, usize)> {
+    let limiter = limiter_config(
+        algorithm,
+        limit,
+        levels,
+        weights,
+        min_window,
+        max_window,
+        window_rtt_multiple,
+        min_samples,
+        active,
+    )?;
+    let mut cfg = GateConfig { limiter, ..GateConfig::default() };
+    let capacity = match queue_capacity.filter(|v| !v.is_none()) {
+        Some(v) => uint_arg("queue_capacity", v, MAX_QUEUE as u64)? as usize,
+        None => 1024,
+    };
+    if capacity == 0 {
+        return Err(PyValueError::new_err("queue_capacity must be at least 1"));
+    }
+    cfg.queue_capacity = Some(capacity);
+    cfg.codel = codel_arg(codel)?;
+    if let Some(v) = lifo.filter(|v| !v.is_none()) {
+        cfg.lifo = lifo_arg(v)?;
+    }
+    cfg.max_wait_ns = opt_secs_arg("max_wait", max_wait, 3600.0)?;
+    if let Some(v) = aging.filter(|v| !v.is_none()) {
+        cfg.aging = aging_arg(py, v, cfg.limiter.levels)?;
+    }
+    if let Some(v) = opt_secs_arg("initial_service", initial_service, 3600.0)? {
+        cfg.initial_service_ns = v;
+    }
+    if let Some(v) = service_alpha.filter(|v| !v.is_none()) {
+        cfg.service_alpha = ranged_arg("service_alpha", v, f64::MIN_POSITIVE, 1.0)?;
+    }
+    if let Some(v) = opt_secs_arg("fallback_retry_after", fallback_retry_after, 3600.0)? {
+        cfg.fallback_retry_after_ns = v;
+    }
+    Ok((cfg, capacity))
 }
 
 /// `codel=`: `True`/`None` (folly defaults), `False` (off), or a dict

@@ -24,6 +24,8 @@ mod placed;
 mod rate;
 #[cfg(target_os = "linux")]
 mod shared;
+#[cfg(target_os = "linux")]
+mod shared_gate;
 
 use pyo3::prelude::*;
 
@@ -55,6 +57,9 @@ mod _native {
     #[cfg(target_os = "linux")]
     #[pymodule_export]
     use super::shared::{SharedLimiter, SharedPermit};
+    #[cfg(target_os = "linux")]
+    #[pymodule_export]
+    use super::shared_gate::{SharedGate, SharedGatePermit, SharedGateTicket};
 
     use pyo3::prelude::*;
 

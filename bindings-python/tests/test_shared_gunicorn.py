@@ -2,7 +2,8 @@
 
 ``gunicorn -w 4 -k uvicorn.workers.UvicornWorker`` serves an ASGI app whose handler holds
 a permit of a limiter of limit L while it calls a dependency: a small threaded HTTP server
-in the test process that records how many calls it serves at once. With
+in the test process that records how many calls it serves at once. The same with the ASGI middleware over ``surgeguard.Gate.shared`` (a shared queue: requests
+wait for a release in any worker) and over one ``Gate`` per worker. With
 ``surgeguard.Limiter.shared`` (created in the master before the fork with ``--preload``,
 or attached by name in each worker after it) the dependency never sees more than L at
 once; with one ``surgeguard.Limiter`` per worker it sees up to 4 x L, and more than L in
@@ -39,6 +40,7 @@ LIMIT = 2
 HOLD = 0.25  # seconds the dependency takes per call
 CLIENTS = 24  # concurrent clients
 REQUESTS = 72  # requests in all
+GATE_TIMEOUT = 1.5  # the middleware's deadline (wait + service) with a gate
 
 APP = textwrap.dedent(
     '''
@@ -51,6 +53,12 @@ APP = textwrap.dedent(
         limiter = surgeguard.Limiter.shared(os.environ["SG_NAME"], limit=L, levels=1)
     elif MODE == "anonymous":  # created in the master before the fork (--preload)
         limiter = surgeguard.Limiter.shared(None, limit=L, levels=1)
+    elif MODE == "gate":  # a shared Gate by name: one limit and one queue across workers
+        gate = surgeguard.Gate.shared(os.environ["SG_NAME"], limit=L, levels=1, codel=False)
+    elif MODE == "gate-anonymous":  # a shared Gate created in the master before the fork
+        gate = surgeguard.Gate.shared(None, limit=L, levels=1, codel=False)
+    elif MODE == "gate-local":  # one Gate per worker
+        gate = surgeguard.Gate(limit=L, levels=1, codel=False)
     else:  # one per worker: the limit is multiplied by the number of workers
         limiter = surgeguard.Limiter(limit=L, levels=1)
 
@@ -84,6 +92,13 @@ APP = textwrap.dedent(
             status = 503
         await send({"type": "http.response.start", "status": status, "headers": []})
         await send({"type": "http.response.body", "body": str(os.getpid()).encode()})
+
+
+    if MODE.startswith("gate"):  # the ASGI middleware admits (queueing), the handler calls
+        from surgeguard.asgi import OverloadMiddleware
+
+        limiter = surgeguard.Limiter(limit=1_000_000, levels=1)  # never refuses
+        app = OverloadMiddleware(app, gate=gate, timeout=float(os.environ["SG_TIMEOUT"]))
     '''
 )
 
@@ -169,6 +184,7 @@ def gunicorn(tmp_path, mode, name=None):
         SG_MODE=mode,
         SG_NAME=name or "",
         SG_READY=str(ready),
+        SG_TIMEOUT=str(GATE_TIMEOUT),
     )
     cmd = [
         sys.executable, "-m", "gunicorn",
@@ -179,7 +195,7 @@ def gunicorn(tmp_path, mode, name=None):
         "--graceful-timeout", "3",
         "--log-level", "warning",
     ]  # fmt: skip
-    if mode == "anonymous":
+    if mode in ("anonymous", "gate-anonymous"):
         cmd.append("--preload")
     cmd.append("sgapp:app")
     proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -200,11 +216,11 @@ def gunicorn(tmp_path, mode, name=None):
         dep.close()
 
 
-def serve_and_drive(tmp_path, mode, name=None):
+def serve_and_drive(tmp_path, mode, name=None, requests=REQUESTS):
     """Runs gunicorn with the app in `mode`, drives it, returns (dependency max, statuses, pids)."""
     with gunicorn(tmp_path, mode, name) as (port, dep, _):
         with ThreadPoolExecutor(CLIENTS) as pool:
-            results = list(pool.map(lambda _: get(port), range(REQUESTS)))
+            results = list(pool.map(lambda _: get(port), range(requests)))
         statuses = [s for s, _ in results]
         pids = {b for s, b in results if s == 200}
         return dep.max, statuses, pids
@@ -226,6 +242,19 @@ def test_gunicorn_workers_share_one_limit_by_name(tmp_path):
         surgeguard.SharedLimiter.unlink(name)
 
 
+def test_a_shared_limiter_refuses_the_wave_a_shared_gate_queues(tmp_path):
+    """The comparison for the test above: the same wave through the shared limiter (no
+    queue) is served only as far as L admissions at once allow."""
+    name = f"pytest-gunicorn-wave-{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        most, statuses, pids = serve_and_drive(tmp_path, "shared", name, requests=CLIENTS)
+        served, refused = statuses.count(200), statuses.count(503)
+        print(f"shared limiter, {CLIENTS} at once: served {served}, refused {refused}, peak {most}")
+        assert most <= LIMIT and refused > served, (served, refused)
+    finally:
+        surgeguard.SharedLimiter.unlink(name)
+
+
 def test_gunicorn_workers_share_one_limit_created_before_the_fork(tmp_path):
     most, statuses, pids = serve_and_drive(tmp_path, "anonymous")
     assert set(statuses) <= {200, 503}
@@ -238,6 +267,49 @@ def test_without_sharing_each_worker_has_its_own_limit(tmp_path):
     assert set(statuses) <= {200, 503}
     assert len(pids) > 1  # served by several workers ...
     assert LIMIT < most <= WORKERS * LIMIT  # ... each admitting L: more than L at once
+
+
+def test_gunicorn_workers_share_one_gate_and_queue(tmp_path):
+    """The ASGI middleware over ``Gate.shared`` by name: never more than L at the
+    dependency, and requests queue across workers (a release in one worker grants a
+    request waiting in another) rather than being refused at once; those that cannot
+    finish within the middleware's timeout are refused (503)."""
+    name = f"pytest-gunicorn-gate-{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        # One wave of CLIENTS requests at once: admit-or-refuse serves L of them; the
+        # shared queue serves those that can finish within the timeout (L per HOLD).
+        most, statuses, pids = serve_and_drive(tmp_path, "gate", name, requests=CLIENTS)
+        served, refused = statuses.count(200), statuses.count(503)
+        print(f"shared gate, {CLIENTS} at once: served {served}, refused {refused}, peak {most}")
+        assert set(statuses) <= {200, 503}
+        assert most == LIMIT  # never more than L at once
+        mine = surgeguard.Gate.shared(name, limit=LIMIT, levels=1, codel=False)
+        m = mine.metrics()
+        assert m["queued"] > 0 and m["granted"] > 0  # requests waited and were granted
+        assert served >= 2 * LIMIT and refused > 0, (served, refused)  # queued, deadline kept
+        assert m["granted"] >= served - LIMIT  # all but the first L came from the queue
+        mine.reclaim()
+        assert mine.inflight == 0 and mine.waiting() == 0
+    finally:
+        surgeguard.SharedGate.unlink(name)
+
+
+def test_gunicorn_workers_share_one_gate_created_before_the_fork(tmp_path):
+    """``Gate.shared(None, ...)`` in the master (``--preload``): each worker starts its own
+    pump thread after the fork; the limit holds and requests queue across workers."""
+    most, statuses, pids = serve_and_drive(tmp_path, "gate-anonymous", requests=CLIENTS)
+    served, refused = statuses.count(200), statuses.count(503)
+    print(f"shared gate before the fork, {CLIENTS} at once: served {served}, refused {refused}, peak {most}")
+    assert set(statuses) <= {200, 503}
+    assert most == LIMIT
+    assert served >= 2 * LIMIT and refused > 0, (served, refused)
+
+
+def test_without_sharing_each_worker_has_its_own_gate(tmp_path):
+    most, statuses, pids = serve_and_drive(tmp_path, "gate-local")
+    print(f"one gate per worker: served {statuses.count(200)}, refused {statuses.count(503)}, peak {most}")
+    assert set(statuses) <= {200, 503}
+    assert LIMIT < most <= WORKERS * LIMIT
 
 
 def test_a_worker_killed_while_holding_permits_gives_them_back(tmp_path):
@@ -294,6 +366,69 @@ def test_a_worker_killed_while_holding_permits_gives_them_back(tmp_path):
 
 
 SWEEP_BOUND = 0.1
+
+
+def test_a_gate_worker_killed_holding_permits_and_queued_tickets_gives_them_back(tmp_path):
+    """A shared Gate: two requests hold both permits (their dependency calls hang) and
+    more requests wait in the shared queue, in several workers; the holders' workers are
+    killed (SIGKILL), some with queued tickets of their own. The live workers' waiting
+    requests are then granted (their pump threads sweep the dead workers at most every
+    100 ms) and served; the dead workers' tickets are withdrawn, not granted to nobody."""
+    name = f"pytest-gunicorn-gatekill-{os.getpid()}-{time.monotonic_ns()}"
+    waiters = 8
+    done = {}
+
+    def hang(port):
+        try:
+            get_once(port, "/hang")
+        except OSError:
+            pass  # its worker was killed
+
+    def work(port, i):
+        try:
+            done[i] = (get_once(port, "/work"), time.monotonic())
+        except OSError:
+            done[i] = (None, time.monotonic())  # queued in a killed worker
+
+    try:
+        with gunicorn(tmp_path, "gate", name) as (port, dep, ready):
+            gate = surgeguard.Gate.shared(name, limit=LIMIT, levels=1, codel=False)
+            hanging = [threading.Thread(target=hang, args=(port,), daemon=True) for _ in range(LIMIT)]
+            for t in hanging:
+                t.start()
+            deadline = time.monotonic() + 10
+            while dep.now < LIMIT:
+                assert time.monotonic() < deadline, "the hanging requests did not arrive"
+                time.sleep(0.01)
+            queued = [threading.Thread(target=work, args=(port, i), daemon=True) for i in range(waiters)]
+            for t in queued:
+                t.start()
+            while gate.waiting() < waiters:
+                assert time.monotonic() < deadline, f"only {gate.waiting()} queued"
+                time.sleep(0.01)
+            holders = {int(f.split("-")[1]) for f in os.listdir(ready) if f.startswith("holder-")}
+            assert gate.inflight == LIMIT and 1 <= len(holders) <= LIMIT
+            for pid in holders:
+                os.kill(pid, signal.SIGKILL)
+            killed = time.monotonic()
+            dep.hang.set()  # the dead workers' calls end at the dependency
+            for t in queued:
+                t.join(10)
+            served = {i: at - killed for i, (status, at) in done.items() if status == 200}
+            print(f"gate kill -9: {len(served)} of {waiters} waiters served, first after "
+                  f"{min(served.values()) * 1000:.0f} ms")  # fmt: skip
+            assert served, done  # the live workers' waiters were granted ...
+            # ... within the sweep bound (+ the dependency's HOLD, + slack for a loaded host)
+            assert min(served.values()) < SWEEP_BOUND + HOLD + 1.0, served
+            # 503: a waiter whose deadline (the middleware's timeout) passed in the queue.
+            assert set(s for s, _ in done.values()) <= {200, 503, None}, done
+            end = time.monotonic() + 5
+            while gate.waiting() or gate.inflight:  # nothing left queued or held for the dead
+                gate.reclaim()
+                assert time.monotonic() < end, (gate.waiting(), gate.inflight)
+                time.sleep(0.02)
+    finally:
+        surgeguard.SharedGate.unlink(name)
 
 
 def _alive(pid):

@@ -247,6 +247,8 @@ INSTANCES: Dict[str, Callable[[], Any]] = {
         {
             "SharedLimiter": lambda: sg.Limiter.shared(None, limit=2),
             "SharedPermit": lambda: sg.Limiter.shared(None, limit=2).try_acquire(),
+            "SharedGate": lambda: sg.Gate.shared(None, limit=2, queue_capacity=8),
+            "SharedGatePermit": lambda: sg.Gate.shared(None, limit=2, queue_capacity=8).try_acquire(),
         }
         if hasattr(sg, "SharedLimiter")
         else {}

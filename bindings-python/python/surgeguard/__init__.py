@@ -15,6 +15,10 @@ Admission (server side):
   A server gate refuses work that queued too long (CoDel) on purpose; for a semaphore
   with a queue (jobs, worker pools) use :func:`job_queue`.
 
+  ``Gate.shared("name", limit=4)`` (Linux) is one gate across worker processes: a
+  :class:`SharedGate` in shared memory (created before the fork or attached by name after
+  it) whose waiters in one process are granted by releases in any.
+
 - :class:`Limiter` — the limiter alone (no queue: refusals raise at once).
   ``Limiter.shared("name", limit=4)`` (Linux) is one limiter across worker processes
   (gunicorn, ``uvicorn --workers``): a :class:`SharedLimiter` in shared memory, created
@@ -76,7 +80,7 @@ from ._native import (
     time_to_drain,
 )
 try:  # Linux only: memory shared between worker processes
-    from ._native import SharedLimiter, SharedPermit
+    from ._native import SharedGate, SharedGatePermit, SharedLimiter, SharedPermit
 except ImportError:  # pragma: no cover - other platforms
     pass
 from .breaker import CircuitBreaker
@@ -134,7 +138,7 @@ __all__ = [
     "job_queue",
     "Limiter",
     "Permit",
-    *(["SharedLimiter", "SharedPermit"] if "SharedLimiter" in globals() else []),
+    *(["SharedGate", "SharedGatePermit", "SharedLimiter", "SharedPermit"] if "SharedLimiter" in globals() else []),
     "KeyedLimits",
     "KeyPermit",
     "FixedLimit",

@@ -25,6 +25,10 @@ Per request (``scope["type"] == "http"``; lifespan and websocket pass through):
    anything else (other 4xx/5xx, client disconnect, cancellation, a
    :class:`~surgeguard.DeadlineExceeded`) → ignored.
 
+``gate`` may be a :class:`~surgeguard.SharedGate` (``Gate.shared(...)``, Linux): one
+limit, queue and set of waiters across worker processes, with the same queueing,
+priorities and deadlines (a request queued in one worker is granted by a release in any).
+
 ``gate`` may also be a limiter without a queue — a :class:`~surgeguard.SharedLimiter`
 (one limit across worker processes), a :class:`~surgeguard.Limiter`, or anything with
 their ``try_acquire(priority)`` and permit (``held``, ``release(outcome)``) API: each
@@ -51,11 +55,18 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, Iterable, List
 
 from . import deadline as _dl
 from ._native import Gate, KeyedLimits, Limiter, actionable, clock_ns
+
+try:  # Linux only: a Gate in memory shared between worker processes
+    from ._native import SharedGate as _SharedGate
+
+    _GATES: Tuple[type, ...] = (Gate, _SharedGate)
+except ImportError:  # pragma: no cover - other platforms
+    _GATES = (Gate,)
 from .degrade import STALE_WARNING, _stale_cell
 from .errors import DeadlineExceeded, DeadlineUnmeetable, KeyLimit, KeyRate, OverloadError, Rejected
 
 if TYPE_CHECKING:
-    from ._native import SharedLimiter
+    from ._native import SharedGate, SharedLimiter
 
 __all__ = ["OverloadMiddleware", "health", "outcome_for_status", "DROPPED_STATUSES"]
 
@@ -95,8 +106,8 @@ def outcome_for_status(status: int) -> str:
 
 
 def _is_limiter(obj: Any) -> bool:
-    """Whether ``obj`` has the limiter's admit-or-refuse API (and is not a Gate)."""
-    return not isinstance(obj, Gate) and callable(getattr(obj, "try_acquire", None))
+    """Whether ``obj`` has the limiter's admit-or-refuse API (and is not a gate)."""
+    return not isinstance(obj, _GATES) and callable(getattr(obj, "try_acquire", None))
 
 
 class _Admit:
@@ -150,7 +161,7 @@ def _admission(gate: Any) -> Any:
     return _LimiterGate(gate) if _is_limiter(gate) else gate
 
 
-def health(gate: "Union[Gate, Limiter, SharedLimiter, None]", broken: Optional[Callable[[], bool]] = None) -> Tuple[int, Dict[str, Any]]:
+def health(gate: "Union[Gate, SharedGate, Limiter, SharedLimiter, None]", broken: Optional[Callable[[], bool]] = None) -> Tuple[int, Dict[str, Any]]:
     """The readiness answer: ``(status, body)``. ``gate`` may also be a limiter (a
     ``SharedLimiter``): overloaded when every permit is taken.
 
@@ -162,7 +173,7 @@ def health(gate: "Union[Gate, Limiter, SharedLimiter, None]", broken: Optional[C
     """
     if gate is not None and _is_limiter(gate):
         gate = _LimiterGate(gate)
-    if gate is not None and not isinstance(gate, (Gate, _LimiterGate)):
+    if gate is not None and not isinstance(gate, (*_GATES, _LimiterGate)):
         raise TypeError(f"gate must be a surgeguard.Gate, a limiter or None, got {type(gate).__name__}")
     if broken is not None and not callable(broken):
         raise TypeError(f"broken must be a callable or None, got {type(broken).__name__}")
@@ -241,9 +252,10 @@ def _check_args(
     out-of-range values ``ValueError``, all at construction."""
     if not callable(app):
         raise TypeError(f"app must be a callable (the wrapped app), got {type(app).__name__}")
-    if not isinstance(gate, Gate) and not _is_limiter(gate):
+    if not isinstance(gate, _GATES) and not _is_limiter(gate):
         raise TypeError(
-            f"gate must be a surgeguard.Gate or a limiter (SharedLimiter, Limiter), got {type(gate).__name__}"
+            "gate must be a surgeguard.Gate, a SharedGate or a limiter (SharedLimiter, Limiter), "
+            f"got {type(gate).__name__}"
         )
     if keyed is not None and not isinstance(keyed, KeyedLimits):
         raise TypeError(f"keyed must be a surgeguard.KeyedLimits or None, got {type(keyed).__name__}")
@@ -283,7 +295,8 @@ class OverloadMiddleware:
 
     Args:
         app: the ASGI app.
-        gate: the :class:`~surgeguard.Gate` all requests pass, or a limiter without a
+        gate: the :class:`~surgeguard.Gate` all requests pass (a
+            :class:`~surgeguard.SharedGate` for one across worker processes), or a limiter without a
             queue (a :class:`~surgeguard.SharedLimiter` for one limit across worker
             processes): admitted or refused at once.
         timeout: the request's deadline in seconds, covering the wait in the queue *and*
@@ -316,7 +329,7 @@ class OverloadMiddleware:
     def __init__(
         self,
         app: ASGIApp,
-        gate: Union[Gate, Limiter, SharedLimiter],
+        gate: "Union[Gate, SharedGate, Limiter, SharedLimiter]",
         *,
         timeout: Optional[float] = None,
         priority_header: str = "x-request-priority",

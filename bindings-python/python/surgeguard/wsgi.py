@@ -6,6 +6,10 @@ closed — not when the app returns (PEP 3333), so streaming responses hold thei
 
     app = OverloadWSGIMiddleware(app, gate=surgeguard.Gate(), timeout=0.5)
 
+``gate`` may be a :class:`~surgeguard.SharedGate` (``Gate.shared(...)``): one queue across
+worker processes, a waiting request's thread blocks (GIL released) until a release in any
+worker grants it.
+
 ``gate`` may also be a limiter without a queue (a :class:`~surgeguard.SharedLimiter`: one
 limit across worker processes), as in :mod:`surgeguard.asgi`: admitted or refused at once.
 
@@ -43,7 +47,7 @@ from .degrade import STALE_WARNING, _stale_cell
 from .errors import DeadlineExceeded, KeyLimit, KeyRate, OverloadError, Rejected
 
 if TYPE_CHECKING:
-    from ._native import SharedLimiter
+    from ._native import SharedGate, SharedLimiter
 
 __all__ = ["OverloadWSGIMiddleware"]
 
@@ -117,7 +121,7 @@ class OverloadWSGIMiddleware:
 
     Args:
         app: the WSGI app.
-        gate: the :class:`~surgeguard.Gate`, or a limiter without a queue (a
+        gate: the :class:`~surgeguard.Gate` (or a :class:`~surgeguard.SharedGate`), or a limiter without a queue (a
             :class:`~surgeguard.SharedLimiter`): admitted or refused at once.
         timeout: the request's deadline in seconds, covering the wait while queued (the
             thread blocks, GIL released) *and* the expected service time: a request that
@@ -135,7 +139,7 @@ class OverloadWSGIMiddleware:
     def __init__(
         self,
         app: WSGIApp,
-        gate: Union[Gate, Limiter, SharedLimiter],
+        gate: "Union[Gate, SharedGate, Limiter, SharedLimiter]",
         *,
         timeout: Optional[float] = None,
         priority_header: str = "x-request-priority",
