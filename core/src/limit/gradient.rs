@@ -1221,8 +1221,15 @@ impl Algorithm for Gradient {
             // (TCP's multiplicative decrease): a dependency that just lost most of its
             // capacity times out nearly everything we send it, and 10% a window would keep
             // it queueing, and timing out, for seconds.
+            // Only a limit that binds (the window filled every whole permit) is cut deeper:
+            // cutting a limit far above what is in flight sheds nothing, and a deep cut of
+            // one (a relay whose callers time out because a tier below it slowed) would only
+            // race it down to a binding level before the episode test could see whether its
+            // drops respond to back-off.
             let share = w.drops as f64 / total.max(MIN_SAMPLES as u64) as f64;
-            let factor = self.cfg.backoff.min(1.0 - 0.5 * share);
+            let binds = w.max_inflight as f64 + 1.0 > self.limit;
+            let factor =
+                if binds { self.cfg.backoff.min(1.0 - 0.5 * share) } else { self.cfg.backoff };
             self.limit = self.clamp(self.limit * factor);
             // A lone timeout is consistent with a long tail (a heavy-tailed dependency
             // times out a call now and then at any concurrency): it takes two.
