@@ -477,7 +477,14 @@ struct Probe {
 ///    baseline is re-learned as the pooled lower point (if higher) and slow start resumes.
 ///    Otherwise (or on any drop) the limit returns to where the probe started and the next
 ///    probe waits twice as long (4 s, doubling to 64 s), so a limit at a real knee pays
-///    one short probe a minute. Without it, a baseline learned low (a small first window of
+///    one short probe a minute. Once the limit has sunk 1.2× below where a probe last
+///    failed, that knee says nothing about the new level and the next probe need not wait.
+///    Windows read as congested, but not far beyond noise (4 SE), still pool: a dependency
+///    that keeps getting slower reads each slower second as congestion against a stale
+///    baseline, and the probe is what finds that latency no longer follows in-flight. The
+///    pool forgets its older half once it holds twice what a probe needs. After a probe or
+///    a flat-test pair found latency flat up to a limit, for 8 s windows at or below it
+///    may move the baseline at a binding limit (a moving average over 2,000 samples). Without it, a baseline learned low (a small first window of
 ///    a long tail) made every later window read as congested, and a limit of 1 could never
 ///    show the in-flight spread the flat test needs: the limit stayed at 1 for good.
 ///    Also: a window with at most one request in flight holds no queue of ours, so it may
@@ -545,6 +552,12 @@ pub struct Gradient {
     up_windows: u8,
     up_wait: u64,
     up_next_at: u64,
+    /// The limit a probe last failed from (0: none since the last success).
+    up_fail_from: f32,
+    /// The limit the last successful probe found latency flat up to (0: none), and until
+    /// when that finding is trusted.
+    up_flat: f32,
+    up_flat_until: u64,
     /// Windows pooled on each side of the back-off episode (`ep_ref` empty: none).
     ep_ref_windows: u8,
     ep_low_windows: u8,
@@ -597,6 +610,9 @@ impl Gradient {
             up_windows: 0,
             up_wait: UP_WAIT_NS,
             up_next_at: 0,
+            up_fail_from: 0.0,
+            up_flat: 0.0,
+            up_flat_until: 0,
             ep_ref_windows: 0,
             ep_low_windows: 0,
             resume_at: 0.0,
@@ -729,7 +745,10 @@ impl Gradient {
         // One request in flight cannot queue behind another of ours: such a window shows
         // the dependency's own latency, whatever the limit.
         let alone = w.max_inflight <= 1;
-        let queued = bound && w.max_inflight as f32 > self.flat_upto && !alone;
+        // Below the level a recent upward probe found flat, the dependency does not queue.
+        let proven =
+            self.up_flat > 0.0 && now < self.up_flat_until && w.max_inflight as f32 <= self.up_flat;
+        let queued = bound && w.max_inflight as f32 > self.flat_upto && !alone && !proven;
         if self.baseline <= 0.0 {
             self.baseline = stat;
             self.baseline_weight = n;
@@ -787,7 +806,7 @@ impl Gradient {
                 self.m.rebaselines += 1;
             } else if !below
                 && diff <= 2.0 * se
-                && self.baseline_weight < BASELINE_SAMPLES
+                && (self.baseline_weight < BASELINE_SAMPLES || (proven && bound))
                 && !queued
             {
                 // Indistinguishable, and no queue of our making (slow start, the limit was
@@ -797,6 +816,10 @@ impl Gradient {
                 // BASELINE_SAMPLES are in, the estimate freezes.
                 self.baseline += (stat - self.baseline) * n / (self.baseline_weight + n);
                 self.baseline_weight += n;
+                if proven && bound {
+                    // A moving average over the last BASELINE_SAMPLES: it follows a drift.
+                    self.baseline_weight = self.baseline_weight.min(BASELINE_SAMPLES);
+                }
                 if self.base_inflight > 0.0 {
                     self.base_inflight = self.base_inflight.min(w.max_inflight as f32);
                 }
@@ -868,6 +891,10 @@ impl Gradient {
                 self.baseline = libm::exp(mean).min(lo_s);
                 self.baseline_weight = wl + wh;
                 self.resume_at = (hi_n + self.cfg.headroom * headroom(hi_n)) as f32;
+                // As after an upward probe that found latency flat: up to there, windows may
+                // move the baseline at a binding limit for a while.
+                self.up_flat = self.resume_at;
+                self.up_flat_until = self.last_at.saturating_add(2 * UP_WAIT_NS);
                 self.m.rebaselines += 1;
                 self.clear_history();
                 return;
@@ -917,6 +944,7 @@ impl Gradient {
         self.intrinsic = 0.0;
         self.intrinsic_cap = 0.0;
         self.flat_upto = 0.0;
+        self.up_flat = 0.0;
     }
 
     /// Probe-free: folds a window into the back-off episode (state machine step 2). `start`:
@@ -1012,15 +1040,7 @@ impl Gradient {
 
     /// Probe-free, state machine step 9: the upward probe. `new` is the limit the other
     /// steps chose; returns the limit to apply.
-    fn probe_up(
-        &mut self,
-        now: u64,
-        dur: u64,
-        w: &Window,
-        stat: f64,
-        congested: bool,
-        new: f64,
-    ) -> f64 {
+    fn probe_up(&mut self, now: u64, dur: u64, w: &Window, stat: f64, far: bool, new: f64) -> f64 {
         let l = self.limit;
         let bound = w.max_inflight as f64 + 1.0 > l;
         let usable = w.samples >= MIN_SAMPLES && dur > 0 && w.drops == 0;
@@ -1064,6 +1084,13 @@ impl Gradient {
                 }
                 self.up_wait = UP_WAIT_NS;
                 self.up_next_at = now.saturating_add(self.up_wait);
+                self.up_fail_from = 0.0;
+                // Up to the probed limit the dependency does not queue: for a while, windows
+                // there may move the baseline at a binding limit (so it follows a dependency
+                // that keeps getting slower, instead of reading each slower second as
+                // congestion).
+                self.up_flat = l as f32;
+                self.up_flat_until = now.saturating_add(2 * UP_WAIT_NS);
                 // Nothing is known about the load above: find it fast (slow start ends at
                 // the first congested window).
                 self.slow_start = self.cfg.slow_start;
@@ -1072,12 +1099,34 @@ impl Gradient {
             // Latency rose with in-flight: a knee. Back, and wait longer next time.
             self.up_wait = (self.up_wait.saturating_mul(2)).min(UP_WAIT_MAX_NS);
             self.up_next_at = now.saturating_add(self.up_wait);
+            self.up_fail_from = back as f32;
+            self.up_flat = 0.0;
             return back;
         }
         let quiet = self.intrinsic <= 0.0 && self.recall <= 0.0 && self.ep_ref_windows == 0;
-        if !usable || !bound || congested || self.slow_start || !quiet {
+        if !usable || !bound || far || self.slow_start || !quiet {
             self.up_pool = UpPool::default();
             return new;
+        }
+        // A failed probe located a knee near where it started. Once the limit has sunk
+        // well below that (a dependency that keeps getting slower reads as congestion
+        // against a stale baseline, and the limit drifts down), that knee says nothing about
+        // this level: the next probe need not wait.
+        if self.up_fail_from > 0.0 && l * UP_MIN_SPAN < self.up_fail_from as f64 {
+            self.up_fail_from = 0.0;
+            self.up_wait = UP_WAIT_NS;
+            self.up_next_at = now;
+        }
+        // The pool forgets its older half once it holds twice what a probe needs, so it
+        // stays the current operating point while the limit drifts.
+        if self.up_pool.windows >= 2 * UP_POOL_WINDOWS
+            && self.up_pool.samples >= 2.0 * UP_POOL_SAMPLES
+        {
+            let p = &mut self.up_pool;
+            p.inflight *= 0.5;
+            p.samples *= 0.5;
+            p.log_stat *= 0.5;
+            p.windows /= 2;
         }
         let n = w.samples as f32;
         let inflight = (w.samples as f64 * w.avg_ns as f64 / dur as f64) as f32;
@@ -1331,7 +1380,7 @@ impl Algorithm for Gradient {
         // 9. Upward probe (probe-free): a bound limit with no drops must not be an
         //    absorbing state below what the dependency handles.
         if self.probe_free() {
-            new = self.probe_up(now, dur, w, stat, congested, new);
+            new = self.probe_up(now, dur, w, stat, far, new);
         }
         // 10. Clamp.
         self.limit = self.clamp(new);
@@ -1420,7 +1469,13 @@ mod tests {
     fn settles_just_above_the_knee() {
         for slots in [4.0, 16.0, 100.0, 500.0] {
             let mut g = Gradient::new(GradientConfig::default()).unwrap();
-            let l = overloaded(slots, 10.0).run(&mut g, 300);
+            let mut p = overloaded(slots, 10.0);
+            p.run(&mut g, 250);
+            // The median limit of the last 50 windows: an upward probe (one window at 1.3×,
+            // then back) is a transient by design.
+            let mut last: Vec<f64> = (0..50).map(|_| p.run(&mut g, 1)).collect();
+            last.sort_by(f64::total_cmp);
+            let l = last[25];
             // Equilibrium: a standing queue of about buffer·C + headroom·sqrt(C).
             let high = equilibrium_high(slots);
             assert!(l >= slots && l <= high, "{slots}: {l} not in [{slots}, {high}]");
@@ -1505,6 +1560,27 @@ mod tests {
     }
 
     #[test]
+    fn only_a_binding_limit_backs_off_deeper_than_backoff() {
+        // A relay whose callers time out because a tier below it slowed: every outcome of
+        // the window dropped, with 100 in flight under a limit of 1,000. Cutting that limit
+        // sheds nothing; halving it per window would race it down to a binding level in a
+        // few windows, before the episode test could see whether the drops respond.
+        let cfg = GradientConfig { initial_limit: 1000.0, ..GradientConfig::default() };
+        let mut g = Gradient::new(cfg).unwrap();
+        let w = |now, inflight| Window {
+            now,
+            samples: 0,
+            drops: 50,
+            ..Window::single(now, 10 * MS, inflight, false)
+        };
+        let l = g.update(&w(100 * MS, 100));
+        assert!((l - 1000.0 * cfg.backoff).abs() < 1e-9, "{l}");
+        // Once it binds (every permit taken), the same window halves it.
+        let l = g.update(&w(200 * MS, 900));
+        assert!((l - 900.0 * 0.5).abs() < 1e-9, "{l}");
+    }
+
+    #[test]
     fn drops_back_off_and_end_slow_start() {
         let cfg = GradientConfig { initial_limit: 10.0, ..GradientConfig::default() };
         let mut g = Gradient::new(cfg).unwrap();
@@ -1513,9 +1589,9 @@ mod tests {
         let l = g.update(&Window::single(MS, 10 * MS, 5, true));
         assert!((l - 9.0).abs() < 1e-9, "{l}");
         assert!(g.metrics().slow_start);
-        // Drops in a window of real size end it.
+        // Drops in a window of real size end it. This one filled every permit (9 of 9).
         let w =
-            Window { now: 2 * MS, samples: 30, drops: 10, ..Window::single(0, 10 * MS, 5, false) };
+            Window { now: 2 * MS, samples: 30, drops: 10, ..Window::single(0, 10 * MS, 9, false) };
         let l = g.update(&w);
         // A quarter of the outcomes dropped: 1 − 0.25 / 2 = 0.875, deeper than `backoff`.
         assert!((l - 9.0 * 0.875).abs() < 1e-9, "{l}");
@@ -1691,7 +1767,8 @@ mod tests {
             now += 100 * MS;
             g.update(&tail_window(now, 2.0, 20.0)); // a passing congestion: 3x the median
         }
-        assert_eq!(g.limit(), 1.0, "{:?}", g.metrics());
+        // (An upward probe may have tested 1 against 2 and found latency flat.)
+        assert!(g.limit() < 2.0, "{:?}", g.metrics());
         assert!(!g.metrics().slow_start);
         for _ in 0..200 {
             now += 100 * MS;
