@@ -57,6 +57,9 @@ const UP_POOL_WINDOWS: u8 = 5;
 const UP_WAIT_NS: u64 = 4 * SEC;
 const UP_WAIT_MAX_NS: u64 = 64 * SEC;
 const UP_PROBE_WINDOWS: u8 = 3;
+// A probe whose latency rose by less than this elasticity (beyond one standard error)
+// straddled the knee: the lower point queued little.
+const UP_PARTIAL_ELASTICITY: f64 = 0.7;
 
 // Drops that do not respond to back-off (our design; constants tuned
 // in convergence.rs). A back-off episode pools the windows from where it began until
@@ -558,6 +561,17 @@ pub struct Gradient {
     /// when that finding is trusted.
     up_flat: f32,
     up_flat_until: u64,
+    /// Downward probe: the limit to return to (0: none under way), windows since the cut,
+    /// the pooled point before the cut and the pooled point after it.
+    dn_from: f32,
+    dn_windows: u8,
+    dn_ref: UpPool,
+    dn_pool: UpPool,
+    /// Every bound, drop-free window pooled (congested or not), the wait after a downward
+    /// probe found our own queue, and when the next may start.
+    dn_acc: UpPool,
+    dn_wait: u64,
+    dn_next_at: u64,
     /// Windows pooled on each side of the back-off episode (`ep_ref` empty: none).
     ep_ref_windows: u8,
     ep_low_windows: u8,
@@ -613,6 +627,13 @@ impl Gradient {
             up_fail_from: 0.0,
             up_flat: 0.0,
             up_flat_until: 0,
+            dn_from: 0.0,
+            dn_windows: 0,
+            dn_ref: UpPool::default(),
+            dn_pool: UpPool::default(),
+            dn_acc: UpPool::default(),
+            dn_wait: UP_WAIT_NS,
+            dn_next_at: 0,
             ep_ref_windows: 0,
             ep_low_windows: 0,
             resume_at: 0.0,
@@ -1036,6 +1057,10 @@ impl Gradient {
         self.up_pool = UpPool::default();
         self.up_from = 0.0;
         self.up_windows = 0;
+        self.dn_from = 0.0;
+        self.dn_windows = 0;
+        self.dn_pool = UpPool::default();
+        self.dn_acc = UpPool::default();
     }
 
     /// Probe-free, state machine step 9: the upward probe. `new` is the limit the other
@@ -1044,6 +1069,9 @@ impl Gradient {
         let l = self.limit;
         let bound = w.max_inflight as f64 + 1.0 > l;
         let usable = w.samples >= MIN_SAMPLES && dur > 0 && w.drops == 0;
+        if self.dn_from > 0.0 {
+            return self.probe_down(now, dur, w, stat, usable);
+        }
         if self.up_from > 0.0 {
             // A probe is under way: wait until in-flight has risen, then decide.
             if !usable {
@@ -1096,6 +1124,23 @@ impl Gradient {
                 self.slow_start = self.cfg.slow_start;
                 return new.max(l);
             }
+            // Latency rose with in-flight, but clearly less than in proportion: the probe
+            // straddled the knee, so the lower point queued little, if at all. Its latency is
+            // then close to the dependency's own: a baseline below it is stale (a dependency
+            // that got slower). Back, with that baseline, and probe again at the usual pace.
+            let base = libm::exp(lo.log_mean());
+            let dn = libm::log(n_hi / n_lo);
+            if ds + se < UP_PARTIAL_ELASTICITY * dn && base > self.baseline {
+                self.baseline = base;
+                self.baseline_weight = lo.samples as f64;
+                self.clear_history();
+                self.m.rebaselines += 1;
+                self.up_wait = UP_WAIT_NS;
+                self.up_next_at = now.saturating_add(self.up_wait);
+                self.up_fail_from = back as f32;
+                self.up_flat = 0.0;
+                return back;
+            }
             // Latency rose with in-flight: a knee. Back, and wait longer next time.
             self.up_wait = (self.up_wait.saturating_mul(2)).min(UP_WAIT_MAX_NS);
             self.up_next_at = now.saturating_add(self.up_wait);
@@ -1104,8 +1149,9 @@ impl Gradient {
             return back;
         }
         let quiet = self.intrinsic <= 0.0 && self.recall <= 0.0 && self.ep_ref_windows == 0;
-        if !usable || !bound || far || self.slow_start || !quiet {
+        if !usable || !bound || self.slow_start || !quiet {
             self.up_pool = UpPool::default();
+            self.dn_acc = UpPool::default();
             return new;
         }
         // A failed probe located a knee near where it started. Once the limit has sunk
@@ -1117,23 +1163,51 @@ impl Gradient {
             self.up_wait = UP_WAIT_NS;
             self.up_next_at = now;
         }
-        // The pool forgets its older half once it holds twice what a probe needs, so it
-        // stays the current operating point while the limit drifts.
-        if self.up_pool.windows >= 2 * UP_POOL_WINDOWS
-            && self.up_pool.samples >= 2.0 * UP_POOL_SAMPLES
-        {
-            let p = &mut self.up_pool;
-            p.inflight *= 0.5;
-            p.samples *= 0.5;
-            p.log_stat *= 0.5;
-            p.windows /= 2;
-        }
         let n = w.samples as f32;
         let inflight = (w.samples as f64 * w.avg_ns as f64 / dur as f64) as f32;
-        self.up_pool.inflight += inflight * n;
-        self.up_pool.samples += n;
-        self.up_pool.log_stat += n * libm::log(stat) as f32;
-        self.up_pool.windows = self.up_pool.windows.saturating_add(1);
+        // Downward probe: does a point that reads as congested hold a queue of ours? Not
+        // in the first seconds: the first baseline has its own checks (warm start, flat
+        // test, one-in-flight windows).
+        if self.dn_next_at == 0 {
+            self.dn_next_at = now.saturating_add(UP_WAIT_NS);
+        }
+        // A window whose latency differs from the pool's beyond noise (3 SE) marks a change
+        // of the dependency (a capacity loss, say): the pool restarts from it, or it would
+        // blend the two and read the new latency as "did not fall".
+        let sigma = self.sigma as f64;
+        if self.dn_acc.windows > 0 {
+            let (se_w, se_p) =
+                (median_se(sigma, n as f64), median_se(sigma, self.dn_acc.samples as f64));
+            let d = libm::log(stat) - self.dn_acc.log_mean();
+            if libm::fabs(d) > 3.0 * libm::sqrt(se_w * se_w + se_p * se_p) {
+                self.dn_acc = UpPool::default();
+            }
+        }
+        pool_add(&mut self.dn_acc, inflight, n, stat);
+        // Above the latency at which the limit holds still (`g = 1 − headroom/sqrt(L)`):
+        // the limit is sinking, so a stale baseline would drag it down for good.
+        let g_eq = (1.0 - self.cfg.headroom * headroom(l) / l.max(1.0)).max(MIN_GRADIENT);
+        let knee = libm::log(self.baseline * (1.0 + self.cfg.buffer) / libm::sqrt(g_eq));
+        let acc = self.dn_acc;
+        if acc.samples >= UP_POOL_SAMPLES
+            && acc.windows >= UP_POOL_WINDOWS
+            && now >= self.dn_next_at
+            && acc.log_mean() > knee + 2.0 * median_se(sigma, acc.samples as f64)
+            && l / UP_SPAN >= 1.0
+        {
+            self.dn_from = l as f32;
+            self.dn_ref = acc;
+            self.dn_pool = UpPool::default();
+            self.dn_windows = 0;
+            self.dn_acc = UpPool::default();
+            self.up_pool = UpPool::default();
+            return l / UP_SPAN;
+        }
+        if far {
+            self.up_pool = UpPool::default();
+            return new;
+        }
+        pool_add(&mut self.up_pool, inflight, n, stat);
         if self.up_pool.samples >= UP_POOL_SAMPLES
             && self.up_pool.windows >= UP_POOL_WINDOWS
             && now >= self.up_next_at
@@ -1143,6 +1217,71 @@ impl Gradient {
             return new.max((l * UP_SPAN).max(l + 1.0));
         }
         new
+    }
+
+    /// The downward probe under way (step 9): the first window after the cut still answers
+    /// requests admitted before it and is skipped; then at least 2 windows and 100 samples
+    /// at the lower point decide. Latency that did not fall with in-flight (elasticity
+    /// below FLAT_ELASTICITY, beyond two standard errors) is not our queue: the baseline
+    /// becomes the lower point's latency. Either way the limit returns to where it was.
+    fn probe_down(&mut self, now: u64, dur: u64, w: &Window, stat: f64, usable: bool) -> f64 {
+        let back = self.dn_from as f64;
+        let cut = self.limit;
+        self.dn_windows = self.dn_windows.saturating_add(1);
+        if !usable {
+            self.reset_up();
+            self.dn_wait = (self.dn_wait.saturating_mul(2)).min(UP_WAIT_MAX_NS);
+            self.dn_next_at = now.saturating_add(self.dn_wait);
+            return back;
+        }
+        if self.dn_windows == 1 {
+            return cut;
+        }
+        let n = w.samples as f32;
+        let inflight = (w.samples as f64 * w.avg_ns as f64 / dur as f64) as f32;
+        self.dn_pool.inflight += inflight * n;
+        self.dn_pool.samples += n;
+        self.dn_pool.log_stat += n * libm::log(stat) as f32;
+        self.dn_pool.windows = self.dn_pool.windows.saturating_add(1);
+        if (self.dn_pool.windows < 2 || self.dn_pool.samples < 100.0) && self.dn_windows < 6 {
+            return cut;
+        }
+        let (hi, lo) = (self.dn_ref, self.dn_pool);
+        let (n_hi, n_lo) = (hi.mean_inflight(), lo.mean_inflight());
+        self.reset_up();
+        if n_lo * UP_MIN_SPAN > n_hi || lo.samples < MIN_SAMPLES as f32 {
+            // In-flight did not fall (demand, not the limit, set it): nothing learned.
+            self.dn_wait = (self.dn_wait.saturating_mul(2)).min(UP_WAIT_MAX_NS);
+            self.dn_next_at = now.saturating_add(self.dn_wait);
+            return back;
+        }
+        let sigma = self.sigma as f64;
+        let (se_hi, se_lo) =
+            (median_se(sigma, hi.samples as f64), median_se(sigma, lo.samples as f64));
+        let se = libm::sqrt(se_hi * se_hi + se_lo * se_lo);
+        let fell = hi.log_mean() - lo.log_mean();
+        let dn = libm::log(n_hi / n_lo);
+        if fell <= FLAT_ELASTICITY * dn + 2.0 * se {
+            let base = libm::exp(lo.log_mean());
+            // A baseline that moved by more than the buffer was stale: look again soon (a
+            // dependency that keeps getting slower). Otherwise, as after a queue of ours.
+            let moved = base > self.baseline * (1.0 + self.cfg.buffer);
+            if base > self.baseline {
+                self.baseline = base;
+                self.baseline_weight = lo.samples as f64;
+                self.clear_history();
+                self.m.rebaselines += 1;
+            }
+            self.dn_wait = if moved {
+                UP_WAIT_NS
+            } else {
+                (self.dn_wait.saturating_mul(2)).min(UP_WAIT_MAX_NS)
+            };
+        } else {
+            self.dn_wait = (self.dn_wait.saturating_mul(2)).min(UP_WAIT_MAX_NS);
+        }
+        self.dn_next_at = now.saturating_add(self.dn_wait);
+        back
     }
 
     /// A window without a back-off moves the intrinsic share towards its own (at most up to
@@ -1157,6 +1296,22 @@ impl Gradient {
         // Gone once it is a fraction of what the configured tolerance absorbs anyway.
         self.intrinsic = if p < 0.5 * self.cfg.drop_tolerance { 0.0 } else { p as f32 };
     }
+}
+
+/// Adds a window (mean in-flight, samples, statistic) to a probe pool. The pool forgets its
+/// older half once it holds twice what a probe needs, so it stays the current operating
+/// point while the limit drifts.
+fn pool_add(p: &mut UpPool, inflight: f32, n: f32, stat: f64) {
+    if p.windows >= 2 * UP_POOL_WINDOWS && p.samples >= 2.0 * UP_POOL_SAMPLES {
+        p.inflight *= 0.5;
+        p.samples *= 0.5;
+        p.log_stat *= 0.5;
+        p.windows /= 2;
+    }
+    p.inflight += inflight * n;
+    p.samples += n;
+    p.log_stat += n * libm::log(stat) as f32;
+    p.windows = p.windows.saturating_add(1);
 }
 
 /// A compact time stamp: milliseconds, wrapping every 49.7 days. Stamps are only compared
@@ -1384,6 +1539,15 @@ impl Algorithm for Gradient {
         }
         // 10. Clamp.
         self.limit = self.clamp(new);
+        #[cfg(feature = "std")]
+        {
+            extern crate std;
+            if std::env::var_os("SG_DBG").is_some() {
+                std::eprintln!("DBG t={:.2} L={:.1} B={:.2} S={:.2} cong={} far={} mi={} n={} d={} pool={}/{:.0} upf={:.1} flat={:.1} ss={} rec={:.1}",
+                    now as f64/1e9, self.limit, self.baseline/1e6, stat/1e6, congested, far, w.max_inflight, w.samples, w.drops,
+                    self.up_pool.windows, self.up_pool.samples, self.up_from, self.up_flat, self.slow_start, self.recall);
+            }
+        }
         if self.limit >= self.recall as f64 {
             self.recall = 0.0;
             self.recalling = false;
@@ -1529,7 +1693,10 @@ mod tests {
         p.run(&mut g, 30);
         let b = g.baseline_ns() as f64 / MS as f64;
         assert!((9.5..=11.0).contains(&b), "baseline {b} ms");
-        let l = g.limit();
+        // The median of the next 10 windows (a downward probe is a short transient).
+        let mut next: Vec<f64> = (0..10).map(|_| p.run(&mut g, 1)).collect();
+        next.sort_by(f64::total_cmp);
+        let l = next[5];
         assert!((16.0..=equilibrium_high(16.0)).contains(&l), "{l}");
     }
 
