@@ -482,12 +482,22 @@ struct Probe {
 ///    probe waits twice as long (4 s, doubling to 64 s), so a limit at a real knee pays
 ///    one short probe a minute. Once the limit has sunk 1.2× below where a probe last
 ///    failed, that knee says nothing about the new level and the next probe need not wait.
-///    Windows read as congested, but not far beyond noise (4 SE), still pool: a dependency
-///    that keeps getting slower reads each slower second as congestion against a stale
-///    baseline, and the probe is what finds that latency no longer follows in-flight. The
-///    pool forgets its older half once it holds twice what a probe needs. After a probe or
-///    a flat-test pair found latency flat up to a limit, for 8 s windows at or below it
-///    may move the baseline at a binding limit (a moving average over 2,000 samples). Without it, a baseline learned low (a small first window of
+///    Windows read as congested, but not far beyond noise (4 SE), still pool; the pool
+///    forgets its older half once it holds twice what a probe needs.
+///
+///    **Downward probe** (the same question from the other side). A dependency that keeps
+///    getting slower (a slow leak) reads each slower second as congestion against a stale
+///    baseline, and the limit sinks below what the dependency serves. So every bound,
+///    drop-free window also joins a second pool (restarted when a window's latency differs
+///    from it beyond 3 SE: the dependency changed, say lost capacity). When that pool's
+///    latency is beyond the one at which the limit holds still (`B·(1 + buffer)/sqrt(g_eq)`,
+///    `g_eq = 1 − headroom/sqrt(L)`, plus 2 SE), over 5 windows and 300 samples, the limit
+///    is cut by 1.3× for a few windows (the first is skipped: it answers requests admitted
+///    before the cut; then 2 windows and 100 samples). Latency that did not fall with
+///    in-flight (elasticity below `span^0.2`, beyond 2 SE) is not our queue: the baseline
+///    becomes the lower point's. Either way the limit returns. A baseline that moved by more
+///    than `buffer` is checked again after 4 s; otherwise the wait doubles up to 64 s, and
+///    the first probe waits 4 s after the first bound window. Without it, a baseline learned low (a small first window of
 ///    a long tail) made every later window read as congested, and a limit of 1 could never
 ///    show the in-flight spread the flat test needs: the limit stayed at 1 for good.
 ///    Also: a window with at most one request in flight holds no queue of ours, so it may
@@ -557,10 +567,6 @@ pub struct Gradient {
     up_next_at: u64,
     /// The limit a probe last failed from (0: none since the last success).
     up_fail_from: f32,
-    /// The limit the last successful probe found latency flat up to (0: none), and until
-    /// when that finding is trusted.
-    up_flat: f32,
-    up_flat_until: u64,
     /// Downward probe: the limit to return to (0: none under way), windows since the cut,
     /// the pooled point before the cut and the pooled point after it.
     dn_from: f32,
@@ -625,8 +631,6 @@ impl Gradient {
             up_wait: UP_WAIT_NS,
             up_next_at: 0,
             up_fail_from: 0.0,
-            up_flat: 0.0,
-            up_flat_until: 0,
             dn_from: 0.0,
             dn_windows: 0,
             dn_ref: UpPool::default(),
@@ -766,10 +770,7 @@ impl Gradient {
         // One request in flight cannot queue behind another of ours: such a window shows
         // the dependency's own latency, whatever the limit.
         let alone = w.max_inflight <= 1;
-        // Below the level a recent upward probe found flat, the dependency does not queue.
-        let proven =
-            self.up_flat > 0.0 && now < self.up_flat_until && w.max_inflight as f32 <= self.up_flat;
-        let queued = bound && w.max_inflight as f32 > self.flat_upto && !alone && !proven;
+        let queued = bound && w.max_inflight as f32 > self.flat_upto && !alone;
         if self.baseline <= 0.0 {
             self.baseline = stat;
             self.baseline_weight = n;
@@ -827,7 +828,7 @@ impl Gradient {
                 self.m.rebaselines += 1;
             } else if !below
                 && diff <= 2.0 * se
-                && (self.baseline_weight < BASELINE_SAMPLES || (proven && bound))
+                && self.baseline_weight < BASELINE_SAMPLES
                 && !queued
             {
                 // Indistinguishable, and no queue of our making (slow start, the limit was
@@ -837,10 +838,6 @@ impl Gradient {
                 // BASELINE_SAMPLES are in, the estimate freezes.
                 self.baseline += (stat - self.baseline) * n / (self.baseline_weight + n);
                 self.baseline_weight += n;
-                if proven && bound {
-                    // A moving average over the last BASELINE_SAMPLES: it follows a drift.
-                    self.baseline_weight = self.baseline_weight.min(BASELINE_SAMPLES);
-                }
                 if self.base_inflight > 0.0 {
                     self.base_inflight = self.base_inflight.min(w.max_inflight as f32);
                 }
@@ -912,10 +909,6 @@ impl Gradient {
                 self.baseline = libm::exp(mean).min(lo_s);
                 self.baseline_weight = wl + wh;
                 self.resume_at = (hi_n + self.cfg.headroom * headroom(hi_n)) as f32;
-                // As after an upward probe that found latency flat: up to there, windows may
-                // move the baseline at a binding limit for a while.
-                self.up_flat = self.resume_at;
-                self.up_flat_until = self.last_at.saturating_add(2 * UP_WAIT_NS);
                 self.m.rebaselines += 1;
                 self.clear_history();
                 return;
@@ -965,7 +958,6 @@ impl Gradient {
         self.intrinsic = 0.0;
         self.intrinsic_cap = 0.0;
         self.flat_upto = 0.0;
-        self.up_flat = 0.0;
     }
 
     /// Probe-free: folds a window into the back-off episode (state machine step 2). `start`:
@@ -1113,12 +1105,6 @@ impl Gradient {
                 self.up_wait = UP_WAIT_NS;
                 self.up_next_at = now.saturating_add(self.up_wait);
                 self.up_fail_from = 0.0;
-                // Up to the probed limit the dependency does not queue: for a while, windows
-                // there may move the baseline at a binding limit (so it follows a dependency
-                // that keeps getting slower, instead of reading each slower second as
-                // congestion).
-                self.up_flat = l as f32;
-                self.up_flat_until = now.saturating_add(2 * UP_WAIT_NS);
                 // Nothing is known about the load above: find it fast (slow start ends at
                 // the first congested window).
                 self.slow_start = self.cfg.slow_start;
@@ -1138,14 +1124,12 @@ impl Gradient {
                 self.up_wait = UP_WAIT_NS;
                 self.up_next_at = now.saturating_add(self.up_wait);
                 self.up_fail_from = back as f32;
-                self.up_flat = 0.0;
                 return back;
             }
             // Latency rose with in-flight: a knee. Back, and wait longer next time.
             self.up_wait = (self.up_wait.saturating_mul(2)).min(UP_WAIT_MAX_NS);
             self.up_next_at = now.saturating_add(self.up_wait);
             self.up_fail_from = back as f32;
-            self.up_flat = 0.0;
             return back;
         }
         let quiet = self.intrinsic <= 0.0 && self.recall <= 0.0 && self.ep_ref_windows == 0;
@@ -1539,15 +1523,6 @@ impl Algorithm for Gradient {
         }
         // 10. Clamp.
         self.limit = self.clamp(new);
-        #[cfg(feature = "std")]
-        {
-            extern crate std;
-            if std::env::var_os("SG_DBG").is_some() {
-                std::eprintln!("DBG t={:.2} L={:.1} B={:.2} S={:.2} cong={} far={} mi={} n={} d={} pool={}/{:.0} upf={:.1} flat={:.1} ss={} rec={:.1}",
-                    now as f64/1e9, self.limit, self.baseline/1e6, stat/1e6, congested, far, w.max_inflight, w.samples, w.drops,
-                    self.up_pool.windows, self.up_pool.samples, self.up_from, self.up_flat, self.slow_start, self.recall);
-            }
-        }
         if self.limit >= self.recall as f64 {
             self.recall = 0.0;
             self.recalling = false;
