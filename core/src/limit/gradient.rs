@@ -1660,6 +1660,30 @@ mod tests {
     }
 
     #[test]
+    fn a_dependency_that_keeps_getting_slower_keeps_its_concurrency() {
+        // A slow leak: the service time grows by 1/30 of the base every second (3x after a
+        // minute), the 16 slots stay. Each slower second reads as congestion against the
+        // baseline; without a check of whether the latency is our queue, the limit sinks
+        // below the slots and the dependency idles.
+        let mut g = Gradient::new(GradientConfig::default()).unwrap();
+        let mut p = overloaded(16.0, 10.0);
+        p.run(&mut g, 100);
+        let mut lows = Vec::new();
+        for k in 0..600 {
+            p.service_ms = 10.0 * (1.0 + 2.0 * k as f64 / 600.0);
+            lows.push(p.run(&mut g, 1));
+        }
+        // The median limit of the last 40 s (probes are short transients) stays at the
+        // slots or above, and the baseline followed the dependency (30 ms at the end).
+        let mut last = lows[200..].to_vec();
+        last.sort_by(f64::total_cmp);
+        let median = last[last.len() / 2];
+        assert!(median >= 16.0, "median limit {median} ({:?})", g.metrics());
+        let b = g.baseline_ns() as f64 / MS as f64;
+        assert!(b >= 20.0, "baseline {b} ms ({:?})", g.metrics());
+    }
+
+    #[test]
     fn a_faster_dependency_lowers_the_baseline_at_once() {
         let mut g = Gradient::new(GradientConfig::default()).unwrap();
         let mut p = overloaded(16.0, 20.0);
