@@ -118,7 +118,8 @@ pub struct GradientConfig {
     /// A fixed baseline in ns (Envoy PinnedGradientController); `0` disables it.
     pub pinned_baseline_ns: u64,
     /// Multiplicative back-off on a window whose drops exceed `drop_tolerance`; `1` ignores
-    /// drops (Envoy). Deeper when most of the window dropped: `min(backoff, 1 − share/2)`.
+    /// drops (Envoy). Deeper when most of the window dropped and at least half the limit
+    /// was in flight: `min(backoff, 1 − share/2)`.
     /// Range `[0.1, 1]`.
     pub backoff: f64,
     /// Share of a window's outcomes that may be drops without a back-off. Range `[0, 0.999]`.
@@ -380,7 +381,8 @@ struct Probe {
 ///    while probing.
 /// 2. *Drops*: if drops exceed the window's allowance (`drop_tolerance` of its outcomes,
 ///    plus the intrinsic share below) and `backoff < 1`, then `L ×= min(backoff, 1 − d/2)`,
-///    `d` the window's drop share (a window of fewer than 10 outcomes counts as 10), and
+///    `d` the window's drop share (a window of fewer than 10 outcomes counts as 10; a limit
+///    more than twice the window's most in flight takes `backoff` only), and
 ///    nothing else happens this window: 10% for a stray timeout, a halving when every
 ///    outcome dropped (a dependency that lost three quarters of its capacity is followed
 ///    in about a second instead of three). Slow start ends unless the window is tiny (< 10 outcomes),
@@ -1409,13 +1411,13 @@ impl Algorithm for Gradient {
             // (TCP's multiplicative decrease): a dependency that just lost most of its
             // capacity times out nearly everything we send it, and 10% a window would keep
             // it queueing, and timing out, for seconds.
-            // Only a limit that binds (the window filled every whole permit) is cut deeper:
-            // cutting a limit far above what is in flight sheds nothing, and a deep cut of
-            // one (a relay whose callers time out because a tier below it slowed) would only
-            // race it down to a binding level before the episode test could see whether its
-            // drops respond to back-off.
+            // Only a limit that binds (the window held at least half of it in flight, the
+            // NCL Gradient's app-limited rule) is cut deeper: cutting a limit far above what
+            // is in flight sheds nothing, and a deep cut of one (a relay whose callers time
+            // out because a tier below it slowed) would only race it down to a binding
+            // level before the episode test could see whether its drops respond to back-off.
             let share = w.drops as f64 / total.max(MIN_SAMPLES as u64) as f64;
-            let binds = w.max_inflight as f64 + 1.0 > self.limit;
+            let binds = 2.0 * w.max_inflight as f64 + 1.0 > self.limit;
             let factor =
                 if binds { self.cfg.backoff.min(1.0 - 0.5 * share) } else { self.cfg.backoff };
             self.limit = self.clamp(self.limit * factor);
@@ -1741,7 +1743,7 @@ mod tests {
         };
         let l = g.update(&w(100 * MS, 100));
         assert!((l - 1000.0 * cfg.backoff).abs() < 1e-9, "{l}");
-        // Once it binds (every permit taken), the same window halves it.
+        // Once it binds (at least half of it in flight), the same window halves it.
         let l = g.update(&w(200 * MS, 900));
         assert!((l - 900.0 * 0.5).abs() < 1e-9, "{l}");
     }
