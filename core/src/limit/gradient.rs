@@ -1495,6 +1495,13 @@ impl Algorithm for Gradient {
         if new > l && used < self.cfg.app_limited_ratio * l && !reached {
             new = l;
         }
+        // A slow-start doubling needs the limit reached (RFC 7661: no growth of a window
+        // that is not in use): a burst to 80% of it at a modest load would otherwise double
+        // a limit that is already far above what the dependency serves, and a capacity
+        // loss then queues (and times out) everything admitted under it.
+        if self.slow_start && new > l && !reached && self.cfg.app_limited_ratio > 0.0 {
+            new = l;
+        }
         // 8. Recall (probe-free): after a cut, two windows in a row within `buffer` of the
         //    baseline at a binding limit double it back towards the limit it had before;
         //    a congested window after such a doubling ends the recall.
