@@ -146,7 +146,8 @@ impl Default for GradientConfig {
     /// **Warm-up.** The limit starts at 20 (Netflix concurrency-limits' initial limit), so a
     /// freshly started service admits a modest load at once instead of refusing, or
     /// queueing and CoDel-sloughing, all but one request of its first second. Slow start
-    /// then doubles it per window (100 ms at least) while latency stays at the baseline.
+    /// then doubles it per window (100 ms at least) while latency stays at the baseline and
+    /// the window took every permit.
     /// If every window the first baseline came from filled those 20 permits, the
     /// dependency may have been queueing already: when slow start ends, the limit drains
     /// once to an eighth of that and the baseline is learned again. A service that expects
@@ -462,7 +463,10 @@ struct Probe {
 /// 6. *Slow start*: the limit doubles until a window's `S` is clearly (2 SE of the window
 ///    and of the baseline together) above `B·(1 + buffer)` in two windows in a row (or one
 ///    beyond 4 SE), or drops (two or more in a window) end it. Otherwise the smoothed step
-///    applies.
+///    applies. A doubling needs the window to have reached the limit (every whole permit
+///    taken; RFC 7661's rule for a window not in use), so a burst at a modest load does not
+///    double a limit already far above what the dependency serves (with the app-limited
+///    guard off, `app_limited_ratio = 0`, it doubles regardless).
 /// 7. *App-limited guard*: no growth while the window's `max_inflight < app_limited_ratio · L`,
 ///    unless it reached every whole permit (`max_inflight + 1 > L`: a limiter admits `⌊L⌋`).
 /// 8. *Recall* (probe-free): the limit before a cut is remembered, with the baseline of
@@ -1753,6 +1757,30 @@ mod tests {
         // Once it binds (at least half of it in flight), the same window halves it.
         let l = g.update(&w(200 * MS, 900));
         assert!((l - 900.0 * 0.5).abs() < 1e-9, "{l}");
+    }
+
+    #[test]
+    fn slow_start_doubles_only_a_limit_that_was_reached() {
+        // 75% of a 16-slot dependency under the initial limit of 20: a burst to 17 in
+        // flight (above 80% of the limit) used to double it to 40, then to 80, far above
+        // what the dependency serves; a capacity loss then queued everything admitted.
+        let mut g = Gradient::new(GradientConfig::default()).unwrap();
+        let w = |now, inflight| Window {
+            now,
+            samples: 100,
+            drops: 0,
+            avg_ns: 10 * MS,
+            min_ns: 5 * MS,
+            p50_ns: 10 * MS,
+            p90_ns: 13 * MS,
+            p99_ns: 20 * MS,
+            max_inflight: inflight,
+            inflight,
+        };
+        assert_eq!(g.update(&w(100 * MS, 17)), 20.0);
+        assert!(g.metrics().slow_start);
+        // Every permit taken: it doubles.
+        assert_eq!(g.update(&w(200 * MS, 20)), 40.0);
     }
 
     #[test]
