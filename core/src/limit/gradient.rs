@@ -465,8 +465,10 @@ struct Probe {
 ///    beyond 4 SE), or drops (two or more in a window) end it. Otherwise the smoothed step
 ///    applies. A doubling needs the window to have reached the limit (every whole permit
 ///    taken; RFC 7661's rule for a window not in use), so a burst at a modest load does not
-///    double a limit already far above what the dependency serves (with the app-limited
-///    guard off, `app_limited_ratio = 0`, it doubles regardless).
+///    double a limit already far above what the dependency serves, and waits one window
+///    when the window's most in flight rose 1.5× over the previous one's (a capacity loss
+///    queues at once; the latency of the answers shows it a window later). With the
+///    app-limited guard off (`app_limited_ratio = 0`) it doubles regardless.
 /// 7. *App-limited guard*: no growth while the window's `max_inflight < app_limited_ratio · L`,
 ///    unless it reached every whole permit (`max_inflight + 1 > L`: a limiter admits `⌊L⌋`).
 /// 8. *Recall* (probe-free): the limit before a cut is remembered, with the baseline of
@@ -559,6 +561,8 @@ pub struct Gradient {
     above_run: u8,
     /// The previous window was congested during slow start.
     ss_congested: bool,
+    /// The previous window's most in flight (slow start's jump check).
+    prev_inflight: u32,
     /// The least in-flight of the windows the first baseline was learned from (0: none
     /// pending; checked once, when slow start ends).
     base_inflight: f32,
@@ -629,6 +633,7 @@ impl Gradient {
             below_run: 0,
             above_run: 0,
             ss_congested: false,
+            prev_inflight: 0,
             base_inflight: 0.0,
             warm_checked: false,
             up_pool: UpPool::default(),
@@ -1346,6 +1351,7 @@ impl Algorithm for Gradient {
 
     fn update(&mut self, w: &Window) -> f64 {
         let now = self.clock.observe(w.now);
+        let prev_inflight = core::mem::replace(&mut self.prev_inflight, w.max_inflight);
         // The window's length, if known: after a gap longer than the flat test's horizon the
         // previous close says nothing about this window, and the history is stale.
         let mut dur = if self.last_at > 0 { now - self.last_at } else { 0 };
@@ -1504,6 +1510,14 @@ impl Algorithm for Gradient {
         // a limit that is already far above what the dependency serves, and a capacity
         // loss then queues (and times out) everything admitted under it.
         if self.slow_start && new > l && !reached && self.cfg.app_limited_ratio > 0.0 {
+            new = l;
+        }
+        // Nor does a window whose in-flight rose 1.5× at once double the limit: a
+        // dependency that just lost capacity queues what it used to serve, and the latency
+        // of this window's answers (admitted before) does not show it yet. One window
+        // waits; the next shows the latency.
+        let jumped = prev_inflight > 0 && 2 * w.max_inflight > 3 * prev_inflight;
+        if self.slow_start && new > l && jumped && self.cfg.app_limited_ratio > 0.0 {
             new = l;
         }
         // 8. Recall (probe-free): after a cut, two windows in a row within `buffer` of the
@@ -1781,6 +1795,13 @@ mod tests {
         assert!(g.metrics().slow_start);
         // Every permit taken: it doubles.
         assert_eq!(g.update(&w(200 * MS, 20)), 40.0);
+        // At 13 in flight, then every permit at once (a capacity loss queues what the
+        // dependency served; this window's answers predate it): one window waits.
+        assert_eq!(g.update(&w(300 * MS, 13)), 40.0);
+        assert_eq!(g.update(&w(400 * MS, 40)), 40.0);
+        assert!(g.metrics().slow_start);
+        // Still every permit, without the jump: it doubles.
+        assert_eq!(g.update(&w(500 * MS, 40)), 80.0);
     }
 
     #[test]
