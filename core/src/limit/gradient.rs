@@ -561,8 +561,10 @@ pub struct Gradient {
     above_run: u8,
     /// The previous window was congested during slow start.
     ss_congested: bool,
-    /// The previous window's most in flight (slow start's jump check).
+    /// The previous window's most in flight and the limit in force during it (slow
+    /// start's jump check).
     prev_inflight: u32,
+    prev_limit: f64,
     /// The least in-flight of the windows the first baseline was learned from (0: none
     /// pending; checked once, when slow start ends).
     base_inflight: f32,
@@ -634,6 +636,7 @@ impl Gradient {
             above_run: 0,
             ss_congested: false,
             prev_inflight: 0,
+            prev_limit: 0.0,
             base_inflight: 0.0,
             warm_checked: false,
             up_pool: UpPool::default(),
@@ -1352,6 +1355,7 @@ impl Algorithm for Gradient {
     fn update(&mut self, w: &Window) -> f64 {
         let now = self.clock.observe(w.now);
         let prev_inflight = core::mem::replace(&mut self.prev_inflight, w.max_inflight);
+        let prev_limit = core::mem::replace(&mut self.prev_limit, self.limit);
         // The window's length, if known: after a gap longer than the flat test's horizon the
         // previous close says nothing about this window, and the history is stale.
         let mut dur = if self.last_at > 0 { now - self.last_at } else { 0 };
@@ -1516,7 +1520,9 @@ impl Algorithm for Gradient {
         // dependency that just lost capacity queues what it used to serve, and the latency
         // of this window's answers (admitted before) does not show it yet. One window
         // waits; the next shows the latency.
-        let jumped = prev_inflight > 0 && 2 * w.max_inflight > 3 * prev_inflight;
+        // (A rise that follows a doubling of a limit the previous window reached is ours.)
+        let prev_reached = prev_inflight as f64 + 1.0 > prev_limit;
+        let jumped = prev_inflight > 0 && !prev_reached && 2 * w.max_inflight > 3 * prev_inflight;
         if self.slow_start && new > l && jumped && self.cfg.app_limited_ratio > 0.0 {
             new = l;
         }
