@@ -534,7 +534,7 @@ struct Probe {
 ///
 /// Progress: not shared (`&mut self`; the [`Limiter`](crate::Limiter) folds windows from one
 /// CAS winner). Cost per window: a constant number of float operations, plus a scan of
-/// 8 history points. No allocation; the state is a fixed ~570 bytes. Sources: Envoy
+/// 8 history points. No allocation; the state is a fixed ~660 bytes. Sources: Envoy
 /// `gradient_controller.cc` and `pinned_gradient_controller.cc`;
 /// probe-free baseline, our design; the episode
 /// test and the recall are our design, tuned on `core/tests/convergence.rs` (a dependency
