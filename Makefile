@@ -172,8 +172,8 @@ pytest-sweep:
 	cd bindings-python && SG_SWEEP_EXAMPLES=$(SG_SWEEP_EXAMPLES) SG_SWEEP_RANDOM=1 \
 	  ../$(VENV)/bin/python -X faulthandler -m pytest -q -p no:cacheprovider tests/test_sweep.py
 
-# The limit algorithms' robustness sweep: every algorithm on nine closed-loop scenarios
-# (five it was tuned on, four it was not), 200 seeds each; a min / median table and the
+# The limit algorithms' robustness sweep: every algorithm on ten closed-loop scenarios
+# (five it was tuned on, five it was not), 200 seeds each; a min / median table and the
 # goals. SWEEP_SEEDS / SWEEP_THREADS override. A 10-seed slice runs in `make unit`
 # (sim/tests/sweep.rs).
 SWEEP_SEEDS ?= 200

@@ -79,3 +79,21 @@ fn gradient2_alone_on_the_busy_but_useless_server() {
         assert!(g2.mean_limit < 0.8 * 64.0, "seed {seed}: gradient2 {g2:?}");
     }
 }
+
+/// A slow leak: the dependency's service time grows by 1/30 of the base every second for a
+/// minute (3x, capacity to 33%), its 16 slots stay. Each slower second read as congestion
+/// against a stale baseline, and the limit sank below the slots (87.8-90.0% of the
+/// capacity on seeds 1-4); a downward probe (does latency fall when in-flight does?)
+/// re-learns the baseline when it does not, 92.6% or more on the same seeds.
+#[test]
+fn a_slow_leak_keeps_the_slots_busy() {
+    use surgeguard_sim::closed_loop::{run, score, Real};
+
+    let algo = algorithms().into_iter().find(|a| a.name == DEFAULT).expect("the default");
+    for seed in 1..=4 {
+        let s = scenarios::slow_leak(seed);
+        let r = run(&s, &mut Real::new(algo.config.expect("adaptive")));
+        let sc = score(&s, &r, algo.floor);
+        assert!(sc.goodput >= 91.5, "seed {seed}: {:.1}% of the capacity", sc.goodput);
+    }
+}

@@ -57,6 +57,9 @@ const UP_POOL_WINDOWS: u8 = 5;
 const UP_WAIT_NS: u64 = 4 * SEC;
 const UP_WAIT_MAX_NS: u64 = 64 * SEC;
 const UP_PROBE_WINDOWS: u8 = 3;
+// A probe whose latency rose by less than this elasticity (beyond one standard error)
+// straddled the knee: the lower point queued little.
+const UP_PARTIAL_ELASTICITY: f64 = 0.7;
 
 // Drops that do not respond to back-off (our design; constants tuned
 // in convergence.rs). A back-off episode pools the windows from where it began until
@@ -115,7 +118,8 @@ pub struct GradientConfig {
     /// A fixed baseline in ns (Envoy PinnedGradientController); `0` disables it.
     pub pinned_baseline_ns: u64,
     /// Multiplicative back-off on a window whose drops exceed `drop_tolerance`; `1` ignores
-    /// drops (Envoy). Deeper when most of the window dropped: `min(backoff, 1 − share/2)`.
+    /// drops (Envoy). Deeper when most of the window dropped and at least half the limit
+    /// was in flight: `min(backoff, 1 − share/2)`.
     /// Range `[0.1, 1]`.
     pub backoff: f64,
     /// Share of a window's outcomes that may be drops without a back-off. Range `[0, 0.999]`.
@@ -142,7 +146,8 @@ impl Default for GradientConfig {
     /// **Warm-up.** The limit starts at 20 (Netflix concurrency-limits' initial limit), so a
     /// freshly started service admits a modest load at once instead of refusing, or
     /// queueing and CoDel-sloughing, all but one request of its first second. Slow start
-    /// then doubles it per window (100 ms at least) while latency stays at the baseline.
+    /// then doubles it per window (100 ms at least) while latency stays at the baseline and
+    /// the window took every permit.
     /// If every window the first baseline came from filled those 20 permits, the
     /// dependency may have been queueing already: when slow start ends, the limit drains
     /// once to an eighth of that and the baseline is learned again. A service that expects
@@ -377,7 +382,8 @@ struct Probe {
 ///    while probing.
 /// 2. *Drops*: if drops exceed the window's allowance (`drop_tolerance` of its outcomes,
 ///    plus the intrinsic share below) and `backoff < 1`, then `L ×= min(backoff, 1 − d/2)`,
-///    `d` the window's drop share (a window of fewer than 10 outcomes counts as 10), and
+///    `d` the window's drop share (a window of fewer than 10 outcomes counts as 10; a limit
+///    more than twice the window's most in flight takes `backoff` only), and
 ///    nothing else happens this window: 10% for a stray timeout, a halving when every
 ///    outcome dropped (a dependency that lost three quarters of its capacity is followed
 ///    in about a second instead of three). Slow start ends unless the window is tiny (< 10 outcomes),
@@ -457,7 +463,12 @@ struct Probe {
 /// 6. *Slow start*: the limit doubles until a window's `S` is clearly (2 SE of the window
 ///    and of the baseline together) above `B·(1 + buffer)` in two windows in a row (or one
 ///    beyond 4 SE), or drops (two or more in a window) end it. Otherwise the smoothed step
-///    applies.
+///    applies. A doubling needs the window to have reached the limit (every whole permit
+///    taken; RFC 7661's rule for a window not in use), so a burst at a modest load does not
+///    double a limit already far above what the dependency serves, and waits one window
+///    when the window's most in flight rose 1.5× over the previous one's (a capacity loss
+///    queues at once; the latency of the answers shows it a window later). With the
+///    app-limited guard off (`app_limited_ratio = 0`) it doubles regardless.
 /// 7. *App-limited guard*: no growth while the window's `max_inflight < app_limited_ratio · L`,
 ///    unless it reached every whole permit (`max_inflight + 1 > L`: a limiter admits `⌊L⌋`).
 /// 8. *Recall* (probe-free): the limit before a cut is remembered, with the baseline of
@@ -477,7 +488,24 @@ struct Probe {
 ///    baseline is re-learned as the pooled lower point (if higher) and slow start resumes.
 ///    Otherwise (or on any drop) the limit returns to where the probe started and the next
 ///    probe waits twice as long (4 s, doubling to 64 s), so a limit at a real knee pays
-///    one short probe a minute. Without it, a baseline learned low (a small first window of
+///    one short probe a minute. Once the limit has sunk 1.2× below where a probe last
+///    failed, that knee says nothing about the new level and the next probe need not wait.
+///    Windows read as congested, but not far beyond noise (4 SE), still pool; the pool
+///    forgets its older half once it holds twice what a probe needs.
+///
+///    **Downward probe** (the same question from the other side). A dependency that keeps
+///    getting slower (a slow leak) reads each slower second as congestion against a stale
+///    baseline, and the limit sinks below what the dependency serves. So every bound,
+///    drop-free window also joins a second pool (restarted when a window's latency differs
+///    from it beyond 3 SE: the dependency changed, say lost capacity). When that pool's
+///    latency is beyond the one at which the limit holds still (`B·(1 + buffer)/sqrt(g_eq)`,
+///    `g_eq = 1 − headroom/sqrt(L)`, plus 2 SE), over 5 windows and 300 samples, the limit
+///    is cut by 1.3× for a few windows (the first is skipped: it answers requests admitted
+///    before the cut; then 2 windows and 100 samples). Latency that did not fall with
+///    in-flight (elasticity below `span^0.2`, beyond 2 SE) is not our queue: the baseline
+///    becomes the lower point's. Either way the limit returns. A baseline that moved by more
+///    than `buffer` is checked again after 4 s; otherwise the wait doubles up to 64 s, and
+///    the first probe waits 4 s after the first bound window. Without it, a baseline learned low (a small first window of
 ///    a long tail) made every later window read as congested, and a limit of 1 could never
 ///    show the in-flight spread the flat test needs: the limit stayed at 1 for good.
 ///    Also: a window with at most one request in flight holds no queue of ours, so it may
@@ -506,7 +534,7 @@ struct Probe {
 ///
 /// Progress: not shared (`&mut self`; the [`Limiter`](crate::Limiter) folds windows from one
 /// CAS winner). Cost per window: a constant number of float operations, plus a scan of
-/// 8 history points. No allocation; the state is a fixed ~570 bytes. Sources: Envoy
+/// 8 history points. No allocation; the state is a fixed ~660 bytes. Sources: Envoy
 /// `gradient_controller.cc` and `pinned_gradient_controller.cc`;
 /// probe-free baseline, our design; the episode
 /// test and the recall are our design, tuned on `core/tests/convergence.rs` (a dependency
@@ -533,6 +561,10 @@ pub struct Gradient {
     above_run: u8,
     /// The previous window was congested during slow start.
     ss_congested: bool,
+    /// The previous window's most in flight and the limit in force during it (slow
+    /// start's jump check).
+    prev_inflight: u32,
+    prev_limit: f64,
     /// The least in-flight of the windows the first baseline was learned from (0: none
     /// pending; checked once, when slow start ends).
     base_inflight: f32,
@@ -545,6 +577,19 @@ pub struct Gradient {
     up_windows: u8,
     up_wait: u64,
     up_next_at: u64,
+    /// The limit a probe last failed from (0: none since the last success).
+    up_fail_from: f32,
+    /// Downward probe: the limit to return to (0: none under way), windows since the cut,
+    /// the pooled point before the cut and the pooled point after it.
+    dn_from: f32,
+    dn_windows: u8,
+    dn_ref: UpPool,
+    dn_pool: UpPool,
+    /// Every bound, drop-free window pooled (congested or not), the wait after a downward
+    /// probe found our own queue, and when the next may start.
+    dn_acc: UpPool,
+    dn_wait: u64,
+    dn_next_at: u64,
     /// Windows pooled on each side of the back-off episode (`ep_ref` empty: none).
     ep_ref_windows: u8,
     ep_low_windows: u8,
@@ -590,6 +635,8 @@ impl Gradient {
             below_run: 0,
             above_run: 0,
             ss_congested: false,
+            prev_inflight: 0,
+            prev_limit: 0.0,
             base_inflight: 0.0,
             warm_checked: false,
             up_pool: UpPool::default(),
@@ -597,6 +644,14 @@ impl Gradient {
             up_windows: 0,
             up_wait: UP_WAIT_NS,
             up_next_at: 0,
+            up_fail_from: 0.0,
+            dn_from: 0.0,
+            dn_windows: 0,
+            dn_ref: UpPool::default(),
+            dn_pool: UpPool::default(),
+            dn_acc: UpPool::default(),
+            dn_wait: UP_WAIT_NS,
+            dn_next_at: 0,
             ep_ref_windows: 0,
             ep_low_windows: 0,
             resume_at: 0.0,
@@ -1008,22 +1063,21 @@ impl Gradient {
         self.up_pool = UpPool::default();
         self.up_from = 0.0;
         self.up_windows = 0;
+        self.dn_from = 0.0;
+        self.dn_windows = 0;
+        self.dn_pool = UpPool::default();
+        self.dn_acc = UpPool::default();
     }
 
     /// Probe-free, state machine step 9: the upward probe. `new` is the limit the other
     /// steps chose; returns the limit to apply.
-    fn probe_up(
-        &mut self,
-        now: u64,
-        dur: u64,
-        w: &Window,
-        stat: f64,
-        congested: bool,
-        new: f64,
-    ) -> f64 {
+    fn probe_up(&mut self, now: u64, dur: u64, w: &Window, stat: f64, far: bool, new: f64) -> f64 {
         let l = self.limit;
         let bound = w.max_inflight as f64 + 1.0 > l;
         let usable = w.samples >= MIN_SAMPLES && dur > 0 && w.drops == 0;
+        if self.dn_from > 0.0 {
+            return self.probe_down(now, dur, w, stat, usable);
+        }
         if self.up_from > 0.0 {
             // A probe is under way: wait until in-flight has risen, then decide.
             if !usable {
@@ -1064,27 +1118,94 @@ impl Gradient {
                 }
                 self.up_wait = UP_WAIT_NS;
                 self.up_next_at = now.saturating_add(self.up_wait);
+                self.up_fail_from = 0.0;
                 // Nothing is known about the load above: find it fast (slow start ends at
                 // the first congested window).
                 self.slow_start = self.cfg.slow_start;
                 return new.max(l);
             }
+            // Latency rose with in-flight, but clearly less than in proportion: the probe
+            // straddled the knee, so the lower point queued little, if at all. Its latency is
+            // then close to the dependency's own: a baseline below it is stale (a dependency
+            // that got slower). Back, with that baseline, and probe again at the usual pace.
+            let base = libm::exp(lo.log_mean());
+            let dn = libm::log(n_hi / n_lo);
+            if ds + se < UP_PARTIAL_ELASTICITY * dn && base > self.baseline {
+                self.baseline = base;
+                self.baseline_weight = lo.samples as f64;
+                self.clear_history();
+                self.m.rebaselines += 1;
+                self.up_wait = UP_WAIT_NS;
+                self.up_next_at = now.saturating_add(self.up_wait);
+                self.up_fail_from = back as f32;
+                return back;
+            }
             // Latency rose with in-flight: a knee. Back, and wait longer next time.
             self.up_wait = (self.up_wait.saturating_mul(2)).min(UP_WAIT_MAX_NS);
             self.up_next_at = now.saturating_add(self.up_wait);
+            self.up_fail_from = back as f32;
             return back;
         }
         let quiet = self.intrinsic <= 0.0 && self.recall <= 0.0 && self.ep_ref_windows == 0;
-        if !usable || !bound || congested || self.slow_start || !quiet {
+        if !usable || !bound || self.slow_start || !quiet {
             self.up_pool = UpPool::default();
+            self.dn_acc = UpPool::default();
             return new;
+        }
+        // A failed probe located a knee near where it started. Once the limit has sunk
+        // well below that (a dependency that keeps getting slower reads as congestion
+        // against a stale baseline, and the limit drifts down), that knee says nothing about
+        // this level: the next probe need not wait.
+        if self.up_fail_from > 0.0 && l * UP_MIN_SPAN < self.up_fail_from as f64 {
+            self.up_fail_from = 0.0;
+            self.up_wait = UP_WAIT_NS;
+            self.up_next_at = now;
         }
         let n = w.samples as f32;
         let inflight = (w.samples as f64 * w.avg_ns as f64 / dur as f64) as f32;
-        self.up_pool.inflight += inflight * n;
-        self.up_pool.samples += n;
-        self.up_pool.log_stat += n * libm::log(stat) as f32;
-        self.up_pool.windows = self.up_pool.windows.saturating_add(1);
+        // Downward probe: does a point that reads as congested hold a queue of ours? Not
+        // in the first seconds: the first baseline has its own checks (warm start, flat
+        // test, one-in-flight windows).
+        if self.dn_next_at == 0 {
+            self.dn_next_at = now.saturating_add(UP_WAIT_NS);
+        }
+        // A window whose latency differs from the pool's beyond noise (3 SE) marks a change
+        // of the dependency (a capacity loss, say): the pool restarts from it, or it would
+        // blend the two and read the new latency as "did not fall".
+        let sigma = self.sigma as f64;
+        if self.dn_acc.windows > 0 {
+            let (se_w, se_p) =
+                (median_se(sigma, n as f64), median_se(sigma, self.dn_acc.samples as f64));
+            let d = libm::log(stat) - self.dn_acc.log_mean();
+            if libm::fabs(d) > 3.0 * libm::sqrt(se_w * se_w + se_p * se_p) {
+                self.dn_acc = UpPool::default();
+            }
+        }
+        pool_add(&mut self.dn_acc, inflight, n, stat);
+        // Above the latency at which the limit holds still (`g = 1 − headroom/sqrt(L)`):
+        // the limit is sinking, so a stale baseline would drag it down for good.
+        let g_eq = (1.0 - self.cfg.headroom * headroom(l) / l.max(1.0)).max(MIN_GRADIENT);
+        let knee = libm::log(self.baseline * (1.0 + self.cfg.buffer) / libm::sqrt(g_eq));
+        let acc = self.dn_acc;
+        if acc.samples >= UP_POOL_SAMPLES
+            && acc.windows >= UP_POOL_WINDOWS
+            && now >= self.dn_next_at
+            && acc.log_mean() > knee + 2.0 * median_se(sigma, acc.samples as f64)
+            && l / UP_SPAN >= 1.0
+        {
+            self.dn_from = l as f32;
+            self.dn_ref = acc;
+            self.dn_pool = UpPool::default();
+            self.dn_windows = 0;
+            self.dn_acc = UpPool::default();
+            self.up_pool = UpPool::default();
+            return l / UP_SPAN;
+        }
+        if far {
+            self.up_pool = UpPool::default();
+            return new;
+        }
+        pool_add(&mut self.up_pool, inflight, n, stat);
         if self.up_pool.samples >= UP_POOL_SAMPLES
             && self.up_pool.windows >= UP_POOL_WINDOWS
             && now >= self.up_next_at
@@ -1094,6 +1215,71 @@ impl Gradient {
             return new.max((l * UP_SPAN).max(l + 1.0));
         }
         new
+    }
+
+    /// The downward probe under way (step 9): the first window after the cut still answers
+    /// requests admitted before it and is skipped; then at least 2 windows and 100 samples
+    /// at the lower point decide. Latency that did not fall with in-flight (elasticity
+    /// below FLAT_ELASTICITY, beyond two standard errors) is not our queue: the baseline
+    /// becomes the lower point's latency. Either way the limit returns to where it was.
+    fn probe_down(&mut self, now: u64, dur: u64, w: &Window, stat: f64, usable: bool) -> f64 {
+        let back = self.dn_from as f64;
+        let cut = self.limit;
+        self.dn_windows = self.dn_windows.saturating_add(1);
+        if !usable {
+            self.reset_up();
+            self.dn_wait = (self.dn_wait.saturating_mul(2)).min(UP_WAIT_MAX_NS);
+            self.dn_next_at = now.saturating_add(self.dn_wait);
+            return back;
+        }
+        if self.dn_windows == 1 {
+            return cut;
+        }
+        let n = w.samples as f32;
+        let inflight = (w.samples as f64 * w.avg_ns as f64 / dur as f64) as f32;
+        self.dn_pool.inflight += inflight * n;
+        self.dn_pool.samples += n;
+        self.dn_pool.log_stat += n * libm::log(stat) as f32;
+        self.dn_pool.windows = self.dn_pool.windows.saturating_add(1);
+        if (self.dn_pool.windows < 2 || self.dn_pool.samples < 100.0) && self.dn_windows < 6 {
+            return cut;
+        }
+        let (hi, lo) = (self.dn_ref, self.dn_pool);
+        let (n_hi, n_lo) = (hi.mean_inflight(), lo.mean_inflight());
+        self.reset_up();
+        if n_lo * UP_MIN_SPAN > n_hi || lo.samples < MIN_SAMPLES as f32 {
+            // In-flight did not fall (demand, not the limit, set it): nothing learned.
+            self.dn_wait = (self.dn_wait.saturating_mul(2)).min(UP_WAIT_MAX_NS);
+            self.dn_next_at = now.saturating_add(self.dn_wait);
+            return back;
+        }
+        let sigma = self.sigma as f64;
+        let (se_hi, se_lo) =
+            (median_se(sigma, hi.samples as f64), median_se(sigma, lo.samples as f64));
+        let se = libm::sqrt(se_hi * se_hi + se_lo * se_lo);
+        let fell = hi.log_mean() - lo.log_mean();
+        let dn = libm::log(n_hi / n_lo);
+        if fell <= FLAT_ELASTICITY * dn + 2.0 * se {
+            let base = libm::exp(lo.log_mean());
+            // A baseline that moved by more than the buffer was stale: look again soon (a
+            // dependency that keeps getting slower). Otherwise, as after a queue of ours.
+            let moved = base > self.baseline * (1.0 + self.cfg.buffer);
+            if base > self.baseline {
+                self.baseline = base;
+                self.baseline_weight = lo.samples as f64;
+                self.clear_history();
+                self.m.rebaselines += 1;
+            }
+            self.dn_wait = if moved {
+                UP_WAIT_NS
+            } else {
+                (self.dn_wait.saturating_mul(2)).min(UP_WAIT_MAX_NS)
+            };
+        } else {
+            self.dn_wait = (self.dn_wait.saturating_mul(2)).min(UP_WAIT_MAX_NS);
+        }
+        self.dn_next_at = now.saturating_add(self.dn_wait);
+        back
     }
 
     /// A window without a back-off moves the intrinsic share towards its own (at most up to
@@ -1108,6 +1294,22 @@ impl Gradient {
         // Gone once it is a fraction of what the configured tolerance absorbs anyway.
         self.intrinsic = if p < 0.5 * self.cfg.drop_tolerance { 0.0 } else { p as f32 };
     }
+}
+
+/// Adds a window (mean in-flight, samples, statistic) to a probe pool. The pool forgets its
+/// older half once it holds twice what a probe needs, so it stays the current operating
+/// point while the limit drifts.
+fn pool_add(p: &mut UpPool, inflight: f32, n: f32, stat: f64) {
+    if p.windows >= 2 * UP_POOL_WINDOWS && p.samples >= 2.0 * UP_POOL_SAMPLES {
+        p.inflight *= 0.5;
+        p.samples *= 0.5;
+        p.log_stat *= 0.5;
+        p.windows /= 2;
+    }
+    p.inflight += inflight * n;
+    p.samples += n;
+    p.log_stat += n * libm::log(stat) as f32;
+    p.windows = p.windows.saturating_add(1);
 }
 
 /// A compact time stamp: milliseconds, wrapping every 49.7 days. Stamps are only compared
@@ -1152,6 +1354,8 @@ impl Algorithm for Gradient {
 
     fn update(&mut self, w: &Window) -> f64 {
         let now = self.clock.observe(w.now);
+        let prev_inflight = core::mem::replace(&mut self.prev_inflight, w.max_inflight);
+        let prev_limit = core::mem::replace(&mut self.prev_limit, self.limit);
         // The window's length, if known: after a gap longer than the flat test's horizon the
         // previous close says nothing about this window, and the history is stale.
         let mut dur = if self.last_at > 0 { now - self.last_at } else { 0 };
@@ -1221,8 +1425,15 @@ impl Algorithm for Gradient {
             // (TCP's multiplicative decrease): a dependency that just lost most of its
             // capacity times out nearly everything we send it, and 10% a window would keep
             // it queueing, and timing out, for seconds.
+            // Only a limit that binds (the window held at least half of it in flight, the
+            // NCL Gradient's app-limited rule) is cut deeper: cutting a limit far above what
+            // is in flight sheds nothing, and a deep cut of one (a relay whose callers time
+            // out because a tier below it slowed) would only race it down to a binding
+            // level before the episode test could see whether its drops respond to back-off.
             let share = w.drops as f64 / total.max(MIN_SAMPLES as u64) as f64;
-            let factor = self.cfg.backoff.min(1.0 - 0.5 * share);
+            let binds = 2.0 * w.max_inflight as f64 + 1.0 > self.limit;
+            let factor =
+                if binds { self.cfg.backoff.min(1.0 - 0.5 * share) } else { self.cfg.backoff };
             self.limit = self.clamp(self.limit * factor);
             // A lone timeout is consistent with a long tail (a heavy-tailed dependency
             // times out a call now and then at any concurrency): it takes two.
@@ -1298,6 +1509,23 @@ impl Algorithm for Gradient {
         if new > l && used < self.cfg.app_limited_ratio * l && !reached {
             new = l;
         }
+        // A slow-start doubling needs the limit reached (RFC 7661: no growth of a window
+        // that is not in use): a burst to 80% of it at a modest load would otherwise double
+        // a limit that is already far above what the dependency serves, and a capacity
+        // loss then queues (and times out) everything admitted under it.
+        if self.slow_start && new > l && !reached && self.cfg.app_limited_ratio > 0.0 {
+            new = l;
+        }
+        // Nor does a window whose in-flight rose 1.5× at once double the limit: a
+        // dependency that just lost capacity queues what it used to serve, and the latency
+        // of this window's answers (admitted before) does not show it yet. One window
+        // waits; the next shows the latency.
+        // (A rise that follows a doubling of a limit the previous window reached is ours.)
+        let prev_reached = prev_inflight as f64 + 1.0 > prev_limit;
+        let jumped = prev_inflight > 0 && !prev_reached && 2 * w.max_inflight > 3 * prev_inflight;
+        if self.slow_start && new > l && jumped && self.cfg.app_limited_ratio > 0.0 {
+            new = l;
+        }
         // 8. Recall (probe-free): after a cut, two windows in a row within `buffer` of the
         //    baseline at a binding limit double it back towards the limit it had before;
         //    a congested window after such a doubling ends the recall.
@@ -1324,7 +1552,7 @@ impl Algorithm for Gradient {
         // 9. Upward probe (probe-free): a bound limit with no drops must not be an
         //    absorbing state below what the dependency handles.
         if self.probe_free() {
-            new = self.probe_up(now, dur, w, stat, congested, new);
+            new = self.probe_up(now, dur, w, stat, far, new);
         }
         // 10. Clamp.
         self.limit = self.clamp(new);
@@ -1413,7 +1641,13 @@ mod tests {
     fn settles_just_above_the_knee() {
         for slots in [4.0, 16.0, 100.0, 500.0] {
             let mut g = Gradient::new(GradientConfig::default()).unwrap();
-            let l = overloaded(slots, 10.0).run(&mut g, 300);
+            let mut p = overloaded(slots, 10.0);
+            p.run(&mut g, 250);
+            // The median limit of the last 50 windows: an upward probe (one window at 1.3×,
+            // then back) is a transient by design.
+            let mut last: Vec<f64> = (0..50).map(|_| p.run(&mut g, 1)).collect();
+            last.sort_by(f64::total_cmp);
+            let l = last[25];
             // Equilibrium: a standing queue of about buffer·C + headroom·sqrt(C).
             let high = equilibrium_high(slots);
             assert!(l >= slots && l <= high, "{slots}: {l} not in [{slots}, {high}]");
@@ -1459,6 +1693,30 @@ mod tests {
     }
 
     #[test]
+    fn a_dependency_that_keeps_getting_slower_keeps_its_concurrency() {
+        // A slow leak: the service time grows by 1/30 of the base every second (3x after a
+        // minute), the 16 slots stay. Each slower second reads as congestion against the
+        // baseline; without a check of whether the latency is our queue, the limit sinks
+        // below the slots and the dependency idles.
+        let mut g = Gradient::new(GradientConfig::default()).unwrap();
+        let mut p = overloaded(16.0, 10.0);
+        p.run(&mut g, 100);
+        let mut lows = Vec::new();
+        for k in 0..600 {
+            p.service_ms = 10.0 * (1.0 + 2.0 * k as f64 / 600.0);
+            lows.push(p.run(&mut g, 1));
+        }
+        // The median limit of the last 40 s (probes are short transients) stays at the
+        // slots or above, and the baseline followed the dependency (30 ms at the end).
+        let mut last = lows[200..].to_vec();
+        last.sort_by(f64::total_cmp);
+        let median = last[last.len() / 2];
+        assert!(median >= 16.0, "median limit {median} ({:?})", g.metrics());
+        let b = g.baseline_ns() as f64 / MS as f64;
+        assert!(b >= 20.0, "baseline {b} ms ({:?})", g.metrics());
+    }
+
+    #[test]
     fn a_faster_dependency_lowers_the_baseline_at_once() {
         let mut g = Gradient::new(GradientConfig::default()).unwrap();
         let mut p = overloaded(16.0, 20.0);
@@ -1467,7 +1725,10 @@ mod tests {
         p.run(&mut g, 30);
         let b = g.baseline_ns() as f64 / MS as f64;
         assert!((9.5..=11.0).contains(&b), "baseline {b} ms");
-        let l = g.limit();
+        // The median of the next 10 windows (a downward probe is a short transient).
+        let mut next: Vec<f64> = (0..10).map(|_| p.run(&mut g, 1)).collect();
+        next.sort_by(f64::total_cmp);
+        let l = next[5];
         assert!((16.0..=equilibrium_high(16.0)).contains(&l), "{l}");
     }
 
@@ -1498,6 +1759,58 @@ mod tests {
     }
 
     #[test]
+    fn only_a_binding_limit_backs_off_deeper_than_backoff() {
+        // A relay whose callers time out because a tier below it slowed: every outcome of
+        // the window dropped, with 100 in flight under a limit of 1,000. Cutting that limit
+        // sheds nothing; halving it per window would race it down to a binding level in a
+        // few windows, before the episode test could see whether the drops respond.
+        let cfg = GradientConfig { initial_limit: 1000.0, ..GradientConfig::default() };
+        let mut g = Gradient::new(cfg).unwrap();
+        let w = |now, inflight| Window {
+            now,
+            samples: 0,
+            drops: 50,
+            ..Window::single(now, 10 * MS, inflight, false)
+        };
+        let l = g.update(&w(100 * MS, 100));
+        assert!((l - 1000.0 * cfg.backoff).abs() < 1e-9, "{l}");
+        // Once it binds (at least half of it in flight), the same window halves it.
+        let l = g.update(&w(200 * MS, 900));
+        assert!((l - 900.0 * 0.5).abs() < 1e-9, "{l}");
+    }
+
+    #[test]
+    fn slow_start_doubles_only_a_limit_that_was_reached() {
+        // 75% of a 16-slot dependency under the initial limit of 20: a burst to 17 in
+        // flight (above 80% of the limit) used to double it to 40, then to 80, far above
+        // what the dependency serves; a capacity loss then queued everything admitted.
+        let mut g = Gradient::new(GradientConfig::default()).unwrap();
+        let w = |now, inflight| Window {
+            now,
+            samples: 100,
+            drops: 0,
+            avg_ns: 10 * MS,
+            min_ns: 5 * MS,
+            p50_ns: 10 * MS,
+            p90_ns: 13 * MS,
+            p99_ns: 20 * MS,
+            max_inflight: inflight,
+            inflight,
+        };
+        assert_eq!(g.update(&w(100 * MS, 17)), 20.0);
+        assert!(g.metrics().slow_start);
+        // Every permit taken: it doubles.
+        assert_eq!(g.update(&w(200 * MS, 20)), 40.0);
+        // At 13 in flight, then every permit at once (a capacity loss queues what the
+        // dependency served; this window's answers predate it): one window waits.
+        assert_eq!(g.update(&w(300 * MS, 13)), 40.0);
+        assert_eq!(g.update(&w(400 * MS, 40)), 40.0);
+        assert!(g.metrics().slow_start);
+        // Still every permit, without the jump: it doubles.
+        assert_eq!(g.update(&w(500 * MS, 40)), 80.0);
+    }
+
+    #[test]
     fn drops_back_off_and_end_slow_start() {
         let cfg = GradientConfig { initial_limit: 10.0, ..GradientConfig::default() };
         let mut g = Gradient::new(cfg).unwrap();
@@ -1506,9 +1819,9 @@ mod tests {
         let l = g.update(&Window::single(MS, 10 * MS, 5, true));
         assert!((l - 9.0).abs() < 1e-9, "{l}");
         assert!(g.metrics().slow_start);
-        // Drops in a window of real size end it.
+        // Drops in a window of real size end it. This one filled every permit (9 of 9).
         let w =
-            Window { now: 2 * MS, samples: 30, drops: 10, ..Window::single(0, 10 * MS, 5, false) };
+            Window { now: 2 * MS, samples: 30, drops: 10, ..Window::single(0, 10 * MS, 9, false) };
         let l = g.update(&w);
         // A quarter of the outcomes dropped: 1 − 0.25 / 2 = 0.875, deeper than `backoff`.
         assert!((l - 9.0 * 0.875).abs() < 1e-9, "{l}");
@@ -1684,7 +1997,8 @@ mod tests {
             now += 100 * MS;
             g.update(&tail_window(now, 2.0, 20.0)); // a passing congestion: 3x the median
         }
-        assert_eq!(g.limit(), 1.0, "{:?}", g.metrics());
+        // (An upward probe may have tested 1 against 2 and found latency flat.)
+        assert!(g.limit() < 2.0, "{:?}", g.metrics());
         assert!(!g.metrics().slow_start);
         for _ in 0..200 {
             now += 100 * MS;

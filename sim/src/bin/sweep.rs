@@ -1,7 +1,8 @@
 //! `cargo run --release -p surgeguard-sim --bin sweep [-- SEEDS [THREADS] [SCENARIO,...]]`
 //! (= `make sweep`): every limit algorithm on every closed-loop scenario, SEEDS seeds each
 //! (default 200) on THREADS threads (default 2). Prints the min / median table and the goals;
-//! exits non-zero when a goal fails.
+//! exits non-zero when a goal fails. `SWEEP_ALGOS=gradient,netflix` keeps only the rows whose
+//! names start with one of those prefixes.
 //!
 //! `sweep trace SCENARIO ALGORITHM SEED [EVERY_MS]` prints one run's 100 ms samples instead
 //! (the limit against the dependency's slots, its busy slots and queue, completions within
@@ -66,8 +67,14 @@ fn main() -> ExitCode {
         let names: Vec<&str> = filter.split(',').collect();
         which.retain(|(n, _)| names.contains(n));
     }
+    // SWEEP_ALGOS=name,name (prefixes) runs only those rows (and the goals only see them).
+    let mut algos = algorithms();
+    if let Ok(filter) = std::env::var("SWEEP_ALGOS") {
+        let names: Vec<&str> = filter.split(',').collect();
+        algos.retain(|a| names.iter().any(|n| a.name.starts_with(n)));
+    }
     let started = Instant::now();
-    let result = sweep(&which, &algorithms(), seeds, threads);
+    let result = sweep(&which, &algos, seeds, threads);
     println!("{}", result.table());
     let (goals, ok) = result.goals();
     println!("{goals}");
