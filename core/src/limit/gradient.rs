@@ -74,6 +74,10 @@ const HOLD_MAX_SHARE: f64 = 0.5;
 const INTRINSIC_MEMORY: f64 = 200.0;
 // Memory, in samples, of the windows' typical log-spread.
 const SIGMA_MEMORY: f64 = 500.0;
+// A window that reached the limit only at a burst, its mean in-flight (Little's law, drop-free
+// windows only) below this share of the whole permits, holds no standing queue of ours: a
+// limit that binds by design keeps in-flight at the limit all window long.
+const QUEUE_FILL: f64 = 0.85;
 
 /// Configuration of [`Gradient`].
 ///
@@ -784,7 +788,16 @@ impl Gradient {
         // One request in flight cannot queue behind another of ours: such a window shows
         // the dependency's own latency, whatever the limit.
         let alone = w.max_inflight <= 1;
-        let queued = bound && w.max_inflight as f32 > self.flat_upto && !alone;
+        // A bound window whose mean in-flight stayed well below the whole permits reached
+        // the limit only in a burst (a long tail at a modest load), not with a standing queue:
+        // it may refine the baseline too, or a baseline learned a little low would read
+        // every such window as congested and sink the limit below what the dependency serves.
+        let mean_inflight =
+            if dur > 0 && w.drops == 0 { n * w.avg_ns as f64 / dur as f64 } else { f64::MAX };
+        let queued = bound
+            && w.max_inflight as f32 > self.flat_upto
+            && !alone
+            && mean_inflight >= QUEUE_FILL * libm::floor(self.limit);
         if self.baseline <= 0.0 {
             self.baseline = stat;
             self.baseline_weight = n;

@@ -76,6 +76,23 @@ fn main() -> ExitCode {
     let started = Instant::now();
     let result = sweep(&which, &algos, seeds, threads);
     println!("{}", result.table());
+    // SWEEP_WORST=n prints each row's n worst seeds (goodput), to trace them.
+    if let Some(n) = std::env::var("SWEEP_WORST").ok().and_then(|v| v.parse::<usize>().ok()) {
+        for (s, name) in result.scenarios.iter().enumerate() {
+            for (a, algo) in result.algos.iter().enumerate() {
+                let mut by: Vec<(u64, f64)> = result.cells[s][a]
+                    .scores
+                    .iter()
+                    .enumerate()
+                    .map(|(i, sc)| (i as u64 + 1, sc.goodput))
+                    .collect();
+                by.sort_by(|x, y| x.1.total_cmp(&y.1));
+                let worst: Vec<String> =
+                    by.iter().take(n).map(|(k, g)| format!("{k}:{g:.1}")).collect();
+                println!("worst {name} / {}: {}", algo.name, worst.join(" "));
+            }
+        }
+    }
     let (goals, ok) = result.goals();
     println!("{goals}");
     eprintln!(
