@@ -439,8 +439,11 @@ struct Probe {
 ///      queue, so the limit is also cut by the speed-up ratio and slow start resumes, which
 ///      lets the next windows see the uncongested latency.
 ///    - A window **indistinguishable** from `B` (within 2 SE) is averaged in, but only
-///      if it holds no queue of our making: during slow start, or when the limit was not
-///      reached. At a binding limit the controller keeps its standing queue by design.
+///      if it holds no queue of our making: during slow start, when the limit was not
+///      reached, or when it was reached only in a burst (a drop-free window whose mean
+///      in-flight, by Little's law, stayed below 85% of the whole permits: a long tail at a
+///      modest load). At a binding limit the controller keeps its standing queue by design,
+///      in flight all window long.
 ///      After 2,000 samples `B` freezes, so it cannot ratchet up. Windows with more than
 ///      10% drops (beyond the intrinsic allowance) never move `B`, so fast rejections
 ///      cannot poison it.

@@ -2,7 +2,8 @@
 //! (= `make sweep`): every limit algorithm on every closed-loop scenario, SEEDS seeds each
 //! (default 200) on THREADS threads (default 2). Prints the min / median table and the goals;
 //! exits non-zero when a goal fails. `SWEEP_ALGOS=gradient,netflix` keeps only the rows whose
-//! names start with one of those prefixes.
+//! names start with one of those prefixes; `SWEEP_WORST=n` also lists each row's n worst
+//! seeds (seed:goodput), to trace them.
 //!
 //! `sweep trace SCENARIO ALGORITHM SEED [EVERY_MS]` prints one run's 100 ms samples instead
 //! (the limit against the dependency's slots, its busy slots and queue, completions within
