@@ -426,6 +426,9 @@ pub struct Gate<const CAP: usize> {
     lifo_mask: AtomicU8,
     lifo_switches: AtomicU64,
     granted: AtomicU64,
+    /// `granted` by level, one byte each (level `l` in bits `8l..8l+8`), each wrapping on
+    /// its own: see [`Gate::granted_by_level`].
+    granted_levels: AtomicU64,
     expired: AtomicU64,
     sloughed: AtomicU64,
     shed_waiters: AtomicU64,
@@ -507,6 +510,7 @@ impl<const CAP: usize> Gate<CAP> {
             lifo_mask: AtomicU8::new(0),
             lifo_switches: AtomicU64::new(0),
             granted: AtomicU64::new(0),
+            granted_levels: AtomicU64::new(0),
             expired: AtomicU64::new(0),
             sloughed: AtomicU64::new(0),
             shed_waiters: AtomicU64::new(0),
@@ -986,7 +990,7 @@ impl<const CAP: usize> Gate<CAP> {
                     }
                 }
                 if d.remove(&chosen) {
-                    bump(&self.granted, 1);
+                    self.count_grant(l);
                     sink.push(Event::Granted(chosen.ticket(), permit));
                 } else {
                     held = Some(permit);
@@ -1306,6 +1310,26 @@ impl<const CAP: usize> Gate<CAP> {
         self.granted.load(Ordering::Relaxed)
     }
 
+    /// [`granted_total`](Self::granted_total) by level, modulo 256 each: level `l`'s count
+    /// in bits `8l..8l+8`, wrapping without carrying into the next level. A shared-memory
+    /// layer that records it with the events it took knows the level of each grant a
+    /// dispatcher killed inside a round had in hand (at most 255 per level).
+    #[doc(hidden)]
+    pub fn granted_by_level(&self) -> u64 {
+        self.granted_levels.load(Ordering::Relaxed)
+    }
+
+    /// Counts a grant at level `l` (dispatch holder only).
+    fn count_grant(&self, l: usize) {
+        bump(&self.granted, 1);
+        let shift = 8 * (l % LEVELS);
+        let w = self.granted_levels.load(Ordering::Relaxed);
+        let byte = ((w >> shift) as u8).wrapping_add(1);
+        // Relaxed: single writer, as `bump`.
+        self.granted_levels
+            .store(w & !(0xFF << shift) | u64::from(byte) << shift, Ordering::Relaxed);
+    }
+
     /// Test hook: see `WaitQueue::abandon_dispatch_round` (a dispatcher killed inside a
     /// round). With `grant`, the oldest waiter is taken out only if a permit is free, and
     /// that permit is taken and the grant counted, as a round does before handing the
@@ -1322,7 +1346,7 @@ impl<const CAP: usize> Gate<CAP> {
         });
         if let Some(p) = permit {
             if taken.is_some() {
-                bump(&self.granted, 1);
+                self.count_grant(p.level().index());
             }
             core::mem::forget(p);
         }
@@ -1376,6 +1400,7 @@ unsafe impl<const CAP: usize> crate::layout::Placeable for Gate<CAP> {
                 offset_of!(Self, lifo_mask) as u64,
                 offset_of!(Self, lifo_switches) as u64,
                 offset_of!(Self, granted) as u64,
+                offset_of!(Self, granted_levels) as u64,
                 offset_of!(Self, expired) as u64,
                 offset_of!(Self, sloughed) as u64,
                 offset_of!(Self, shed_waiters) as u64,

@@ -51,9 +51,8 @@
 //! dispatch (recorded in a journal in the segment with the gate's count of grants, in one
 //! store, before any is routed) are routed as if it had lived; the owners of tickets it
 //! had taken out of the queue and not delivered are told `Expired`; and the grants it
-//! held inside the gate's round (the gate's grant count past the journal's) are released
-//! — with one priority level; with several, their levels are not recorded and they stay
-//! lost. What is left (each a window of a few instructions) errs on the safe side, as the
+//! held inside the gate's round (the gate's grant counts by level past the journal's) are
+//! released, each once at its level. What is left (each a window of a few instructions) errs on the safe side, as the
 //! process table does: a slot is lost (the limit errs low by one), never released twice
 //! — the permit the round took before choosing its waiter, an arrival admitted but not
 //! yet counted, an event marked routed but not yet delivered. A queued ticket whose
@@ -134,8 +133,9 @@ struct Head<const CAP: usize> {
     /// `ROUTED | entry << 40 | generation << 9 | process slot` (0: none).
     route_owner: [AtomicU64; CAP],
     /// `records | granted << 8`: how many records of `journal` the lock holder is routing
-    /// (0: none), and the gate's `granted_total` when they were recorded (one word: both
-    /// are stored in one step).
+    /// (0: none), and the gate's grant counts by level when they were recorded, modulo
+    /// 128 each (level `l` in bits `7l..7l+7` of `granted`; see [`granted_by_level`]; one
+    /// word: both are stored in one step).
     journal_len: AtomicU64,
     /// The events of the dispatch being routed: `[ticket, kind | code << 8, time]`, kind
     /// `J_GRANTED` (code: the level; time: the start) or `J_EXPIRED` (code: the reason;
@@ -147,6 +147,19 @@ struct Head<const CAP: usize> {
 /// Events one dispatch call takes from the gate (and records in the journal) at a time.
 const JOURNAL: usize = 16;
 const J_GRANTED: u64 = 1;
+/// Bits of one level's grant count in the journal word (one poll grants at most
+/// `JOURNAL` < 128 at a level, so the difference modulo 128 is exact).
+const LEVEL_BITS: u32 = 7;
+const LEVEL_MASK: u64 = (1 << LEVEL_BITS) - 1;
+const _: () = assert!(JOURNAL as u64 <= LEVEL_MASK);
+
+/// The gate's grant counts by level, modulo 128 each, packed as the journal word records
+/// them (level `l` in bits `7l..7l+7`).
+fn granted_by_level<const CAP: usize>(gate: &Gate<CAP>) -> u64 {
+    let w = gate.granted_by_level();
+    (0..Priority::MAX_LEVELS)
+        .fold(0, |acc, l| acc | ((w >> (8 * l)) & LEVEL_MASK) << (LEVEL_BITS as usize * l))
+}
 const J_EXPIRED: u64 = 2;
 
 const HELD: u32 = 1 << 30;
@@ -714,7 +727,7 @@ impl<const CAP: usize> SharedGate<CAP> {
         }
         // The records and the grants they account for, in one store. Relaxed: read by
         // this holder, or by the next one after its Acquire on the lock.
-        let granted = self.gate().granted_total();
+        let granted = granted_by_level(self.gate());
         head.journal_len.store(n as u64 | granted << 8, Ordering::Relaxed);
         n
     }
@@ -761,12 +774,16 @@ impl<const CAP: usize> SharedGate<CAP> {
         unsafe {
             gate.rebuild_after_lost_thread()
         };
-        // Grants counted by the gate since the last recorded poll: the dead dispatcher had
-        // their permits in hand. Marked as accounted for first (a recoverer killed next
-        // loses them, never releases them twice).
+        // Grants counted by the gate since the last recorded poll, by level: the dead
+        // dispatcher had their permits in hand. Marked as accounted for first (a recoverer
+        // killed next loses them, never releases them twice).
         let word = head.journal_len.load(Ordering::Relaxed);
-        let granted = gate.granted_total();
-        let in_hand = granted.wrapping_sub(word >> 8) & (u64::MAX >> 8);
+        let granted = granted_by_level(gate);
+        let mut in_hand = [0u64; Priority::MAX_LEVELS];
+        for (l, n) in in_hand.iter_mut().enumerate() {
+            let shift = LEVEL_BITS as usize * l;
+            *n = ((granted >> shift).wrapping_sub(word >> 8 >> shift)) & LEVEL_MASK;
+        }
         head.journal_len.store(word & 0xFF | granted << 8, Ordering::Relaxed);
         let mut none = None;
         self.route_journal(&mut none);
@@ -803,12 +820,12 @@ impl<const CAP: usize> SharedGate<CAP> {
                 self.wake(index);
             }
         }
-        // Their permits (the waiters were told `Expired` above): with one level, each is
-        // a level-0 admission. With several, which level each was is not recorded: they
-        // stay lost (the limit errs low by them, never high).
-        if gate.levels() == 1 {
-            for _ in 0..in_hand {
-                let permit = gate.limiter().reissue_permit(Priority::new(0).unwrap_or_default());
+        // Their permits (the waiters were told `Expired` above), each given back once at
+        // the level it was granted at.
+        for (l, &n) in in_hand.iter().enumerate() {
+            let level = Priority::new(l as u8).unwrap_or_default();
+            for _ in 0..n {
+                let permit = gate.limiter().reissue_permit(level);
                 let _ = gate.release(permit, gate.limiter().latest_time(), Outcome::Ignored);
             }
         }

@@ -120,14 +120,36 @@ struct Proc {
 /// it had taken for it comes back); inside an
 /// arrival, its queued ticket has no owner (granted later and given back at once).
 fn run(ops: Vec<Op>) -> bool {
-    let gate = SharedGate::<16>::anonymous(fifo_config()).unwrap();
+    run_on(ops, 1)
+}
+
+/// [`run`] on a gate of `levels` levels (no reservations: every share is 0): process `p`
+/// arrives at level `p % levels`, and the queue hands a freed slot to the oldest waiter of
+/// the most important level. A process killed inside the gate's round with a grant in
+/// hand: its permit comes back at its level (every level's in-flight count is checked).
+fn run_on(ops: Vec<Op>, levels: u8) -> bool {
+    let config = GateConfig {
+        limiter: LimiterConfig { weights: [0.0; Priority::MAX_LEVELS], ..fixed(L as f64, levels) },
+        ..fifo_config()
+    };
+    let gate = SharedGate::<16>::anonymous(config).unwrap();
+    let level_of = |p: u8| p % levels;
+    // The level the model's killed arrival queues at (`Priority::NORMAL`, clamped).
+    let orphan_level = Priority::NORMAL.index().min(levels as usize - 1) as u8;
+    // The level of each ticket id.
+    let mut id_level: HashMap<u32, u8> = HashMap::new();
+    // The next waiter served: the oldest of the most important level.
+    let next_of = |queue: &VecDeque<(u32, u32, u8)>| {
+        let best = queue.iter().map(|&(_, _, l)| l).min()?;
+        queue.iter().position(|&(_, _, l)| l == best)
+    };
     let mut live = Fake::default();
     let mut procs: HashMap<u8, Proc> = HashMap::new();
     let mut dead: Vec<Proc> = Vec::new();
     // Reference: in flight (held by anyone, or granted and not taken), the queue of
     // (process, ticket id), grants not yet taken per process.
     let mut inflight = 0u32;
-    let mut queue: VecDeque<(u32, u32)> = VecDeque::new();
+    let mut queue: VecDeque<(u32, u32, u8)> = VecDeque::new();
     let mut pending: HashMap<u32, Vec<u32>> = HashMap::new();
     let mut dead_pids: std::collections::HashSet<u32> = Default::default();
     let mut dead_pending = 0u32;
@@ -140,12 +162,12 @@ fn run(ops: Vec<Op>) -> bool {
     let mut start = 10u64;
     // A grant to a killed process not reclaimed yet is counted to it: the reclaim owes it.
     let grant_next = |inflight: &mut u32,
-                      queue: &mut VecDeque<(u32, u32)>,
+                      queue: &mut VecDeque<(u32, u32, u8)>,
                       pending: &mut HashMap<u32, Vec<u32>>,
                       dead_pids: &std::collections::HashSet<u32>,
                       dead_pending: &mut u32| {
         while *inflight < L {
-            let Some((pid, id)) = queue.pop_front() else { break };
+            let Some((pid, id, _)) = next_of(queue).and_then(|i| queue.remove(i)) else { break };
             if pid == ORPHAN {
                 // Granted to nobody: given back at once.
                 continue;
@@ -163,6 +185,10 @@ fn run(ops: Vec<Op>) -> bool {
         let outsider = CLAIMLESS;
         match op {
             Op::Arrive(p) => {
+                if levels > 1 && queue.len() >= 15 {
+                    // A full queue evicts a less important waiter: not modelled here.
+                    continue;
+                }
                 let me = procs.entry(p).or_insert_with(|| {
                     start += 1;
                     let pid = 5000 + p as u32 + 10 * k as u32;
@@ -170,7 +196,8 @@ fn run(ops: Vec<Op>) -> bool {
                     let claim = table::claim(gate.test_table(), pid, start).unwrap();
                     Proc { pid, start, claim, permits: vec![], tickets: vec![] }
                 });
-                match gate.arrive_as(me.claim, &live, now, Priority::NORMAL, None) {
+                let level = Priority::new(level_of(p)).unwrap();
+                match gate.arrive_as(me.claim, &live, now, level, None) {
                     SharedArrival::Admitted(permit) => {
                         if !queue.is_empty() || inflight >= L {
                             fail!()
@@ -182,7 +209,8 @@ fn run(ops: Vec<Op>) -> bool {
                         if queue.is_empty() && inflight < L {
                             fail!()
                         }
-                        queue.push_back((me.pid, next_id));
+                        queue.push_back((me.pid, next_id, level_of(p)));
+                        id_level.insert(next_id, level_of(p));
                         me.tickets.push((t, next_id));
                         next_id += 1;
                     }
@@ -248,7 +276,9 @@ fn run(ops: Vec<Op>) -> bool {
                 match gate.cancel_as(me.claim, &live, &t) {
                     Ok(None) => {
                         // It was still queued in the reference.
-                        let Some(pos) = queue.iter().position(|&(_, x)| x == id) else { fail!() };
+                        let Some(pos) = queue.iter().position(|&(_, x, _)| x == id) else {
+                            fail!()
+                        };
                         queue.remove(pos);
                     }
                     Ok(Some(SharedOutcome::Granted(permit))) => {
@@ -266,6 +296,9 @@ fn run(ops: Vec<Op>) -> bool {
                 }
             }
             Op::Die(p, i, point) => {
+                if levels > 1 && point == KillPoint::InArrival && queue.len() >= 15 {
+                    continue;
+                }
                 let Some(mut me) = procs.remove(&p) else { continue };
                 let permit = (point != KillPoint::InArrival && !me.permits.is_empty())
                     .then(|| me.permits.remove(i as usize % me.permits.len()));
@@ -287,7 +320,10 @@ fn run(ops: Vec<Op>) -> bool {
                         }
                         let mut to_nobody = 0;
                         while inflight < L {
-                            let Some((pid, id)) = queue.pop_front() else { break };
+                            let Some((pid, id, _)) = next_of(&queue).and_then(|i| queue.remove(i))
+                            else {
+                                break;
+                            };
                             inflight += 1;
                             if pid == ORPHAN {
                                 to_nobody += 1;
@@ -304,14 +340,14 @@ fn run(ops: Vec<Op>) -> bool {
                         // free, its permit then lost with the round and given back by the
                         // recovery), and told `Expired` later.
                         let oldest = if point == KillPoint::InRound || inflight < L {
-                            queue.pop_front()
+                            next_of(&queue).and_then(|i| queue.remove(i))
                         } else {
                             None
                         };
                         if left.is_some() != oldest.is_some() {
                             fail!()
                         }
-                        if let Some((pid, id)) = oldest {
+                        if let Some((pid, id, _)) = oldest {
                             if pid != me.pid && pid != ORPHAN {
                                 expired.entry(pid).or_default().push(id);
                             }
@@ -329,7 +365,7 @@ fn run(ops: Vec<Op>) -> bool {
                             if left.is_none() {
                                 fail!()
                             }
-                            queue.push_back((ORPHAN, next_id));
+                            queue.push_back((ORPHAN, next_id, orphan_level));
                             next_id += 1;
                         } else if left.is_some() {
                             fail!()
@@ -347,7 +383,7 @@ fn run(ops: Vec<Op>) -> bool {
                 }
                 inflight -= dead_pending;
                 dead_pending = 0;
-                queue.retain(|(pid, _)| !dead_pids.contains(pid));
+                queue.retain(|(pid, _, _)| !dead_pids.contains(pid));
                 dead_pids.clear();
                 dead.clear();
                 grant_next(&mut inflight, &mut queue, &mut pending, &dead_pids, &mut dead_pending);
@@ -379,7 +415,7 @@ fn run(ops: Vec<Op>) -> bool {
                 }
                 inflight -= dead_pending;
                 dead_pending = 0;
-                queue.retain(|(pid, _)| !dead_pids.contains(pid));
+                queue.retain(|(pid, _, _)| !dead_pids.contains(pid));
                 dead_pids.clear();
                 dead.clear();
                 grant_next(&mut inflight, &mut queue, &mut pending, &dead_pids, &mut dead_pending);
@@ -404,6 +440,21 @@ fn run(ops: Vec<Op>) -> bool {
                 fail!()
             }
         }
+        // With nothing owed by a reclaim, every level's in-flight count is the live
+        // processes' permits and untaken grants at that level.
+        if levels > 1 && dead_pending == 0 {
+            for l in 0..levels {
+                let mut want = 0u32;
+                for me in procs.values() {
+                    want += me.permits.iter().filter(|q| q.level == l).count() as u32;
+                    let mine = pending.get(&me.pid).map_or(&[][..], |v| &v[..]);
+                    want += mine.iter().filter(|id| id_level.get(id) == Some(&l)).count() as u32;
+                }
+                if gate.gate().limiter().inflight_of(Priority::new(l).unwrap()) != want {
+                    fail!()
+                }
+            }
+        }
     }
     true
 }
@@ -411,6 +462,53 @@ fn run(ops: Vec<Op>) -> bool {
 #[test]
 fn routing_and_reclaim_follow_the_model() {
     QuickCheck::new().tests(300).quickcheck(run as fn(Vec<Op>) -> bool);
+}
+
+#[test]
+fn routing_and_reclaim_follow_the_model_on_three_levels() {
+    QuickCheck::new().tests(300).quickcheck((|ops| run_on(ops, 3)) as fn(Vec<Op>) -> bool);
+}
+
+/// A dispatcher killed inside the gate's round with a grant in hand, on three levels: the
+/// permit it had taken for the level-1 waiter comes back at level 1, once.
+#[test]
+fn killed_inside_the_round_with_a_grant_in_hand_on_three_levels() {
+    use KillPoint::*;
+    use Op::*;
+    let cases: Vec<Vec<Op>> = vec![
+        vec![
+            Arrive(0),
+            Arrive(0),
+            Arrive(2),
+            Arrive(1),
+            Die(0, 0, InRoundGranted),
+            Take(1),
+            Take(2),
+        ],
+        vec![
+            Arrive(2),
+            Arrive(2),
+            Arrive(1),
+            Arrive(0),
+            Die(2, 1, InRoundGranted),
+            Take(1),
+            Take(0),
+        ],
+        vec![
+            Arrive(1),
+            Arrive(0),
+            Arrive(2),
+            Arrive(2),
+            Die(0, 0, InRoundGranted),
+            Die(1, 0, InRoundGranted),
+            Take(2),
+            Release(2, 0),
+            Take(2),
+        ],
+    ];
+    for ops in cases {
+        assert!(run_on(ops.clone(), 3), "{ops:?}");
+    }
 }
 
 #[test]
