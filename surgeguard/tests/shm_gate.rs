@@ -25,9 +25,15 @@ use surgeguard::shm::{
 use surgeguard::{LimiterConfig, Outcome, Priority};
 
 fn config(limit: f64) -> GateConfig {
+    config_on(limit, 1)
+}
+
+/// [`config`] with `levels` priority levels and no reservations (every share 0).
+fn config_on(limit: f64, levels: u8) -> GateConfig {
     GateConfig {
         limiter: LimiterConfig {
-            levels: 1,
+            levels,
+            weights: [0.0; Priority::MAX_LEVELS],
             ..LimiterConfig::with_algorithm(AlgorithmConfig::Fixed(FixedConfig {
                 initial_limit: limit,
                 ..FixedConfig::default()
@@ -191,9 +197,12 @@ fn kill9_with_permits_and_queued_tickets() {
 /// inside an arrival (a ticket queued with no owner). It held both permits of a limit of 2; two other workers wait. Nobody calls
 /// `reclaim`: their wait loops take the lock over, recover, and sweep. Every waiter is
 /// granted within the bound, never more than the limit at once; afterwards nothing is in
-/// flight, nothing is reclaimed twice, and exactly the limit is admitted again.
-fn kill9_holding_the_lock(point: KillPoint) {
-    let gate = SharedGate::<64>::anonymous(config(2.0)).unwrap();
+/// flight (at any level), nothing is reclaimed twice, and exactly the limit is admitted
+/// again. On `levels` levels: the killed worker holds level-0 permits, the waiters wait
+/// at levels 1 and 2 (so a grant in hand is a level-1 permit, given back at level 1).
+fn kill9_holding_the_lock(point: KillPoint, levels: u8) {
+    let gate = SharedGate::<64>::anonymous(config_on(2.0, levels)).unwrap();
+    let level = |k: u8| Priority::new(k.min(levels - 1)).unwrap();
     // [0] D ready, [1] D stopped, [2]/[3] B/C queued, [4]/[5] B/C grant time, [6] in
     // flight, [7] max, [8] expiries seen.
     let c = Counters::new();
@@ -201,8 +210,7 @@ fn kill9_holding_the_lock(point: KillPoint) {
         let now = monotonic_ns();
         let mut permits = Vec::new();
         for _ in 0..2 {
-            let SharedArrival::Admitted(p) = gate.arrive(now, Priority::NORMAL, None).unwrap()
-            else {
+            let SharedArrival::Admitted(p) = gate.arrive(now, level(0), None).unwrap() else {
                 return 2;
             };
             permits.push(p);
@@ -226,7 +234,7 @@ fn kill9_holding_the_lock(point: KillPoint) {
         move || {
             let mut first = true;
             loop {
-                let t = match gate.arrive(monotonic_ns(), Priority::NORMAL, None).unwrap() {
+                let t = match gate.arrive(monotonic_ns(), level(k as u8), None).unwrap() {
                     SharedArrival::Queued(t) => t,
                     SharedArrival::Admitted(p) if !first => {
                         c.at(3 + k).store(monotonic_ns(), Ordering::Release);
@@ -278,7 +286,10 @@ fn kill9_holding_the_lock(point: KillPoint) {
     assert_eq!(wait(cc), 0, "C granted");
     let after = (c.at(4).load(Ordering::Acquire).max(c.at(5).load(Ordering::Acquire)))
         .saturating_sub(killed);
-    println!("  {point:?}: both waiters granted {} ms after the kill", after / 1_000_000);
+    println!(
+        "  {point:?}, {levels} level(s): both waiters granted {} ms after the kill",
+        after / 1_000_000
+    );
     // The bound: a waiter sweeps at most every 100 ms, the lock is taken over after one
     // 10 ms wait; 1 s leaves room for a loaded machine.
     assert!(after < 1_000_000_000, "granted within the bound");
@@ -289,6 +300,10 @@ fn kill9_holding_the_lock(point: KillPoint) {
     assert_eq!(c.at(1).load(Ordering::Acquire), 1 + u64::from(point != KillPoint::Journaled));
     assert_eq!(gate.gate().waiting_total(), 0);
     assert_eq!(gate.gate().limiter().inflight(), 0, "every permit back");
+    for l in 0..levels {
+        let at = gate.gate().limiter().inflight_of(Priority::new(l).unwrap());
+        assert_eq!(at, 0, "every permit back at its level ({l})");
+    }
     assert_eq!(gate.reclaim(), 0, "nothing is reclaimed twice");
     // Exactly the limit is admitted again: no slot lost, none released twice.
     let now = monotonic_ns();
@@ -305,7 +320,7 @@ fn kill9_holding_the_lock(point: KillPoint) {
     gate.release(p2, now, Outcome::Success).unwrap();
     assert_eq!(gate.gate().limiter().inflight(), 0);
     assert_eq!(wait(d), -libc::SIGKILL);
-    println!("ok kill9_holding_the_lock({point:?})");
+    println!("ok kill9_holding_the_lock({point:?}, {levels})");
 }
 
 /// A busy worker (three threads arriving, queueing, waiting, cancelling and releasing on
@@ -825,7 +840,8 @@ fn main() {
     for point in
         [KillPoint::Journaled, KillPoint::InRound, KillPoint::InRoundGranted, KillPoint::InArrival]
     {
-        kill9_holding_the_lock(point);
+        kill9_holding_the_lock(point, 1);
+        kill9_holding_the_lock(point, 3);
     }
     kill9_at_arbitrary_moments();
     four_workers_hold_one_limit();
