@@ -427,7 +427,7 @@ pub struct Gate<const CAP: usize> {
     lifo_switches: AtomicU64,
     granted: AtomicU64,
     /// `granted` by level, one byte each (level `l` in bits `8l..8l+8`), each wrapping on
-    /// its own: see [`Gate::granted_by_level`].
+    /// its own: see `Gate::granted_by_level`.
     granted_levels: AtomicU64,
     expired: AtomicU64,
     sloughed: AtomicU64,

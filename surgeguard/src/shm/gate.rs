@@ -134,7 +134,7 @@ struct Head<const CAP: usize> {
     route_owner: [AtomicU64; CAP],
     /// `records | granted << 8`: how many records of `journal` the lock holder is routing
     /// (0: none), and the gate's grant counts by level when they were recorded, modulo
-    /// 128 each (level `l` in bits `7l..7l+7` of `granted`; see [`granted_by_level`]; one
+    /// 128 each (level `l` in bits `7l..7l+7` of `granted`; see `granted_by_level`; one
     /// word: both are stored in one step).
     journal_len: AtomicU64,
     /// The events of the dispatch being routed: `[ticket, kind | code << 8, time]`, kind
