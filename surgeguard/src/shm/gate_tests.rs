@@ -1170,3 +1170,44 @@ fn racing_lockers_take_a_dead_holder_over_once() {
     assert_eq!(gate.gate().waiting_total(), 1);
     assert_eq!(gate.head().lock.load(Ordering::SeqCst), 0);
 }
+
+/// The journal records each level's grant count modulo 128 (the gate keeps it modulo
+/// 256): after 255 grants at level 2, a holder killed inside the round with the 256th
+/// in hand (both counters wrap between the journal's record and the gate's count) has
+/// exactly that one permit given back, at level 2.
+#[test]
+fn a_grant_in_hand_is_found_after_the_level_counts_wrap() {
+    let config = GateConfig {
+        limiter: LimiterConfig { weights: [0.0; Priority::MAX_LEVELS], ..fixed(2.0, 3) },
+        ..fifo_config()
+    };
+    let gate = SharedGate::<16>::anonymous(config).unwrap();
+    let live = Switch(std::sync::atomic::AtomicBool::new(false));
+    let holder = table::claim(gate.test_table(), 9101, 1).unwrap();
+    let other = table::claim(gate.test_table(), 9102, 2).unwrap();
+    let (top, low) = (Priority::new(0).unwrap(), Priority::new(2).unwrap());
+    let arrive = |c, l| gate.arrive_as(c, &live, 10, l, None);
+    let SharedArrival::Admitted(held) = arrive(holder, top) else { panic!("admitted") };
+    let SharedArrival::Admitted(mut mine) = arrive(other, low) else { panic!("admitted") };
+    for _ in 0..255 {
+        let SharedArrival::Queued(t) = arrive(other, low) else { panic!("queued") };
+        gate.release_as(&live, mine, 11, Outcome::Success).unwrap();
+        let Ok(Some(SharedOutcome::Granted(p))) = gate.outcome_as(other, &t) else {
+            panic!("granted")
+        };
+        mine = p;
+    }
+    assert_eq!(gate.gate().granted_total(), 255);
+    let SharedArrival::Queued(t) = arrive(other, low) else { panic!("queued") };
+    let taken = gate.stop_inside_as(holder, &live, KillPoint::InRoundGranted, Some(held), 12);
+    assert_eq!(taken, Some(t.ticket()));
+    assert_eq!(gate.gate().limiter().inflight_of(low), 2, "one held, one in hand");
+    live.0.store(true, Ordering::SeqCst);
+    assert_eq!(gate.reclaim_as(other, &live, table::reclaimer_word(9102, 2)), 0);
+    assert!(matches!(gate.outcome_as(other, &t), Ok(Some(SharedOutcome::Expired(_)))));
+    assert_eq!(gate.gate().limiter().inflight_of(low), 1, "the permit in hand given back");
+    assert_eq!(gate.gate().limiter().inflight_of(top), 0);
+    assert_eq!(gate.gate().limiter().inflight(), 1);
+    gate.release_as(&live, mine, 13, Outcome::Success).unwrap();
+    assert_eq!(gate.gate().limiter().inflight(), 0);
+}
