@@ -59,6 +59,8 @@ pub mod shared;
 pub mod shared_gate;
 pub mod shared_more;
 pub mod status;
+#[cfg(target_os = "linux")]
+mod storage;
 pub mod throttle;
 pub mod time;
 pub mod vocab;

@@ -14,7 +14,6 @@
 use core::cell::UnsafeCell;
 use core::ffi::{c_char, CStr};
 use core::mem::MaybeUninit;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use surgeguard_std::shm::{SharedLimiter, SharedRawPermit, ShmError};
 
@@ -24,6 +23,7 @@ use crate::handle::{
 use crate::limiter::sg_limiter_config;
 use crate::status::sg_rejection;
 use crate::status::sg_status::{self, *};
+use crate::storage::{self, Marks};
 use crate::vocab::{level, outcome};
 
 /// A limiter in memory shared between processes (opaque; heap only).
@@ -46,65 +46,8 @@ pub struct sg_shared_permit {
     pub opaque: [UnsafeCell<MaybeUninit<u64>>; 6],
 }
 
-/// `state` of a live shared permit ("SGSHPLIV").
-const LIVE: u64 = 0x5347_5348_504C_4956;
-/// `state` of a released one ("SGSHPREL").
-const RELEASED: u64 = 0x5347_5348_5052_454C;
-
-#[repr(C)]
-struct Cell {
-    state: AtomicU64,
-    owner: u64,
-    payload: MaybeUninit<[u64; 4]>,
-}
-
-const _: () = assert!(size_of::<Cell>() == size_of::<sg_shared_permit>());
-const _: () = assert!(align_of::<Cell>() == align_of::<sg_shared_permit>());
-const _: () = assert!(size_of::<SharedRawPermit>() <= size_of::<[u64; 4]>());
-const _: () = assert!(align_of::<SharedRawPermit>() <= align_of::<u64>());
-
-impl sg_shared_permit {
-    fn cell(&self) -> &Cell {
-        // SAFETY: `Cell` has the size and alignment of `sg_shared_permit` (asserted above),
-        // and every byte of it is inside an `UnsafeCell`, so the state atomic may be
-        // written through this shared borrow; `owner` and `state` are initialised integers
-        // (written by `issue`, or the caller's zeroed or garbage bytes); the payload is
-        // only handled as `MaybeUninit`.
-        unsafe { &*(self as *const Self).cast::<Cell>() }
-    }
-}
-
-/// Writes a live permit of the object `owner` into the caller's storage.
-fn issue(slot: crate::handle::Out<sg_shared_permit>, owner: u64, p: SharedRawPermit) {
-    let mut payload = MaybeUninit::<[u64; 4]>::uninit();
-    // SAFETY: `payload` is large and aligned enough for a `SharedRawPermit` (asserted).
-    unsafe { payload.as_mut_ptr().cast::<SharedRawPermit>().write(p) };
-    let cell = Cell { state: AtomicU64::new(LIVE), owner, payload };
-    // SAFETY: same size and alignment (asserted); `Out` points to writable storage.
-    unsafe { slot.as_ptr().cast::<Cell>().write(cell) };
-}
-
-/// Takes the permit out of the caller's storage (exactly one caller wins), if it is a
-/// live permit of the object `owner`.
-fn take(permit: &sg_shared_permit, owner: u64) -> Res<SharedRawPermit> {
-    let cell = permit.cell();
-    // Relaxed: the payload reached this thread with the storage; the CAS only decides
-    // which releaser wins.
-    match cell.state.load(Ordering::Relaxed) {
-        LIVE => {}
-        RELEASED => return Err(SG_ALREADY_RELEASED),
-        _ => return Err(SG_INVALID_HANDLE),
-    }
-    if cell.owner != owner {
-        return Err(SG_FOREIGN_HANDLE);
-    }
-    if cell.state.compare_exchange(LIVE, RELEASED, Ordering::Relaxed, Ordering::Relaxed).is_err() {
-        return Err(SG_ALREADY_RELEASED);
-    }
-    // SAFETY: the state was LIVE with this owner, so `issue` wrote a `SharedRawPermit`
-    // here, and winning the CAS makes this the one read of it.
-    Ok(unsafe { cell.payload.as_ptr().cast::<SharedRawPermit>().read() })
-}
+/// The state words of an `sg_shared_permit` ("SGSHPLIV", "SGSHPREL"): see `storage`.
+const MARKS: Marks = Marks { live: 0x5347_5348_504C_4956, released: 0x5347_5348_5052_454C };
 
 pub(crate) fn status_of(e: ShmError) -> sg_status {
     match e {
@@ -211,7 +154,7 @@ pub unsafe extern "C" fn sg_shared_limiter_try_acquire(
         unsafe {
             with(limiter, |l| match l.inner.try_acquire_raw(now, level) {
                 Ok(p) => {
-                    issue(permit_out, l.head.id, p);
+                    storage::issue(permit_out, &MARKS, l.head.id, p);
                     Ok(SG_OK)
                 }
                 Err(ShmError::Rejected(r)) => Ok(rejected(rejection_out, r)),
@@ -238,7 +181,7 @@ pub unsafe extern "C" fn sg_shared_limiter_release(
         // SAFETY: the crate's contract for `limiter`.
         unsafe {
             with(limiter, |l| {
-                let raw = take(permit, l.head.id)?;
+                let raw = storage::take::<SharedRawPermit>(&permit.opaque, &MARKS, l.head.id)?;
                 l.inner.release_raw(raw, now, outcome).map_err(status_of)
             })
         }

@@ -17,7 +17,6 @@
 use core::cell::UnsafeCell;
 use core::ffi::{c_char, CStr};
 use core::mem::MaybeUninit;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use surgeguard_std::shm::{
     SharedArrival, SharedGate, SharedGatePermit, SharedOutcome, SharedTicket, ShmError,
@@ -29,6 +28,7 @@ use crate::handle::{
 };
 use crate::status::sg_rejection;
 use crate::status::sg_status::{self, *};
+use crate::storage::{self, Marks};
 use crate::vocab::{level, outcome};
 
 /// The largest `sg_gate_config.queue_capacity` of a shared gate.
@@ -62,63 +62,8 @@ pub struct sg_shared_ticket {
     pub opaque: [u64; 4],
 }
 
-/// `state` of a live shared gate permit ("SGSGPLIV").
-const LIVE: u64 = 0x5347_5347_504C_4956;
-/// `state` of a released one ("SGSGPREL").
-const RELEASED: u64 = 0x5347_5347_5052_454C;
-
-#[repr(C)]
-struct Cell {
-    state: AtomicU64,
-    owner: u64,
-    payload: MaybeUninit<[u64; 4]>,
-}
-
-const _: () = assert!(size_of::<Cell>() == size_of::<sg_shared_gate_permit>());
-const _: () = assert!(align_of::<Cell>() == align_of::<sg_shared_gate_permit>());
-
-impl sg_shared_gate_permit {
-    fn cell(&self) -> &Cell {
-        // SAFETY: `Cell` has the size and alignment of the storage (asserted), every byte
-        // of it is inside an `UnsafeCell` (so the state may be written through this shared
-        // borrow); `state` and `owner` are integers (any bits), the payload is only read
-        // as `MaybeUninit` until the state says it was written.
-        unsafe { &*(self as *const Self).cast::<Cell>() }
-    }
-}
-
-fn issue(slot: crate::handle::Out<sg_shared_gate_permit>, owner: u64, p: SharedGatePermit) {
-    let w = p.into_words();
-    let cell = Cell {
-        state: AtomicU64::new(LIVE),
-        owner,
-        payload: MaybeUninit::new([w[0], w[1], w[2], 0]),
-    };
-    // SAFETY: same size and alignment (asserted); `Out` points to writable storage.
-    unsafe { slot.as_ptr().cast::<Cell>().write(cell) };
-}
-
-/// Takes the permit out of the caller's storage (one caller wins), if it is a live permit
-/// of the object `owner`.
-fn take(permit: &sg_shared_gate_permit, owner: u64) -> Res<SharedGatePermit> {
-    let cell = permit.cell();
-    // Relaxed: the payload reached this thread with the storage; the CAS only decides
-    // which releaser wins.
-    match cell.state.load(Ordering::Relaxed) {
-        LIVE => {}
-        RELEASED => return Err(SG_ALREADY_RELEASED),
-        _ => return Err(SG_INVALID_HANDLE),
-    }
-    if cell.owner != owner {
-        return Err(SG_FOREIGN_HANDLE);
-    }
-    if cell.state.compare_exchange(LIVE, RELEASED, Ordering::Relaxed, Ordering::Relaxed).is_err() {
-        return Err(SG_ALREADY_RELEASED);
-    }
-    // SAFETY: the state was LIVE with this owner, so `issue` wrote the payload.
-    let w = unsafe { cell.payload.assume_init_read() };
-    Ok(SharedGatePermit::from_words([w[0], w[1], w[2]]))
-}
+/// The state words of an `sg_shared_gate_permit` ("SGSGPLIV", "SGSGPREL"): see `storage`.
+const MARKS: Marks = Marks { live: 0x5347_5347_504C_4956, released: 0x5347_5347_5052_454C };
 
 fn ticket_of(t: &sg_shared_ticket) -> SharedTicket {
     SharedTicket::from_words([t.opaque[0], t.opaque[1], t.opaque[2]])
@@ -236,7 +181,7 @@ pub unsafe extern "C" fn sg_shared_gate_arrive(
         unsafe {
             with(gate, |g| match g.inner.arrive(now, level, deadline).map_err(status_of)? {
                 SharedArrival::Admitted(p) => {
-                    issue(permit_out, g.head.id, p);
+                    storage::issue(permit_out, &MARKS, g.head.id, p.into_words());
                     Ok(SG_OK)
                 }
                 SharedArrival::Queued(t) => {
@@ -279,7 +224,7 @@ pub unsafe extern "C" fn sg_shared_gate_wait(
                 match o.map_err(status_of)? {
                     None => Ok(SG_QUEUED),
                     Some(SharedOutcome::Granted(p)) => {
-                        issue(permit_out, g.head.id, p);
+                        storage::issue(permit_out, &MARKS, g.head.id, p.into_words());
                         Ok(SG_OK)
                     }
                     Some(SharedOutcome::Expired(r)) => Ok(rejected(rejection_out, r)),
@@ -323,7 +268,8 @@ pub unsafe extern "C" fn sg_shared_gate_release(
         // SAFETY: the crate's contract for `gate`.
         unsafe {
             with(gate, |g| {
-                let p = take(permit, g.head.id)?;
+                let p =
+                    SharedGatePermit::from_words(storage::take(&permit.opaque, &MARKS, g.head.id)?);
                 g.inner.release(p, now, outcome).map_err(status_of)
             })
         }

@@ -13,7 +13,6 @@
 use core::cell::UnsafeCell;
 use core::ffi::c_char;
 use core::mem::MaybeUninit;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use surgeguard_core::keyed::{KeyedConfig, ShardRate};
 use surgeguard_core::rate::RateLimiterConfig;
@@ -31,6 +30,7 @@ use crate::retry::sg_retry_budget_config;
 use crate::shared::{name_arg, status_of};
 use crate::status::sg_rejection;
 use crate::status::sg_status::{self, *};
+use crate::storage::{self, Marks};
 
 const TOP: usize = SG_KEYED_TOP_KEYS as usize;
 
@@ -332,61 +332,8 @@ pub struct sg_shared_key_permit {
     pub opaque: [UnsafeCell<MaybeUninit<u64>>; 6],
 }
 
-/// `state` of a live key permit ("SGSKPLIV").
-const LIVE: u64 = 0x5347_534B_504C_4956;
-/// `state` of a released one ("SGSKPREL").
-const RELEASED: u64 = 0x5347_534B_5052_454C;
-
-#[repr(C)]
-struct Cell {
-    state: AtomicU64,
-    owner: u64,
-    payload: MaybeUninit<[u64; 4]>,
-}
-
-const _: () = assert!(size_of::<Cell>() == size_of::<sg_shared_key_permit>());
-const _: () = assert!(align_of::<Cell>() == align_of::<sg_shared_key_permit>());
-const _: () = assert!(size_of::<SharedKeyPermit>() <= size_of::<[u64; 4]>());
-const _: () = assert!(align_of::<SharedKeyPermit>() <= align_of::<u64>());
-
-impl sg_shared_key_permit {
-    fn cell(&self) -> &Cell {
-        // SAFETY: `Cell` has the size and alignment of `sg_shared_key_permit` (asserted),
-        // every byte of it is inside an `UnsafeCell`, so the state atomic may be written
-        // through this shared borrow; `owner` and `state` are integers (written by `issue`,
-        // or the caller's zeroed or garbage bytes); the payload is only `MaybeUninit`.
-        unsafe { &*(self as *const Self).cast::<Cell>() }
-    }
-}
-
-fn issue(slot: crate::handle::Out<sg_shared_key_permit>, owner: u64, p: SharedKeyPermit) {
-    let mut payload = MaybeUninit::<[u64; 4]>::uninit();
-    // SAFETY: `payload` is large and aligned enough for a `SharedKeyPermit` (asserted).
-    unsafe { payload.as_mut_ptr().cast::<SharedKeyPermit>().write(p) };
-    let cell = Cell { state: AtomicU64::new(LIVE), owner, payload };
-    // SAFETY: same size and alignment (asserted); `Out` points to writable storage.
-    unsafe { slot.as_ptr().cast::<Cell>().write(cell) };
-}
-
-fn take(permit: &sg_shared_key_permit, owner: u64) -> Res<SharedKeyPermit> {
-    let cell = permit.cell();
-    // Relaxed: the payload reached this thread with the storage; the CAS only decides
-    // which releaser wins.
-    match cell.state.load(Ordering::Relaxed) {
-        LIVE => {}
-        RELEASED => return Err(SG_ALREADY_RELEASED),
-        _ => return Err(SG_INVALID_HANDLE),
-    }
-    if cell.owner != owner {
-        return Err(SG_FOREIGN_HANDLE);
-    }
-    if cell.state.compare_exchange(LIVE, RELEASED, Ordering::Relaxed, Ordering::Relaxed).is_err() {
-        return Err(SG_ALREADY_RELEASED);
-    }
-    // SAFETY: the state was LIVE with this owner, so `issue` wrote a `SharedKeyPermit`
-    // here, and winning the CAS makes this the one read of it.
-    Ok(unsafe { cell.payload.as_ptr().cast::<SharedKeyPermit>().read() })
-}
+/// The state words of an `sg_shared_key_permit` ("SGSKPLIV", "SGSKPREL"): see `storage`.
+const MARKS: Marks = Marks { live: 0x5347_534B_504C_4956, released: 0x5347_534B_5052_454C };
 
 fn keyed_config(c: &sg_keyed_config) -> Res<KeyedConfig> {
     crate::field::reserved(&c.reserved)?;
@@ -496,7 +443,7 @@ pub unsafe extern "C" fn sg_shared_keyed_try_acquire(
         unsafe {
             with(keyed, |k| match each!(&k.inner, t => t.try_acquire(key_hash, now, cost)) {
                 Ok(p) => {
-                    issue(permit_out, k.head.id, p);
+                    storage::issue(permit_out, &MARKS, k.head.id, p);
                     Ok(SG_OK)
                 }
                 Err(ShmError::Rejected(r)) => Ok(rejected(rejection_out, r)),
@@ -520,7 +467,7 @@ pub unsafe extern "C" fn sg_shared_keyed_release(
         // SAFETY: the crate's contract for `keyed`.
         unsafe {
             with(keyed, |k| {
-                let p = take(permit, k.head.id)?;
+                let p = storage::take::<SharedKeyPermit>(&permit.opaque, &MARKS, k.head.id)?;
                 each!(&k.inner, t => t.release(p)).map_err(status_of)
             })
         }
