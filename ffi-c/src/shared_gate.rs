@@ -15,17 +15,16 @@
 //! that is decided without queueing).
 
 use core::cell::UnsafeCell;
-use core::ffi::{c_char, CStr};
+use core::ffi::c_char;
 use core::mem::MaybeUninit;
 
 use surgeguard_std::shm::{
-    SharedArrival, SharedGate, SharedGatePermit, SharedOutcome, SharedTicket, ShmError,
+    SharedArrival, SharedGate, SharedGatePermit, SharedOutcome, SharedTicket,
 };
 
 use crate::gate::sg_gate_config;
-use crate::handle::{
-    ffi, ffi_status, free_object, input, new_object, object, out, rejected, with, Res,
-};
+use crate::handle::{ffi, ffi_status, free_object, input, new_object, object, out, rejected, with};
+use crate::shared::{name_arg, status_of};
 use crate::status::sg_rejection;
 use crate::status::sg_status::{self, *};
 use crate::storage::{self, Marks};
@@ -67,28 +66,6 @@ const MARKS: Marks = Marks { live: 0x5347_5347_504C_4956, released: 0x5347_5347_
 
 fn ticket_of(t: &sg_shared_ticket) -> SharedTicket {
     SharedTicket::from_words([t.opaque[0], t.opaque[1], t.opaque[2]])
-}
-
-fn status_of(e: ShmError) -> sg_status {
-    match e {
-        ShmError::BadName => SG_INVALID_ARGUMENT,
-        ShmError::Os { .. } | ShmError::TableFull => SG_SHM_UNAVAILABLE,
-        ShmError::Config(c) => c.into(),
-        ShmError::Usage(u) => u.into(),
-        ShmError::Reclaimed => SG_ALREADY_RELEASED,
-        ShmError::Rejected(_) => SG_REJECTED,
-        _ => SG_SHM_REFUSED,
-    }
-}
-
-/// `name` as UTF-8, or `None` for NULL.
-unsafe fn name_arg<'a>(name: *const c_char) -> Res<Option<&'a str>> {
-    if name.is_null() {
-        return Ok(None);
-    }
-    // SAFETY: the crate's contract: a non-NULL `name` is a NUL-terminated string.
-    let s = unsafe { CStr::from_ptr(name) };
-    s.to_str().map(Some).map_err(|_| SG_INVALID_ARGUMENT)
 }
 
 /// Creates the shared gate `name` (the file `/dev/shm/surgeguard.<name>`; a name with a
