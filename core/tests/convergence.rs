@@ -105,7 +105,7 @@ fn envoy_parity_goes_stale_after_a_slowdown() {
 #[test]
 fn the_limit_settles_around_littles_law_at_any_scale() {
     // The optimum in flight is slots × base latency × capacity per slot = slots. The default
-    // keeps a standing queue of about 0.1·C + 0.4·sqrt(C) on top.
+    // keeps a standing queue of about 0.1·C + 0.8·sqrt(C) on top.
     // Goodput floors by scale: Poisson gaps leave about 2 requests of slack whatever the
     // scale (1/(ρ − 1) at ρ = 1.5), which a small dependency only covers with a relatively
     // large queue; the latency-relative controller trades a few percent there instead.
@@ -180,7 +180,7 @@ fn band(name: &str, c: f64) -> (f64, f64) {
         // Gradient2: long RTT × 1.5 tolerance + a queue of 4, smoothed: ~2.5× the optimum
         // (measured on the peers' set-up: about 2.4× the optimal in-flight).
         "gradient2 (netflix)" | "gradient2 (fixed)" => (2.0 * c, 3.2 * c),
-        // Ours: a standing queue of about 0.1·c + 0.4·sqrt(c).
+        // Ours: a standing queue of about 0.1·c + 0.8·sqrt(c).
         "gradient (default)" => (c, 1.25 * c + 1.5 * c.sqrt() + 2.0),
         other => panic!("no band for {other}"),
     }

@@ -44,7 +44,25 @@ pub fn algorithms() -> Vec<Algo> {
         floor,
         peer: true,
     };
-    let g = GradientConfig::default();
+    #[allow(unused_mut)]
+    let mut g = GradientConfig::default();
+    if let Ok(v) = std::env::var("SWEEP_G") {
+        for kv in v.split(",").filter(|k| !k.is_empty()) {
+            let (k, x) = kv.split_once('=').unwrap();
+            let x: f64 = x.parse().unwrap();
+            match k {
+                "buffer" => g.buffer = x,
+                "headroom" => g.headroom = x,
+                "smoothing" => g.smoothing = x,
+                "backoff" => g.backoff = x,
+                "initial" => g.initial_limit = x,
+                "pct" => g.sample_percentile = x,
+                "tol" => g.drop_tolerance = x,
+                "app" => g.app_limited_ratio = x,
+                _ => panic!("{k}"),
+            }
+        }
+    }
     let g2 = Gradient2Config::default();
     let v = VegasConfig::default();
     let a = AimdConfig::default();

@@ -143,9 +143,13 @@ impl Default for GradientConfig {
     /// The probe-free controller. `buffer`, `headroom` and `smoothing` were tuned in
     /// `core/tests/convergence.rs`. Envoy's 25% buffer with the full `sqrt` headroom settles
     /// near 1.55× the uncongested median; after a dependency slowdown that keeps p99 above
-    /// 2× the new base latency. `buffer 0.1, headroom 0.4` keeps a standing queue of about
-    /// `0.1·C + 0.4·sqrt(C)` requests (enough for ~99% goodput under Poisson arrivals at
-    /// 150% load), and smoothing 0.3 damps window-to-window noise.
+    /// 2× the new base latency. `buffer 0.1, headroom 0.8` keeps a standing queue of about
+    /// `0.1·C + 0.8·sqrt(C)` requests (enough for ~99.5% goodput under Poisson arrivals at
+    /// 150% load; 0.4 kept ~99% there, but refused the bursts of a long-tailed or bimodal
+    /// dependency at 80% load), and smoothing 0.3 damps window-to-window noise.
+    /// `app_limited_ratio 0.6`: a limit grows only while a window used 60% of it (the
+    /// congestion-limiter AIMD's 0.8 held the limit about 1.25× above the usual peak, and
+    /// the rarer bursts of a long-tailed dependency met it).
     ///
     /// **Warm-up.** The limit starts at 20 (Netflix concurrency-limits' initial limit), so a
     /// freshly started service admits a modest load at once instead of refusing, or
@@ -164,7 +168,7 @@ impl Default for GradientConfig {
             min_limit: 1.0,
             max_limit: 1000.0, // Envoy max_concurrency_limit default
             buffer: 0.1,
-            headroom: 0.4,
+            headroom: 0.8,
             smoothing: 0.3,
             sample_percentile: 50.0, // Envoy default
             probe_interval_ns: 0,
@@ -175,7 +179,7 @@ impl Default for GradientConfig {
             backoff: 0.9, // NCL AIMD / congestion-limiter back-off ratio
             drop_tolerance: 0.01,
             slow_start: true,
-            app_limited_ratio: 0.8, // congestion-limiter AIMD minimum utilisation
+            app_limited_ratio: 0.6,
             seed: 0x5EED_5EED_5EED_5EED,
         }
     }
@@ -369,7 +373,7 @@ struct Probe {
 /// ```
 ///
 /// At equilibrium `g = 1 − headroom/sqrt(L)`: over a dependency that serves `C` at once
-/// without queueing, the default keeps a standing queue of about `0.1·C + 0.4·sqrt(C)`
+/// without queueing, the default keeps a standing queue of about `0.1·C + 0.8·sqrt(C)`
 /// requests, enough to cover the gaps between Poisson arrivals.
 ///
 /// # State machine
@@ -597,6 +601,9 @@ pub struct Gradient {
     dn_acc: UpPool,
     dn_wait: u64,
     dn_next_at: u64,
+    /// The limit the last downward probe returned to (0: none since the limit sank below
+    /// it).
+    dn_last: f32,
     /// Windows pooled on each side of the back-off episode (`ep_ref` empty: none).
     ep_ref_windows: u8,
     ep_low_windows: u8,
@@ -659,6 +666,7 @@ impl Gradient {
             dn_acc: UpPool::default(),
             dn_wait: UP_WAIT_NS,
             dn_next_at: 0,
+            dn_last: 0.0,
             ep_ref_windows: 0,
             ep_low_windows: 0,
             resume_at: 0.0,
@@ -773,6 +781,11 @@ impl Gradient {
     /// Probe-free: folds one window's statistic into the baseline (state machine step 4).
     /// `allowance` is the drop share the window may carry and still count as answers.
     fn track_baseline(&mut self, now: u64, dur: u64, w: &Window, stat: f64, allowance: f64) {
+        if self.dn_from > 0.0 {
+            // A downward probe is under way: its verdict is the test (the flat test and the
+            // speed-up rule would read its transition windows).
+            return;
+        }
         let total = w.samples as u64 + w.drops as u64;
         // Up to the intrinsic share (drops found not to respond to back-off), drops are the
         // dependency's tail, not fast rejections.
@@ -892,6 +905,14 @@ impl Gradient {
         self.history_next = 0;
     }
 
+    /// A probe's verdict: the baseline becomes `base`, learned from `weight` samples.
+    fn rebase(&mut self, base: f64, weight: f64) {
+        self.baseline = base;
+        self.baseline_weight = weight;
+        self.clear_history();
+        self.m.rebaselines += 1;
+    }
+
     /// Compares `here` with the recent operating points; raises a stale baseline.
     fn flat_test(&mut self, here: Point) {
         let len = self.history_len as usize;
@@ -923,9 +944,13 @@ impl Gradient {
             // Latency may rise a little with concurrency, never fall beyond noise: a pair
             // whose latency is lower at the higher concurrency straddles a change of the
             // dependency itself, and says nothing about its knee.
-            let noise = 1.0 + 2.0 * libm::sqrt(lo_se * lo_se + hi_se * hi_se);
+            let pair_se = libm::sqrt(lo_se * lo_se + hi_se * hi_se);
+            let noise = 1.0 + 2.0 * pair_se;
+            // And a queue (latency in proportion to in-flight) is ruled out beyond noise:
+            // windows of a few dozen samples each can show a 1.4× queue as flat by chance.
             let flat = span >= FLAT_SPAN
                 && hi_s <= lo_s * libm::pow(span, FLAT_ELASTICITY)
+                && hi_s <= lo_s * span * libm::exp(-2.0 * pair_se)
                 && hi_s * noise >= lo_s;
             let margin = self.cfg.buffer.max(2.0 * lo_se);
             // While drops are intrinsic the answers are censored and long-tailed: a point
@@ -1182,8 +1207,14 @@ impl Gradient {
         // Downward probe: does a point that reads as congested hold a queue of ours? Not
         // in the first seconds: the first baseline has its own checks (warm start, flat
         // test, one-in-flight windows).
-        if self.dn_next_at == 0 {
-            self.dn_next_at = now.saturating_add(UP_WAIT_NS);
+        // The same for the downward probe: one that found our own queue waits longer
+        // before the next, but a limit that has since sunk well below where it returned
+        // to is falling on latency its own queue no longer explains (a queue of ours
+        // shrinks as the limit falls): the verdict is stale, probe again now.
+        if self.dn_last > 0.0 && l * UP_MIN_SPAN < self.dn_last as f64 {
+            self.dn_last = 0.0;
+            self.dn_wait = UP_WAIT_NS;
+            self.dn_next_at = now;
         }
         // A window whose latency differs from the pool's beyond noise (3 SE) marks a change
         // of the dependency (a capacity loss, say): the pool restarts from it, or it would
@@ -1263,38 +1294,44 @@ impl Gradient {
         let (hi, lo) = (self.dn_ref, self.dn_pool);
         let (n_hi, n_lo) = (hi.mean_inflight(), lo.mean_inflight());
         self.reset_up();
-        if n_lo * UP_MIN_SPAN > n_hi || lo.samples < MIN_SAMPLES as f32 {
-            // In-flight did not fall (demand, not the limit, set it): nothing learned.
-            self.dn_wait = (self.dn_wait.saturating_mul(2)).min(UP_WAIT_MAX_NS);
-            self.dn_next_at = now.saturating_add(self.dn_wait);
-            return back;
-        }
         let sigma = self.sigma as f64;
         let (se_hi, se_lo) =
             (median_se(sigma, hi.samples as f64), median_se(sigma, lo.samples as f64));
         let se = libm::sqrt(se_hi * se_hi + se_lo * se_lo);
+        let measured = lo.samples >= MIN_SAMPLES as f32;
+        // In-flight fell enough (1.2×) to compare the two points' latencies.
+        let told = measured && n_lo * UP_MIN_SPAN <= n_hi;
         let fell = hi.log_mean() - lo.log_mean();
-        let dn = libm::log(n_hi / n_lo);
-        if fell <= FLAT_ELASTICITY * dn + 2.0 * se {
-            let base = libm::exp(lo.log_mean());
-            // A baseline that moved by more than the buffer was stale: look again soon (a
-            // dependency that keeps getting slower). Otherwise, as after a queue of ours.
+        let dn = libm::log(n_hi / n_lo.max(1e-9));
+        let base = libm::exp(lo.log_mean());
+        // Latency fell, but clearly less than in proportion (as the upward probe's partial
+        // verdict): the cut reached the knee, so the cut point queued little, if at all,
+        // and its latency is close to the dependency's own. A baseline clearly below it
+        // (beyond the buffer and two standard errors) is stale.
+        let stale = measured
+            && fell + se < UP_PARTIAL_ELASTICITY * dn
+            && base > self.baseline * (1.0 + self.cfg.buffer) * (1.0 + 2.0 * se_lo);
+        let longer = (self.dn_wait.saturating_mul(2)).min(UP_WAIT_MAX_NS);
+        if told && fell <= FLAT_ELASTICITY * dn + 2.0 * se {
+            // Latency did not fall with in-flight: not our queue. The baseline becomes the
+            // lower point's latency. One that moved by more than the buffer was stale: look
+            // again soon (a dependency that keeps getting slower).
             let moved = base > self.baseline * (1.0 + self.cfg.buffer);
             if base > self.baseline {
-                self.baseline = base;
-                self.baseline_weight = lo.samples as f64;
-                self.clear_history();
-                self.m.rebaselines += 1;
+                self.rebase(base, lo.samples as f64);
             }
-            self.dn_wait = if moved {
-                UP_WAIT_NS
-            } else {
-                (self.dn_wait.saturating_mul(2)).min(UP_WAIT_MAX_NS)
-            };
+            self.dn_wait = if moved { UP_WAIT_NS } else { longer };
+        } else if stale {
+            self.rebase(base, lo.samples as f64);
+            self.dn_wait = UP_WAIT_NS;
         } else {
-            self.dn_wait = (self.dn_wait.saturating_mul(2)).min(UP_WAIT_MAX_NS);
+            // A queue of ours (latency fell with in-flight, and the baseline is current), or
+            // in-flight did not fall enough to tell (demand, not the limit, set it): wait
+            // longer.
+            self.dn_wait = longer;
         }
         self.dn_next_at = now.saturating_add(self.dn_wait);
+        self.dn_last = back as f32;
         back
     }
 
@@ -1393,6 +1430,13 @@ impl Algorithm for Gradient {
         }
         self.last_at = now;
         self.m.windows += 1;
+        if self.dn_next_at == 0 && self.probe_free() {
+            // The first downward probe waits out the first seconds after start (the first
+            // baseline has its own checks), not the first seconds of a binding limit: a
+            // dependency that slows down under a modest load binds the limit for the first
+            // time exactly then.
+            self.dn_next_at = now.saturating_add(UP_WAIT_NS);
+        }
 
         // 1. A min-RTT measurement under way.
         if self.probe.is_some() && self.fold_probe(now, w) {
