@@ -455,6 +455,8 @@ struct Probe {
 ///      operating point: its mean in-flight `N = samples·avg/duration` (Little's law) and
 ///      its `S`. Take two points within 4 s whose `N` differ by ≥ 1.4×. If `S` at the higher
 ///      `N` is at most `span^0.2` times, and no less (beyond noise) than, `S` at the lower,
+///      and a queue (`S` in proportion to `N`) is ruled out beyond two standard errors of
+///      the pair (windows of a few dozen samples can show a 1.4× queue as flat by chance),
 ///      then latency is ignoring concurrency: the dependency is below its knee at both
 ///      points, whatever our limit did. If the low point's `S` is then significantly above
 ///      `B`, the dependency slowed, or a quiet period passed. `B` becomes the two points'
@@ -514,9 +516,19 @@ struct Probe {
 ///    is cut by 1.3× for a few windows (the first is skipped: it answers requests admitted
 ///    before the cut; then 2 windows and 100 samples). Latency that did not fall with
 ///    in-flight (elasticity below `span^0.2`, beyond 2 SE) is not our queue: the baseline
-///    becomes the lower point's. Either way the limit returns. A baseline that moved by more
-///    than `buffer` is checked again after 4 s; otherwise the wait doubles up to 64 s, and
-///    the first probe waits 4 s after the first bound window. Without it, a baseline learned low (a small first window of
+///    becomes the lower point's. Latency that fell, but clearly less than in proportion
+///    (elasticity below 0.7, beyond 1 SE: the cut reached the knee, so the lower point
+///    queued little), re-learns the baseline too when the lower point's latency is beyond
+///    `B·(1 + buffer)` and 2 SE. Either way the limit returns. A baseline that moved by
+///    more than `buffer` is checked again after 4 s; otherwise the wait doubles up to 64 s.
+///    But once the limit has sunk 1.2× below where the last downward probe returned it, a
+///    queue of ours no longer explains the latency that drags it (our queue shrinks as the
+///    limit falls): the next probe need not wait. While a downward probe is under way, its
+///    verdict alone moves the baseline (the flat test and the speed-up rule would read its
+///    transition windows as a faster or flat dependency). The first probe may start 4 s
+///    after the first window (not the first bound one: a dependency that slows under a
+///    modest load binds the limit for the first time exactly then).
+///    Without it, a baseline learned low (a small first window of
 ///    a long tail) made every later window read as congested, and a limit of 1 could never
 ///    show the in-flight spread the flat test needs: the limit stayed at 1 for good.
 ///    Also: a window with at most one request in flight holds no queue of ours, so it may
@@ -1774,6 +1786,150 @@ mod tests {
         assert!(median >= 16.0, "median limit {median} ({:?})", g.metrics());
         let b = g.baseline_ns() as f64 / MS as f64;
         assert!(b >= 20.0, "baseline {b} ms ({:?})", g.metrics());
+    }
+
+    #[test]
+    fn a_dependency_slowing_by_half_over_a_minute_keeps_its_concurrency() {
+        // A slower leak than above (2× after a minute): each downward probe finds a queue of
+        // ours (the limit sat above the slots), and its wait doubled (8, 16, 32 s) while the
+        // dependency kept slowing, so the limit drifted to a quarter of the slots between
+        // probes (a 10th percentile of 8, 12% of the slot-time idle). A limit that sinks 1.2×
+        // below where the last probe returned it is probed again at once.
+        let mut g = Gradient::new(GradientConfig::default()).unwrap();
+        let mut p = overloaded(16.0, 10.0);
+        p.run(&mut g, 100);
+        let mut limits = Vec::new();
+        for k in 0..600 {
+            p.service_ms = 10.0 * (1.0 + k as f64 / 600.0);
+            limits.push(p.run(&mut g, 1));
+        }
+        let idle = limits.iter().map(|&l| (16.0 - l.min(16.0)) / 16.0).sum::<f64>() / 600.0;
+        let mut sorted = limits.clone();
+        sorted.sort_by(f64::total_cmp);
+        let p10 = sorted[60];
+        assert!(p10 >= 15.0, "10th percentile limit {p10} ({:?})", g.metrics());
+        assert!(idle < 0.02, "idle share of the slots {idle:.3} ({:?})", g.metrics());
+    }
+
+    /// A controller in steady state over 16 slots at 10 ms, with a downward probe's cut
+    /// under way from `from` (its reference pool: `n_hi` in flight at `s_hi_ms`).
+    fn probing_down(from: f64, n_hi: f32, s_hi_ms: f64) -> (Gradient, Plant) {
+        let mut g = Gradient::new(GradientConfig::default()).unwrap();
+        let mut p = overloaded(16.0, 10.0);
+        p.run(&mut g, 100);
+        let reference = UpPool {
+            inflight: n_hi * 1000.0,
+            samples: 1000.0,
+            log_stat: 1000.0 * libm::log(s_hi_ms * MS as f64) as f32,
+            windows: 10,
+        };
+        g.reset_up();
+        g.dn_from = from as f32;
+        g.dn_ref = reference;
+        g.limit = from / UP_SPAN;
+        (g, p)
+    }
+
+    /// A window of `samples` at `n` in flight (over 100 ms) with median `p50_ms` and a
+    /// narrow spread.
+    fn point_window(now: u64, n: f64, p50_ms: f64, samples: u32) -> Window {
+        let p50 = (p50_ms * MS as f64) as u64;
+        Window {
+            now,
+            samples,
+            drops: 0,
+            avg_ns: (n * 100.0 * MS as f64 / samples as f64) as u64,
+            min_ns: p50 * 7 / 10,
+            p50_ns: p50,
+            p90_ns: p50 * 12 / 10,
+            p99_ns: p50 * 15 / 10,
+            max_inflight: n.ceil() as u32,
+            inflight: n as u32,
+        }
+    }
+
+    #[test]
+    fn a_downward_probe_that_reached_the_knee_relearns_the_baseline() {
+        // The probe cut from 24 (mean 22 in flight, 15 ms) to 18.5 (16 in flight, 13 ms):
+        // latency fell, but by half the in-flight's fall (elasticity 0.45), so the cut
+        // point queued little and 13 ms is close to the dependency's own latency; the
+        // baseline of 10 ms is stale. Before, only a fall below elasticity 0.2 re-learned it
+        // and this verdict read as a queue of ours.
+        let (mut g, mut p) = probing_down(24.0, 22.0, 15.0);
+        let before = g.baseline_ns() as f64 / MS as f64;
+        assert!((9.5..=11.0).contains(&before), "baseline {before} ms");
+        for _ in 0..4 {
+            p.now += 100 * MS;
+            g.update(&point_window(p.now, 16.0, 13.0, 120));
+            if g.dn_from == 0.0 {
+                break;
+            }
+        }
+        assert_eq!(g.dn_from, 0.0, "the probe decided");
+        let after = g.baseline_ns() as f64 / MS as f64;
+        assert!((12.5..=13.5).contains(&after), "baseline {after} ms ({:?})", g.metrics());
+        // A fall in proportion (a queue of ours at both points) leaves it alone.
+        let (mut g, mut p) = probing_down(24.0, 22.0, 15.0);
+        for _ in 0..4 {
+            p.now += 100 * MS;
+            g.update(&point_window(p.now, 16.0, 15.0 * 16.0 / 22.0, 120));
+        }
+        assert_eq!(g.dn_from, 0.0, "the probe decided");
+        let kept = g.baseline_ns() as f64 / MS as f64;
+        assert!((before - kept).abs() < 0.01, "baseline {before} -> {kept} ms");
+    }
+
+    #[test]
+    fn a_downward_probe_owns_the_baseline_while_under_way() {
+        // The first window after the cut answers requests admitted before it; one far below
+        // the baseline (a burst of fast answers as in-flight drains) used to restart the
+        // baseline ("the dependency got faster") and slow start from it, mid-probe.
+        let (mut g, mut p) = probing_down(24.0, 22.0, 15.0);
+        let before = g.baseline_ns();
+        p.now += 100 * MS;
+        g.update(&point_window(p.now, 18.0, 5.0, 200));
+        assert_eq!(g.baseline_ns(), before);
+        assert!(!g.metrics().slow_start);
+        assert!(g.dn_from > 0.0, "still probing");
+    }
+
+    #[test]
+    fn the_downward_probe_is_armed_from_the_first_window() {
+        // 10 s at a modest load (the limit never binds), then the dependency slows down and
+        // the limit binds for the first time: a probe may start at once, not 4 s later.
+        let mut g = Gradient::new(GradientConfig::default()).unwrap();
+        let mut p = Plant { slots: 16.0, service_ms: 10.0, offered: 8.0, now: 0 };
+        p.run(&mut g, 100);
+        assert!(g.dn_next_at > 0 && g.dn_next_at <= 4 * SEC + 100 * MS, "{}", g.dn_next_at);
+    }
+
+    #[test]
+    fn the_flat_test_needs_a_queue_ruled_out_beyond_noise() {
+        // Two small, noisy windows (a dozen samples, σ ≈ 0.86: each median ±30%) at 10 and
+        // 14 in flight with the same median of 20 ms. Flat, or a 1.4× queue read low by
+        // chance? The pair cannot tell: the baseline stays.
+        let mut g = Gradient::new(GradientConfig::default()).unwrap();
+        let mut p = overloaded(16.0, 10.0);
+        p.run(&mut g, 100);
+        g.clear_history();
+        let before = g.baseline_ns();
+        let at = stamp(p.now);
+        let point = |n: f32, weight: f32| Point {
+            at,
+            inflight: n,
+            stat: (20 * MS) as f32,
+            se: median_se(0.86, weight as f64) as f32,
+            weight,
+        };
+        g.flat_test(point(10.0, 12.0));
+        g.flat_test(point(14.0, 12.0));
+        assert_eq!(g.baseline_ns(), before, "{:?}", g.metrics());
+        // The same pair from windows of 300 samples each is flat beyond noise.
+        g.clear_history();
+        g.flat_test(point(10.0, 300.0));
+        g.flat_test(point(14.0, 300.0));
+        let after = g.baseline_ns() as f64 / MS as f64;
+        assert!((19.5..=20.5).contains(&after), "baseline {after} ms");
     }
 
     #[test]
