@@ -175,7 +175,7 @@ pytest-sweep:
 # The limit algorithms' robustness sweep: every algorithm on ten closed-loop scenarios
 # (five it was tuned on, five it was not), 200 seeds each; a min / median table and the
 # goals. SWEEP_SEEDS / SWEEP_THREADS override. A 10-seed slice runs in `make unit`
-# (sim/tests/sweep.rs).
+# (sim/tests/sweep.rs). SWEEP_ALGOS, SWEEP_WORST and SWEEP_GRADIENT: see sim/src/bin/sweep.rs.
 SWEEP_SEEDS ?= 200
 SWEEP_THREADS ?= 2
 .PHONY: sweep

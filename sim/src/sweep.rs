@@ -44,25 +44,7 @@ pub fn algorithms() -> Vec<Algo> {
         floor,
         peer: true,
     };
-    #[allow(unused_mut)]
-    let mut g = GradientConfig::default();
-    if let Ok(v) = std::env::var("SWEEP_G") {
-        for kv in v.split(",").filter(|k| !k.is_empty()) {
-            let (k, x) = kv.split_once('=').unwrap();
-            let x: f64 = x.parse().unwrap();
-            match k {
-                "buffer" => g.buffer = x,
-                "headroom" => g.headroom = x,
-                "smoothing" => g.smoothing = x,
-                "backoff" => g.backoff = x,
-                "initial" => g.initial_limit = x,
-                "pct" => g.sample_percentile = x,
-                "tol" => g.drop_tolerance = x,
-                "app" => g.app_limited_ratio = x,
-                _ => panic!("{k}"),
-            }
-        }
-    }
+    let g = gradient_override(GradientConfig::default());
     let g2 = Gradient2Config::default();
     let v = VegasConfig::default();
     let a = AimdConfig::default();
@@ -80,6 +62,30 @@ pub fn algorithms() -> Vec<Algo> {
         peer("envoy (probe 10 s)", A::Gradient(GradientConfig::envoy(10 * SEC)), 3.0),
         Algo { name: "static 64", config: None, floor: 64.0, peer: true },
     ]
+}
+
+/// The default Gradient's row with the fields named in `SWEEP_GRADIENT` replaced
+/// (`buffer=0.2,headroom=1`: `buffer`, `headroom`, `smoothing`, `backoff`, `initial_limit`,
+/// `sample_percentile`, `drop_tolerance`, `app_limited_ratio`), to try a tuning against
+/// every scenario. A name or value it cannot read panics with the entry.
+fn gradient_override(mut g: GradientConfig) -> GradientConfig {
+    let Ok(spec) = std::env::var("SWEEP_GRADIENT") else { return g };
+    for entry in spec.split(',').filter(|e| !e.is_empty()) {
+        let value = entry.split_once('=').and_then(|(k, v)| Some((k, v.parse::<f64>().ok()?)));
+        let Some((key, x)) = value else { panic!("SWEEP_GRADIENT: cannot read {entry:?}") };
+        match key {
+            "buffer" => g.buffer = x,
+            "headroom" => g.headroom = x,
+            "smoothing" => g.smoothing = x,
+            "backoff" => g.backoff = x,
+            "initial_limit" => g.initial_limit = x,
+            "sample_percentile" => g.sample_percentile = x,
+            "drop_tolerance" => g.drop_tolerance = x,
+            "app_limited_ratio" => g.app_limited_ratio = x,
+            _ => panic!("SWEEP_GRADIENT: no field {key:?}"),
+        }
+    }
+    g
 }
 
 /// Runs one algorithm on one scenario instance.

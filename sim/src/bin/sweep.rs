@@ -3,7 +3,8 @@
 //! (default 200) on THREADS threads (default 2). Prints the min / median table and the goals;
 //! exits non-zero when a goal fails. `SWEEP_ALGOS=gradient,netflix` keeps only the rows whose
 //! names start with one of those prefixes; `SWEEP_WORST=n` also lists each row's n worst
-//! seeds (seed:goodput), to trace them.
+//! seeds (seed:goodput), to trace them; `SWEEP_GRADIENT=headroom=1,buffer=0.2` sweeps the
+//! default Gradient's row with those fields changed (a tuning tried on every scenario).
 //!
 //! `sweep trace SCENARIO ALGORITHM SEED [EVERY_MS]` prints one run's 100 ms samples instead
 //! (the limit against the dependency's slots, its busy slots and queue, completions within
