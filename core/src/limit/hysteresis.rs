@@ -32,6 +32,12 @@ const IDLE_INFLIGHT: u32 = 2;
 /// The dependency's own p99 reads this far inside the HEALTHY zone once the target has
 /// been raised to it: `target = idle p99 × IDLE_MARGIN / healthy_below`.
 const IDLE_MARGIN: f64 = 1.25;
+/// The idle answers a learned target needs: fewer than the zones' 100. A limit brought to
+/// its floor by a target below the dependency's own p99 serves one request at a time (under
+/// 50 answers a second on a bimodal 5 / 80 ms dependency), and waiting for 100 idle answers
+/// kept it there over 2 s. The p99 of 50 reads at most a little low (about the p98); the
+/// margin covers that.
+const IDLE_MIN_OUTCOMES: f32 = 50.0;
 
 /// Configuration of [`HysteresisAimd`]. `Default` is the scheme's published numbers.
 ///
@@ -519,15 +525,15 @@ impl HysteresisAimd {
 
     /// Learns the dependency's own p99 from windows with at most [`IDLE_INFLIGHT`] requests
     /// in flight (their answers only: a drop says nothing about a latency), and raises the
-    /// target to it when the configured one is below.
-    fn learn_idle(&mut self, now: u64, w: &Window) {
+    /// target to it when the configured one is below. True when it raised the target now.
+    fn learn_idle(&mut self, now: u64, w: &Window) -> bool {
         if w.max_inflight > IDLE_INFLIGHT || w.samples == 0 {
-            return;
+            return false;
         }
         self.idle.insert(now, &Window { drops: 0, ..*w });
         let (p99, n) = self.idle.p99(now);
-        if n < MIN_P99_OUTCOMES {
-            return;
+        if n < IDLE_MIN_OUTCOMES {
+            return false;
         }
         let configured = self.target_ns as f64;
         let wanted = (p99 * IDLE_MARGIN / self.healthy_below).max(configured);
@@ -538,9 +544,11 @@ impl HysteresisAimd {
             self.cool_off_until = now;
             self.p99 = self.idle.clone();
         }
+        let raised = wanted > self.effective_target_ns;
         self.effective_target_ns = wanted;
         self.healthy_below_ns = self.healthy_below * wanted;
         self.critical_above_ns = self.critical_above * wanted;
+        raised
     }
 
     /// A critical event: ×critical_factor, cool-off, slow start over, p99 history reset.
@@ -569,7 +577,7 @@ impl Algorithm for HysteresisAimd {
             self.counters.count_drop();
         }
         self.p99.insert(now, w);
-        self.learn_idle(now, w);
+        let raised = self.learn_idle(now, w);
         let mut jumped = false;
         if w.samples > 0 {
             self.update_average(w);
@@ -577,7 +585,10 @@ impl Algorithm for HysteresisAimd {
             jumped = self.jump.jumped(now, self.jump_rise);
         }
         let (p99, outcomes) = self.p99.p99(now);
-        let known = outcomes >= MIN_P99_OUTCOMES;
+        // The window that raised the target from idle answers reads their p99 (HEALTHY by
+        // construction) although fewer than 100: the limit leaves the floor at once instead
+        // of waiting for 100 more answers one at a time.
+        let known = outcomes >= MIN_P99_OUTCOMES || raised;
         let new = if known && p99 > self.critical_above_ns {
             self.critical(now)
         } else if jumped {
@@ -914,6 +925,39 @@ mod tests {
             });
         }
         assert_eq!(h.effective_target_ns(), 50 * MS);
+    }
+
+    #[test]
+    fn the_floor_is_left_once_fifty_idle_answers_raise_the_target() {
+        // At the floor, one request at a time, answers of a dependency whose own p99 (85 ms)
+        // is above the 75 ms CRITICAL line of the default target: ten answers a window.
+        // Fifty answers raise the target, and that window grows the limit at once (waiting
+        // for 100 answers, one at a time, kept it at the floor over 2 s on a bimodal
+        // dependency).
+        let cfg = HysteresisConfig { initial_limit: 1.0, ..HysteresisConfig::default() };
+        let mut h = HysteresisAimd::new(cfg).unwrap();
+        let mut left_at = None;
+        for k in 1..=12u64 {
+            h.update(&Window {
+                samples: 10,
+                drops: 0,
+                avg_ns: 12_500_000,
+                min_ns: 4_500_000,
+                p50_ns: 5 * MS,
+                p90_ns: 5_500_000,
+                p99_ns: 85 * MS,
+                max_inflight: 1,
+                inflight: 1,
+                now: k * 100 * MS,
+            });
+            if h.limit() > 1.0 && left_at.is_none() {
+                left_at = Some(k);
+            }
+        }
+        // 50 answers by the 5th window (the rolling count may read a hair under 50 in
+        // f32: then the 6th); 100 answers took until the 11th.
+        assert!(matches!(left_at, Some(k) if k <= 6), "left the floor at window {left_at:?}");
+        assert!(h.effective_target_ns() > 100 * MS);
     }
 
     #[test]
