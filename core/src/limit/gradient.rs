@@ -1764,20 +1764,29 @@ mod tests {
         assert!((29.0..=33.0).contains(&b), "baseline {b} ms");
     }
 
+    /// 10 s over 16 slots at 10 ms, then a minute in which the service time grows to
+    /// `1 + growth` times the base: the controller and the limit of each window of that
+    /// minute.
+    fn slow_leak(growth: f64) -> (Gradient, Vec<f64>) {
+        let mut g = Gradient::new(GradientConfig::default()).unwrap();
+        let mut p = overloaded(16.0, 10.0);
+        p.run(&mut g, 100);
+        let limits = (0..600)
+            .map(|k| {
+                p.service_ms = 10.0 * (1.0 + growth * k as f64 / 600.0);
+                p.run(&mut g, 1)
+            })
+            .collect();
+        (g, limits)
+    }
+
     #[test]
     fn a_dependency_that_keeps_getting_slower_keeps_its_concurrency() {
         // A slow leak: the service time grows by 1/30 of the base every second (3x after a
         // minute), the 16 slots stay. Each slower second reads as congestion against the
         // baseline; without a check of whether the latency is our queue, the limit sinks
         // below the slots and the dependency idles.
-        let mut g = Gradient::new(GradientConfig::default()).unwrap();
-        let mut p = overloaded(16.0, 10.0);
-        p.run(&mut g, 100);
-        let mut lows = Vec::new();
-        for k in 0..600 {
-            p.service_ms = 10.0 * (1.0 + 2.0 * k as f64 / 600.0);
-            lows.push(p.run(&mut g, 1));
-        }
+        let (g, lows) = slow_leak(2.0);
         // The median limit of the last 40 s (probes are short transients) stays at the
         // slots or above, and the baseline followed the dependency (30 ms at the end).
         let mut last = lows[200..].to_vec();
@@ -1795,14 +1804,7 @@ mod tests {
         // dependency kept slowing, so the limit drifted to a quarter of the slots between
         // probes (a 10th percentile of 8, 12% of the slot-time idle). A limit that sinks 1.2×
         // below where the last probe returned it is probed again at once.
-        let mut g = Gradient::new(GradientConfig::default()).unwrap();
-        let mut p = overloaded(16.0, 10.0);
-        p.run(&mut g, 100);
-        let mut limits = Vec::new();
-        for k in 0..600 {
-            p.service_ms = 10.0 * (1.0 + k as f64 / 600.0);
-            limits.push(p.run(&mut g, 1));
-        }
+        let (g, limits) = slow_leak(1.0);
         let idle = limits.iter().map(|&l| (16.0 - l.min(16.0)) / 16.0).sum::<f64>() / 600.0;
         let mut sorted = limits.clone();
         sorted.sort_by(f64::total_cmp);

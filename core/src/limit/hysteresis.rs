@@ -879,6 +879,23 @@ mod tests {
         assert_eq!(r.p99(SEC + 11 * SEC).1, 0.0);
     }
 
+    /// A window of a bimodal dependency (90% at 5 ms, 10% at 80 ms: its own p99 ~85 ms at
+    /// any concurrency) with `inflight` in flight and `samples` answers.
+    fn bimodal_window(now: u64, inflight: u32, samples: u32) -> Window {
+        Window {
+            now,
+            samples,
+            drops: 0,
+            avg_ns: 12_500_000,
+            min_ns: 4_500_000,
+            p50_ns: 5 * MS,
+            p90_ns: 5_500_000,
+            p99_ns: 85 * MS,
+            max_inflight: inflight,
+            inflight,
+        }
+    }
+
     #[test]
     fn a_target_below_the_dependency_s_own_p99_is_no_floor_trap() {
         // The bimodal dependency: 90% at 5 ms, 10% at 80 ms, so its own p99 is ~80 ms at
@@ -890,19 +907,7 @@ mod tests {
         for _ in 0..300 {
             now += 100 * MS;
             let inflight = libm::floor(h.limit()).clamp(1.0, 12.5) as u32;
-            let samples = inflight * 8;
-            let w = Window {
-                now,
-                samples,
-                drops: 0,
-                avg_ns: 12_500_000,
-                min_ns: 4_500_000,
-                p50_ns: 5 * MS,
-                p90_ns: 5_500_000,
-                p99_ns: 85 * MS,
-                max_inflight: inflight,
-                inflight,
-            };
+            let w = bimodal_window(now, inflight, inflight * 8);
             h.update(&w);
             if h.limit() <= 2.0 {
                 at_floor_ms += 100;
@@ -938,18 +943,7 @@ mod tests {
         let mut h = HysteresisAimd::new(cfg).unwrap();
         let mut left_at = None;
         for k in 1..=12u64 {
-            h.update(&Window {
-                samples: 10,
-                drops: 0,
-                avg_ns: 12_500_000,
-                min_ns: 4_500_000,
-                p50_ns: 5 * MS,
-                p90_ns: 5_500_000,
-                p99_ns: 85 * MS,
-                max_inflight: 1,
-                inflight: 1,
-                now: k * 100 * MS,
-            });
+            h.update(&bimodal_window(k * 100 * MS, 1, 10));
             if h.limit() > 1.0 && left_at.is_none() {
                 left_at = Some(k);
             }
