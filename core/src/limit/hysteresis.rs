@@ -353,11 +353,13 @@ impl RollingMoments {
 /// the limit, halve it to the floor and keep it there with idle capacity; one whose p99
 /// sits in the dead band would hold the limit wherever it fell. So the windows with at
 /// most two requests in flight (no queue of ours) feed a second time-windowed p99, the
-/// dependency's own. Once it holds 100 answers, the target in force is
+/// dependency's own. Once it holds 50 answers, the target in force is
 /// `max(target, idle p99 × 1.25 / healthy_below)`: the dependency's own p99 then reads
 /// HEALTHY, and the zones measure the latency our concurrency adds to it. A raise cancels
 /// the cool-off (the critical readings behind it were the target's error, not an
-/// overload) and seeds the rolling p99 with those idle answers. The configured target stays in force whenever it is reachable (idle windows
+/// overload), seeds the rolling p99 with those idle answers and, in the window that makes
+/// it, reads them as a p99 although fewer than 100 (so the limit leaves the floor at once).
+/// The configured target stays in force whenever it is reachable (idle windows
 /// below it change nothing), and the learned one follows later idle windows down. See
 /// [`HysteresisAimd::effective_target_ns`].
 ///
