@@ -1216,13 +1216,11 @@ impl Gradient {
         }
         let n = w.samples as f32;
         let inflight = (w.samples as f64 * w.avg_ns as f64 / dur as f64) as f32;
-        // Downward probe: does a point that reads as congested hold a queue of ours? Not
-        // in the first seconds: the first baseline has its own checks (warm start, flat
-        // test, one-in-flight windows).
-        // The same for the downward probe: one that found our own queue waits longer
-        // before the next, but a limit that has since sunk well below where it returned
-        // to is falling on latency its own queue no longer explains (a queue of ours
-        // shrinks as the limit falls): the verdict is stale, probe again now.
+        // Downward probe: does a point that reads as congested hold a queue of ours? (Not in
+        // the first seconds: `update` arms it 4 s after the first window.) One that found
+        // our own queue waits longer before the next, but a limit that has since sunk well
+        // below where it returned to is falling on latency its own queue no longer explains
+        // (a queue of ours shrinks as the limit falls): that verdict is stale, probe again.
         if self.dn_last > 0.0 && l * UP_MIN_SPAN < self.dn_last as f64 {
             self.dn_last = 0.0;
             self.dn_wait = UP_WAIT_NS;
@@ -1321,6 +1319,7 @@ impl Gradient {
         // and its latency is close to the dependency's own. A baseline clearly below it
         // (beyond the buffer and two standard errors) is stale.
         let stale = measured
+            && dn > 0.0
             && fell + se < UP_PARTIAL_ELASTICITY * dn
             && base > self.baseline * (1.0 + self.cfg.buffer) * (1.0 + 2.0 * se_lo);
         let longer = (self.dn_wait.saturating_mul(2)).min(UP_WAIT_MAX_NS);
@@ -1801,8 +1800,8 @@ mod tests {
     fn a_dependency_slowing_by_half_over_a_minute_keeps_its_concurrency() {
         // A slower leak than above (2× after a minute): each downward probe finds a queue of
         // ours (the limit sat above the slots), and its wait doubled (8, 16, 32 s) while the
-        // dependency kept slowing, so the limit drifted to a quarter of the slots between
-        // probes (a 10th percentile of 8, 12% of the slot-time idle). A limit that sinks 1.2×
+        // dependency kept slowing, so the limit drifted between probes, as low as a quarter
+        // of the slots (a 10th percentile of 8, 12% of the slot-time idle). A limit that sinks 1.2×
         // below where the last probe returned it is probed again at once.
         let (g, limits) = slow_leak(1.0);
         let idle = limits.iter().map(|&l| (16.0 - l.min(16.0)) / 16.0).sum::<f64>() / 600.0;
