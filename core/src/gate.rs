@@ -1595,14 +1595,14 @@ mod tests {
             ..GateConfig::default()
         };
         let g: Gate<16> = Gate::new(cfg).unwrap();
-        // Critical is active and holds 1: it reserves the rest of its share, 7 - 1 = 6.
+        // Critical is active and holds 1: its target is 1 + 1 + 1 = 3, so it holds back 2.
         let mut permits = std::vec![admitted(g.arrive(MS, P0, None))];
         let mut bg = Vec::new();
-        for _ in 0..3 {
+        for _ in 0..7 {
             bg.push(admitted(g.arrive(MS, P2, None)));
         }
         let bg_waiter = queued(g.arrive(MS, P2, None));
-        for _ in 0..6 {
+        for _ in 0..2 {
             permits.push(admitted(g.arrive(MS, P0, None)));
         }
         let crit_waiter = queued(g.arrive(2 * MS, P0, None));
@@ -1625,9 +1625,12 @@ mod tests {
             ..GateConfig::default()
         };
         let g: Gate<16> = Gate::new(cfg).unwrap();
-        // Critical is active: it reserves its share of 7.
-        let c = admitted(g.arrive(MS, P0, None));
-        g.release(c, MS, Outcome::Ignored).unwrap();
+        // Critical is active with a peak of 5: its target is 5 + 3 + 1 = 9 (at most its
+        // share of 7), all held back once its permits return.
+        let c: Vec<_> = (0..5).map(|_| admitted(g.arrive(MS, P0, None))).collect();
+        for p in c {
+            g.release(p, MS, Outcome::Ignored).unwrap();
+        }
         let bg: Vec<_> = (0..3).map(|_| admitted(g.arrive(MS, P2, None))).collect();
         let t = queued(g.arrive(MS, P2, None));
         assert!(poll(&g, 2 * MS).0.is_empty(), "critical's reservation holds");

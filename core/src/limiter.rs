@@ -39,10 +39,14 @@ pub struct LimiterConfig {
     pub algorithm: AlgorithmConfig,
     /// Priority levels in use, 1..=8 (default 3: critical, normal, background).
     pub levels: u8,
-    /// Guaranteed share of the limit for each level; the sum must not exceed 1.
-    /// Default 0.7 / 0.25 / 0.05: most of the limit guaranteed to critical work, a quarter
-    /// to normal work, a sliver to background work (unused shares are lent, see
-    /// [`Limiter`]).
+    /// Each level's share: the most of the limit it may hold back for itself while
+    /// active (its reservation follows its recent peak demand, capped by the share; see
+    /// [`Limiter`]); the sum must not exceed 1. Default 0.7 / 0.25 / 0.05. A share is a
+    /// ceiling, not an allotment: a level holds back only its recent peak plus half
+    /// again, so at healthy load the weights refuse nothing. They matter under overload,
+    /// when a level's demand is high: critical work may then keep up to 70% of the limit
+    /// from less important work, normal work a quarter from background work. The least
+    /// important level's share holds nothing back (no level is below it).
     pub weights: [f64; LEVELS],
     /// A window is at least this long (default 100 ms).
     pub min_window_ns: u64,
@@ -54,8 +58,8 @@ pub struct LimiterConfig {
     /// A window closes only with at least this many samples, or any drop (default 10,
     /// Netflix WindowedLimit's minimum).
     pub min_samples: u32,
-    /// A level counts as active (its unused share is reserved, not lent) while it saw an
-    /// arrival within this long (default 1 s).
+    /// A level counts as active (its unused reservation is held back, not lent) while it
+    /// saw an arrival within this long (default 1 s).
     pub active_ns: u64,
 }
 
@@ -150,37 +154,42 @@ struct FoldState {
 /// by up to the number of threads). When the limit falls below in-flight, admissions
 /// stop until enough permits return.
 ///
-/// **Partitions** (reservation while active). Level `p` is guaranteed
-/// `g[p] = floor(limit × weights[p])`. A level is *active* while it saw an arrival
-/// (admitted, refused, or held by a queue through [`note_arrival`](Self::note_arrival))
-/// within `active_ns`. An active level reserves what it does not use of its share,
-/// `r[q] = max(0, g[q] − in_flight[q])`, and an arrival at level `p` is admitted iff
+/// **Partitions** (work-conserving, with a reservation that follows demand). Level `p`'s
+/// *share* is `g[p] = floor(limit × weights[p])`: the most it may hold back for itself.
+/// Its *demand* `d[p]` is the most it recently held, or was refused at (`held + 1`);
+/// at each window it decays by a quarter toward what the level holds,
+/// `max(held, d − ⌈d/4⌉)`. A level is *active* while it saw an arrival (admitted, refused,
+/// or held by a queue through [`note_arrival`](Self::note_arrival)) within `active_ns`.
+/// An active level reserves what it does not use of its *target*
+/// `t[q] = min(g[q], d[q] + ⌈d[q]/2⌉ + 1)` (its recent peak plus half again and one
+/// slot): `r[q] = max(0, t[q] − in_flight[q])`. An arrival at level `p` is admitted iff
 /// `in_flight + Σ_{q more important than p, q active} r[q] < limit`. So:
 /// - the limit is exact: nothing is admitted while `in_flight ≥ limit`;
-/// - lending is work-conserving across activity: the share of a level that saw no
-///   arrival for `active_ns` is lent to every other level, and a more important level may
-///   always use slots beyond its share that less important levels leave free;
-/// - **the bound.** Take a time `t0` from which on level `p` stays active (no gap longer
-///   than `active_ns` between its arrivals), no more important level becomes active, and
-///   the limit does not change. From `t0` on, no admission of a less important level
-///   leaves fewer than `Σ_{q ≤ p, q active} r[q]` slots free, so a `p` arrival at or after
-///   `t0` is refused below its share only while (a) some more important level holds more
-///   than its own share, or (b) less important work admitted *before* `t0` (lent while
-///   `p`, or a more important level, was inactive) still holds slots. However long less important work keeps the slots it
-///   takes while `p` is active, it never makes `p` wait below its share. After `p` wakes,
-///   (b) lasts only until the work borrowed before `t0` ends; each slot it returns goes
-///   to `p` (and the [`Gate`](crate::gate) queues `p`'s arrival and hands it the next
-///   freed slot). Lending an idle level's share and exactness cannot both be free at the
-///   instant it wakes: this is the price of lending.
+/// - the most important level is refused only when every slot is taken, and any level
+///   is refused with slots free only for the headroom of a more important level that is
+///   active: a light critical flow (a peak of 2 in flight) holds back 4 slots, not 70% of
+///   the limit, and an idle level (no arrival for `active_ns`) holds back nothing;
+/// - **the bound.** Every admission of a level less important than `p` leaves at least
+///   `Σ_{q ≤ p, q active} r[q]` slots free (the rule above, read at that instant). So an
+///   arrival at level `p` holding fewer than its target `t[p]` is admitted at once unless
+///   (a) a more important level holds more than its own target, or (b) less important
+///   work admitted before `p`'s target last rose (by its demand, its activity, or the
+///   limit) still holds slots. However long less important work keeps slots taken while
+///   `p`'s target stands, it never makes `p` wait below that target. Beyond it, `p` waits
+///   only for the next release: a refused arrival raises `d[p]` (its target grows by half
+///   with each refusal), and the [`Gate`](crate::gate) queues it and hands it the next
+///   freed slot ahead of every less important waiter.
 ///
-/// The price of the bound: an active level holds its unused share back even if its
-/// flow is light, so the weights are guarantees, not hints (the default weights of 0.7 /
-/// 0.25 / 0.05 keep 70% of the limit for critical work while any critical work arrives each
-/// `active_ns`; give a light flow a small weight). Per-level counts are updated next to
-/// the exact total (acquire: total then level; release: level then total), so a
-/// concurrent reader sees reservations that err on the safe side. Each level's recent
-/// *demand* (the most it held, or was refused at, decaying by a quarter per window) is
-/// kept for the metrics.
+/// The price: a burst of important work larger than half again its recent peak, while
+/// less important work fills the limit, waits for releases (one service time at most for
+/// each slot it needs beyond its target); the old rule of holding back a level's whole
+/// share while it is active never made it wait below its share, but refused less
+/// important work with most of the limit idle. A refusal for a reservation while slots
+/// are free counts as demand: the window that saw it reports the whole limit as used, so
+/// the adaptive limit is not held back as app-limited. Per-level counts are updated next
+/// to the exact total (acquire: total then level; release: level then total), so a
+/// concurrent reader sees reservations that err on the safe side. Demands and shares are
+/// in the metrics.
 ///
 /// **Fractional limits.** A limit `L < 1` admits one request at a time and, after each
 /// completion (`Success` or `Dropped`) of latency `r`, stays idle for `r·(1/L − 1)`: the
@@ -491,6 +500,13 @@ pub struct LimiterMetrics {
     pub p99_rtt_ns: u64,
 }
 
+/// What an active level holds back for itself: its recent peak demand `d` plus half again
+/// and one slot, `d + ⌈d/2⌉ + 1`, never more than its share `g`.
+#[inline]
+pub(crate) fn reservation_target(share: u32, demand: u32) -> u32 {
+    demand.saturating_add(demand.div_ceil(2)).saturating_add(1).min(share)
+}
+
 fn slots_of(limit: f64) -> u64 {
     if limit >= MAX_SLOTS as f64 {
         MAX_SLOTS as u64
@@ -581,9 +597,14 @@ impl Limiter {
             let reserved = if multi && lvl > 0 { self.reserved_above(now, lvl) } else { 0 };
             if inflight + reserved >= slots {
                 if multi {
-                    // A refused arrival is demand too (shown in the metrics).
+                    // A refused arrival is demand too: it raises the level's reservation.
                     let want = self.level_inflight[lvl].load(Ordering::Relaxed) + 1;
                     self.level_demand[lvl].fetch_max(want, Ordering::Relaxed);
+                    if inflight < slots {
+                        // Refused for a reservation with slots free: the limit is in use
+                        // (held or held back), so the window is not app-limited.
+                        self.max_inflight.fetch_max(slots as u32, Ordering::Relaxed);
+                    }
                 }
                 return Err(self.reject(now, lvl, inflight));
             }
@@ -623,7 +644,7 @@ impl Limiter {
     }
 
     /// Slots held back for the active levels more important than `lvl`: each reserves
-    /// what it does not use of its share, `share − in_flight`.
+    /// what it does not use of its target, `target(share, demand) − in_flight`.
     #[inline]
     fn reserved_above(&self, now: u64, lvl: usize) -> u64 {
         let mut reserved = 0u64;
@@ -631,15 +652,15 @@ impl Limiter {
             let seen = self.level_seen[q].load(Ordering::Relaxed);
             if seen != 0 && now.saturating_sub(seen) <= self.active_ns {
                 let share = self.level_share[q].load(Ordering::Relaxed);
+                let demand = self.level_demand[q].load(Ordering::Relaxed);
                 let used = self.level_inflight[q].load(Ordering::Relaxed);
-                reserved += share.saturating_sub(used) as u64;
+                reserved += reservation_target(share, demand).saturating_sub(used) as u64;
             }
         }
         reserved
     }
 
-    /// At each window: a level's demand (a metric) decays by a quarter toward what it
-    /// holds now.
+    /// At each window: a level's demand decays by a quarter toward what it holds now.
     fn decay_demand(&self) {
         for lvl in 0..self.levels as usize {
             let demand = self.level_demand[lvl].load(Ordering::Relaxed);
@@ -1127,22 +1148,23 @@ mod tests {
     }
 
     #[test]
-    fn active_important_level_keeps_its_whole_share() {
+    fn an_active_level_holds_back_its_peak_plus_half_up_to_its_share() {
         // limit 10, shares 7 / 2 / 0.
         let l = fixed(10.0, 3);
         let crit: std::vec::Vec<_> =
             (0..4).map(|_| l.try_acquire(MS, Priority::CRITICAL).unwrap()).collect();
-        // Critical is active and holds 4: it reserves 7 - 4 = 3 more.
+        // Critical's peak is 4: its target is min(7, 4 + 2 + 1) = 7, so it holds back 3.
         let bg: std::vec::Vec<_> =
             core::iter::from_fn(|| l.try_acquire(MS, Priority::BACKGROUND).ok()).collect();
-        assert_eq!(bg.len(), 3, "10 - 4 held - 3 reserved");
+        assert_eq!(bg.len(), 3, "10 - 4 held - 3 held back");
         assert!(l.try_acquire(MS, Priority::NORMAL).is_err(), "the 3 are critical's");
         let more: std::vec::Vec<_> =
             (0..3).map(|_| l.try_acquire(MS, Priority::CRITICAL).unwrap()).collect();
         assert_eq!(l.inflight(), 10);
         assert!(l.try_acquire(MS, Priority::CRITICAL).is_err(), "at the limit");
         drop(bg);
-        // Critical holds its share; normal (active: refused above) reserves its 2.
+        // Critical holds its share; normal (refused above at 0: peak 1, target 2) holds
+        // back 2 of the 3 free slots.
         let bg2: std::vec::Vec<_> =
             core::iter::from_fn(|| l.try_acquire(MS, Priority::BACKGROUND).ok()).collect();
         assert_eq!(bg2.len(), 1);
@@ -1153,24 +1175,77 @@ mod tests {
     }
 
     #[test]
-    fn critical_below_its_share_is_not_starved_by_long_held_background() {
-        // Default weights, limit 10: critical holds 1 and background takes what it can and
-        // keeps it. Critical must still reach its share of 7, however long background
-        // holds its slots (the old demand-bounded rule lent background 8 and refused
-        // critical at 2).
+    fn a_light_critical_flow_holds_back_its_peak_plus_half_not_its_share() {
+        // Default weights, limit 20 (critical's share 14). Critical holds 1 and 2 at
+        // most: it holds back 2 + 1 + 1 − held, and normal work gets the rest.
+        let l = fixed(20.0, 3);
+        let a = l.try_acquire(MS, Priority::CRITICAL).unwrap();
+        let b = l.try_acquire(MS, Priority::CRITICAL).unwrap();
+        b.release(2 * MS, Outcome::Success);
+        let normal: std::vec::Vec<_> =
+            core::iter::from_fn(|| l.try_acquire(3 * MS, Priority::NORMAL).ok()).collect();
+        assert_eq!(normal.len(), 20 - 1 - (4 - 1), "20 - 1 held - 3 held back");
+        // The held-back slots are critical's at once.
+        let c: std::vec::Vec<_> =
+            (0..3).map(|_| l.try_acquire(3 * MS, Priority::CRITICAL).unwrap()).collect();
+        assert_eq!(l.inflight(), 20);
+        drop((a, c, normal));
+    }
+
+    #[test]
+    fn a_refusal_with_slots_free_is_demand_not_app_limited() {
+        // Limit 10; critical's peak of 7 holds back its share. Normal work is refused
+        // with 3 slots free: the window reports the whole limit as in use.
+        let l = Limiter::new(LimiterConfig {
+            min_samples: 0,
+            ..LimiterConfig::with_algorithm(AlgorithmConfig::Fixed(FixedConfig {
+                initial_limit: 10.0,
+                min_limit: 1.0,
+                max_limit: 10.0,
+            }))
+        })
+        .unwrap();
+        let mut crit: std::vec::Vec<_> =
+            (0..7).map(|_| l.try_acquire(MS, Priority::CRITICAL).unwrap()).collect();
+        for p in crit.drain(1..) {
+            p.release(2 * MS, Outcome::Success);
+        }
+        let normal: std::vec::Vec<_> =
+            core::iter::from_fn(|| l.try_acquire(3 * MS, Priority::NORMAL).ok()).collect();
+        assert_eq!(normal.len(), 10 - 7, "1 held + 6 held back");
+        assert_eq!(l.inflight(), 4);
+        let w = l.try_fold(SEC).expect("a window is due");
+        assert_eq!(w.max_inflight, 10, "the refusal counts the limit as used");
+        drop((crit, normal));
+    }
+
+    #[test]
+    fn critical_within_its_target_is_not_starved_by_long_held_background() {
+        // Default weights, limit 10: critical holds 1 (target 1 + 1 + 1 = 3) and
+        // background takes what it can and keeps it. Critical reaches its target at once
+        // however long background holds its slots; beyond it, each refusal raises its
+        // target, and background gets none of the slots critical frees.
         let l = fixed(10.0, 3);
         let first = l.try_acquire(MS, Priority::CRITICAL).unwrap();
         let bg: std::vec::Vec<_> =
             core::iter::from_fn(|| l.try_acquire(MS, Priority::BACKGROUND).ok()).collect();
+        assert_eq!(bg.len(), 7, "10 - 1 held - 2 held back");
         let mut crit = std::vec![first];
-        for t in 1..=6u64 {
+        for t in 1..=2u64 {
             let now = MS + t * 100 * MS;
             let p = l.try_acquire(now, Priority::CRITICAL);
-            crit.push(p.unwrap_or_else(|_| panic!("critical refused at {t} of its 7")));
+            crit.push(p.unwrap_or_else(|_| panic!("critical refused at {t} of its target 3")));
             assert!(l.try_acquire(now, Priority::BACKGROUND).is_err());
         }
-        assert_eq!(bg.len(), 3, "10 - 1 held - 6 reserved");
-        assert_eq!(l.inflight_of(Priority::CRITICAL), 7);
+        // At the limit: the next critical arrival is refused (the Gate would queue it)
+        // and its demand becomes 4, its target 7.
+        assert!(l.try_acquire(MS + 300 * MS, Priority::CRITICAL).is_err());
+        assert_eq!(l.metrics().demand_by_level[0], 4);
+        // A critical permit returns: the slot is critical's, not background's.
+        crit.pop().unwrap().release(MS + 310 * MS, Outcome::Success);
+        assert!(l.try_acquire(MS + 320 * MS, Priority::BACKGROUND).is_err());
+        crit.push(l.try_acquire(MS + 320 * MS, Priority::CRITICAL).unwrap());
+        assert_eq!(l.inflight_of(Priority::CRITICAL), 3);
         drop((crit, bg));
     }
 
@@ -1184,15 +1259,16 @@ mod tests {
         let err = l.try_acquire(3 * SEC, Priority::CRITICAL).unwrap_err();
         assert_eq!(err.reason, Reason::LimitReached);
         drop(bg);
-        // Critical (active now: it was refused) reserves its share of 7; normal is idle.
+        // Critical (active now: it was refused at 0, peak 1) holds back 1 + 1 + 1 = 3;
+        // normal is idle.
         let bg2: std::vec::Vec<_> =
             core::iter::from_fn(|| l.try_acquire(3 * SEC, Priority::BACKGROUND).ok()).collect();
-        assert_eq!(bg2.len(), 3);
+        assert_eq!(bg2.len(), 7);
         // Once critical has been quiet for longer than active_ns, nothing is held back.
         let late: std::vec::Vec<_> =
             core::iter::from_fn(|| l.try_acquire(3 * SEC + 2 * SEC, Priority::BACKGROUND).ok())
                 .collect();
-        assert_eq!(late.len(), 7);
+        assert_eq!(late.len(), 3);
     }
 
     #[test]

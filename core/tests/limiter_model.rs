@@ -3,8 +3,9 @@
 //! partition rule, the static limit, windows and demand), plus the properties the rules
 //! promise, checked on ground truth before the limiter's answer is compared with the
 //! model's: exactness, no admission inside an idle period, and the partition bound (a
-//! level that stays active is refused below its share only because of more important
-//! levels over their shares, or less important work it lent slots to while it was idle).
+//! level is refused below its reservation target only because of more important levels
+//! over their targets, or less important work admitted before its target, or a more
+//! important level's, last rose).
 #![cfg(not(loom))]
 
 #[path = "support/limiter_ref.rs"]
@@ -109,6 +110,10 @@ fn run_with(base: u8, three_levels: bool, ops: Vec<Op>, strict: bool) -> TestRes
     // the last limit change.
     let mut active_from = vec![0u64; levels];
     let mut limit_changed = 0u64;
+    // Per level: the step its reservation target (0 while inactive) last rose, and its
+    // value after the previous step.
+    let mut target_rose = vec![0u64; levels];
+    let mut held_back = vec![0u64; levels];
     for (step, op) in ops.into_iter().enumerate() {
         let step = step as u64 + 1;
         match op {
@@ -122,6 +127,8 @@ fn run_with(base: u8, three_levels: bool, ops: Vec<Op>, strict: bool) -> TestRes
                 // the idle time its real completions started).
                 let total = m.total();
                 let idle_until = m.idle_until;
+                let target = m.target(p);
+                let above_over = (0..p).any(|q| m.n[q] > m.target(q));
                 let expected = m.decide(p, now);
                 let actual = match (&got, expected) {
                     (Ok(_), _) => Decision::Admit,
@@ -143,16 +150,18 @@ fn run_with(base: u8, three_levels: bool, ops: Vec<Op>, strict: bool) -> TestRes
                     }
                     Err(rej) => {
                         assert_eq!(rej.reason, Reason::LimitReached);
-                        let below_share = m.n[p] < m.share(p);
-                        let above_over = (0..p).any(|q| m.n[q] > m.share(q));
-                        if below_share && !above_over {
-                            // p has been active since t0 (no more important level woke
-                            // and the limit has not changed since): only work lent
-                            // before t0 may stand in its way.
-                            let t0 =
-                                (0..=p).map(|q| active_from[q]).max().unwrap().max(limit_changed);
+                        let below_target = m.n[p] < target;
+                        if below_target && !above_over {
+                            // No reservation of p or a more important level rose since t0
+                            // (none woke, no demand grew, the limit has not changed):
+                            // only work lent before t0 may stand in its way.
+                            let t0 = (0..=p)
+                                .map(|q| active_from[q].max(target_rose[q]))
+                                .max()
+                                .unwrap()
+                                .max(limit_changed);
                             let lent = held.iter().any(|h| h.level > p && h.step < t0);
-                            assert!(lent, "level {p} refused below its share {} (holds {:?}) with no slot lent before step {t0}", m.share(p), m.n);
+                            assert!(lent, "level {p} refused below its target {target} (holds {:?}) with no slot lent before step {t0}", m.n);
                         }
                     }
                 }
@@ -196,6 +205,13 @@ fn run_with(base: u8, three_levels: bool, ops: Vec<Op>, strict: bool) -> TestRes
                 limit_changed = step;
                 l.set_static_limit(m.pin).unwrap();
             }
+        }
+        for q in 0..levels {
+            let now_held_back = if m.active(q, now) { m.target(q) } else { 0 };
+            if now_held_back > held_back[q] {
+                target_rose[q] = step;
+            }
+            held_back[q] = now_held_back;
         }
         assert_eq!(l.limit(), m.limit());
         let mt = l.metrics();

@@ -1,8 +1,9 @@
 //! A sequential reference model of the `Gate`, written from the rules the `gate` module
 //! documents (order, no overtaking, deadlines, folly CoDel, full queue and eviction, aging,
 //! the shed switch, the maximum wait), with the limiter's partition rule taken from the
-//! limiter's own reference model (`limiter_ref.rs`: an active level reserves its whole
-//! unused share, an idle level's share is lent).
+//! limiter's own reference model (`limiter_ref.rs`: an active level holds back what it
+//! does not use of its target — its recent peak demand plus half again and one slot, at
+//! most its share — and an idle level holds back nothing).
 //!
 //! [`run`] drives random sequences of arrive / release / poll / cancel / advance-time /
 //! shed-level / static-limit on a real `Gate` (fixed limit, three levels, capacity 4; zero
@@ -343,6 +344,21 @@ impl Model {
         t.min(3600e9) as u64
     }
 
+    /// Whether the limiter admits an arrival at `lvl` now. The gate asks it only while
+    /// some slot is free (a limit of at least 1 whose slots are all taken is not asked);
+    /// a refusal it is asked for is booked there (a level's demand is the most it held
+    /// or was refused at), an admission is booked by the caller.
+    fn limiter_admits(&mut self, lvl: usize) -> bool {
+        if self.lim.limit() >= 1.0 && self.lim.total() >= self.lim.slots() {
+            return false;
+        }
+        let d = self.lim.decide(lvl, self.now);
+        if d != limiter_ref::Decision::Admit {
+            self.lim.book(lvl, d);
+        }
+        d == limiter_ref::Decision::Admit
+    }
+
     fn decide(&mut self, lvl: usize, deadline: u64) -> Decision {
         if self.shed.is_some_and(|s| lvl >= s) {
             return Decision::Rejected(Reason::Shed);
@@ -353,7 +369,7 @@ impl Model {
         let through: usize = self.levels[..=lvl].iter().map(Vec::len).sum();
         // From here on the arrival makes its level active, whether the limiter admits it,
         // refuses it, or the queue holds or refuses it.
-        let admit = through == 0 && self.lim.decide(lvl, self.now) == limiter_ref::Decision::Admit;
+        let admit = through == 0 && self.limiter_admits(lvl);
         self.lim.seen[lvl] = Some(self.now);
         if admit {
             return Decision::Admitted;
@@ -440,9 +456,7 @@ impl Model {
                 if !held {
                     // Dispatch stops at the first level the limiter refuses (every slot
                     // taken, or the free ones reserved for more important active levels).
-                    if self.lim.total() >= self.lim.slots()
-                        || self.lim.decide(l, now) != limiter_ref::Decision::Admit
-                    {
+                    if !self.limiter_admits(l) {
                         break 'levels;
                     }
                     self.lim.book(l, limiter_ref::Decision::Admit);
@@ -485,6 +499,11 @@ pub fn run(params: Params, ops: Vec<Op>) -> bool {
             levels: LEVELS as u8,
             weights: limiter_weights,
             active_ns,
+            // The reference model's windows (each level's demand decays at each window):
+            // one closes at the first completion 100 ms or more past the last one.
+            min_samples: 1,
+            min_window_ns: 100 * MS,
+            max_window_ns: 100 * MS,
             ..LimiterConfig::with_algorithm(AlgorithmConfig::Fixed(FixedConfig {
                 initial_limit: limit,
                 min_limit: 1.0,

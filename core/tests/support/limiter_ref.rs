@@ -5,8 +5,9 @@
 //!   after a completion (not `Ignored`) of latency `r`, an idle period of `r·(1/L − 1)`
 //!   during which nothing is admitted (`retry_after` = the idle time left).
 //! - **Partitions.** Level `p`'s share is `g[p] = floor(L × w[p])`. A level is active while
-//!   it saw an arrival (admitted or refused) within `active_ns`. An active level reserves
-//!   `max(0, g[q] − n[q])`; an arrival at `p` is admitted iff
+//!   it saw an arrival (admitted or refused) within `active_ns`. An active level's target
+//!   is `t[q] = min(g[q], d[q] + ceil(d[q] / 2) + 1)` (`d`: its demand, below) and it
+//!   reserves `max(0, t[q] − n[q])`; an arrival at `p` is admitted iff
 //!   `total + Σ_{q < p, q active} reserved[q] < slots`, refused for want of a slot first,
 //!   then for idle time.
 //! - **Static limit.** `set_static_limit(Some(n))` makes `n` the limit in force; `None`
@@ -14,7 +15,7 @@
 //! - **Windows.** With `min_samples = 1` and `min_window_ns = max_window_ns = W`, a window
 //!   closes at the first `Success` or `Dropped` release at or after `W` past the last one
 //!   (the first such release closes the first window).
-//! - **Demand** (a metric, with more than one level): the most a level held, or was
+//! - **Demand** (with more than one level): the most a level held, or was
 //!   refused at for want of a slot (`held + 1`); at each window it decays to
 //!   `max(held, d − ceil(d / 4))`.
 //!
@@ -98,10 +99,16 @@ impl Reference {
     pub fn total(&self) -> u64 {
         self.n.iter().sum()
     }
+    /// What level `q` holds back for itself while active: its demand plus half again and
+    /// one slot, at most its share.
+    pub fn target(&self, q: usize) -> u64 {
+        let d = u64::from(self.demand[q]);
+        (d + d.div_ceil(2) + 1).min(self.share(q))
+    }
     pub fn reserved_above(&self, p: usize, now: u64) -> u64 {
         (0..p)
             .filter(|&q| self.active(q, now))
-            .map(|q| self.share(q).saturating_sub(self.n[q]))
+            .map(|q| self.target(q).saturating_sub(self.n[q]))
             .sum()
     }
 
