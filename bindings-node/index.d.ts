@@ -377,7 +377,7 @@ export declare class Gate {
 export interface RetryBudgetOptions {
   ttlMs?: number
   minRetriesPerSec?: number
-  /** Retries as a fraction of requests, in [0, 1] (0.2 = 20%, the default). */
+  /** Retries as a fraction of requests, in [0, 1] (default 0.1: 10%; Finagle's is 0.2). */
   percentCanRetry?: number
   /** The same ratio without the cap at 1: retries per request, in [0, 1000]. Not with percentCanRetry. */
   retryRatio?: number
