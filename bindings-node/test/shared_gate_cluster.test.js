@@ -1,14 +1,16 @@
 'use strict'
 // A real `cluster` of 4 workers in front of a dependency that counts its concurrency (an
-// HTTP server in the primary, 50 ms a call). Each worker admits a call through a gate of
-// limit L = 2 and waits in its queue when full: with `Gate.shared` the dependency never
-// sees more than L at once and requests queue rather than being refused; with one `Gate`
-// per worker it sees up to 4L. Then a worker holding every permit and queued tickets is
-// killed with SIGKILL: its slots come back within the sweep bound and the other workers'
-// waiters are granted. This file is both the test (primary) and the worker
+// HTTP server in the primary, 50 ms a call). Each worker runs the README's shared-gate
+// example as written (its `Gate.shared` behind the Express middleware, L = 2; only the
+// segment names differ): with `Gate.shared` the dependency never sees more than L at once
+// and requests queue rather than being refused; with one `Gate` per worker (the same code,
+// in-process objects) it sees up to 4L. Then a worker holding every permit and queued
+// tickets is killed with SIGKILL: its slots come back within the sweep bound and the other
+// workers' waiters are granted. This file is both the test (primary) and the worker
 // (SG_CLUSTER_ROLE=worker). Each worker listens on its own port, so the primary can aim
 // requests at one worker.
 const cluster = require('node:cluster')
+const fs = require('node:fs')
 const http = require('node:http')
 const path = require('node:path')
 
@@ -22,44 +24,54 @@ if (process.env.SG_CLUSTER_ROLE === 'worker') {
   primary()
 }
 
+/** The README's example of a shared gate behind the middleware, with its names set to `name`. */
+function readmeExample (name) {
+  const readme = fs.readFileSync(path.join(__dirname, '..', 'README.md'), 'utf8')
+  const code = [...readme.matchAll(/^```js\n([\s\S]*?)^```$/gm)].map((m) => m[1])
+    .find((b) => b.includes("sg.Gate.shared('myservice-gate'") && b.includes('sg.express('))
+  if (code === undefined) throw new Error('README: no shared-gate middleware example')
+  return code.replaceAll("'myservice-gate'", JSON.stringify(name)).replaceAll("'myservice-tenants'", JSON.stringify(`${name}-tenants`))
+}
+
+/** Runs the example with `sg` and `app` in scope; returns its objects. */
+function runExample (name, sg, app) {
+  // eslint-disable-next-line no-new-func
+  return new Function('sg', 'app', 'require', readmeExample(name) + '\nreturn { gate, keyed }')(sg, app, require)
+}
+
+/** The options the example opens its gate with. */
 function gateOptions () {
-  return { algorithm: 'fixed', initialLimit: L, levels: 1, codel: false }
+  let options
+  const stub = { Gate: { shared: (n, o) => { options = o } }, KeyedLimits: { shared () {} }, express () {} }
+  runExample('x', stub, { use () {} })
+  return options
 }
 
 function worker () {
   const sg = require(path.join(__dirname, '..'))
-  const opts = gateOptions()
-  const gate = process.env.SG_MODE === 'shared' ? sg.Gate.shared(process.env.SG_NAME, opts) : new sg.Gate(opts)
+  const express = require('express')
+  // One `Gate` per worker: the same code with in-process objects.
+  const local = { ...sg, Gate: { shared: (n, o) => new sg.Gate(o) }, KeyedLimits: { shared: (n, o) => new sg.KeyedLimits(o) } }
+  const app = express()
+  const { gate } = runExample(process.env.SG_NAME, process.env.SG_MODE === 'shared' ? sg : local, app)
   const held = []
   const depPort = Number(process.env.SG_DEP_PORT)
-  const server = http.createServer(async (req, res) => {
-    if (req.url === '/hold') {
-      // Takes every permit it can and queues 3 more acquires; keeps them all (until this
-      // process dies).
-      for (let p = gate.tryAcquire(); p; p = gate.tryAcquire()) held.push(p)
-      for (let i = 0; i < 3; i++) gate.acquire().then((p) => held.push(p), () => {})
-      res.end(JSON.stringify({ pid: process.pid, held: held.length }))
-      return
-    }
-    let permit
-    try {
-      permit = await gate.acquire({ timeoutMs: 5000 })
-    } catch (e) {
-      res.statusCode = 503
-      res.end(e.reason || 'refused')
-      return
-    }
+  app.get('/call', (req, res) => {
     http.get({ port: depPort, path: '/', agent: false }, (dep) => {
       dep.resume()
-      dep.on('end', () => {
-        permit.success()
-        res.end('ok')
-      })
+      dep.on('end', () => res.end('ok'))
     }).on('error', () => {
-      permit.dropped()
       res.statusCode = 502
       res.end('dependency failed')
     })
+  })
+  const server = http.createServer((req, res) => {
+    if (req.url !== '/hold') return app(req, res)
+    // Takes every permit it can and queues 3 more acquires; keeps them all (until this
+    // process dies).
+    for (let p = gate.tryAcquire(); p; p = gate.tryAcquire()) held.push(p)
+    for (let i = 0; i < 3; i++) gate.acquire().then((p) => held.push(p), () => {})
+    res.end(JSON.stringify({ pid: process.pid, held: held.length }))
   })
   server.listen({ port: 0, host: '127.0.0.1', exclusive: true }, () => process.send({ port: server.address().port, pid: process.pid }))
 }
@@ -135,6 +147,15 @@ function primary () {
 
   cluster.setupPrimary({ exec: __filename })
   const name = `sg-node-gate-cluster-${process.pid}`
+  const unlink = (n) => {
+    sg.unlinkShared(n)
+    sg.unlinkShared(`${n}-tenants`)
+  }
+
+  test('the README example opens a fixed gate of limit L', () => {
+    assert.equal(gateOptions().algorithm, 'fixed')
+    assert.equal(gateOptions().initialLimit, L)
+  })
 
   test(`cluster of ${WORKERS}, shared gate of limit ${L}: the dependency sees at most L and requests queue; unshared up to ${WORKERS}L`, async (t) => {
     const dep = await dependency()
@@ -152,7 +173,7 @@ function primary () {
           t.diagnostic(`${mode}: dependency peak ${dep.s.peak}, served ${served}, refused ${refused}`)
           assert.equal(served, dep.s.calls, 'every admitted request called the dependency once')
           assert.equal(served + refused, 32)
-          if (mode === 'shared') assert.equal(served, 32, 'the shared queue holds them: none refused')
+          if (mode === 'shared') assert.equal(served, 32, 'the shared queue holds them: none refused (README)')
         } finally {
           await stop(ws)
         }
@@ -163,7 +184,7 @@ function primary () {
       assert.ok(peaks.local <= WORKERS * L)
     } finally {
       dep.server.close()
-      sg.unlinkShared(name)
+      unlink(name)
     }
   })
 
@@ -203,7 +224,7 @@ function primary () {
     } finally {
       await stop(ws)
       dep.server.close()
-      sg.unlinkShared(kname)
+      unlink(kname)
     }
   })
 }
