@@ -260,6 +260,23 @@ test('the sweep covers every declared export', () => {
   assert.ok(CLOCKED.has('LagMeter'), 'LagMeter.metrics takes nowNs')
 })
 
+test('sweep: a snapshot moves no clock (two reads with nothing between are equal)', () => {
+  const spin = () => { for (const t = sg.nowNs(); sg.nowNs() - t < 20_000n;); }
+  for (const prime of [false, true]) {
+    // 1 µs buckets: a bucket boundary passes between any two reads on the real clock.
+    const m = new sg.LagMeter({ bucketMs: 0.001 })
+    if (prime) m.recordProduced(5)
+    const a = snapshot(m)
+    spin()
+    assert.equal(snapshot(m), a, `LagMeter, ${prime ? 'after a record' : 'fresh'}`)
+  }
+  const w = new sg.Watermarks() // capacity 400
+  w.observe(400)
+  const a = snapshot(w)
+  spin()
+  assert.equal(snapshot(w), a, 'Watermarks, paused (timePausedMs grows on the real clock)')
+})
+
 for (const name of CLASSES) {
   const C = sg[name]
   if (HANDED_OUT.includes(name)) {
