@@ -101,7 +101,8 @@ const STACKS_EMPTY: u64 = (END as u64) << INCOMING_SHIFT | (END as u64) << ATTEN
 /// Bit 32: a thread is dispatching.
 const BUSY: u64 = 1 << 32;
 /// Bit 33: someone asked for a dispatch round since the holder's last round began (or,
-/// without `BUSY`, since the last holder stopped early).
+/// without `BUSY`, since the last holder stopped early): a caller that found `BUSY`, or
+/// an eviction whose report is owed.
 const PENDING: u64 = 1 << 33;
 
 /// The most dispatch rounds one `try_dispatch` runs (the first, plus re-runs for work
@@ -523,7 +524,7 @@ impl<const CAP: usize> WaitQueue<CAP> {
                     // the same reason.
                     slot.state.fetch_xor(CLAIMED ^ WAITING, Ordering::Release);
                 } else {
-                    self.push_stack(&slot.link, INCOMING_SHIFT, i);
+                    self.push_stack(&slot.link, INCOMING_SHIFT, i, 0);
                     // Release: pairs with the Acquire of the CAS in `cancel` and
                     // `take_over`, so a thread that sees WAITING also sees the push above,
                     // and the attention push it then makes reaches the dispatcher after
@@ -637,10 +638,17 @@ impl<const CAP: usize> WaitQueue<CAP> {
         self.counts.arrived[lvl].fetch_add(1, Ordering::Relaxed);
         // Release: pairs with the Acquire loads in `Counts::waiting`.
         self.counts.evicted[victim_level].fetch_add(1, Ordering::Release);
+        // The report is owed from here on, and a request for a round goes with it
+        // (`needs_dispatch`): nothing else may show it, since this arrival may be
+        // cancelled before any poll, leaving the queue without a waiter.
         if s & ATTN == 0 {
-            // Otherwise the slot is on the stack or the deferred list already, and whoever
-            // settles it sees the new count.
-            self.push_stack(&slot.attn_link, ATTENTION_SHIFT, i);
+            // The request in the push's own CAS, so the round that takes the slot clears it.
+            self.push_stack(&slot.attn_link, ATTENTION_SHIFT, i, PENDING);
+        } else {
+            // The slot is on the stack or the deferred list already, and whoever settles
+            // it sees the new count. Release: pairs with the Acquire entry of the round
+            // the request asks for, which then sees the count in the state word.
+            self.ctl.fetch_or(PENDING, Ordering::Release);
         }
         // Release: pairs with the Acquire CAS in `cancel`/`take_over` (as in `push`). An
         // xor, not a store: the dispatcher may be clearing the flags meanwhile.
@@ -671,7 +679,7 @@ impl<const CAP: usize> WaitQueue<CAP> {
         // Release: pairs with the Acquire loads in `Counts::waiting`.
         self.counts.cancelled[lvl].fetch_add(1, Ordering::Release);
         if s & ATTN == 0 {
-            self.push_stack(&slot.attn_link, ATTENTION_SHIFT, i);
+            self.push_stack(&slot.attn_link, ATTENTION_SHIFT, i, 0);
         }
         Ok(priority(lvl))
     }
@@ -769,8 +777,10 @@ impl<const CAP: usize> WaitQueue<CAP> {
     }
 
     /// Whether a dispatch round is owed although nobody is dispatching: a holder stopped
-    /// at its bound of rounds, stopped early with a request pending, or panicked. A hint
-    /// (the word can change at once).
+    /// at its bound of rounds, stopped early with a request pending, or panicked; or an
+    /// arrival evicted a waiter and no round has started since to report it (the only
+    /// sign of that report once the arrival that evicted is cancelled: then nothing
+    /// waits). A hint (the word can change at once).
     pub fn needs_dispatch(&self) -> bool {
         let w = self.ctl.load(Ordering::Relaxed);
         w & (BUSY | PENDING) == PENDING
@@ -805,13 +815,14 @@ impl<const CAP: usize> WaitQueue<CAP> {
     }
 
     /// Pushes slot `i` onto the stack at `shift` in the control word, linking through
-    /// `link`. Push-only stacks taken whole need no ABA tag: the CAS succeeds only if the
-    /// head is still the node we linked to.
-    fn push_stack(&self, link: &AtomicU32, shift: u32, i: usize) {
+    /// `link`, and sets `flags` (`PENDING` or none) in the same CAS. Push-only stacks
+    /// taken whole need no ABA tag: the CAS succeeds only if the head is still the node
+    /// we linked to.
+    fn push_stack(&self, link: &AtomicU32, shift: u32, i: usize, flags: u64) {
         let mut w = self.ctl.load(Ordering::Relaxed);
         loop {
             link.store(head_of(w, shift), Ordering::Relaxed);
-            let new = (w & !((END as u64) << shift)) | ((i as u64) << shift);
+            let new = (w & !((END as u64) << shift)) | ((i as u64) << shift) | flags;
             // Release: pairs with the dispatcher's Acquire when it takes the stack,
             // publishing the slot's fields, state and link.
             match self.ctl.compare_exchange_weak(w, new, Ordering::Release, Ordering::Relaxed) {
@@ -1740,6 +1751,52 @@ mod tests {
         assert_eq!(reports, [b]);
         assert!(q.is_empty());
         assert!(q.push(P1, 2, NO_DEADLINE, false).is_some(), "slot freed");
+    }
+
+    #[test]
+    fn an_unreported_eviction_asks_for_a_round_after_its_evictor_is_cancelled() {
+        // Before, once c was cancelled nothing showed that b's report was still owed: no
+        // waiter and no round asked for, so a caller that polls while anyone waits (or at
+        // its wake-up) never polled again and b never got an event.
+        let q = WaitQueue::<1>::new(2, 1).unwrap();
+        let b = q.push(P1, 0, NO_DEADLINE, true).unwrap();
+        assert!(!q.needs_dispatch(), "a plain arrival asks for no round");
+        let c = q.push(P0, 1, NO_DEADLINE, true).unwrap(); // evicts b
+        q.cancel(c).unwrap();
+        assert!(q.is_empty());
+        assert!(q.needs_dispatch(), "b's report is owed");
+        let mut reports = Vec::new();
+        q.try_dispatch(|d| {
+            d.refresh(|t| {
+                reports.push(t);
+                true
+            });
+            true
+        });
+        assert_eq!(reports, [b]);
+        assert!(!q.needs_dispatch(), "reported: nothing owed");
+        // A second eviction from a slot whose first is still unreported (no push: the
+        // slot is on the attention stack already) asks again, and both are reported.
+        let q = WaitQueue::<1>::new(3, 1).unwrap();
+        let bg = q.push(P2, 0, NO_DEADLINE, true).unwrap();
+        let n = q.push(P1, 1, NO_DEADLINE, true).unwrap(); // evicts bg
+        assert!(q.try_dispatch(|d| {
+            d.refresh(|_| false); // no room: bg's report is deferred
+            false
+        }));
+        let c = q.push(P0, 2, NO_DEADLINE, true).unwrap(); // evicts n, slot still flagged
+        q.cancel(c).unwrap();
+        assert!(q.needs_dispatch(), "n's report is owed");
+        let mut reports = Vec::new();
+        q.try_dispatch(|d| {
+            d.refresh(|t| {
+                reports.push(t);
+                true
+            });
+            true
+        });
+        assert_eq!(reports, [bg, n]);
+        assert!(!q.needs_dispatch() && q.is_empty());
     }
 
     #[test]

@@ -1,10 +1,14 @@
 #![cfg(not(loom))]
 //! One event buffer shared by two gates: a poll never overwrites an event the caller has
-//! not taken, so no grant (and no slot) is lost.
+//! not taken, so no grant (and no slot) is lost. And an event owed with nothing waiting
+//! (an eviction whose evictor was cancelled) still reaches a caller that polls only while
+//! anyone waits or its wake-up comes.
 
-use surgeguard_core::gate::{Arrival, Event, Gate, GateConfig};
+use surgeguard_core::codel::{CodelConfig, CodelMode};
+use surgeguard_core::gate::{Arrival, Event, Gate, GateConfig, LifoTrigger};
 use surgeguard_core::limit::{AlgorithmConfig, FixedConfig};
-use surgeguard_core::{LimiterConfig, Outcome, Priority};
+use surgeguard_core::time::MS;
+use surgeguard_core::{LimiterConfig, Outcome, Priority, Reason};
 
 const P: Priority = Priority::CRITICAL;
 
@@ -60,4 +64,63 @@ fn a_poll_writes_only_the_leading_free_entries() {
     assert!(out[2].is_none());
     a.release(pa, 3, Outcome::Success).unwrap();
     b.release(pb, 3, Outcome::Success).unwrap();
+}
+
+/// The case `gate_fuzz` found (`SG_FUZZ_CASES=300000`: "ticket 0 never ended"), replayed.
+#[test]
+fn an_eviction_whose_evictor_was_cancelled_is_still_reported() {
+    let g: Gate<4> = Gate::new(GateConfig {
+        limiter: LimiterConfig {
+            levels: 2,
+            ..LimiterConfig::with_algorithm(AlgorithmConfig::Fixed(FixedConfig {
+                initial_limit: 3.0,
+                min_limit: 1.0,
+                max_limit: 3.0,
+            }))
+        },
+        queue_capacity: Some(1),
+        codel: Some(CodelConfig {
+            target_ns: 5 * MS,
+            interval_ns: 50 * MS,
+            mode: CodelMode::Rfc8289,
+        }),
+        lifo: LifoTrigger::CodelOverloaded,
+        ..GateConfig::default()
+    })
+    .unwrap();
+    let Arrival::Admitted(p) = g.arrive(1, Priority::NORMAL, None) else { panic!("admitted") };
+    g.limiter().set_static_limit(Some(1.5)).unwrap();
+    let Arrival::Queued(a) = g.arrive(2, Priority::NORMAL, Some(2 + 32 * MS)) else {
+        panic!("a queued")
+    };
+    // b takes a's one place; then b is withdrawn before any poll.
+    let Arrival::Queued(b) = g.arrive(3, Priority::CRITICAL, None) else { panic!("b queued") };
+    assert_eq!(g.cancel(b), Ok(()));
+    assert_eq!(g.waiting_total(), 0, "nobody waits");
+    // Before, the wake-up was `None` too, so the pump below never polled and a was left
+    // without an event: its report stayed in the queue with nothing to say it was owed.
+    assert_eq!(g.next_wakeup(3), Some(3), "a's report is owed: poll now");
+    // A binding's pump: after the release, poll if anyone waits; then at each wake-up.
+    let mut events = Vec::new();
+    let mut poll = |now| {
+        let mut out: [Option<Event>; 4] = Default::default();
+        let n = g.poll(now, &mut out);
+        events.extend(out.iter_mut().take(n).map(|e| e.take().unwrap()));
+    };
+    let mut now = 3;
+    g.release(p, now, Outcome::Ignored).unwrap();
+    if g.waiting_total() > 0 {
+        poll(now);
+    }
+    for _ in 0..10 {
+        let Some(w) = g.next_wakeup(now) else { break };
+        now = now.max(w);
+        poll(now);
+    }
+    match events.as_slice() {
+        [Event::Expired(t, r)] => assert_eq!((*t, r.reason), (a, Reason::Evicted)),
+        other => panic!("a needs exactly one event, got {other:?}"),
+    }
+    assert_eq!(g.next_wakeup(now), None, "nothing owed once reported");
+    assert_eq!(g.limiter().inflight(), 0);
 }
