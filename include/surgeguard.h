@@ -1442,7 +1442,9 @@ sg_status sg_breaker_metrics_get(const struct sg_breaker *breaker,
 // `SG_IGNORED`: the header does not parse; only `*reason_out` (`SG_DEADLINE_*`) is
 // written: count it and serve the request without a deadline from this header.
 // `SG_NULL_ARGUMENT` for any NULL pointer. With several headers, the smallest budget
-// wins.
+// wins. The value is read as a comma-separated list (a header sent twice, its lines
+// joined by commas): its smallest valid item, or, if none is valid, the first item's
+// reason; pass a header's lines joined with ", " (or each line, taking the smallest).
 sg_status sg_deadline_parse(const uint8_t *name,
                             size_t name_len,
                             const uint8_t *value,

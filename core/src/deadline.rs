@@ -31,7 +31,10 @@
 //! A budget of 0 is valid: the caller has no time left, and the Gate refuses the arrival.
 //!
 //! When several deadline headers are present, the smallest valid budget wins
-//! ([`Budgets`]): the strictest caller bounds the work.
+//! ([`Budgets`]): the strictest caller bounds the work. The same holds within one header
+//! sent twice: its lines may arrive joined by a comma (RFC 9110, section 5.3), and
+//! [`parse_header`] reads a value as such a list ([`parse_list`]), so every binding reads
+//! the duplicate alike however its HTTP library delivers it.
 //!
 //! # Outgoing side
 //!
@@ -306,16 +309,74 @@ pub fn parse(format: HeaderFormat, value: &[u8]) -> Result<u64, HeaderError> {
     }
 }
 
+/// Parses a header value that may be a comma-separated list of values in `format`: the
+/// smallest valid item, or, when no item is valid, the first item's reason.
+///
+/// HTTP lets a proxy or a server library combine the field lines of one name into one,
+/// joined by commas (RFC 9110, section 5.3; Node's `http` and WSGI servers do), so a
+/// deadline header sent twice may arrive as `"250, 100"`. Each item is read alone (spaces
+/// and tabs around it ignored): an invalid item is ignored like an invalid header, and
+/// the strictest valid one wins, as among several headers ([`Budgets`]). A header sent
+/// on two lines and the same lines joined read alike. No valid single value contains a
+/// comma, so a value without one reads as [`parse`] reads it. An empty item is malformed.
+///
+/// ```
+/// use surgeguard_core::deadline::{parse_list, HeaderError, HeaderFormat};
+/// assert_eq!(parse_list(HeaderFormat::Millis, b"250, 100"), Ok(100_000_000));
+/// assert_eq!(parse_list(HeaderFormat::Millis, b"oops,100"), Ok(100_000_000));
+/// assert_eq!(parse_list(HeaderFormat::Millis, b"-5, oops"), Err(HeaderError::Negative));
+/// ```
+pub fn parse_list(format: HeaderFormat, value: &[u8]) -> Result<u64, HeaderError> {
+    let mut budgets = Budgets::new();
+    let mut first_error = None;
+    for item in value.split(|&b| b == b',') {
+        if let Some(e) = budgets.add(parse(format, item)) {
+            first_error.get_or_insert(e);
+        }
+    }
+    // `split` yields at least one item, so one of the two is set.
+    budgets.budget().ok_or(first_error.unwrap_or(HeaderError::Malformed))
+}
+
 /// Parses the deadline header `name: value`, in the format its name implies
-/// ([`HeaderFormat::for_name`]).
+/// ([`HeaderFormat::for_name`]), as a list ([`parse_list`]: a header sent twice and joined
+/// by a comma reads as its smallest valid value).
 ///
 /// ```
 /// use surgeguard_core::deadline::parse_header;
 /// assert_eq!(parse_header(b"Grpc-Timeout", b"5S"), Ok(5_000_000_000));
 /// assert_eq!(parse_header(b"surgeguard-timeout-ms", b"250"), Ok(250_000_000));
+/// assert_eq!(parse_header(b"surgeguard-timeout-ms", b"250, 100"), Ok(100_000_000));
 /// ```
 pub fn parse_header(name: &[u8], value: &[u8]) -> Result<u64, HeaderError> {
-    parse(HeaderFormat::for_name(name), value)
+    parse_list(HeaderFormat::for_name(name), value)
+}
+
+/// [`parse_header`] over the field lines of one header kept apart (an `http::HeaderMap`'s
+/// `get_all`, an ASGI header list): the answer [`parse_header`] gives for the lines joined
+/// by commas. `None` when there is no line.
+///
+/// ```
+/// use surgeguard_core::deadline::parse_header_lines;
+/// let lines: [&[u8]; 2] = [b"250", b"oops, 100"];
+/// assert_eq!(parse_header_lines(b"surgeguard-timeout-ms", lines), Some(Ok(100_000_000)));
+/// ```
+pub fn parse_header_lines<'a>(
+    name: &[u8],
+    lines: impl IntoIterator<Item = &'a [u8]>,
+) -> Option<Result<u64, HeaderError>> {
+    let format = HeaderFormat::for_name(name);
+    let mut answer: Option<Result<u64, HeaderError>> = None;
+    for line in lines {
+        let parsed = parse_list(format, line);
+        answer = Some(match (answer, parsed) {
+            (None, p) => p,
+            (Some(Ok(a)), Ok(b)) => Ok(a.min(b)),
+            (Some(Ok(a)), Err(_)) | (Some(Err(_)), Ok(a)) => Ok(a),
+            (Some(Err(first)), Err(_)) => Err(first),
+        });
+    }
+    answer
 }
 
 /// The smallest valid budget among several deadline headers.
@@ -597,6 +658,54 @@ mod tests {
         assert_eq!(b.budget(), Some(5));
         b.add(Ok(0));
         assert_eq!(b.budget(), Some(0));
+    }
+
+    #[test]
+    fn a_header_sent_twice_reads_as_its_smallest_valid_value() {
+        let ms = |v: &[u8]| parse_header(b"surgeguard-timeout-ms", v);
+        assert_eq!(ms(b"250, 100"), Ok(100 * MS));
+        assert_eq!(ms(b"100,250"), Ok(100 * MS));
+        assert_eq!(ms(b" 7 ,\t9\t"), Ok(7 * MS));
+        assert_eq!(ms(b"oops, 100"), Ok(100 * MS));
+        assert_eq!(ms(b"3600001,5"), Ok(5 * MS));
+        assert_eq!(ms(b"100,"), Ok(100 * MS));
+        assert_eq!(ms(b"0,100"), Ok(0));
+        // No valid item: the first item's reason.
+        assert_eq!(ms(b"-5, oops"), Err(HeaderError::Negative));
+        assert_eq!(ms(b"oops,-5"), Err(HeaderError::Malformed));
+        assert_eq!(ms(b"3600001, 3600002"), Err(HeaderError::TooLarge));
+        assert_eq!(ms(b","), Err(HeaderError::Malformed));
+        assert_eq!(ms(b""), Err(HeaderError::Malformed));
+        let grpc = |v: &[u8]| parse_header(b"grpc-timeout", v);
+        assert_eq!(grpc(b"2S, 250m"), Ok(250 * MS));
+        assert_eq!(grpc(b"1.5S,1S"), Ok(SEC));
+        // A value without a comma reads as one value.
+        for v in [&b"250"[..], b" 1S ", b"-1S", b"1e3", b"3600001"] {
+            assert_eq!(parse_list(HeaderFormat::Millis, v), parse(HeaderFormat::Millis, v));
+            assert_eq!(
+                parse_list(HeaderFormat::GrpcTimeout, v),
+                parse(HeaderFormat::GrpcTimeout, v)
+            );
+        }
+    }
+
+    #[test]
+    fn lines_kept_apart_read_as_the_lines_joined() {
+        let name = b"x-envoy-expected-rq-timeout-ms";
+        let cases: [&[&[u8]]; 7] = [
+            &[],
+            &[b"250"],
+            &[b"250", b"100"],
+            &[b"oops", b"100"],
+            &[b"-5", b"oops"],
+            &[b"oops, -5", b"7"],
+            &[b"", b""],
+        ];
+        for lines in cases {
+            let joined: std::vec::Vec<u8> = lines.join(&b", "[..]);
+            let expect = (!lines.is_empty()).then(|| parse_header(name, &joined));
+            assert_eq!(parse_header_lines(name, lines.iter().copied()), expect, "{lines:?}");
+        }
     }
 
     #[test]

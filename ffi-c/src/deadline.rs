@@ -58,7 +58,9 @@ unsafe fn bytes<'a>(p: *const u8, len: usize) -> Res<&'a [u8]> {
 /// `SG_IGNORED`: the header does not parse; only `*reason_out` (`SG_DEADLINE_*`) is
 /// written: count it and serve the request without a deadline from this header.
 /// `SG_NULL_ARGUMENT` for any NULL pointer. With several headers, the smallest budget
-/// wins.
+/// wins. The value is read as a comma-separated list (a header sent twice, its lines
+/// joined by commas): its smallest valid item, or, if none is valid, the first item's
+/// reason; pass a header's lines joined with ", " (or each line, taking the smallest).
 #[no_mangle]
 pub unsafe extern "C" fn sg_deadline_parse(
     name: *const u8,
