@@ -813,8 +813,8 @@ fn brownout() -> Vec<Value> {
     v
 }
 
-/// Header values a parser meets: valid ones of every unit, every kind of bad one, and
-/// random bytes near the grammar.
+/// Header values a parser meets: valid ones of every unit, every kind of bad one, random
+/// bytes near the grammar, and lists (a header sent twice, its lines joined by commas).
 fn deadline_values(rng: &mut SplitMix64) -> Vec<Vec<u8>> {
     let mut v: Vec<Vec<u8>> = [
         "250m",
@@ -864,6 +864,29 @@ fn deadline_values(rng: &mut SplitMix64) -> Vec<Vec<u8>> {
             }
         }
         v.push(b);
+    }
+    // A header sent twice and joined by a comma (RFC 9110 section 5.3; Node's http does
+    // it): a list whose smallest valid item wins, else the first item's reason.
+    for list in [
+        "250, 100",
+        "100,250",
+        "2S, 250m",
+        " 7u ,\t9m\t",
+        "oops, 100",
+        "1.5S,1S",
+        "3600001,5",
+        "100,",
+        ",100",
+        "0,100",
+        "-5, oops",
+        "oops,-5",
+        "3600001, 3600002",
+        "2H,3H",
+        ",",
+        " , ",
+        "1,2,3",
+    ] {
+        v.push(list.as_bytes().to_vec());
     }
     v
 }
