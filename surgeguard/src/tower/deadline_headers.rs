@@ -115,12 +115,14 @@ fn ns(d: Duration) -> u64 {
 
 impl ServerDeadlines {
     /// The request's budget in ns: the smallest valid deadline header, cut to the maximum,
-    /// else the default; every ignored header counted by reason.
+    /// else the default; every ignored header counted by reason. A header sent on several
+    /// lines reads as its lines joined by commas, a list whose smallest valid item wins
+    /// (`surgeguard_core::deadline::parse_header_lines`), as in every binding.
     pub(crate) fn budget(&self, headers: &HeaderMap, counters: &DeadlineCounters) -> Option<u64> {
         let mut budgets = Budgets::new();
         let mut read = |name: &str| {
-            for v in headers.get_all(name) {
-                let parsed = core_deadline::parse_header(name.as_bytes(), v.as_bytes());
+            let lines = headers.get_all(name).into_iter().map(|v| v.as_bytes());
+            if let Some(parsed) = core_deadline::parse_header_lines(name.as_bytes(), lines) {
                 if let Some(e) = budgets.add(parsed) {
                     counters.ignore(e);
                 }
@@ -312,9 +314,9 @@ impl ClientDeadlines {
         for (name, value) in names.iter().zip(values.iter_mut()) {
             let Some(name) = name else { continue };
             // A smaller valid budget already on the request stands.
-            let kept = headers.get(name).and_then(|v| {
-                core_deadline::parse_header(name.as_str().as_bytes(), v.as_bytes()).ok()
-            });
+            let lines = headers.get_all(name).into_iter().map(|v| v.as_bytes());
+            let kept = core_deadline::parse_header_lines(name.as_str().as_bytes(), lines)
+                .and_then(Result::ok);
             let budget = kept.map_or(left, |k| k.min(left));
             let format = HeaderFormat::for_name(name.as_str().as_bytes());
             match core_deadline::HeaderValue::of_budget(format, budget) {

@@ -139,7 +139,7 @@ struct Headers(Vec<(usize, Vec<u8>)>);
 
 impl Arbitrary for Headers {
     fn arbitrary(g: &mut Gen) -> Self {
-        const ALPHA: &[u8] = b"0123456789HMSmun- \t.+xe";
+        const ALPHA: &[u8] = b"0123456789HMSmun- \t.+xe,";
         let n = usize::arbitrary(g) % 5;
         let hs = (0..n)
             .map(|_| {
@@ -177,12 +177,25 @@ fn headers_never_fail_the_request_nor_grant_unbounded_time(hs: Headers) -> bool 
     let mut ignored = [0u64; 3];
     for (i, v) in &hs.0 {
         req = req.header(NAMES[*i], http::HeaderValue::from_bytes(v).unwrap());
-        let r = if *i == 0 { ref_grpc(v) } else { ref_ms(v) };
-        match r {
-            Ok(b) => want = Some(want.map_or(b, |w| w.min(b))),
-            Err(Why::Malformed) => ignored[0] += 1,
-            Err(Why::Negative) => ignored[1] += 1,
-            Err(Why::TooLarge) => ignored[2] += 1,
+    }
+    // One header is all its lines joined by commas: a list whose smallest valid item
+    // wins; ignored (once, with the first item's reason) only if no item is valid.
+    for (i, name) in NAMES.iter().enumerate() {
+        let items: Vec<Result<u64, Why>> =
+            hs.0.iter()
+                .filter(|(j, _)| *j == i)
+                .flat_map(|(_, v)| v.split(|b| *b == b','))
+                .map(|item| if *name == "grpc-timeout" { ref_grpc(item) } else { ref_ms(item) })
+                .collect();
+        let Some(first) = items.first() else { continue };
+        match items.iter().filter_map(|r| r.ok()).min() {
+            Some(b) => want = Some(want.map_or(b, |w| w.min(b))),
+            None => match first {
+                Err(Why::Malformed) => ignored[0] += 1,
+                Err(Why::Negative) => ignored[1] += 1,
+                Err(Why::TooLarge) => ignored[2] += 1,
+                Ok(_) => unreachable!(),
+            },
         }
     }
     let (res, seen) = rt.block_on(serve(&layer, req.body(String::new()).unwrap()));
@@ -222,6 +235,35 @@ fn quickcheck_deadline_header_bytes() {
 }
 
 #[tokio::test]
+async fn a_header_sent_twice_reads_as_its_smallest_valid_value_on_lines_or_joined() {
+    // The rule every binding follows (Python's middlewares, Node's http, which joins the
+    // lines with ", "): the lines kept apart and the lines joined read alike.
+    for headers in [
+        &[("surgeguard-timeout-ms", &b"900"[..]), ("surgeguard-timeout-ms", b"300")][..],
+        &[("surgeguard-timeout-ms", b"900, 300")],
+        &[("surgeguard-timeout-ms", b"oops"), ("surgeguard-timeout-ms", b"300")],
+        &[("grpc-timeout", b"2S,300m")],
+    ] {
+        let layer = GateLayer::with_config(manual_gate(4.0), ServerConfig::default());
+        let (res, seen) = serve(&layer, request(headers)).await;
+        assert_eq!(res.status(), 200);
+        let left = seen.unwrap().expect("a deadline");
+        assert!(
+            left <= Duration::from_millis(300) && left > Duration::from_millis(200),
+            "{left:?}"
+        );
+        let m = layer.deadline_metrics();
+        assert_eq!((m.with_deadline, m.malformed, m.negative), (1, 0, 0), "{headers:?}");
+    }
+    let layer = GateLayer::with_config(manual_gate(4.0), ServerConfig::default());
+    let req = request(&[("surgeguard-timeout-ms", b"-5"), ("surgeguard-timeout-ms", b"oops")]);
+    let (_, seen) = serve(&layer, req).await;
+    assert_eq!(seen, Some(None));
+    let m = layer.deadline_metrics();
+    assert_eq!((m.malformed, m.negative), (0, 1), "ignored once, with the first reason");
+}
+
+#[tokio::test]
 async fn smallest_valid_header_wins_and_bad_ones_are_counted() {
     let layer = GateLayer::with_config(manual_gate(4.0), ServerConfig::default());
     let (res, seen) = serve(
@@ -239,6 +281,21 @@ async fn smallest_valid_header_wins_and_bad_ones_are_counted() {
     assert_eq!(res.status(), 200);
     let left = seen.unwrap().unwrap();
     assert!(left <= Duration::from_millis(300) && left > Duration::from_millis(200), "{left:?}");
+    // Each header had a valid line: a header sent twice is one list whose smallest valid
+    // item wins, so nothing was ignored.
+    let m = layer.deadline_metrics();
+    assert_eq!((m.malformed, m.negative, m.too_large, m.with_deadline), (0, 0, 0, 1));
+    let (_, seen) = serve(
+        &layer,
+        request(&[
+            ("grpc-timeout", b"2H"),
+            ("x-envoy-expected-rq-timeout-ms", b"1.5"),
+            ("surgeguard-timeout-ms", b"-5"),
+            ("surgeguard-timeout-ms", b"oops"),
+        ]),
+    )
+    .await;
+    assert_eq!(seen, Some(None));
     let m = layer.deadline_metrics();
     assert_eq!((m.malformed, m.negative, m.too_large, m.with_deadline), (1, 1, 1, 1));
     assert_eq!(m.ignored_total(), 3);
