@@ -235,8 +235,9 @@ function headerValue (headers, name) {
 
 /**
  * The smallest valid budget among `names` in `headers` (bigint ns, or undefined), and the
- * headers ignored, with why. A header present more than once is read as its joined value,
- * which is malformed: a request that says two things has said nothing usable.
+ * headers ignored, with why. A header present more than once is read as its joined value
+ * (Node's http joins the lines with ", "), which the core reads as a list whose smallest
+ * valid item wins (`deadline::parse_header`): the same budget Python and Rust read.
  */
 function readBudget (headers, names) {
   let budgetNs

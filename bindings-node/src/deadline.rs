@@ -47,7 +47,9 @@ fn value_bytes(value: &Either<String, Buffer>) -> &[u8] {
 }
 
 /// `{ budgetMs, ignored: null }` if `name: value` is a valid deadline header, else
-/// `{ budgetMs: null, ignored: reason }`.
+/// `{ budgetMs: null, ignored: reason }`. The value is read as a comma-separated list (a
+/// header sent twice, its lines joined by Node's http): the core's `parse_header` takes
+/// its smallest valid item, or the first item's reason when none is valid.
 #[napi(js_name = "parseDeadlineHeader")]
 pub fn parse_deadline_header(name: String, value: Either<String, Buffer>) -> ParsedDeadline {
     match deadline::parse_header(name.as_bytes(), value_bytes(&value)) {
@@ -58,7 +60,7 @@ pub fn parse_deadline_header(name: String, value: Either<String, Buffer>) -> Par
     }
 }
 
-/// The smallest valid budget among `[name, value]` pairs.
+/// The smallest valid budget among `[name, value]` pairs (each value a list, as above).
 #[napi(js_name = "parseDeadlineHeaders")]
 pub fn parse_deadline_headers(headers: Vec<(String, Either<String, Buffer>)>) -> ParsedDeadlines {
     let mut budgets = Budgets::new();

@@ -92,7 +92,13 @@ test('deadline.run / runUntil refuse bad input without running anything', () => 
 // TimeoutUnit; whole milliseconds for the others), written from the rules, not the code:
 // budget in ms, or the reason the value is ignored.
 const UNIT_MS = { H: 3600000, M: 60000, S: 1000, m: 1, u: 1e-3, n: 1e-6 }
+/** A value is a comma-separated list (a header sent twice, joined): the smallest valid item, else the first item's reason. */
 function model (name, value) {
+  const items = value.split(',').map((x) => modelItem(name, x))
+  const valid = items.filter((m) => typeof m === 'number')
+  return valid.length > 0 ? Math.min(...valid) : items[0]
+}
+function modelItem (name, value) {
   const s = value.replace(/^[ \t]+|[ \t]+$/g, '')
   const re = name === 'grpc-timeout' ? /^(-?)([0-9]{1,8})([HMSmun])$/ : /^(-?)([0-9]+)$/
   const m = re.exec(s)
@@ -134,10 +140,17 @@ test('parseHeaders: a WHATWG Headers, a custom header, repeated headers', () => 
   const h = new Headers({ 'grpc-timeout': '250m', 'x-my-timeout-ms': '100' })
   assert.equal(sg.deadline.parseHeaders(h).budgetMs, 250)
   assert.equal(sg.deadline.parseHeaders(h, 'X-My-Timeout-Ms').budgetMs, 100)
-  // Node joins a repeated header: two values are not one budget.
-  const r = sg.deadline.parseHeaders({ 'surgeguard-timeout-ms': ['100', '200'] })
+  // A repeated header (an array, or Node's joined "200, 100") reads as its smallest
+  // valid value, as in every binding (the core's list rule).
+  for (const value of [['200', '100'], '200, 100', ['oops', '100'], 'oops,100']) {
+    const r = sg.deadline.parseHeaders({ 'surgeguard-timeout-ms': value })
+    assert.equal(r.budgetMs, 100, JSON.stringify(value))
+    assert.deepEqual(r.ignored, [])
+  }
+  const r = sg.deadline.parseHeaders({ 'surgeguard-timeout-ms': ['-5', 'oops'] })
   assert.equal(r.budgetMs, undefined)
-  assert.deepEqual(r.ignored, [{ header: 'surgeguard-timeout-ms', reason: 'malformed' }])
+  assert.deepEqual(r.ignored, [{ header: 'surgeguard-timeout-ms', reason: 'negative' }])
+  assert.equal(sg.deadline.parseHeaders(new Headers([['grpc-timeout', '2S'], ['grpc-timeout', '300m']])).budgetMs, 300)
 })
 
 // ---------------------------------------------------------------------------------------
@@ -185,7 +198,38 @@ async function get (url, headers) {
   return { status: res.status, text, json: res.headers.get('content-type')?.includes('json') ? JSON.parse(text) : undefined, headers: res.headers }
 }
 
+/** A GET with `headers` as Node's http client sends them: an array value is one line per item. */
+function getLines (url, headers) {
+  const http = require('node:http')
+  return new Promise((resolve, reject) => {
+    const req = http.get(url, { headers, agent: false }, (res) => {
+      let text = ''
+      res.setEncoding('utf8')
+      res.on('data', (c) => { text += c })
+      res.on('end', () => resolve({ status: res.statusCode, json: JSON.parse(text) }))
+    })
+    req.on('error', reject)
+  })
+}
+
 for (const [name, make] of [['express', expressServer], ['fastify', fastifyServer]]) {
+  test(`${name}: a deadline header sent on two lines reads as its smallest valid value, as in Python`, async () => {
+    const gate = new sg.Gate({ algorithm: 'fixed', initialLimit: 4 })
+    const srv = await make({ gate }, reporter(0))
+    try {
+      const before = sg.deadline.metrics()
+      let r = await getLines(srv.url, { 'surgeguard-timeout-ms': ['900', '300'] })
+      assert.equal(r.status, 200)
+      assert.ok(r.json.before > 100 && r.json.before <= 300, JSON.stringify(r.json))
+      r = await getLines(srv.url, { 'grpc-timeout': ['oops', '250m'] })
+      assert.ok(r.json.before > 50 && r.json.before <= 250, JSON.stringify(r.json))
+      const after = sg.deadline.metrics()
+      assert.equal(after.ignoredByReason.malformed - before.ignoredByReason.malformed, 0)
+    } finally {
+      await srv.close()
+    }
+  })
+
   test(`${name}: the handler sees the caller's budget; the smallest header wins; bad ones are ignored and counted`, async () => {
     const gate = new sg.Gate({ algorithm: 'fixed', initialLimit: 4 })
     const srv = await make({ gate, deadlineHeader: 'x-my-timeout-ms' }, reporter(20))
