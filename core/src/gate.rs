@@ -718,7 +718,9 @@ impl<const CAP: usize> Gate<CAP> {
     }
 
     /// Ends admitted work: a `Success` latency updates the expected service time and is a
-    /// sample for the limit algorithm. Then call [`poll`](Self::poll) if anyone waits.
+    /// sample for the limit algorithm. Then call [`poll`](Self::poll) if anyone waits
+    /// (and when [`next_wakeup`](Self::next_wakeup) comes, which may be at once with
+    /// nobody waiting: an eviction still to report).
     /// A permit of another gate or limiter is refused with `ForeignHandle`.
     ///
     /// A `now` above [`MAX_NOW`] is refused with `TimeOutOfRange`:
@@ -766,7 +768,9 @@ impl<const CAP: usize> Gate<CAP> {
 
     /// Withdraws a queued ticket. `UnknownTicket` if it already left (granted, expired,
     /// evicted, cancelled — a racing grant wins or loses as a whole), `ForeignHandle` if it
-    /// belongs to another gate.
+    /// belongs to another gate. If the ticket had evicted a waiter that no poll has
+    /// reported yet, that report is still owed with nobody left waiting:
+    /// [`next_wakeup`](Self::next_wakeup) returns `now` until a poll makes it.
     pub fn cancel(&self, ticket: Ticket) -> Result<(), UsageError> {
         self.queue.cancel(ticket).map(|_| ())
     }
@@ -1113,12 +1117,14 @@ impl<const CAP: usize> Gate<CAP> {
     /// When the binding's one timer should next call [`poll`](Self::poll), if at all:
     /// the earliest moment a waiter's deadline or maximum wait runs out, or a refusal
     /// with free slots may lapse; `now` while work is left for a poll (a poll stopped at
-    /// its bound of rounds). `None` when nothing waits.
-    /// Never earlier than `now`.
+    /// its bound of rounds, or an eviction not reported yet — even with nobody waiting,
+    /// once the arrival that evicted was cancelled). `None` when nothing waits and
+    /// nothing is owed. Never earlier than `now`.
     pub fn next_wakeup(&self, now: u64) -> Option<u64> {
         let now = self.observe(now);
         if self.queue.needs_dispatch() {
-            // A poll stopped at its bound of rounds (or panicked): poll now.
+            // A poll stopped at its bound of rounds (or panicked), or an eviction waits
+            // to be reported: poll now.
             return Some(now);
         }
         if self.queue.is_empty() {

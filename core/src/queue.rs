@@ -1776,7 +1776,7 @@ mod tests {
         assert_eq!(reports, [b]);
         assert!(!q.needs_dispatch(), "reported: nothing owed");
         // A second eviction from a slot whose first is still unreported (no push: the
-        // slot is on the attention stack already) asks again, and both are reported.
+        // slot is on the deferred list already) asks again, and both are reported.
         let q = WaitQueue::<1>::new(3, 1).unwrap();
         let bg = q.push(P2, 0, NO_DEADLINE, true).unwrap();
         let n = q.push(P1, 1, NO_DEADLINE, true).unwrap(); // evicts bg
