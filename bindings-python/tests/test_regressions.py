@@ -543,3 +543,51 @@ def test_percent_can_retry_is_a_fraction():
     for _ in range(10):
         b.deposit(now_ns=10**9)
     assert b.available(now_ns=10**9) >= 100
+
+
+def test_middlewares_refuse_an_object_that_only_has_a_try_acquire():
+    # A CircuitBreaker (or a RateLimiter, a KeyedLimits) has a `try_acquire` of another
+    # meaning: accepted, it made every request a TypeError (500). Refused at construction.
+    import surgeguard.wsgi
+
+    class Duck:
+        def try_acquire(self, priority=None):
+            return None
+
+    app = lambda *a: None  # noqa: E731
+    wrong = [sg.CircuitBreaker(), sg.RateLimiter(10.0), sg.KeyedLimits(2), Duck()]
+    for mw in (sg.asgi.OverloadMiddleware, sg.wsgi.OverloadWSGIMiddleware):
+        for gate in wrong:
+            with pytest.raises(TypeError, match=f"gate must be .*got {type(gate).__name__}"):
+                mw(app, gate=gate)
+        for gate in (sg.Gate(), sg.Limiter(limit=2)):
+            mw(app, gate=gate)  # accepted
+    for gate in wrong:
+        with pytest.raises(TypeError, match="gate must be"):
+            sg.asgi.health(gate)
+
+
+def test_the_deadline_header_functions_import_from_the_package_as_documented():
+    # docs/deadlines.md's Python section: importable from `surgeguard` itself.
+    from surgeguard import (
+        DEADLINE_HEADERS,
+        DEADLINE_MAX_BUDGET_NS,
+        deadline_at,
+        format_deadline_header,
+        parse_deadline_header,
+        parse_deadline_headers,
+    )
+
+    assert DEADLINE_MAX_BUDGET_NS == 3_600_000_000_000
+    assert DEADLINE_HEADERS == ("grpc-timeout", "x-envoy-expected-rq-timeout-ms", "surgeguard-timeout-ms")
+    assert parse_deadline_header("grpc-timeout", "250m") == (250_000_000, None)
+    assert parse_deadline_header("surgeguard-timeout-ms", "-5") == (None, "negative")
+    assert parse_deadline_headers([("grpc-timeout", "2S"), ("surgeguard-timeout-ms", "oops")]) == (
+        2_000_000_000,
+        [("surgeguard-timeout-ms", "malformed")],
+    )
+    assert deadline_at(500, now_ns=1_000) == 1_500
+    assert format_deadline_header("surgeguard-timeout-ms", 1_000 + 250_000_000, now_ns=1_000) == "250"
+    assert format_deadline_header("grpc-timeout", 1_000, now_ns=1_000) is None
+    for name in ("parse_deadline_header", "parse_deadline_headers", "deadline_at", "format_deadline_header"):
+        assert name in sg.__all__

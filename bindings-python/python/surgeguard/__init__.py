@@ -32,7 +32,9 @@ Client side: :class:`RetryBudget`, :class:`TokenRetryThrottle`,
 :class:`RateLimiter`, and :mod:`surgeguard.httpx` (an httpx transport).
 
 Deadlines and degradation: :mod:`surgeguard.deadline` (the caller's remaining time,
-read by the middlewares and sent by the httpx transports), :func:`run` /
+read by the middlewares and sent by the httpx transports), the header functions
+:func:`parse_deadline_header`, :func:`parse_deadline_headers`, :func:`deadline_at` and
+:func:`format_deadline_header` (``docs/deadlines.md``), :func:`run` /
 :func:`run_async` (fallbacks on refusal), :class:`StaleIfError` (the last good value),
 :func:`optional` (the brownout dimmer: skip optional work before the gate sheds).
 
@@ -51,6 +53,8 @@ from __future__ import annotations
 
 from . import deadline, errors, prometheus
 from ._native import (
+    DEADLINE_HEADERS,
+    DEADLINE_MAX_BUDGET_NS,
     AdaptiveThrottle,
     AimdLimit,
     Backoff,
@@ -76,7 +80,11 @@ from ._native import (
     __version__,
     actionable,
     clock_ns,
+    deadline_at,
+    format_deadline_header,
     hash_key,
+    parse_deadline_header,
+    parse_deadline_headers,
     time_to_drain,
 )
 try:  # Linux only: memory shared between worker processes
@@ -159,6 +167,12 @@ __all__ = [
     "RateLimiter",
     # deadlines and degradation
     "deadline",
+    "parse_deadline_header",
+    "parse_deadline_headers",
+    "deadline_at",
+    "format_deadline_header",
+    "DEADLINE_MAX_BUDGET_NS",
+    "DEADLINE_HEADERS",
     "run",
     "run_async",
     "StaleIfError",

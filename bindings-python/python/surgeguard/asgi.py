@@ -30,10 +30,12 @@ limit, queue and set of waiters across worker processes, with the same queueing,
 priorities and deadlines (a request queued in one worker is granted by a release in any).
 
 ``gate`` may also be a limiter without a queue — a :class:`~surgeguard.SharedLimiter`
-(one limit across worker processes), a :class:`~surgeguard.Limiter`, or anything with
-their ``try_acquire(priority)`` and permit (``held``, ``release(outcome)``) API: each
-request is then admitted at once or refused at once (``503``, ``limit_reached``), never
-queued, and ``timeout`` is only the deadline the handler reads.
+(one limit across worker processes) or a :class:`~surgeguard.Limiter`: each request is
+then admitted at once or refused at once (``503``, ``limit_reached``), never queued, and
+``timeout`` is only the deadline the handler reads. Anything else (a
+:class:`~surgeguard.CircuitBreaker`, a :class:`~surgeguard.RateLimiter`, a
+:class:`~surgeguard.KeyedLimits`, whose ``try_acquire`` means something else) is a
+``TypeError`` at construction.
 
 Deadlines: the caller's remaining budget is read from ``surgeguard-timeout-ms``,
 ``grpc-timeout``, ``x-envoy-expected-rq-timeout-ms`` and ``deadline_header`` (the smallest
@@ -42,7 +44,11 @@ valid one wins; bad values are ignored and counted in ``deadline_stats``); witho
 absolute deadline that the gate enforces (refused at once if it cannot be met, dropped
 from the queue once its turn would come too late) and the handler reads. A budget already
 spent on arrival is refused (``503``, ``deadline_unmeetable``). A
-:class:`~surgeguard.DeadlineExceeded` escaping the app before it answered becomes ``504``.
+:class:`~surgeguard.DeadlineExceeded` escaping the app before it answered becomes ``504``,
+in both forms of a Starlette or FastAPI app: ``app.add_middleware(OverloadMiddleware, ...)``
+and ``OverloadMiddleware(app, ...)`` (which installs an exception handler for it in the
+app, unless it has one, because Starlette's outermost layer answers escaping exceptions
+with 500 itself).
 A handler that served a stale value (:class:`surgeguard.StaleIfError`) gets
 ``Warning: 110 - "Response is Stale"`` on its response.
 """
@@ -50,18 +56,22 @@ A handler that served a stale value (:class:`surgeguard.StaleIfError`) gets
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 from . import deadline as _dl
 from ._native import Gate, KeyedLimits, Limiter, actionable, clock_ns
 
-try:  # Linux only: a Gate in memory shared between worker processes
+try:  # Linux only: a Gate and a Limiter in memory shared between worker processes
     from ._native import SharedGate as _SharedGate
+    from ._native import SharedLimiter as _SharedLimiter
 
     _GATES: Tuple[type, ...] = (Gate, _SharedGate)
+    _LIMITERS: Tuple[type, ...] = (Limiter, _SharedLimiter)
 except ImportError:  # pragma: no cover - other platforms
     _GATES = (Gate,)
+    _LIMITERS = (Limiter,)
 from .degrade import STALE_WARNING, _stale_cell
 from .errors import DeadlineExceeded, DeadlineUnmeetable, KeyLimit, KeyRate, OverloadError, Rejected
 
@@ -82,6 +92,49 @@ _OVERLOAD: Tuple[type, ...] = (TimeoutError, asyncio.TimeoutError, OverloadError
 #: The answer when the app raised :class:`~surgeguard.DeadlineExceeded` before answering.
 _DEADLINE_BODY = b'{"error":"deadline exceeded","reason":"deadline_exceeded"}'
 _STALE = (STALE_WARNING[0].encode(), STALE_WARNING[1].encode())
+
+
+#: While the app runs under the middleware: ``[False]``, set to ``[True]`` when the
+#: exception handler installed in a wrapped Starlette app answered a
+#: :class:`~surgeguard.DeadlineExceeded` with 504 (its outcome is then ``ignored``).
+_deadline_answered: "contextvars.ContextVar[List[bool]]" = contextvars.ContextVar("surgeguard_deadline_answered")
+
+
+async def _answer_deadline(scope: Scope, receive: Receive, send: Send) -> None:
+    """The 504 a :class:`~surgeguard.DeadlineExceeded` escaping the app is answered with."""
+    await _respond(send, 504, [(b"content-type", b"application/json")], _DEADLINE_BODY)
+
+
+async def _starlette_deadline_handler(request: Any, exc: Exception) -> ASGIApp:
+    """Starlette's exception handler for :class:`~surgeguard.DeadlineExceeded`: the 504 a
+    request admitted by the middleware gets (Starlette calls the returned ASGI app)."""
+    answered = _deadline_answered.get(None)
+    if answered is None:  # not under the middleware: Starlette's own answer, as before
+        raise exc
+    answered[0] = True
+    return _answer_deadline
+
+
+def _is_starlette(app: Any) -> bool:
+    """A Starlette application (FastAPI's is one), told apart without importing it."""
+    return any(c.__name__ == "Starlette" and c.__module__ == "starlette.applications" for c in type(app).__mro__)
+
+
+def _answer_deadlines_in(app: Any) -> None:
+    """Makes a wrapped Starlette app answer :class:`~surgeguard.DeadlineExceeded` with 504.
+
+    Starlette's outermost layer (``ServerErrorMiddleware``) answers any exception its
+    handlers leave with 500 before re-raising it, so the middleware wrapped around the app
+    would see the 500 already sent. An exception handler runs inside that layer, before it
+    answers. A handler the app already has for the class (or a base other than
+    ``Exception``) is kept. With ``app.add_middleware(OverloadMiddleware, ...)`` the
+    middleware runs inside that layer and needs none of this."""
+    handlers = getattr(app, "exception_handlers", None)
+    if not isinstance(handlers, dict):
+        return
+    if any(isinstance(k, type) and k is not Exception and issubclass(DeadlineExceeded, k) for k in handlers):
+        return
+    app.add_exception_handler(DeadlineExceeded, _starlette_deadline_handler)
 
 
 def _exception_outcome(exc: BaseException) -> str:
@@ -106,8 +159,11 @@ def outcome_for_status(status: int) -> str:
 
 
 def _is_limiter(obj: Any) -> bool:
-    """Whether ``obj`` has the limiter's admit-or-refuse API (and is not a gate)."""
-    return not isinstance(obj, _GATES) and callable(getattr(obj, "try_acquire", None))
+    """Whether ``obj`` is a limiter the middlewares admit through (admit or refuse at
+    once). Only surgeguard's: other objects with a ``try_acquire`` (a breaker, a rate
+    limiter, a keyed table) take other arguments and return other things, so duck typing
+    would pass construction and fail every request."""
+    return isinstance(obj, _LIMITERS)
 
 
 class _Admit:
@@ -357,6 +413,8 @@ class OverloadMiddleware:
         self._deadlines = _dl._ServerPolicy(read_deadlines, deadline_header, default_budget, timeout, deadline_stats)
         self.deadline_stats = self._deadlines.stats
         self._deadline_names = {n.encode("latin-1"): n for n in self._deadlines.names}
+        if _is_starlette(app):
+            _answer_deadlines_in(app)
         self.app = app
         self.gate = gate
         self.timeout = timeout
@@ -437,18 +495,22 @@ class OverloadMiddleware:
 
             outcome = "ignored"
             stale_token = _stale_cell.set(stale)
+            answered = [False]
+            answered_token = _deadline_answered.set(answered)
             try:
                 with _dl.scope(deadline_ns=_dl._at(budget, arrival) if budget else None):
                     await self.app(scope, receive, send_wrapper)
-                outcome = outcome_for_status(status[0]) if status else "ignored"
+                if status and not answered[0]:
+                    outcome = outcome_for_status(status[0])
             except DeadlineExceeded:
                 if status:
                     raise
-                await _respond(send_wrapper, 504, [(b"content-type", b"application/json")], _DEADLINE_BODY)
+                await _answer_deadline(scope, receive, send_wrapper)
             except BaseException as exc:
                 outcome = _exception_outcome(exc)
                 raise
             finally:
+                _deadline_answered.reset(answered_token)
                 _stale_cell.reset(stale_token)
                 if permit.held:
                     permit.release(outcome)
