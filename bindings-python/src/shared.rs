@@ -9,7 +9,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-use pyo3::exceptions::{PyOSError, PyRuntimeError, PyStopIteration, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyOSError, PyStopIteration, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple};
 use surgeguard::shm::{SharedLimiter as CoreShared, SharedRawPermit, ShmError};
@@ -25,9 +25,31 @@ pub(crate) fn shm_err(py: Python<'_>, e: ShmError) -> PyErr {
         ShmError::Config(c) => config_err(py, "SharedLimiter", c),
         ShmError::Usage(u) => usage_err(py, u),
         ShmError::Reclaimed => usage_err(py, UsageError::AlreadyReleased),
-        ShmError::Os { .. } => PyOSError::new_err(e.to_string()),
-        ShmError::TableFull => PyRuntimeError::new_err(e.to_string()),
+        // Shared memory could not be used (Node's `SG_SHM_UNAVAILABLE`): a system call
+        // failed (`/dev/shm` missing or full, a path in a directory that does not exist),
+        // or every process slot is taken by a live process.
+        ShmError::Os { .. } | ShmError::TableFull => PyOSError::new_err(e.to_string()),
         _ => PyValueError::new_err(e.to_string()),
+    }
+}
+
+/// `unlink(name)` of the shared classes: whether the name existed (a missing name is
+/// `False`, as Node's `unlinkShared`). Names only, as in Node: a path could be any file,
+/// so one is a `ValueError` (remove a segment placed at a path with `os.unlink`).
+pub(crate) fn unlink_name(
+    py: Python<'_>,
+    name: &str,
+    unlink: fn(&str) -> Result<(), ShmError>,
+) -> PyResult<bool> {
+    if name.contains('/') {
+        return Err(PyValueError::new_err(
+            "unlink takes a name, not a path (remove a segment at a path with os.unlink)",
+        ));
+    }
+    match unlink(name) {
+        Ok(()) => Ok(true),
+        Err(ShmError::Os { errno, .. }) if errno == libc::ENOENT => Ok(false),
+        Err(e) => Err(shm_err(py, e)),
     }
 }
 
@@ -128,10 +150,11 @@ impl SharedLimiter {
         Ok(Self { core })
     }
 
-    /// Removes the name (attached processes keep their segment).
+    /// Removes the name (attached processes keep their segment); whether it existed.
+    /// A path is a `ValueError` (names only: remove a segment at a path with `os.unlink`).
     #[staticmethod]
-    fn unlink(py: Python<'_>, name: &str) -> PyResult<()> {
-        CoreShared::unlink(name).map_err(|e| shm_err(py, e))
+    fn unlink(py: Python<'_>, name: &str) -> PyResult<bool> {
+        unlink_name(py, name, CoreShared::unlink)
     }
 
     /// A context manager, as `Limiter.acquire`: `with shared.acquire("normal") as permit:`

@@ -485,13 +485,14 @@ impl SharedGate {
         })
     }
 
-    /// Removes the name (attached processes keep their segment).
+    /// Removes the name (attached processes keep their segment); whether it existed.
+    /// A path is a `ValueError` (names only: remove a segment at a path with `os.unlink`).
     #[staticmethod]
-    fn unlink(py: Python<'_>, name: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn unlink(py: Python<'_>, name: &Bound<'_, PyAny>) -> PyResult<bool> {
         let Some(name) = crate::shared::name_arg(name)? else {
             return Err(PyTypeError::new_err("name must be a str, got None"));
         };
-        CoreShared::<64>::unlink(&name).map_err(|e| shm_err(py, e))
+        crate::shared::unlink_name(py, &name, CoreShared::<64>::unlink)
     }
 
     /// `with gate.acquire(priority="normal", timeout=0.2) as permit:` — admits on entry,

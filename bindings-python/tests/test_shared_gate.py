@@ -286,6 +286,32 @@ def test_async_waiters_are_granted_in_priority_order_and_cancel_withdraws():
     assert gate.metrics()["cancelled"] == 1
 
 
+def test_one_process_queues_at_most_64_tickets_as_the_readme_says():
+    # README: a process holds at most 64 queued tickets of a shared gate; an arrival
+    # beyond that is admitted if a slot is free, else refused at once, never queued.
+    gate = surgeguard.Gate.shared(None, limit=1, levels=1, codel=False, queue_capacity=256)
+
+    async def run():
+        held = gate.try_acquire()
+
+        async def waiter():
+            async with gate.acquire_async(timeout=10):
+                pass
+
+        tasks = [asyncio.create_task(waiter()) for _ in range(64)]
+        while gate.waiting() < 64:
+            await asyncio.sleep(0.001)
+        with pytest.raises(surgeguard.LimitReached):
+            async with gate.acquire_async(timeout=10):
+                pass
+        assert gate.waiting() == 64
+        held.success()
+        await asyncio.wait_for(asyncio.gather(*tasks), 10)
+
+    asyncio.run(run())
+    assert gate.inflight == 0 and gate.waiting() == 0
+
+
 def test_an_async_wait_dropped_unawaited_withdraws_its_ticket():
     import gc
     import warnings

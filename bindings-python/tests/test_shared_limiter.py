@@ -330,3 +330,47 @@ def test_a_shared_limiter_decides_as_the_in_process_one(cfg, ops):
         assert shared.limit == local.limit and shared.inflight == local.inflight
     lm, sm = local.metrics(), shared.metrics()
     assert lm == sm, (lm, sm)
+
+
+def test_unlink_says_whether_the_name_existed_and_paths_are_refused_as_in_node(tmp_path):
+    # Node's `unlinkShared` answers false for a missing name and refuses a path
+    # (RangeError, SG_INVALID_ARG); Python raised OSError for both.
+    import surgeguard
+
+    for cls, make in (
+        (surgeguard.SharedLimiter, lambda n: surgeguard.Limiter.shared(n, limit=2)),
+        (surgeguard.SharedGate, lambda n: surgeguard.Gate.shared(n, limit=2)),
+    ):
+        name = unique("unlink")
+        assert cls.unlink(name) is False  # never made
+        obj = make(name)
+        assert cls.unlink(name) is True
+        assert cls.unlink(name) is False  # already gone; `obj` keeps its segment
+        assert obj.inflight == 0
+        for bad in ("a/b", str(tmp_path / "seg"), "", "a b", "x" * 201):
+            with pytest.raises(ValueError):
+                cls.unlink(bad)
+
+
+def test_a_path_name_in_a_missing_directory_is_the_documented_oserror(tmp_path):
+    # A name with a '/' is a path (as in Node, where opening it fails with
+    # SG_SHM_UNAVAILABLE): one that cannot be opened is OSError, the contract's "shared
+    # memory could not be used", never another type.
+    import surgeguard
+
+    for make in (
+        lambda n: surgeguard.Limiter.shared(n, limit=2),
+        lambda n: surgeguard.Gate.shared(n, limit=2),
+        lambda n: surgeguard.RateLimiter.shared(n, 10.0),
+        lambda n: surgeguard.KeyedLimits.shared(n, 2),
+    ):
+        for name in ("a/b", str(tmp_path / "missing" / "seg")):
+            with pytest.raises(OSError, match="No such file or directory"):
+                make(name)
+    # A path in a directory that exists works, and is removed with os.unlink.
+    at = str(tmp_path / "seg")
+    a = surgeguard.Limiter.shared(at, limit=2, levels=1)
+    b = surgeguard.Limiter.shared(at, limit=2, levels=1)
+    with a.acquire():
+        assert b.inflight == 1
+    os.unlink(at)
