@@ -66,6 +66,30 @@ async def test_the_smallest_valid_header_wins():
     assert deadline.current() is None  # nothing leaks out of the request
 
 
+async def test_a_header_sent_twice_reads_as_its_smallest_valid_value_on_lines_or_joined():
+    # The rule of the core (deadline::parse_header reads a value as a comma-separated
+    # list), so the two lines read as Node reads them joined (its http joins them with
+    # ", "), and as a WSGI server's joined value reads.
+    for headers, expect in [
+        ([("surgeguard-timeout-ms", "500"), ("surgeguard-timeout-ms", "200")], 0.2),
+        ([("surgeguard-timeout-ms", "500, 200")], 0.2),
+        ([("surgeguard-timeout-ms", "oops"), ("surgeguard-timeout-ms", "300")], 0.3),
+        ([("grpc-timeout", "2S,300m")], 0.3),
+    ]:
+        seen = []
+        mw = OverloadMiddleware(asgi_app(seen), sg.Gate(limit=4))
+        r = await call(mw, headers)
+        assert r.status_code == 200 and expect - 0.05 < seen[-1]["remaining"] <= expect, headers
+        m = mw.deadline_stats.metrics()
+        assert m["accepted"] == 1 and m["ignored_malformed"] == 0, (headers, m)
+    seen = []
+    mw = OverloadMiddleware(asgi_app(seen), sg.Gate(limit=4))
+    await call(mw, [("surgeguard-timeout-ms", "oops"), ("surgeguard-timeout-ms", "-5")])
+    assert seen[-1]["remaining"] is None  # no valid value: the first one's reason, once
+    m = mw.deadline_stats.metrics()
+    assert m["ignored_malformed"] == 1 and m["ignored_negative"] == 0
+
+
 async def test_default_and_maximum_budgets():
     seen = []
     stats = DeadlineStats()
@@ -224,8 +248,9 @@ def test_any_header_bytes_never_fail_the_request_nor_grant_an_unbounded_deadline
     scope = {"type": "http", "method": "GET", "path": "/", "headers": list(values), "query_string": b""}
     asyncio.run(mw(scope, receive, send))
     status = sent[0]["status"]
-    # each valid header alone, by the documented formats (a reference, not the parser)
-    valid = [v for v in (_reference_budget(n, raw) for n, raw in values) if v is not None]
+    # each header (its lines joined), by the documented formats (a reference, not the parser)
+    headers = _reference_lines(values)
+    valid = [v for v in (_reference_budget(n, raw) for n, raw in headers) if v is not None]
     if valid and min(valid) == 0:
         assert status == 503 and seen == []
     else:
@@ -237,12 +262,28 @@ def test_any_header_bytes_never_fail_the_request_nor_grant_an_unbounded_deadline
             assert rem is None
         assert rem is None or rem <= HOUR
     stats = mw.deadline_stats.metrics()
-    assert stats["ignored_malformed"] + stats["ignored_negative"] + stats["ignored_too_large"] == len(values) - len(valid)
+    assert stats["ignored_malformed"] + stats["ignored_negative"] + stats["ignored_too_large"] == len(headers) - len(valid)
     assert gate.inflight == 0
 
 
 def _reference_budget(name, raw):
-    """The documented header rules, written independently of the core's parser."""
+    """The documented header rules, written independently of the core's parser: a value
+    is a comma-separated list (a header sent twice, its lines joined), whose smallest
+    valid item wins."""
+    valid = [b for b in (_reference_item(name, item) for item in raw.split(b",")) if b is not None]
+    return min(valid) if valid else None
+
+
+def _reference_lines(values):
+    """``(name, raw)`` lines as one value per name, the lines joined by commas."""
+    lines = {}
+    for name, raw in values:
+        lines.setdefault(name, []).append(raw)
+    return [(name, b", ".join(raws)) for name, raws in lines.items()]
+
+
+def _reference_item(name, raw):
+    """One item of a deadline header's value."""
     v = raw.strip(b" \t")
     if name == b"grpc-timeout":
         if not (2 <= len(v) <= 9 and v[:-1].isdigit() and v[-1:] in b"HMSmun" and v[:-1].isascii()):
@@ -313,6 +354,15 @@ def test_wsgi_reads_the_deadline_for_the_app_and_its_response_iterable():
     wsgi_call(mw, [("x-my-budget-ms", "100")])
     assert 0.05 < seen[2]["remaining"] <= 0.1
     assert deadline.current() is None and gate.inflight == 0
+
+
+def test_wsgi_reads_a_header_its_server_joined_as_the_smallest_valid_value():
+    # WSGI servers join a header sent twice with commas into one environ value.
+    seen = []
+    mw = OverloadWSGIMiddleware(wsgi_app(seen), sg.Gate(limit=2))
+    r = wsgi_call(mw, [("surgeguard-timeout-ms", "400,100")])
+    assert r["status"] == 200 and 0.05 < seen[0]["remaining"] <= 0.1
+    assert mw.deadline_stats.metrics()["accepted"] == 1
 
 
 def test_wsgi_bad_headers_spent_budgets_and_504():

@@ -41,7 +41,7 @@ from __future__ import annotations
 import contextvars
 import math
 import threading
-from typing import Any, Dict, Iterable, Iterator, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 from . import _native
 from ._native import clock_ns
@@ -241,6 +241,25 @@ def _format(name: str, deadline_ns: int, margin_ns: int, now_ns: int) -> Optiona
     return _native.format_deadline_header(name, deadline_ns, margin_ns, now_ns)  # type: ignore[no-any-return]
 
 
+def _joined_lines(values: Iterable[Tuple[str, Union[str, bytes]]]) -> List[Tuple[str, Union[str, bytes]]]:
+    """``(name, value)`` pairs with the lines of one name joined by ``", "`` (RFC 9110,
+    section 5.3), in the order the names first appear."""
+    lines: Dict[str, List[Union[str, bytes]]] = {}
+    for name, value in values:
+        lines.setdefault(name, []).append(value)
+    out: List[Tuple[str, Union[str, bytes]]] = []
+    for name, vs in lines.items():
+        if len(vs) == 1:
+            out.append((name, vs[0]))
+        elif all(isinstance(v, bytes) for v in vs):
+            out.append((name, b", ".join(vs)))  # type: ignore[arg-type]
+        elif all(isinstance(v, str) for v in vs):
+            out.append((name, ", ".join(vs)))  # type: ignore[arg-type]
+        else:
+            out.extend((name, v) for v in vs)  # mixed or odd types: read one by one
+    return out
+
+
 class _ServerPolicy:
     """What a middleware does with the deadline headers of one request (internal).
 
@@ -281,8 +300,10 @@ class _ServerPolicy:
         best: Optional[int] = None
         if self.enabled and values:
             # The core combines them: the smallest valid budget wins; each ignored
-            # header comes back with its reason.
-            best, ignored = _native.parse_deadline_headers(values)
+            # header comes back with its reason. A header sent on several lines is read
+            # as its lines joined by commas, one list (what Node's http and WSGI servers
+            # hand over), so it reads and counts alike in every binding.
+            best, ignored = _native.parse_deadline_headers(_joined_lines(values))
             for _name, reason in ignored:
                 self.stats.count(f"ignored_{reason}")
         if best is None:
