@@ -66,6 +66,32 @@ def test_stubs_cover_the_native_module():
         assert public <= members, (cls_name, public - members)
 
 
+async def test_permit_aexit_is_typed_as_what_awaiting_it_gives():
+    # `__aexit__` awaits to None (exceptions propagate); a stub typed to return the
+    # permit (a truthy object) told type checkers that `async with` swallows exceptions.
+    tree = ast.parse(STUB.read_text())
+    annotations = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, ast.AsyncFunctionDef) and item.name == "__aexit__":
+                    annotations[node.name] = ast.unparse(item.returns)
+    permits = [("Permit", lambda: sg.Gate(limit=1).acquire_async())]
+    if hasattr(native, "SharedGate"):
+        permits += [
+            ("SharedPermit", lambda: sg.Limiter.shared(None, limit=1).acquire()),
+            ("SharedGatePermit", lambda: sg.Gate.shared(None, limit=1).acquire_async()),
+        ]
+    for name, make in permits:
+        assert annotations[name] == "None", (name, annotations[name])
+        permit = make()
+        assert type(permit).__name__ == name
+        await permit.__aenter__()
+        assert permit.held
+        assert await permit.__aexit__(None, None, None) is None
+        assert not permit.held
+
+
 def test_py_typed_marker_ships():
     assert STUB.with_name("py.typed").exists()
 
