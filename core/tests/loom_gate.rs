@@ -5,7 +5,8 @@
 //! every thread did its own pump step — poll after a release or a `Queued` — nobody waits
 //! beside a free slot, *without* an extra poll); a ticket is granted at most once and never
 //! both granted and expired; a cancelled ticket is never granted (nor reported), and its
-//! slot is reused at once, also while a dispatch round settles it.
+//! slot is reused at once, also while a dispatch round settles it; an eviction is reported
+//! by a poll, or owed and shown by `next_wakeup` (also once its evictor was cancelled).
 //!
 //! Run: `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom
 //!       cargo test -p surgeguard-core --release --test loom_gate`
@@ -300,6 +301,42 @@ fn an_eviction_racing_a_dispatch_round_is_reported_once() {
             }
             Arrival::Rejected(rj) => panic!("critical refused: {rj}"),
         }
+    });
+}
+
+#[test]
+fn an_eviction_whose_evictor_is_cancelled_at_once_is_reported_or_owed() {
+    model(|| {
+        // Limit 1 (taken), capacity 1 (n0). A critical arrival evicts n0 and is withdrawn
+        // before its own poll, while another thread polls: at quiescence nothing waits,
+        // and n0's report was made by that poll or is owed (`next_wakeup` says now).
+        let g = Arc::new(gate::<1>(1.0, 2));
+        let Arrival::Admitted(a) = g.arrive(0, P0, None) else { panic!() };
+        let Arrival::Queued(n0) = g.arrive(0, P1, None) else { panic!() };
+        let g1 = g.clone();
+        let owner = thread::spawn(move || match g1.arrive(1, P0, None) {
+            Arrival::Queued(c) => assert_eq!(g1.cancel(c), Ok(())),
+            other => panic!("the critical arrival evicts: {other:?}"),
+        });
+        let g2 = g.clone();
+        let poller = thread::spawn(move || {
+            let mut seen = Seen::default();
+            poll_into(&g2, 1, &mut seen);
+            seen
+        });
+        owner.join().unwrap();
+        let s1 = poller.join().unwrap();
+        assert_eq!(g.waiting_total(), 0);
+        let mut main = Seen::default();
+        if s1.expired.is_empty() {
+            assert_eq!(g.next_wakeup(1), Some(1), "n0's report is owed and nothing says so");
+            poll_into(&g, 1, &mut main);
+        }
+        check_once(&[&s1, &main]);
+        let evicted: Vec<_> = [&s1, &main].iter().flat_map(|s| s.expired.iter()).copied().collect();
+        assert_eq!(evicted, [(n0, Reason::Evicted)]);
+        assert_eq!(g.next_wakeup(1), None, "nothing owed once reported");
+        g.release(a, 2, Outcome::Success).unwrap();
     });
 }
 
