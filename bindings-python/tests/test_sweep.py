@@ -378,6 +378,11 @@ def test_contract(target: Target, data: st.DataObject) -> None:
     positional_open = True
     for name, kw_only in target.params:
         if name in HARMLESS:
+            # Passed as its harmless value while arguments are still positional, so the
+            # next positional value does not land in its place (a swept string used to
+            # become a shared-memory name: files left in /dev/shm, "/" an OSError).
+            if not kw_only and positional_open:
+                args.append(HARMLESS[name])
             continue
         # Leave an optional argument out sometimes (its default is part of the surface).
         if data.draw(st.booleans(), label=f"give {name}"):
