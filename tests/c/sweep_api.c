@@ -332,12 +332,33 @@ static void sgate_released(sg_shared_gate_permit *p) {
     int k = sgate_index(p);
     if (k >= 0) sgate_owner[k] = NULL;
 }
-static void sgate_note_ticket(sg_shared_gate *h, const sg_shared_ticket *t) {
-    if (sgate_n_tickets < SGATE_TICKETS) {
-        sgate_tickets[sgate_n_tickets] = *t;
-        sgate_ticket_gate[sgate_n_tickets] = h;
-        sgate_n_tickets++;
+/* Finishes noted ticket k: withdrawn if it still waits, else its outcome taken (a grant's
+ * permit released); a ticket taken or withdrawn before is refused, which changes nothing. */
+static void sgate_finish(unsigned k, const char *fn) {
+    sg_shared_gate_permit p;
+    sg_shared_gate *g = sgate_ticket_gate[k];
+    if (sg_shared_gate_cancel(g, &sgate_tickets[k]) != SG_OK &&
+        sg_shared_gate_wait(g, &sgate_tickets[k], 0, &p, NULL) == SG_OK) {
+        SAME(sg_shared_gate_release(g, &p, sweep_now, SG_OUTCOME_IGNORED) == SG_OK, fn,
+             "a granted ticket's permit");
     }
+}
+/* Every queued ticket is noted, so that the end finishes it. With the table full, the oldest
+ * noted ticket is finished now and its place reused (before, the tickets queued after the
+ * first SGATE_TICKETS were never noted: a sweep of 2 million calls queues a few hundred, and
+ * ended with them still waiting, or granted and holding their permits). */
+static unsigned sgate_oldest;
+static void sgate_note_ticket(sg_shared_gate *h, const sg_shared_ticket *t) {
+    unsigned k = sgate_n_tickets;
+    if (k < SGATE_TICKETS) {
+        sgate_n_tickets++;
+    } else {
+        k = sgate_oldest;
+        sgate_oldest = (sgate_oldest + 1) % SGATE_TICKETS;
+        sgate_finish(k, "sg_shared_gate_arrive");
+    }
+    sgate_tickets[k] = *t;
+    sgate_ticket_gate[k] = h;
 }
 static void sgate_teardown(void) {
     unsigned k;
@@ -351,15 +372,7 @@ static void sgate_teardown(void) {
         }
     }
     /* Tickets still out: cancelled, or their grants taken and released. */
-    for (k = 0; k < sgate_n_tickets; k++) {
-        sg_shared_gate_permit p;
-        sg_shared_gate *g = sgate_ticket_gate[k];
-        if (sg_shared_gate_cancel(g, &sgate_tickets[k]) != SG_OK &&
-            sg_shared_gate_wait(g, &sgate_tickets[k], 0, &p, NULL) == SG_OK) {
-            SAME(sg_shared_gate_release(g, &p, sweep_now, SG_OUTCOME_IGNORED) == SG_OK, "end",
-                 "a granted ticket's permit");
-        }
-    }
+    for (k = 0; k < sgate_n_tickets; k++) sgate_finish(k, "end");
     SAME(sg_shared_gate_inflight(sgate_live, &inflight, &waiting, &limit) == SG_OK && inflight == 0 && waiting == 0,
          "end", "the shared gate has permits in flight or waiters after every release");
     sg_shared_gate_free(sgate_live);
