@@ -105,8 +105,11 @@ declare -A triple=(
     [linux-x64-gnu]=x86_64-unknown-linux-gnu.2.17 [linux-arm64-gnu]=aarch64-unknown-linux-gnu.2.17
     [linux-x64-musl]=x86_64-unknown-linux-musl [linux-arm64-musl]=aarch64-unknown-linux-musl
 )
+# The napi (cargo-zigbuild) builds get a target directory of their own: in maturin's, for the
+# same triple, each rebuilt the proc-macro crates (syn, ...) the other had built (~1 min each).
+napi_target="${CARGO_TARGET_DIR:-$root/target}/napi-dist"
 for platform in "${platforms[@]}"; do
-    (cd bindings-node && npx napi build --platform --release --strip -x --target "${triple[$platform]}" \
+    (cd bindings-node && CARGO_TARGET_DIR="$napi_target" npx napi build --platform --release --strip -x --target "${triple[$platform]}" \
         --output-dir "$tmp/node" --js binding.js --dts binding.d.ts >"$tmp/napi-$platform.log" 2>&1) \
         || { tail -n 30 "$tmp/napi-$platform.log" >&2; fail "napi build $platform"; }
     cp "$tmp/node/surgeguard.$platform.node" "bindings-node/npm/$platform/"

@@ -5,7 +5,7 @@
 #   2. C: scripts/test_c_install.sh (make install into a temp prefix, example server via pkg-config);
 #   3. the host target's slice of make dist (`scripts/dist.sh host`: the same steps for the
 #      x86_64 manylinux2014 abi3 wheel, the linux-x64-gnu prebuilt addon, glibc 2.17 through
-#      zig, and the npm tarballs) run in a copy of the tree's files that git does not ignore,
+#      zig, and the npm tarballs) run in a copy of the files git does not ignore (under target/),
 #      as in a fresh clone: no bindings-node/native/, no prebuilt addons, no dist/. The tools
 #      (.dist-venv, bindings-node/node_modules) are linked in and the target directory is the
 #      tree's, so registry crates built by `make wheel` and earlier steps are reused;
@@ -42,16 +42,23 @@ echo "installtest: 2. C install (at ${SECONDS} s)"
 scripts/test_c_install.sh | tail -n 2
 
 echo "installtest: 3. the host slice of make dist, in a fresh copy of the tree (at ${SECONDS} s)"
-fresh="$tmp/fresh"
-mkdir -p "$fresh"
+# At a fixed path, rebuilt from nothing each run; mtimes kept, so cargo reuses its builds of
+# the copy's workspace crates while their sources are unchanged.
+target_dir="${CARGO_TARGET_DIR:-$root/target}"
+fresh="$target_dir/installtest-tree"
+rm -rf "$fresh" && mkdir -p "$fresh"
 git ls-files -z --cached --others --exclude-standard | while IFS= read -r -d '' f; do
     if [ -e "$f" ]; then printf '%s\0' "$f"; fi # a tracked file deleted in the tree is not copied
-done | xargs -0 cp -P --parents -t "$fresh"
+done >"$tmp/files"
+xargs -0 cp -P -p --parents -t "$fresh" <"$tmp/files"
+# The same files in the copy's index (scripts/npm_pack.sh lists the Rust sources with git).
+git -C "$fresh" -c init.defaultBranch=main init -q
+git -C "$fresh" add --pathspec-from-file="$tmp/files" --pathspec-file-nul
 test -d .dist-venv || { echo "installtest: no .dist-venv (make dist-tools)" >&2; exit 1; }
 [ -d bindings-node/node_modules/@napi-rs/cli ] || (cd bindings-node && npm ci --no-audit --no-fund --ignore-scripts >/dev/null)
 ln -s "$root/.dist-venv" "$fresh/.dist-venv"
 ln -s "$root/bindings-node/node_modules" "$fresh/bindings-node/node_modules"
-CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}" "$fresh/scripts/dist.sh" host
+CARGO_TARGET_DIR="$target_dir" "$fresh/scripts/dist.sh" host
 echo "installtest: 3. the Python wheel (at ${SECONDS} s)"
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 wheel="$fresh/dist/python/surgeguard-$version-cp310-abi3-manylinux2014_x86_64.manylinux_2_17_x86_64.whl"
