@@ -44,7 +44,9 @@ fn cell(words: &Words) -> &Cell {
 pub(crate) fn issue<S, P>(slot: Out<S>, marks: &Marks, owner: u64, p: P) {
     const { assert!(size_of::<S>() == size_of::<Words>() && align_of::<S>() == align_of::<Words>()) };
     const { assert!(size_of::<P>() <= size_of::<[u64; 4]>() && align_of::<P>() <= align_of::<u64>()) };
-    let mut payload = MaybeUninit::<[u64; 4]>::uninit();
+    // Zeroed, not uninit: every byte is copied to the caller's storage, which C may copy
+    // and compare whole (a payload of three words leaves the fourth).
+    let mut payload = MaybeUninit::<[u64; 4]>::zeroed();
     // SAFETY: `payload` is large and aligned enough for a `P` (asserted).
     unsafe { payload.as_mut_ptr().cast::<P>().write(p) };
     let cell = Cell { state: AtomicU64::new(marks.live), owner, payload };
@@ -83,4 +85,27 @@ pub(crate) fn take<P>(words: &Words, marks: &Marks, owner: u64) -> Res<P> {
     // are distinct per storage type, and each type's functions take one payload type), and
     // winning the CAS makes this the one read of it.
     Ok(unsafe { cell.payload.as_ptr().cast::<P>().read() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::handle::out;
+
+    #[test]
+    fn every_word_written_to_the_storage_is_initialised() {
+        // A permit of three words in a payload of four (the shared limiter's, the shared
+        // gate's). Before, the fourth word was copied to the caller's storage
+        // uninitialised: valgrind flagged the C sweep's memcmp of a permit's storage
+        // (make csweep, seed 11), and reading it is undefined behaviour under Miri.
+        let marks = Marks { live: 0x4C49_5645, released: 0x5245_4C44 };
+        let mut words: Words =
+            core::array::from_fn(|_| UnsafeCell::new(MaybeUninit::new(0xA5A5_A5A5_A5A5_A5A5)));
+        let slot = out(&mut words as *mut Words).unwrap();
+        issue(slot, &marks, 7, [11u64, 12, 13]);
+        // SAFETY: every word is initialised (the property under test); the storage is ours.
+        let got: [u64; 6] = core::array::from_fn(|i| unsafe { (*words[i].get()).assume_init() });
+        assert_eq!(got, [marks.live, 7, 11, 12, 13, 0], "the unused payload word is zero");
+        assert_eq!(take::<[u64; 3]>(&words, &marks, 7), Ok([11, 12, 13]));
+    }
 }
