@@ -94,10 +94,9 @@ mod tests {
 
     #[test]
     fn every_word_written_to_the_storage_is_initialised() {
-        // A permit of three words in a payload of four (the shared limiter's, the shared
-        // gate's). Before, the fourth word was copied to the caller's storage
-        // uninitialised: valgrind flagged the C sweep's memcmp of a permit's storage
-        // (make csweep, seed 11), and reading it is undefined behaviour under Miri.
+        // A permit of three words in a payload of four (the shared gate's). Before, the
+        // fourth word was copied to the caller's storage from uninitialised stack memory
+        // (this test saw an address there; under Miri, reading it is undefined behaviour).
         let marks = Marks { live: 0x4C49_5645, released: 0x5245_4C44 };
         let mut words: Words =
             core::array::from_fn(|_| UnsafeCell::new(MaybeUninit::new(0xA5A5_A5A5_A5A5_A5A5)));
