@@ -42,8 +42,8 @@ pub struct LimiterConfig {
     /// Each level's share: the most of the limit it may hold back for itself while
     /// active (its reservation follows its recent peak demand, capped by the share; see
     /// [`Limiter`]); the sum must not exceed 1. Default 0.7 / 0.25 / 0.05. A share is a
-    /// ceiling, not an allotment: a level holds back only its recent peak plus half
-    /// again, so at healthy load the weights refuse nothing. They matter under overload,
+    /// ceiling, not an allotment: a level holds back only its recent peak plus one slot,
+    /// so at healthy load the weights refuse nothing. They matter under overload,
     /// when a level's demand is high: critical work may then keep up to 70% of the limit
     /// from less important work, normal work a quarter from background work. The least
     /// important level's share holds nothing back (no level is below it).
@@ -161,13 +161,13 @@ struct FoldState {
 /// `max(held, d − ⌈d/4⌉)`. A level is *active* while it saw an arrival (admitted, refused,
 /// or held by a queue through [`note_arrival`](Self::note_arrival)) within `active_ns`.
 /// An active level reserves what it does not use of its *target*
-/// `t[q] = min(g[q], d[q] + ⌈d[q]/2⌉ + 1)` (its recent peak plus half again and one
-/// slot): `r[q] = max(0, t[q] − in_flight[q])`. An arrival at level `p` is admitted iff
+/// `t[q] = min(g[q], d[q] + 1)` (its recent peak plus one slot):
+/// `r[q] = max(0, t[q] − in_flight[q])`. An arrival at level `p` is admitted iff
 /// `in_flight + Σ_{q more important than p, q active} r[q] < limit`. So:
 /// - the limit is exact: nothing is admitted while `in_flight ≥ limit`;
 /// - the most important level is refused only when every slot is taken, and any level
 ///   is refused with slots free only for the headroom of a more important level that is
-///   active: a light critical flow (a peak of 2 in flight) holds back 4 slots, not 70% of
+///   active: a light critical flow (a peak of 2 in flight) holds back 3 slots, not 70% of
 ///   the limit, and an idle level (no arrival for `active_ns`) holds back nothing;
 /// - **the bound.** Every admission of a level less important than `p` leaves at least
 ///   `Σ_{q ≤ p, q active} r[q]` slots free (the rule above, read at that instant). So an
@@ -176,15 +176,15 @@ struct FoldState {
 ///   work admitted before `p`'s target last rose (by its demand, its activity, or the
 ///   limit) still holds slots. However long less important work keeps slots taken while
 ///   `p`'s target stands, it never makes `p` wait below that target. Beyond it, `p` waits
-///   only for the next release: a refused arrival raises `d[p]` (its target grows by half
-///   with each refusal), and the [`Gate`](crate::gate) queues it and hands it the next
-///   freed slot ahead of every less important waiter.
+///   only for the next release: a refused arrival raises `d[p]` to what it holds plus one
+///   (so its target grows with each refusal), and the [`Gate`](crate::gate) queues it and
+///   hands it the next freed slot ahead of every less important waiter.
 ///
-/// The price: a burst of important work larger than half again its recent peak, while
-/// less important work fills the limit, waits for releases (one service time at most for
-/// each slot it needs beyond its target); the old rule of holding back a level's whole
-/// share while it is active never made it wait below its share, but refused less
-/// important work with most of the limit idle. A refusal for a reservation while slots
+/// The price: a burst of important work beyond its recent peak plus one, while less
+/// important work fills the limit, waits for releases (it gets each freed slot first);
+/// holding back a level's whole share while it is active never made it wait below its
+/// share, but refused less important work with most of the limit idle (a light critical
+/// flow reserved 70% of the limit by default). A refusal for a reservation while slots
 /// are free counts as demand: the window that saw it reports the whole limit as used, so
 /// the adaptive limit is not held back as app-limited. Per-level counts are updated next
 /// to the exact total (acquire: total then level; release: level then total), so a
@@ -500,11 +500,11 @@ pub struct LimiterMetrics {
     pub p99_rtt_ns: u64,
 }
 
-/// What an active level holds back for itself: its recent peak demand `d` plus half again
-/// and one slot, `d + ⌈d/2⌉ + 1`, never more than its share `g`.
+/// What an active level holds back for itself: its recent peak demand `d` plus one slot,
+/// never more than its share `g`.
 #[inline]
 pub(crate) fn reservation_target(share: u32, demand: u32) -> u32 {
-    demand.saturating_add(demand.div_ceil(2)).saturating_add(1).min(share)
+    demand.saturating_add(1).min(share)
 }
 
 fn slots_of(limit: f64) -> u64 {
@@ -1148,54 +1148,57 @@ mod tests {
     }
 
     #[test]
-    fn an_active_level_holds_back_its_peak_plus_half_up_to_its_share() {
+    fn an_active_level_holds_back_its_peak_plus_one_up_to_its_share() {
         // limit 10, shares 7 / 2 / 0.
         let l = fixed(10.0, 3);
         let crit: std::vec::Vec<_> =
             (0..4).map(|_| l.try_acquire(MS, Priority::CRITICAL).unwrap()).collect();
-        // Critical's peak is 4: its target is min(7, 4 + 2 + 1) = 7, so it holds back 3.
+        // Critical's peak is 4: its target is min(7, 4 + 1) = 5, so it holds back 1.
         let bg: std::vec::Vec<_> =
             core::iter::from_fn(|| l.try_acquire(MS, Priority::BACKGROUND).ok()).collect();
-        assert_eq!(bg.len(), 3, "10 - 4 held - 3 held back");
-        assert!(l.try_acquire(MS, Priority::NORMAL).is_err(), "the 3 are critical's");
-        let more: std::vec::Vec<_> =
-            (0..3).map(|_| l.try_acquire(MS, Priority::CRITICAL).unwrap()).collect();
+        assert_eq!(bg.len(), 5, "10 - 4 held - 1 held back");
+        assert!(l.try_acquire(MS, Priority::NORMAL).is_err(), "the 1 is critical's");
+        let more = l.try_acquire(MS, Priority::CRITICAL).unwrap();
         assert_eq!(l.inflight(), 10);
+        // Refused at the limit: critical's demand becomes 5 + 1 = 6, its target 7.
         assert!(l.try_acquire(MS, Priority::CRITICAL).is_err(), "at the limit");
         drop(bg);
-        // Critical holds its share; normal (refused above at 0: peak 1, target 2) holds
-        // back 2 of the 3 free slots.
+        // Critical holds 5 and holds back 2; normal (refused above at 0: a peak of 1,
+        // target 2) holds back 2 of the 5 free slots.
         let bg2: std::vec::Vec<_> =
             core::iter::from_fn(|| l.try_acquire(MS, Priority::BACKGROUND).ok()).collect();
         assert_eq!(bg2.len(), 1);
         // Beyond its share, critical may use what the others leave free.
-        assert!(l.try_acquire(MS, Priority::CRITICAL).is_ok());
-        drop((crit, more, bg2));
+        let beyond: std::vec::Vec<_> =
+            core::iter::from_fn(|| l.try_acquire(MS, Priority::CRITICAL).ok()).collect();
+        assert_eq!(beyond.len(), 4);
+        assert_eq!(l.inflight_of(Priority::CRITICAL), 9, "above its share of 7");
+        drop((crit, more, bg2, beyond));
         assert_eq!(l.inflight(), 0);
     }
 
     #[test]
-    fn a_light_critical_flow_holds_back_its_peak_plus_half_not_its_share() {
+    fn a_light_critical_flow_holds_back_its_peak_plus_one_not_its_share() {
         // Default weights, limit 20 (critical's share 14). Critical holds 1 and 2 at
-        // most: it holds back 2 + 1 + 1 − held, and normal work gets the rest.
+        // most: it holds back 2 + 1 − held, and normal work gets the rest.
         let l = fixed(20.0, 3);
         let a = l.try_acquire(MS, Priority::CRITICAL).unwrap();
         let b = l.try_acquire(MS, Priority::CRITICAL).unwrap();
         b.release(2 * MS, Outcome::Success);
         let normal: std::vec::Vec<_> =
             core::iter::from_fn(|| l.try_acquire(3 * MS, Priority::NORMAL).ok()).collect();
-        assert_eq!(normal.len(), 20 - 1 - (4 - 1), "20 - 1 held - 3 held back");
+        assert_eq!(normal.len(), 20 - 1 - 2, "20 - 1 held - 2 held back");
         // The held-back slots are critical's at once.
         let c: std::vec::Vec<_> =
-            (0..3).map(|_| l.try_acquire(3 * MS, Priority::CRITICAL).unwrap()).collect();
+            (0..2).map(|_| l.try_acquire(3 * MS, Priority::CRITICAL).unwrap()).collect();
         assert_eq!(l.inflight(), 20);
         drop((a, c, normal));
     }
 
     #[test]
     fn a_refusal_with_slots_free_is_demand_not_app_limited() {
-        // Limit 10; critical's peak of 7 holds back its share. Normal work is refused
-        // with 3 slots free: the window reports the whole limit as in use.
+        // Limit 10; critical's peak of 7 (target min(7, 8)) holds back its share. Normal
+        // work is refused with 3 slots free: the window reports the whole limit as in use.
         let l = Limiter::new(LimiterConfig {
             min_samples: 0,
             ..LimiterConfig::with_algorithm(AlgorithmConfig::Fixed(FixedConfig {
@@ -1221,7 +1224,7 @@ mod tests {
 
     #[test]
     fn critical_within_its_target_is_not_starved_by_long_held_background() {
-        // Default weights, limit 10: critical holds 1 (target 1 + 1 + 1 = 3) and
+        // Default weights, limit 10: critical holds 1 (a peak of 1: target 2) and
         // background takes what it can and keeps it. Critical reaches its target at once
         // however long background holds its slots; beyond it, each refusal raises its
         // target, and background gets none of the slots critical frees.
@@ -1229,23 +1232,19 @@ mod tests {
         let first = l.try_acquire(MS, Priority::CRITICAL).unwrap();
         let bg: std::vec::Vec<_> =
             core::iter::from_fn(|| l.try_acquire(MS, Priority::BACKGROUND).ok()).collect();
-        assert_eq!(bg.len(), 7, "10 - 1 held - 2 held back");
+        assert_eq!(bg.len(), 8, "10 - 1 held - 1 held back");
+        let now = MS + 100 * MS;
         let mut crit = std::vec![first];
-        for t in 1..=2u64 {
-            let now = MS + t * 100 * MS;
-            let p = l.try_acquire(now, Priority::CRITICAL);
-            crit.push(p.unwrap_or_else(|_| panic!("critical refused at {t} of its target 3")));
-            assert!(l.try_acquire(now, Priority::BACKGROUND).is_err());
-        }
+        crit.push(l.try_acquire(now, Priority::CRITICAL).expect("critical within its target"));
         // At the limit: the next critical arrival is refused (the Gate would queue it)
-        // and its demand becomes 4, its target 7.
+        // and its demand becomes 3, its target 4.
         assert!(l.try_acquire(MS + 300 * MS, Priority::CRITICAL).is_err());
-        assert_eq!(l.metrics().demand_by_level[0], 4);
+        assert_eq!(l.metrics().demand_by_level[0], 3);
         // A critical permit returns: the slot is critical's, not background's.
         crit.pop().unwrap().release(MS + 310 * MS, Outcome::Success);
         assert!(l.try_acquire(MS + 320 * MS, Priority::BACKGROUND).is_err());
         crit.push(l.try_acquire(MS + 320 * MS, Priority::CRITICAL).unwrap());
-        assert_eq!(l.inflight_of(Priority::CRITICAL), 3);
+        assert_eq!(l.inflight_of(Priority::CRITICAL), 2);
         drop((crit, bg));
     }
 
@@ -1259,16 +1258,16 @@ mod tests {
         let err = l.try_acquire(3 * SEC, Priority::CRITICAL).unwrap_err();
         assert_eq!(err.reason, Reason::LimitReached);
         drop(bg);
-        // Critical (active now: it was refused at 0, peak 1) holds back 1 + 1 + 1 = 3;
+        // Critical (active now: it was refused at 0, a peak of 1) holds back 1 + 1 = 2;
         // normal is idle.
         let bg2: std::vec::Vec<_> =
             core::iter::from_fn(|| l.try_acquire(3 * SEC, Priority::BACKGROUND).ok()).collect();
-        assert_eq!(bg2.len(), 7);
+        assert_eq!(bg2.len(), 8);
         // Once critical has been quiet for longer than active_ns, nothing is held back.
         let late: std::vec::Vec<_> =
             core::iter::from_fn(|| l.try_acquire(3 * SEC + 2 * SEC, Priority::BACKGROUND).ok())
                 .collect();
-        assert_eq!(late.len(), 3);
+        assert_eq!(late.len(), 2);
     }
 
     #[test]

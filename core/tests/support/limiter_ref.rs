@@ -6,7 +6,7 @@
 //!   during which nothing is admitted (`retry_after` = the idle time left).
 //! - **Partitions.** Level `p`'s share is `g[p] = floor(L × w[p])`. A level is active while
 //!   it saw an arrival (admitted or refused) within `active_ns`. An active level's target
-//!   is `t[q] = min(g[q], d[q] + ceil(d[q] / 2) + 1)` (`d`: its demand, below) and it
+//!   is `t[q] = min(g[q], d[q] + 1)` (`d`: its demand, below) and it
 //!   reserves `max(0, t[q] − n[q])`; an arrival at `p` is admitted iff
 //!   `total + Σ_{q < p, q active} reserved[q] < slots`, refused for want of a slot first,
 //!   then for idle time.
@@ -99,11 +99,10 @@ impl Reference {
     pub fn total(&self) -> u64 {
         self.n.iter().sum()
     }
-    /// What level `q` holds back for itself while active: its demand plus half again and
-    /// one slot, at most its share.
+    /// What level `q` holds back for itself while active: its demand plus one slot, at
+    /// most its share.
     pub fn target(&self, q: usize) -> u64 {
-        let d = u64::from(self.demand[q]);
-        (d + d.div_ceil(2) + 1).min(self.share(q))
+        (u64::from(self.demand[q]) + 1).min(self.share(q))
     }
     pub fn reserved_above(&self, p: usize, now: u64) -> u64 {
         (0..p)
