@@ -28,7 +28,14 @@
 //!   sojourn of the waiter being dequeued (the newest in LIFO) each time a slot is handed
 //!   out; an arrival admitted at once counts as a zero-delay dequeue, as it would in folly
 //!   where every request passes through the queue; a sloughed waiter is reported
-//!   `Expired(CodelSlough)`.
+//!   `Expired(CodelSlough)`. While a level's CoDel says its queue stands, no waiter of that
+//!   level waits longer than the slough timeout (folly: 2 × target): older ones are
+//!   sloughed from the oldest end ("if the queue has not been empty for the last interval,
+//!   the time spent in the queue is limited", Maurer, "Fail at Scale", ACM Queue 2015).
+//!   In LIFO, CoDel reads only the newest waiters, so without this the older ones would
+//!   wait out their callers' timeouts, and each such wait ends in a retry: after a
+//!   slowdown the queue would keep the dependency overloaded for as long as the callers
+//!   keep retrying.
 //! - **Full queue.** A cancelled waiter's place is free at once (no poll needed). When
 //!   every place holds a waiter, a more important arrival evicts the oldest waiter of the
 //!   least important level below it (reported `Expired(Evicted)` by the next poll);
@@ -696,7 +703,7 @@ impl<const CAP: usize> Gate<CAP> {
         }
         match self.queue.push(p, now, deadline, true) {
             Some(ticket) => {
-                if self.max_wait_ns.is_some() && now < self.oldest_hint.load(Ordering::Relaxed) {
+                if self.tracks_oldest() && now < self.oldest_hint.load(Ordering::Relaxed) {
                     // Release: pairs with the Acquire load in `poll` (as for deadlines).
                     self.oldest_hint.fetch_min(now, Ordering::Release);
                 }
@@ -817,15 +824,12 @@ impl<const CAP: usize> Gate<CAP> {
         } else {
             NO_DEADLINE
         };
-        // The same for the oldest arrival (only needed with a maximum wait).
-        let oldest = if self.max_wait_ns.is_some() {
-            self.oldest_hint.load(Ordering::Acquire)
-        } else {
-            u64::MAX
-        };
+        // The same for the oldest arrival (only needed with a maximum wait or CoDel).
+        let oldest =
+            if self.tracks_oldest() { self.oldest_hint.load(Ordering::Acquire) } else { u64::MAX };
         self.queue.try_dispatch(|d| {
             let finished = self.round(d, now, &mut sink, bound);
-            if self.max_wait_ns.is_some() {
+            if self.tracks_oldest() {
                 let exact = (0..self.levels as usize)
                     .filter_map(|l| d.oldest(prio(l)).map(|w| w.enqueued_at()))
                     .min()
@@ -931,6 +935,17 @@ impl<const CAP: usize> Gate<CAP> {
         if expiry_on {
             for l in 0..self.levels as usize {
                 if !self.expire_oldest(d, sink, prio(l), now, service, &mut retry) {
+                    return false;
+                }
+            }
+        }
+        // A standing queue limits the wait (folly's slough timeout, the "Fail at Scale"
+        // rule): while a level's CoDel says overloaded, no waiter of it waits longer
+        // than the slough timeout. CoDel judges the waiter it dequeues, the newest in
+        // LIFO, so without this the older waiters would wait out their callers' timeouts.
+        if self.codel_on {
+            for l in 0..self.levels as usize {
+                if !self.slough_standing(d, sink, l, now, &mut retry) {
                     return false;
                 }
             }
@@ -1064,6 +1079,32 @@ impl<const CAP: usize> Gate<CAP> {
         true
     }
 
+    /// While level `l`'s CoDel says overloaded, sloughs its waiters older than the slough
+    /// timeout, from the oldest end. `false` if the sink filled up.
+    fn slough_standing(
+        &self,
+        d: &mut Dispatcher<'_, CAP>,
+        sink: &mut Sink<'_>,
+        l: usize,
+        now: u64,
+        retry: &mut impl FnMut() -> u64,
+    ) -> bool {
+        let codel = &self.codel[l];
+        if !d.has_linked(prio(l)) || !codel.is_overloaded() {
+            return true;
+        }
+        let timeout = codel.slough_timeout_ns();
+        while let Some(w) = d.oldest(prio(l)) {
+            if now.saturating_sub(w.enqueued_at()) <= timeout {
+                break;
+            }
+            if !self.drop_waiter(d, sink, &w, Reason::CodelSlough, retry()) {
+                return false;
+            }
+        }
+        true
+    }
+
     /// Removes `w` and reports it. `false` (and nothing changed) if the sink is full.
     fn drop_waiter(
         &self,
@@ -1079,11 +1120,18 @@ impl<const CAP: usize> Gate<CAP> {
         if d.remove(w) {
             match reason {
                 Reason::Shed => bump(&self.shed_waiters, 1),
+                Reason::CodelSlough => bump(&self.sloughed, 1),
                 _ => bump(&self.expired, 1),
             }
             sink.push(Event::Expired(w.ticket(), Rejected::new(reason, retry)));
         }
         true
+    }
+
+    /// Whether the oldest arrival's time is kept (for the maximum wait and the slough
+    /// timeout of a standing queue).
+    fn tracks_oldest(&self) -> bool {
+        self.max_wait_ns.is_some() || self.codel_on
     }
 
     /// Whether `w` should be dropped: its remaining time is shorter than the expected
@@ -1115,7 +1163,8 @@ impl<const CAP: usize> Gate<CAP> {
     }
 
     /// When the binding's one timer should next call [`poll`](Self::poll), if at all:
-    /// the earliest moment a waiter's deadline or maximum wait runs out, or a refusal
+    /// the earliest moment a waiter's deadline or maximum wait (or, while its level's queue
+    /// stands, the slough timeout) runs out, or a refusal
     /// with free slots may lapse; `now` while work is left for a poll (a poll stopped at
     /// its bound of rounds, or an eviction not reported yet — even with nobody waiting,
     /// once the arrival that evicted was cancelled). `None` when nothing waits and
@@ -1136,7 +1185,18 @@ impl<const CAP: usize> Gate<CAP> {
         if hint != NO_DEADLINE {
             t = t.min(hint.saturating_sub(service).saturating_add(1));
         }
-        if let Some(m) = self.max_wait_ns {
+        // The oldest waiter's maximum wait, and while a level's queue stands, its slough
+        // timeout (the hint is the oldest of all levels: an early wake-up is harmless).
+        let standing = self.codel_on
+            && (0..self.levels as usize)
+                .any(|l| self.queue.waiting(prio(l)) > 0 && self.codel[l].is_overloaded());
+        let wait = match (self.max_wait_ns, standing) {
+            (Some(m), true) => Some(m.min(self.codel[0].slough_timeout_ns())),
+            (Some(m), false) => Some(m),
+            (None, true) => Some(self.codel[0].slough_timeout_ns()),
+            (None, false) => None,
+        };
+        if let Some(m) = wait {
             let oldest = self.oldest_hint.load(Ordering::Relaxed);
             if oldest != u64::MAX {
                 t = t.min(oldest.saturating_add(m).saturating_add(1));
@@ -1601,14 +1661,14 @@ mod tests {
             ..GateConfig::default()
         };
         let g: Gate<16> = Gate::new(cfg).unwrap();
-        // Critical is active and holds 1: its target is 1 + 1 + 1 = 3, so it holds back 2.
+        // Critical is active and holds 1: its target is 1 + 1 = 2, so it holds back 1.
         let mut permits = std::vec![admitted(g.arrive(MS, P0, None))];
         let mut bg = Vec::new();
-        for _ in 0..7 {
+        for _ in 0..8 {
             bg.push(admitted(g.arrive(MS, P2, None)));
         }
         let bg_waiter = queued(g.arrive(MS, P2, None));
-        for _ in 0..2 {
+        for _ in 0..1 {
             permits.push(admitted(g.arrive(MS, P0, None)));
         }
         let crit_waiter = queued(g.arrive(2 * MS, P0, None));
@@ -1631,9 +1691,9 @@ mod tests {
             ..GateConfig::default()
         };
         let g: Gate<16> = Gate::new(cfg).unwrap();
-        // Critical is active with a peak of 5: its target is 5 + 3 + 1 = 9 (at most its
-        // share of 7), all held back once its permits return.
-        let c: Vec<_> = (0..5).map(|_| admitted(g.arrive(MS, P0, None))).collect();
+        // Critical is active with a peak of 6: its target is 6 + 1 = 7 (its share), all
+        // held back once its permits return.
+        let c: Vec<_> = (0..6).map(|_| admitted(g.arrive(MS, P0, None))).collect();
         for p in c {
             g.release(p, MS, Outcome::Ignored).unwrap();
         }
@@ -1733,7 +1793,7 @@ mod tests {
     }
 
     #[test]
-    fn codel_sloughs_stale_waiters_and_lifo_serves_the_newest() {
+    fn a_standing_queue_sloughs_stale_waiters_from_the_oldest_end_and_lifo_serves_the_newest() {
         let cfg = GateConfig { limiter: fixed(1.0, 1), ..GateConfig::default() };
         let g: Gate<16> = Gate::new(cfg).unwrap();
         // Taken from the limiter, not through the gate: an arrival admitted at once would
@@ -1752,24 +1812,26 @@ mod tests {
         assert_eq!((tickets(&granted), expired.len()), (std::vec![old[1]], 0));
         assert_eq!(g.state(), GateState::Overloaded, "a standing queue");
         permit = granted.into_iter().next().unwrap().1;
-        // Two fresh arrivals. LIFO serves the newest fresh one first, and CoDel judges the
-        // waiter it dequeues (4 ms: kept), as folly and HBase do.
+        // Two fresh arrivals. While the queue stands, no waiter waits longer than the
+        // slough timeout (2 × target): the stale ones go first, from the oldest end (in
+        // LIFO, CoDel's own verdict reads only the newest, which would leave them to wait
+        // out their callers' timeouts). LIFO then serves the newest fresh one, and CoDel
+        // judges the waiter it dequeues (4 ms: kept), as folly and HBase do.
         let f1 = queued(g.arrive(170 * MS, P0, None));
         let f2 = queued(g.arrive(171 * MS, P0, None));
         g.release(permit, 175 * MS, Outcome::Success).unwrap();
         let (granted, expired) = poll(&g, 175 * MS);
-        assert_eq!((tickets(&granted), expired.len()), (std::vec![f2], 0));
+        assert_eq!(expired, [(old[2], Reason::CodelSlough), (old[3], Reason::CodelSlough)]);
+        assert_eq!(tickets(&granted), [f2]);
         permit = granted.into_iter().next().unwrap().1;
-        // Then f1 (6 ms: kept)...
+        // Then f1 (6 ms: kept).
         g.release(permit, 176 * MS, Outcome::Success).unwrap();
         let (granted, expired) = poll(&g, 176 * MS);
         assert_eq!((tickets(&granted), expired.len()), (std::vec![f1], 0));
         permit = granted.into_iter().next().unwrap().1;
-        // ...then the stale ones, newest first, each above 2 × target: sloughed.
         g.release(permit, 177 * MS, Outcome::Success).unwrap();
         let (granted, expired) = poll(&g, 177 * MS);
-        assert!(granted.is_empty());
-        assert_eq!(expired, [(old[3], Reason::CodelSlough), (old[2], Reason::CodelSlough)]);
+        assert!(granted.is_empty() && expired.is_empty());
         let m = g.metrics();
         assert_eq!((m.sloughed, m.lifo_switches, m.lifo_levels), (2, 1, 1));
         assert_eq!(g.waiting(P0), 0);

@@ -1,8 +1,9 @@
 #![cfg(not(loom))]
 //! The Gate's CoDel against folly's rule, where every request passes through the queue:
 //! a request admitted at once is a dequeue with zero delay, and the waiter judged is the
-//! one being dequeued (the newest in LIFO). Also: permits the gate takes for waiters that
-//! then leave are not shown to callers as admissions.
+//! one being dequeued (the newest in LIFO); while the queue stands, no waiter waits longer
+//! than the slough timeout. Also: permits the gate takes for waiters that then leave are
+//! not shown to callers as admissions.
 
 use surgeguard_core::gate::{Arrival, Event, Gate, GateConfig, GateState, LifoTrigger};
 use surgeguard_core::limit::{AlgorithmConfig, FixedConfig};
@@ -14,13 +15,17 @@ const P: Priority = Priority::CRITICAL;
 
 /// Limit 1, one level, folly CoDel (5 ms target, 100 ms interval), LIFO while overloaded.
 fn gate() -> Gate<64> {
+    gate_of(1.0)
+}
+
+fn gate_of(limit: f64) -> Gate<64> {
     Gate::new(GateConfig {
         limiter: LimiterConfig {
             levels: 1,
             ..LimiterConfig::with_algorithm(AlgorithmConfig::Fixed(FixedConfig {
-                initial_limit: 1.0,
+                initial_limit: limit,
                 min_limit: 1.0,
-                max_limit: 1.0,
+                max_limit: limit,
             }))
         },
         lifo: LifoTrigger::CodelOverloaded,
@@ -131,9 +136,10 @@ fn direct_admissions_clear_a_stale_verdict() {
 }
 
 #[test]
-fn codel_judges_the_waiter_being_dequeued_in_lifo() {
-    // Overloaded and LIFO: the newest waiter (1 ms) is dequeued, so it is the one judged —
-    // it is not dropped, and the oldest (25 ms) is not sloughed on its account.
+fn in_lifo_codel_judges_the_newest_and_a_standing_queue_sloughs_the_stale() {
+    // Overloaded and LIFO: the newest waiter (1 ms) is dequeued, so it is the one CoDel
+    // judges, and it is served; the waiters older than the slough timeout (10 ms) are
+    // sloughed from the oldest end, so none waits out its caller's timeout.
     let g = gate();
     let mut held = g.limiter().try_acquire_raw(0, P).unwrap();
     let mut now = 0;
@@ -153,8 +159,9 @@ fn codel_judges_the_waiter_being_dequeued_in_lifo() {
     g.release(held, now, Outcome::Success).unwrap();
     let (granted, expired) = poll(&g, now);
     assert_eq!(granted.iter().map(|x| x.0).collect::<Vec<_>>(), [fresh], "LIFO");
-    assert!(expired.is_empty(), "the fresh waiter was judged, not an old one: {expired:?}");
-    assert!(!expired.iter().any(|e| e.0 == old));
+    assert!(expired.iter().all(|e| e.1 == Reason::CodelSlough), "{expired:?}");
+    assert!(expired.iter().any(|e| e.0 == old), "the 25 ms waiter is sloughed: {expired:?}");
+    assert_eq!(g.waiting_total(), 0, "nothing older than 10 ms is left waiting");
     for (_, p) in granted {
         g.release(p, now + MS, Outcome::Success).unwrap();
     }
@@ -162,29 +169,39 @@ fn codel_judges_the_waiter_being_dequeued_in_lifo() {
 
 #[test]
 fn a_permit_for_a_waiter_that_left_is_not_an_admission_callers_saw() {
-    // CoDel sloughs the only waiter after the gate took a permit for it: the limiter
-    // counts that permit as admitted and ignored, the gate's metrics do not.
-    let g = gate();
-    let mut held = g.limiter().try_acquire_raw(0, P).unwrap();
-    let mut now = 0;
-    // (permits taken, sloughs): every permit taken is seen by this caller.
-    let mut tally = (1, 0);
-    queued(g.arrive(0, P, None));
-    queued(g.arrive(0, P, None));
-    for _ in 0..8 {
-        now += 20 * MS;
-        held = step(&g, now, held, &mut tally);
-        queued(g.arrive(now, P, None));
+    // CoDel sloughs a waiter after the gate took a permit for it: the first dequeue after
+    // an interval whose every waiter waited closes that interval as overloaded (and is
+    // spared), and the second of the same round, 99 ms old, is sloughed with a permit
+    // already taken. The limiter counts that permit as admitted and ignored, the gate's
+    // metrics do not.
+    let g = gate_of(2.0);
+    // Both slots taken from the limiter directly (no zero-delay pass for CoDel).
+    let p1 = g.limiter().try_acquire_raw(0, P).unwrap();
+    let p2 = g.limiter().try_acquire_raw(0, P).unwrap();
+    // The first interval (20 ms to 120 ms) sees one dequeue, after 19 ms.
+    let a = queued(g.arrive(MS, P, None));
+    g.release(p1, 20 * MS, Outcome::Success).unwrap();
+    let (mut granted, expired) = poll(&g, 20 * MS);
+    assert_eq!((granted.iter().map(|x| x.0).collect::<Vec<_>>(), expired.len()), (vec![a], 0));
+    let pa = granted.pop().unwrap().1;
+    let b = queued(g.arrive(31 * MS, P, None));
+    let c = queued(g.arrive(31 * MS, P, None));
+    assert!(!g.metrics().codel[0].overloaded, "the verdict changes only at a dequeue");
+    g.release(pa, 130 * MS, Outcome::Success).unwrap();
+    g.release(p2, 130 * MS, Outcome::Success).unwrap();
+    let (granted, expired) = poll(&g, 130 * MS);
+    assert_eq!(
+        granted.iter().map(|x| x.0).collect::<Vec<_>>(),
+        [b],
+        "spared: first of its interval"
+    );
+    assert_eq!(expired, [(c, Reason::CodelSlough)]);
+    for (_, p) in granted {
+        g.release(p, 131 * MS, Outcome::Success).unwrap();
     }
-    while g.waiting_total() > 0 {
-        now += 15 * MS;
-        held = step(&g, now, held, &mut tally);
-    }
-    g.release(held, now, Outcome::Success).unwrap();
-    assert!(tally.1 > 0, "the scenario sloughs");
     let m = g.metrics();
     assert_eq!(m.limiter.inflight, 0);
     assert_eq!(m.limiter.ignored, 0, "no caller ignored a permit");
-    assert_eq!(m.limiter.admitted, tally.0, "admissions callers saw");
-    assert!(g.limiter().metrics().admitted > tally.0, "the limiter itself counts them");
+    assert_eq!(m.limiter.admitted, 4, "admissions callers saw: p1, p2, a, b");
+    assert_eq!(g.limiter().metrics().admitted, 5, "the limiter itself counts c's too");
 }

@@ -1,9 +1,10 @@
 //! A sequential reference model of the `Gate`, written from the rules the `gate` module
-//! documents (order, no overtaking, deadlines, folly CoDel, full queue and eviction, aging,
-//! the shed switch, the maximum wait), with the limiter's partition rule taken from the
-//! limiter's own reference model (`limiter_ref.rs`: an active level holds back what it
-//! does not use of its target — its recent peak demand plus half again and one slot, at
-//! most its share — and an idle level holds back nothing).
+//! documents (order, no overtaking, deadlines, folly CoDel and the slough timeout of a
+//! standing queue, full queue and eviction, aging, the shed switch, the maximum wait),
+//! with the limiter's partition rule taken from the limiter's own reference model
+//! (`limiter_ref.rs`: an active level holds back what it does not use of its target — its
+//! recent peak demand plus one slot, at most its share — and an idle level holds back
+//! nothing).
 //!
 //! [`run`] drives random sequences of arrive / release / poll / cancel / advance-time /
 //! shed-level / static-limit on a real `Gate` (fixed limit, three levels, capacity 4; zero
@@ -438,6 +439,19 @@ impl Model {
                 }
                 !expired
             });
+        }
+        // A standing queue limits the wait: while a level's CoDel says overloaded, its
+        // waiters older than the slough timeout (2 × target) are sloughed, oldest first.
+        if let Some(c) = self.codel.as_ref() {
+            for l in 0..LEVELS {
+                if self.levels[l].is_empty() || !c[l].is_overloaded() {
+                    continue;
+                }
+                while self.levels[l].first().is_some_and(|w| now - w.enqueued_at > 2 * TARGET) {
+                    let w = self.levels[l].remove(0);
+                    events.push((w.ticket, Some(Reason::CodelSlough)));
+                }
+            }
         }
         'levels: for l in 0..LEVELS {
             // Each non-empty level decides FIFO or LIFO when dispatch reaches it.
