@@ -429,6 +429,10 @@ pub struct Gate<const CAP: usize> {
     /// When a refusal with free slots (partition reservation, fractional idle) may lapse:
     /// the next poll worth making even if nothing is released. 0 = none.
     recheck_at: AtomicU64,
+    /// When the oldest waiter of a level whose queue stands passes the slough timeout:
+    /// set exactly by each dispatch round, lowered by an arrival queued at such a level.
+    /// `u64::MAX` = none.
+    standing_due: AtomicU64,
     // Dispatcher-only state and counters (written only by the dispatch holder: load+store).
     lifo_mask: AtomicU8,
     lifo_switches: AtomicU64,
@@ -514,6 +518,7 @@ impl<const CAP: usize> Gate<CAP> {
             deadlines_used: AtomicBool::new(false),
             oldest_hint: AtomicU64::new(u64::MAX),
             recheck_at: AtomicU64::new(0),
+            standing_due: AtomicU64::new(u64::MAX),
             lifo_mask: AtomicU8::new(0),
             lifo_switches: AtomicU64::new(0),
             granted: AtomicU64::new(0),
@@ -703,7 +708,14 @@ impl<const CAP: usize> Gate<CAP> {
         }
         match self.queue.push(p, now, deadline, true) {
             Some(ticket) => {
-                if self.tracks_oldest() && now < self.oldest_hint.load(Ordering::Relaxed) {
+                if self.codel_on && self.codel[lvl].is_overloaded() {
+                    // Queued where the queue stands: it may be sloughed at the timeout.
+                    let due = now.saturating_add(self.codel[lvl].slough_timeout_ns()) + 1;
+                    if due < self.standing_due.load(Ordering::Relaxed) {
+                        self.standing_due.fetch_min(due, Ordering::Relaxed);
+                    }
+                }
+                if self.max_wait_ns.is_some() && now < self.oldest_hint.load(Ordering::Relaxed) {
                     // Release: pairs with the Acquire load in `poll` (as for deadlines).
                     self.oldest_hint.fetch_min(now, Ordering::Release);
                 }
@@ -824,12 +836,15 @@ impl<const CAP: usize> Gate<CAP> {
         } else {
             NO_DEADLINE
         };
-        // The same for the oldest arrival (only needed with a maximum wait or CoDel).
-        let oldest =
-            if self.tracks_oldest() { self.oldest_hint.load(Ordering::Acquire) } else { u64::MAX };
+        // The same for the oldest arrival (only needed with a maximum wait).
+        let oldest = if self.max_wait_ns.is_some() {
+            self.oldest_hint.load(Ordering::Acquire)
+        } else {
+            u64::MAX
+        };
         self.queue.try_dispatch(|d| {
             let finished = self.round(d, now, &mut sink, bound);
-            if self.tracks_oldest() {
+            if self.max_wait_ns.is_some() {
                 let exact = (0..self.levels as usize)
                     .filter_map(|l| d.oldest(prio(l)).map(|w| w.enqueued_at()))
                     .min()
@@ -1027,6 +1042,22 @@ impl<const CAP: usize> Gate<CAP> {
             // Relaxed: a hint for `next_wakeup`.
             self.recheck_at.store(recheck, Ordering::Relaxed);
         }
+        let mut due = u64::MAX;
+        if self.codel_on {
+            for l in 0..self.levels as usize {
+                if let Some(w) = d.oldest(prio(l)) {
+                    if self.codel[l].is_overloaded() {
+                        let timeout = self.codel[l].slough_timeout_ns();
+                        due = due.min(w.enqueued_at().saturating_add(timeout).saturating_add(1));
+                    }
+                }
+            }
+        }
+        if self.standing_due.load(Ordering::Relaxed) != due {
+            // Relaxed: a hint for `next_wakeup` (an arrival may lower it meanwhile; the
+            // next round sets it exactly again).
+            self.standing_due.store(due, Ordering::Relaxed);
+        }
         finished
     }
 
@@ -1128,12 +1159,6 @@ impl<const CAP: usize> Gate<CAP> {
         true
     }
 
-    /// Whether the oldest arrival's time is kept (for the maximum wait and the slough
-    /// timeout of a standing queue).
-    fn tracks_oldest(&self) -> bool {
-        self.max_wait_ns.is_some() || self.codel_on
-    }
-
     /// Whether `w` should be dropped: its remaining time is shorter than the expected
     /// service time, or it waited longer than the maximum wait.
     fn is_expired(&self, w: &Waiter, now: u64, service: u64) -> bool {
@@ -1185,23 +1210,14 @@ impl<const CAP: usize> Gate<CAP> {
         if hint != NO_DEADLINE {
             t = t.min(hint.saturating_sub(service).saturating_add(1));
         }
-        // The oldest waiter's maximum wait, and while a level's queue stands, its slough
-        // timeout (the hint is the oldest of all levels: an early wake-up is harmless).
-        let standing = self.codel_on
-            && (0..self.levels as usize)
-                .any(|l| self.queue.waiting(prio(l)) > 0 && self.codel[l].is_overloaded());
-        let wait = match (self.max_wait_ns, standing) {
-            (Some(m), true) => Some(m.min(self.codel[0].slough_timeout_ns())),
-            (Some(m), false) => Some(m),
-            (None, true) => Some(self.codel[0].slough_timeout_ns()),
-            (None, false) => None,
-        };
-        if let Some(m) = wait {
+        if let Some(m) = self.max_wait_ns {
             let oldest = self.oldest_hint.load(Ordering::Relaxed);
             if oldest != u64::MAX {
                 t = t.min(oldest.saturating_add(m).saturating_add(1));
             }
         }
+        // A standing queue's slough timeout (`u64::MAX`: none).
+        t = t.min(self.standing_due.load(Ordering::Relaxed));
         let recheck = self.recheck_at.load(Ordering::Relaxed);
         if recheck != 0 {
             t = t.min(recheck);
@@ -1463,6 +1479,7 @@ unsafe impl<const CAP: usize> crate::layout::Placeable for Gate<CAP> {
                 offset_of!(Self, deadlines_used) as u64,
                 offset_of!(Self, oldest_hint) as u64,
                 offset_of!(Self, recheck_at) as u64,
+                offset_of!(Self, standing_due) as u64,
                 offset_of!(Self, lifo_mask) as u64,
                 offset_of!(Self, lifo_switches) as u64,
                 offset_of!(Self, granted) as u64,
@@ -2135,6 +2152,7 @@ mod tests {
             offset_of!(G, codel_on),
             offset_of!(G, deadline_hint),
             offset_of!(G, recheck_at),
+            offset_of!(G, standing_due),
         ];
         for off in read_mostly {
             assert_ne!(line(off), line(service), "offset {off} shares the estimate's line");

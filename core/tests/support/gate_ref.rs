@@ -443,12 +443,12 @@ impl Model {
         // A standing queue limits the wait: while a level's CoDel says overloaded, its
         // waiters older than the slough timeout (2 × target) are sloughed, oldest first.
         if let Some(c) = self.codel.as_ref() {
-            for l in 0..LEVELS {
-                if self.levels[l].is_empty() || !c[l].is_overloaded() {
+            for (waiters, codel) in self.levels.iter_mut().zip(c) {
+                if waiters.is_empty() || !codel.is_overloaded() {
                     continue;
                 }
-                while self.levels[l].first().is_some_and(|w| now - w.enqueued_at > 2 * TARGET) {
-                    let w = self.levels[l].remove(0);
+                while waiters.first().is_some_and(|w| now - w.enqueued_at > 2 * TARGET) {
+                    let w = waiters.remove(0);
                     events.push((w.ticket, Some(Reason::CodelSlough)));
                 }
             }
