@@ -694,6 +694,22 @@ impl Limiter {
         self.clock.latest().max(permit.started_at).min(crate::time::MAX_NOW)
     }
 
+    /// How to end an admission its caller abandoned (a client that went away, a cancelled
+    /// task) at `now`: `Dropped` if it was held longer than the p99 latency of the last
+    /// window, `Ignored` otherwise (and before any window). A caller that gave up after
+    /// waiting longer than nearly every request of the last window took most likely timed
+    /// out, which is the overload signal a drop carries; an earlier cancel says nothing
+    /// about capacity. Without it, a slowdown in which every client times out before its
+    /// answer leaves the limiter with no sample and no drop, and the limit never moves.
+    pub fn abandoned_outcome(&self, permit: &RawPermit, now: u64) -> Outcome {
+        let p99 = self.last_p99_ns.load(Ordering::Relaxed);
+        if p99 > 0 && now.saturating_sub(permit.started_at) > p99 {
+            Outcome::Dropped
+        } else {
+            Outcome::Ignored
+        }
+    }
+
     /// Whether `permit` was issued by this limiter.
     pub fn owns(&self, permit: &RawPermit) -> bool {
         permit.owner == self.id
@@ -1246,6 +1262,30 @@ mod tests {
         crit.push(l.try_acquire(MS + 320 * MS, Priority::CRITICAL).unwrap());
         assert_eq!(l.inflight_of(Priority::CRITICAL), 2);
         drop((crit, bg));
+    }
+
+    #[test]
+    fn an_abandoned_admission_held_past_the_last_p99_is_a_drop() {
+        let l = Limiter::new(LimiterConfig {
+            min_samples: 1,
+            min_window_ns: MS,
+            ..LimiterConfig::with_algorithm(AlgorithmConfig::Fixed(FixedConfig {
+                initial_limit: 10.0,
+                min_limit: 1.0,
+                max_limit: 10.0,
+            }))
+        })
+        .unwrap();
+        // Before any window nothing is known: a cancel is Ignored.
+        let p = l.try_acquire_raw(0, Priority::NORMAL).unwrap();
+        assert_eq!(l.abandoned_outcome(&p, 10 * SEC), Outcome::Ignored);
+        l.release_raw(p, 40 * MS, Outcome::Success).unwrap(); // a window: p99 about 40 ms
+        let p99 = l.metrics().p99_rtt_ns;
+        assert!(p99 > 30 * MS && p99 < 50 * MS, "{p99}");
+        let p = l.try_acquire_raw(100 * MS, Priority::NORMAL).unwrap();
+        assert_eq!(l.abandoned_outcome(&p, 100 * MS + p99), Outcome::Ignored, "not past p99");
+        assert_eq!(l.abandoned_outcome(&p, 100 * MS + p99 + 1), Outcome::Dropped);
+        l.release_raw(p, 200 * MS, Outcome::Ignored).unwrap();
     }
 
     #[test]

@@ -85,6 +85,15 @@ impl<C: Clock, const CAP: usize> Issuer for GateInner<C, CAP> {
             pump(self);
         }
     }
+
+    fn give_back_abandoned(&self, raw: RawPermit) {
+        let now = self.clock.now_ns();
+        let outcome = self.core.limiter().abandoned_outcome(&raw, now);
+        let _ = self.core.release(raw, now, outcome);
+        if self.core.waiting_total() > 0 {
+            pump(self);
+        }
+    }
 }
 
 impl<C, const CAP: usize> Drop for GateInner<C, CAP> {

@@ -20,6 +20,17 @@ pub(crate) trait Issuer: Send + Sync + 'static {
     /// Returns `raw` with `outcome` at the issuer's clock's now. Never fails for a permit
     /// the issuer made.
     fn give_back(&self, raw: RawPermit, outcome: Outcome);
+    /// Returns `raw` abandoned by its caller: the core's
+    /// [`abandoned_outcome`](surgeguard_core::Limiter::abandoned_outcome) at now.
+    fn give_back_abandoned(&self, raw: RawPermit);
+}
+
+/// What a permit dropped without an explicit end is released as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OnDrop {
+    Outcome(Outcome),
+    /// Abandoned by its caller: `Dropped` if held longer than the last window's p99.
+    Abandoned,
 }
 
 /// An admission that ends exactly once: `success()`, `dropped()`, `ignored()`, or on
@@ -41,12 +52,12 @@ pub(crate) trait Issuer: Send + Sync + 'static {
 pub struct Permit {
     issuer: Arc<dyn Issuer>,
     raw: Option<RawPermit>,
-    on_drop: Outcome,
+    on_drop: OnDrop,
 }
 
 impl Permit {
     pub(crate) fn new(issuer: Arc<dyn Issuer>, raw: RawPermit) -> Self {
-        Self { issuer, raw: Some(raw), on_drop: Outcome::Ignored }
+        Self { issuer, raw: Some(raw), on_drop: OnDrop::Outcome(Outcome::Ignored) }
     }
 
     /// The outcome used if the permit is dropped without an explicit end (default
@@ -59,8 +70,25 @@ impl Permit {
     /// drop(p); // counted as a success, with its latency
     /// ```
     pub fn on_drop(mut self, outcome: Outcome) -> Self {
-        self.on_drop = outcome;
+        self.on_drop = OnDrop::Outcome(outcome);
         self
+    }
+
+    /// A drop without an explicit end means the caller gave up (a request future dropped
+    /// because its client went away): released as `Dropped` if it was held longer than
+    /// the p99 latency of the limiter's last window (the caller most likely timed out: an
+    /// overload signal), as `Ignored` otherwise. The tower layers set it.
+    ///
+    /// ```
+    /// # use surgeguard::{Limiter, Priority};
+    /// # let limiter = Limiter::fixed(4.0).unwrap();
+    /// let mut p = limiter.try_acquire(Priority::NORMAL).unwrap();
+    /// p.set_on_drop_abandoned();
+    /// drop(p); // no window yet: Ignored
+    /// assert_eq!(limiter.core().metrics().ignored, 1);
+    /// ```
+    pub fn set_on_drop_abandoned(&mut self) {
+        self.on_drop = OnDrop::Abandoned;
     }
 
     /// Changes the drop outcome in place (for a permit held in a struct).
@@ -72,7 +100,7 @@ impl Permit {
     /// p.set_on_drop(Outcome::Dropped);
     /// ```
     pub fn set_on_drop(&mut self, outcome: Outcome) {
-        self.on_drop = outcome;
+        self.on_drop = OnDrop::Outcome(outcome);
     }
 
     /// Ends the work as `outcome`.
@@ -149,7 +177,10 @@ impl Permit {
 impl Drop for Permit {
     fn drop(&mut self) {
         if let Some(raw) = self.raw.take() {
-            self.issuer.give_back(raw, self.on_drop);
+            match self.on_drop {
+                OnDrop::Outcome(outcome) => self.issuer.give_back(raw, outcome),
+                OnDrop::Abandoned => self.issuer.give_back_abandoned(raw),
+            }
         }
     }
 }
@@ -174,6 +205,12 @@ impl<C: Clock> Issuer for LimiterInner<C> {
     fn give_back(&self, raw: RawPermit, outcome: Outcome) {
         // Cannot fail: the permit came from this limiter.
         let _ = self.core.release_raw(raw, self.clock.now_ns(), outcome);
+    }
+
+    fn give_back_abandoned(&self, raw: RawPermit) {
+        let now = self.clock.now_ns();
+        let outcome = self.core.abandoned_outcome(&raw, now);
+        let _ = self.core.release_raw(raw, now, outcome);
     }
 }
 

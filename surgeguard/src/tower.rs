@@ -32,7 +32,9 @@
 //! `RESOURCE_EXHAUSTED`, `UNAVAILABLE`, `DEADLINE_EXCEEDED` in the headers) and service
 //! errors are `Dropped` (an overload signal from below), other `4xx` are `Ignored`,
 //! everything else is `Success`, timed to the response head. A request whose future is
-//! dropped (the client went away) ends as `Ignored`.
+//! dropped (the client went away) ends as `Dropped` if it held its permit longer than the
+//! p99 latency of the limiter's last window (its client most likely timed out), else as
+//! `Ignored`.
 //!
 //! ```
 //! use std::convert::Infallible;
@@ -636,10 +638,13 @@ where
             acquire = acquire.deadline(t);
         }
         Box::pin(async move {
-            let permit = match acquire.await {
+            let mut permit = match acquire.await {
                 Ok(p) => p,
                 Err(r) => return Ok(rejection_response(&r, grpc)),
             };
+            // If this future is dropped (the client went away) the permit ends as the
+            // core's abandoned outcome: a drop when held past the last window's p99.
+            permit.set_on_drop_abandoned();
             if let Some((_, d)) = request_deadline {
                 // The grant and this task's turn may be apart on a busy machine: the work
                 // starts only if its caller still waits.
