@@ -14,6 +14,7 @@
 
 pub mod closed_loop;
 pub mod engine;
+pub mod healthy;
 pub mod metrics;
 pub mod plot;
 pub mod protect;

@@ -68,7 +68,8 @@ pub fn algorithms() -> Vec<Algo> {
 /// (`buffer=0.2,headroom=1`: `buffer`, `headroom`, `smoothing`, `backoff`, `initial_limit`,
 /// `sample_percentile`, `drop_tolerance`, `app_limited_ratio`), to try a tuning against
 /// every scenario. A name or value it cannot read panics with the entry.
-fn gradient_override(mut g: GradientConfig) -> GradientConfig {
+/// `SWEEP_GRADIENT=key=value,...` overrides of a Gradient config (see the sweep binary).
+pub fn gradient_override(mut g: GradientConfig) -> GradientConfig {
     let Ok(spec) = std::env::var("SWEEP_GRADIENT") else { return g };
     for entry in spec.split(',').filter(|e| !e.is_empty()) {
         let value = entry.split_once('=').and_then(|(k, v)| Some((k, v.parse::<f64>().ok()?)));

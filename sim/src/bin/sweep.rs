@@ -6,6 +6,11 @@
 //! seeds (seed:goodput), to trace them; `SWEEP_GRADIENT=headroom=1,buffer=0.2` sweeps the
 //! default Gradient's row with those fields changed (a tuning tried on every scenario).
 //!
+//! Then the healthy-service suite (`surgeguard_sim::healthy`): the default Gate at 30% to
+//! 90% of a dependency's capacity over every priority mix, arrival pattern and service-time
+//! shape, the two overload cases and the recovery case, `HEALTHY_SEEDS` seeds each
+//! (default 50; `HEALTHY_SEEDS=0` skips it); its enforced goals count in the exit status.
+//!
 //! `sweep trace SCENARIO ALGORITHM SEED [EVERY_MS]` prints one run's 100 ms samples instead
 //! (the limit against the dependency's slots, its busy slots and queue, completions within
 //! the timeout and refusals since the previous line): how a worst seed is traced.
@@ -95,13 +100,27 @@ fn main() -> ExitCode {
             }
         }
     }
-    let (goals, ok) = result.goals();
+    let (goals, mut ok) = result.goals();
     println!("{goals}");
     eprintln!(
         "{seeds} seeds x {} scenarios in {:.1} s",
         which.len(),
         started.elapsed().as_secs_f64()
     );
+    let healthy_seeds: u64 =
+        std::env::var("HEALTHY_SEEDS").ok().and_then(|v| v.parse().ok()).unwrap_or(50);
+    if healthy_seeds > 0 {
+        let started = Instant::now();
+        let report = surgeguard_sim::healthy::suite(healthy_seeds, threads);
+        println!("\n## The healthy-service suite (the default Gate), {healthy_seeds} seeds\n");
+        println!("{}", report.table);
+        println!("{}", report.summary);
+        eprintln!(
+            "healthy suite: {healthy_seeds} seeds in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+        ok &= report.enforced_ok;
+    }
     if ok {
         ExitCode::SUCCESS
     } else {
