@@ -690,7 +690,8 @@ impl<const CAP: usize> WaitQueue<CAP> {
     /// (its output is full). If another thread asked for a round, or arrivals or cancels
     /// came in meanwhile, `round` runs again (after a `true`), up to [`MAX_ROUNDS`] rounds
     /// in all; then the rest is left for the next caller and
-    /// [`needs_dispatch`](Self::needs_dispatch) is `true`. A call that finds the
+    /// [`needs_dispatch`](Self::needs_dispatch) is `true`, as it is after a call that
+    /// left eviction reports for later (no room for them). A call that finds the
     /// dispatcher busy returns `false` at once and leaves a request the holder honours
     /// (in a round, or by leaving it flagged). A panic in `round` propagates after the
     /// queue is made whole (see the type's progress note). Arrivals and cancels taken in a round are always linked and
@@ -739,8 +740,15 @@ impl<const CAP: usize> WaitQueue<CAP> {
             rounds += 1;
             // Whatever the round did not take in is linked and settled now (reports wait).
             d.refresh(|_| false);
+            // Eviction reports that did not fit (the output was full) stay owed: leave a
+            // request, so `needs_dispatch` shows them although nothing may wait. Entering
+            // cleared the request their eviction made. Dispatcher-private: a load.
+            let owed = if self.deferred.load(Ordering::Relaxed) != END { PENDING } else { 0 };
             if !finished {
                 hold.done = true;
+                if owed != 0 {
+                    self.ctl.fetch_or(PENDING, Ordering::Relaxed);
+                }
                 // Release: pairs with the next holder's Acquire. Stacks and PENDING stay
                 // for that holder.
                 self.ctl.fetch_and(!BUSY, Ordering::Release);
@@ -751,7 +759,7 @@ impl<const CAP: usize> WaitQueue<CAP> {
                 .ctl
                 .compare_exchange(
                     BUSY | STACKS_EMPTY,
-                    STACKS_EMPTY,
+                    STACKS_EMPTY | owed,
                     Ordering::Release,
                     Ordering::Relaxed,
                 )
@@ -778,9 +786,10 @@ impl<const CAP: usize> WaitQueue<CAP> {
 
     /// Whether a dispatch round is owed although nobody is dispatching: a holder stopped
     /// at its bound of rounds, stopped early with a request pending, or panicked; or an
-    /// arrival evicted a waiter and no round has started since to report it (the only
-    /// sign of that report once the arrival that evicted is cancelled: then nothing
-    /// waits). A hint (the word can change at once).
+    /// arrival evicted a waiter and no round has reported it yet (none started since, or
+    /// the last one had no room for the report): the only sign of that report once the
+    /// arrival that evicted is cancelled, since then nothing waits. A hint (the word can
+    /// change at once).
     pub fn needs_dispatch(&self) -> bool {
         let w = self.ctl.load(Ordering::Relaxed);
         w & (BUSY | PENDING) == PENDING
@@ -1797,6 +1806,46 @@ mod tests {
         });
         assert_eq!(reports, [bg, n]);
         assert!(!q.needs_dispatch() && q.is_empty());
+    }
+
+    #[test]
+    fn an_eviction_report_left_for_lack_of_room_still_asks_for_a_round() {
+        // Before, the round that had room for only one of two reports cleared the request
+        // the evictions made and left none: with the evictor cancelled nothing waited, so
+        // `needs_dispatch` was false and a caller that polls while anyone waits or at its
+        // wake-up never polled again (gate_fuzz at 200,000 cases: "ticket 1 never ended").
+        let q = WaitQueue::<1>::new(3, 1).unwrap();
+        let a = q.push(P2, 0, NO_DEADLINE, true).unwrap();
+        let b = q.push(P1, 1, NO_DEADLINE, true).unwrap(); // evicts a
+        let c = q.push(P0, 2, NO_DEADLINE, true).unwrap(); // evicts b
+        q.cancel(c).unwrap();
+        let mut reports = Vec::new();
+        assert!(q.try_dispatch(|d| {
+            d.refresh(|t| {
+                let room = reports.is_empty();
+                if room {
+                    reports.push(t);
+                }
+                room
+            });
+            false // the output is full
+        }));
+        assert_eq!(reports, [a]);
+        assert!(q.is_empty());
+        assert!(q.needs_dispatch(), "b's report is still owed");
+        // A round that finishes without settling (the reports wait) leaves the request too.
+        assert!(q.try_dispatch(|_| true));
+        assert!(q.needs_dispatch(), "b's report is still owed after a round without room");
+        q.try_dispatch(|d| {
+            d.refresh(|t| {
+                reports.push(t);
+                true
+            });
+            true
+        });
+        assert_eq!(reports, [a, b]);
+        assert!(!q.needs_dispatch(), "reported: nothing owed");
+        assert!(q.push(P0, 3, NO_DEADLINE, true).is_some(), "the place is free again");
     }
 
     #[test]

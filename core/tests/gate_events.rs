@@ -124,3 +124,62 @@ fn an_eviction_whose_evictor_was_cancelled_is_still_reported() {
     assert_eq!(g.next_wakeup(now), None, "nothing owed once reported");
     assert_eq!(g.limiter().inflight(), 0);
 }
+
+/// The case `gate_fuzz` found next (`SG_FUZZ_CASES=200000`: "ticket 1 never ended"),
+/// without its bad `now`s (acted at the time recorded, they changed nothing): two
+/// evictions from the one place, the evictor cancelled, then a poll with room for one event.
+#[test]
+fn an_eviction_report_a_full_poll_left_is_still_owed() {
+    let g: Gate<4> = Gate::new(GateConfig {
+        limiter: LimiterConfig {
+            levels: 3,
+            ..LimiterConfig::with_algorithm(AlgorithmConfig::Fixed(FixedConfig {
+                initial_limit: 1.0,
+                min_limit: 1.0,
+                max_limit: 1.0,
+            }))
+        },
+        queue_capacity: Some(1),
+        codel: None,
+        ..GateConfig::default()
+    })
+    .unwrap();
+    let Arrival::Admitted(p) = g.arrive(2, Priority::CRITICAL, None) else { panic!("admitted") };
+    let Arrival::Queued(a) = g.arrive(3, Priority::BACKGROUND, None) else { panic!("a queued") };
+    let Arrival::Queued(b) = g.arrive(3, Priority::NORMAL, None) else { panic!("b queued") };
+    let Arrival::Queued(c) = g.arrive(5, Priority::CRITICAL, None) else { panic!("c queued") };
+    assert_eq!(g.cancel(c), Ok(()));
+    let mut events = Vec::new();
+    let mut one: [Option<Event>; 1] = Default::default();
+    assert_eq!(g.poll(5, &mut one), 1);
+    events.push(one[0].take().unwrap());
+    assert_eq!(g.waiting_total(), 0, "nobody waits");
+    // Before, the wake-up was `None`: the poll that had no room for b's report had cleared
+    // the only sign that it was owed.
+    assert_eq!(g.next_wakeup(5), Some(5), "b's report is owed: poll now");
+    // A binding's pump: after the release, poll if anyone waits; then at each wake-up.
+    let mut now = 5;
+    g.release(p, now, Outcome::Ignored).unwrap();
+    let mut poll = |now| {
+        let mut out: [Option<Event>; 4] = Default::default();
+        let n = g.poll(now, &mut out);
+        events.extend(out.iter_mut().take(n).map(|e| e.take().unwrap()));
+    };
+    if g.waiting_total() > 0 {
+        poll(now);
+    }
+    for _ in 0..10 {
+        let Some(w) = g.next_wakeup(now) else { break };
+        now = now.max(w);
+        poll(now);
+    }
+    match events.as_slice() {
+        [Event::Expired(ta, ra), Event::Expired(tb, rb)] => {
+            assert_eq!((*ta, ra.reason), (a, Reason::Evicted));
+            assert_eq!((*tb, rb.reason), (b, Reason::Evicted));
+        }
+        other => panic!("a and b need exactly one event each, got {other:?}"),
+    }
+    assert_eq!(g.next_wakeup(now), None, "nothing owed once reported");
+    assert_eq!(g.limiter().inflight(), 0);
+}
