@@ -1042,6 +1042,16 @@ impl<const CAP: usize> Gate<CAP> {
             // Relaxed: a hint for `next_wakeup`.
             self.recheck_at.store(recheck, Ordering::Relaxed);
         }
+        // Dispatch may have closed a CoDel interval as overloaded: its level's stale
+        // waiters go in this round too, so a poll leaves nothing due (every binding, one
+        // poll or several, reports the same events).
+        if self.codel_on {
+            for l in 0..self.levels as usize {
+                if !self.slough_standing(d, sink, l, now, &mut retry) {
+                    return false;
+                }
+            }
+        }
         let mut due = u64::MAX;
         if self.codel_on {
             for l in 0..self.levels as usize {
@@ -1823,23 +1833,25 @@ mod tests {
         assert_eq!((tickets(&granted), expired.len()), (std::vec![old[0]], 0));
         permit = granted.into_iter().next().unwrap().1;
         // t = 160 ms: the interval's minimum was 49 ms > 5 ms: overloaded from now on, but
-        // the first dequeue of the new interval is never dropped.
+        // the first dequeue of the new interval is never dropped. While the queue stands,
+        // no waiter waits longer than the slough timeout (2 × target): the stale ones go in
+        // the same round, from the oldest end (in LIFO, CoDel's own verdict reads only the
+        // newest, which would leave them to wait out their callers' timeouts).
         g.release(permit, 160 * MS, Outcome::Success).unwrap();
         let (granted, expired) = poll(&g, 160 * MS);
-        assert_eq!((tickets(&granted), expired.len()), (std::vec![old[1]], 0));
-        assert_eq!(g.state(), GateState::Overloaded, "a standing queue");
+        assert_eq!(tickets(&granted), [old[1]]);
+        assert_eq!(expired, [(old[2], Reason::CodelSlough), (old[3], Reason::CodelSlough)]);
+        assert_eq!(g.next_wakeup(160 * MS), None, "nothing waits, nothing is due");
         permit = granted.into_iter().next().unwrap().1;
-        // Two fresh arrivals. While the queue stands, no waiter waits longer than the
-        // slough timeout (2 × target): the stale ones go first, from the oldest end (in
-        // LIFO, CoDel's own verdict reads only the newest, which would leave them to wait
-        // out their callers' timeouts). LIFO then serves the newest fresh one, and CoDel
-        // judges the waiter it dequeues (4 ms: kept), as folly and HBase do.
+        // Two fresh arrivals: LIFO serves the newest, and CoDel judges the waiter it
+        // dequeues (4 ms: kept), as folly and HBase do.
         let f1 = queued(g.arrive(170 * MS, P0, None));
         let f2 = queued(g.arrive(171 * MS, P0, None));
+        assert_eq!(g.state(), GateState::Overloaded, "a standing queue");
+        assert_eq!(g.next_wakeup(171 * MS), Some(170 * MS + 10 * MS + 1), "f1's slough time");
         g.release(permit, 175 * MS, Outcome::Success).unwrap();
         let (granted, expired) = poll(&g, 175 * MS);
-        assert_eq!(expired, [(old[2], Reason::CodelSlough), (old[3], Reason::CodelSlough)]);
-        assert_eq!(tickets(&granted), [f2]);
+        assert_eq!((tickets(&granted), expired.len()), (std::vec![f2], 0));
         permit = granted.into_iter().next().unwrap().1;
         // Then f1 (6 ms: kept).
         g.release(permit, 176 * MS, Outcome::Success).unwrap();

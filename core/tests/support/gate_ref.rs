@@ -442,17 +442,7 @@ impl Model {
         }
         // A standing queue limits the wait: while a level's CoDel says overloaded, its
         // waiters older than the slough timeout (2 × target) are sloughed, oldest first.
-        if let Some(c) = self.codel.as_ref() {
-            for (waiters, codel) in self.levels.iter_mut().zip(c) {
-                if waiters.is_empty() || !codel.is_overloaded() {
-                    continue;
-                }
-                while waiters.first().is_some_and(|w| now - w.enqueued_at > 2 * TARGET) {
-                    let w = waiters.remove(0);
-                    events.push((w.ticket, Some(Reason::CodelSlough)));
-                }
-            }
-        }
+        self.slough_standing(&mut events);
         'levels: for l in 0..LEVELS {
             // Each non-empty level decides FIFO or LIFO when dispatch reaches it.
             if self.levels[l].is_empty() {
@@ -496,7 +486,24 @@ impl Model {
                 self.lim.release(l, now, now, 2);
             }
         }
+        // Again after dispatch (which may have closed an interval as overloaded).
+        self.slough_standing(&mut events);
         events
+    }
+
+    fn slough_standing(&mut self, events: &mut Vec<(Ticket, Option<Reason>)>) {
+        let now = self.now;
+        if let Some(c) = self.codel.as_ref() {
+            for (waiters, codel) in self.levels.iter_mut().zip(c) {
+                if waiters.is_empty() || !codel.is_overloaded() {
+                    continue;
+                }
+                while waiters.first().is_some_and(|w| now - w.enqueued_at > 2 * TARGET) {
+                    let w = waiters.remove(0);
+                    events.push((w.ticket, Some(Reason::CodelSlough)));
+                }
+            }
+        }
     }
 }
 
