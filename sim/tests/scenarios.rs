@@ -218,8 +218,11 @@ fn the_dimmer_skips_optional_work_before_the_gate_sheds() {
     // With the dimmer the optional parts give way: more requests served, sooner.
     assert!(served(&dim) <= 0.6, "optional served {}", served(&dim));
     assert!(g1 >= 1.08 * cap, "gate+dimmer: goodput {g1} vs {cap}");
+    // (The gate alone's p99 fell from 497 to 146 ms once a standing queue's waiters
+    // stopped waiting past the slough timeout; the dimmer's stayed near 95 ms, so its lead
+    // is now a third, not four fifths.)
     let (p0, p1) = (gate.summary.p99_trigger_ms.unwrap(), dim.summary.p99_trigger_ms.unwrap());
-    assert!(p1 < 0.5 * p0, "p99 {p0} -> {p1} ms");
+    assert!(p1 < 0.7 * p0, "p99 {p0} -> {p1} ms");
     assert!(dim.rec.work[0].refused * 5 < gate.rec.work[0].refused);
     // The dimmer rises before the gate's first refusal (it reads the same gate in both).
     let w = &gate.rec.work[0];
