@@ -34,8 +34,13 @@ const DROP_SHARE_DIVISOR: u64 = 10;
 const FLAT_SPAN: f64 = 1.4;
 const FLAT_ELASTICITY: f64 = 0.2;
 const FLAT_HISTORY: usize = 8;
-// Latency moving faster than concurrency by this exponent is not our queue's doing.
-const FLAT_CHANGE: f64 = 1.5;
+// Latency moving faster than concurrency (elasticity above 1) is not our queue's doing: a
+// dependency that did not change serves at least as much at a higher concurrency (it is
+// work-conserving), so by Little's law our own queue moves latency at most in proportion
+// to in-flight. Beyond it the dependency's throughput fell as in-flight rose: it changed.
+const FLAT_CHANGE: f64 = 1.0;
+// The flat test's fit: at least this many history points (the newest window included).
+const FLAT_FIT_POINTS: usize = 4;
 const FLAT_HORIZON_NS: u64 = 4 * SEC;
 // A window becomes a history point only this long after the previous point, or when its
 // in-flight moved by FLAT_STEP (natural log) from it, so the points span distinct operating
@@ -463,10 +468,18 @@ struct Probe {
 ///      sample-weighted mean (in log space, at most the low point's `S`), and `L` resumes
 ///      at once at `N_high + headroom·sqrt(N_high)`, a load the dependency has just served
 ///      without queueing. While drops are intrinsic the low point needs 20 samples. The
-///      history is dropped after a gap of more than 4 s between windows, and whenever a
-///      new point's latency differs from an old one's by more than our own queue could
-///      explain (elasticity above 1.5, or the wrong sign, beyond noise). That means the
-///      dependency itself changed, so old points would make false pairs.
+///      same question is also asked of all the recent points at once (at least 4): a line
+///      fitted to `log S` against `log N`, each point weighted by its `1/SE²`, whose slope
+///      is below 1 by 2 SE, not below 0 beyond 2 SE and within 2 SE of 0.2, over a span of
+///      1.4×, raises `B` to the fitted latency at the lowest `N` and resumes `L` at the
+///      highest `N` plus headroom (after a tenfold slowdown, windows of ~20 samples of a
+///      broad latency distribution seldom make a flat pair, and the limit sank for
+///      seconds). The history is dropped after a gap of more than 4 s between windows, and
+///      whenever a new point's latency differs from an old one's by more than our own queue
+///      could explain (elasticity above 1: a dependency that did not change serves at least
+///      as much at a higher concurrency; or the wrong sign; beyond noise). That means the
+///      dependency itself changed, so old points would make false pairs; the window that
+///      shows it straddles the change and is not kept either.
 ///
 ///    So a slowdown costs one short, self-limiting cut, which the controller makes anyway,
 ///    instead of Envoy's periodic pin to 3 and its burst of 503s. The default starts at 20
@@ -930,7 +943,9 @@ impl Gradient {
         let len = self.history_len as usize;
         // A point whose latency differs from `here` by more than our own queue could explain
         // (elasticity above FLAT_CHANGE, or the wrong sign, beyond noise) was taken from a
-        // different dependency (it slowed, sped up, lost capacity): forget the history.
+        // different dependency (it slowed, sped up, lost capacity): forget the history. This
+        // window is not kept either: it found the change, so it most likely straddles it
+        // (answers from before and after), and would pair as a queue with the windows after.
         let changed = self.history[..len].iter().any(|h| {
             let dn = libm::log(here.inflight.max(1e-9) as f64 / h.inflight.max(1e-9) as f64);
             let ds = libm::log(here.stat as f64 / h.stat as f64);
@@ -939,6 +954,7 @@ impl Gradient {
         });
         if changed {
             self.clear_history();
+            return;
         }
         for i in 0..self.history_len as usize {
             let h = self.history[i];
@@ -981,6 +997,9 @@ impl Gradient {
                 return;
             }
         }
+        if self.fit_test(here) {
+            return;
+        }
         let len = self.history_len as usize;
         let next = self.history_next as usize;
         if len > 0 {
@@ -995,6 +1014,82 @@ impl Gradient {
         self.history[next] = here;
         self.history_next = ((next + 1) % FLAT_HISTORY) as u8;
         self.history_len = (len + 1).min(FLAT_HISTORY) as u8;
+    }
+
+    /// The flat test over all the recent points at once: a line fitted to `log S` against
+    /// `log N` (weighted least squares, each point weighted by its median's `1/SE²`)
+    /// through the history within the horizon and `here`. A pair of windows of a few dozen
+    /// samples each of a broad latency distribution can rarely rule out a queue (a median's
+    /// SE is then about 20%), so after a slowdown the limit kept sinking for seconds while
+    /// pairs read as neither flat nor a queue; the fit pools the evidence of every point of
+    /// the cut. Flat when the slope is below 1 (a queue) by 2 SE, above 0 (the wrong sign)
+    /// within 2 SE and within 2 SE of `FLAT_ELASTICITY`, over an in-flight span of at least
+    /// `FLAT_SPAN`. Then, as for a flat pair, a fitted latency at the lowest in-flight
+    /// significantly above `B` becomes the baseline (at most the fit's weighted mean), and
+    /// the limit resumes at the highest in-flight plus headroom. True if it rebased.
+    fn fit_test(&mut self, here: Point) -> bool {
+        let mut pts = [Point::default(); FLAT_HISTORY + 1];
+        let mut k = 0;
+        for h in self.history[..self.history_len as usize].iter() {
+            if elapsed(here.at, h.at) <= FLAT_HORIZON_NS && h.inflight > 0.0 {
+                pts[k] = *h;
+                k += 1;
+            }
+        }
+        pts[k] = here;
+        k += 1;
+        let pts = &pts[..k];
+        if k < FLAT_FIT_POINTS {
+            return false;
+        }
+        let weight = |p: &Point| {
+            let se = (p.se as f64).max(1e-3);
+            1.0 / (se * se)
+        };
+        let x = |p: &Point| libm::log((p.inflight as f64).max(1e-9));
+        let y = |p: &Point| libm::log(p.stat as f64);
+        let (mut sw, mut sx, mut sy) = (0.0, 0.0, 0.0);
+        let (mut n_lo, mut n_hi) = (f64::MAX, 0.0f64);
+        for p in pts {
+            let w = weight(p);
+            sw += w;
+            sx += w * x(p);
+            sy += w * y(p);
+            n_lo = n_lo.min(p.inflight as f64);
+            n_hi = n_hi.max(p.inflight as f64);
+        }
+        if n_lo <= 0.0 || n_hi / n_lo < FLAT_SPAN {
+            return false;
+        }
+        let (xm, ym) = (sx / sw, sy / sw);
+        let (mut sxx, mut sxy) = (0.0, 0.0);
+        for p in pts {
+            let dx = x(p) - xm;
+            sxx += weight(p) * dx * dx;
+            sxy += weight(p) * dx * (y(p) - ym);
+        }
+        if sxx <= 0.0 {
+            return false;
+        }
+        let slope = sxy / sxx;
+        let slope_se = 1.0 / libm::sqrt(sxx);
+        let flat = slope + 2.0 * slope_se < 1.0
+            && slope + 2.0 * slope_se > 0.0
+            && slope - 2.0 * slope_se < FLAT_ELASTICITY;
+        // The fitted latency at the lowest in-flight and its standard error.
+        let d_lo = libm::log(n_lo) - xm;
+        let lo_s = libm::exp(ym + slope * d_lo);
+        let lo_se = libm::sqrt(1.0 / sw + d_lo * d_lo * slope_se * slope_se);
+        let margin = self.cfg.buffer.max(2.0 * lo_se);
+        if !flat || lo_s <= self.baseline * (1.0 + margin) {
+            return false;
+        }
+        self.baseline = libm::exp(ym).min(lo_s);
+        self.baseline_weight = pts.iter().map(|p| p.weight as f64).sum();
+        self.resume_at = (n_hi + self.cfg.headroom * headroom(n_hi)) as f32;
+        self.m.rebaselines += 1;
+        self.clear_history();
+        true
     }
 
     /// The drop share a window of `total` outcomes may carry without a back-off: the
