@@ -179,6 +179,8 @@ pytest-sweep:
 # (five it was tuned on, five it was not), 200 seeds each; a min / median table and the
 # goals. SWEEP_SEEDS / SWEEP_THREADS override. A 10-seed slice runs in `make unit`
 # (sim/tests/sweep.rs). SWEEP_ALGOS, SWEEP_WORST and SWEEP_GRADIENT: see sim/src/bin/sweep.rs.
+# Then the healthy-service suite of the default Gate (sim/src/healthy.rs), HEALTHY_SEEDS (50)
+# seeds per condition; a slice runs in `make unit` (sim/tests/healthy.rs).
 SWEEP_SEEDS ?= 200
 SWEEP_THREADS ?= 2
 .PHONY: sweep

@@ -117,7 +117,7 @@ export interface LimiterOptions {
   maxLimit?: number
   /** Priority levels, 1..8 (default 3). */
   levels?: number
-  /** Guaranteed share per level (default 0.7 / 0.25 / 0.05). */
+  /** Share per level: the most a level may hold back while active (its recent peak demand plus one slot, at most this; default 0.7 / 0.25 / 0.05). */
   weights?: number[]
   minWindowMs?: number
   maxWindowMs?: number

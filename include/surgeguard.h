@@ -862,7 +862,8 @@ typedef struct sg_limiter_config {
     struct sg_vegas_config vegas;
     // Priority levels in use, 1..=8 (default 3: critical, normal, background).
     uint32_t levels;
-    // Guaranteed share of the limit per level; the sum must not exceed 1 (default
+    // Each level's share of the limit: the most it may hold back while active (its recent
+    // peak demand plus one slot, at most this); the sum must not exceed 1 (default
     // 0.7 / 0.25 / 0.05). Entries past `levels` are ignored.
     double weights[8];
     // A window is at least this long, ns (default 100 ms).
@@ -969,7 +970,7 @@ typedef struct sg_limiter_metrics {
     uint32_t levels;
     // In flight per level.
     uint32_t inflight_by_level[8];
-    // Guaranteed share per level (`floor(limit × weight)`).
+    // Share per level (`floor(limit × weight)`): the most a level may hold back.
     uint32_t share_by_level[8];
     // Recent demand per level (the most held or refused lately; decays each window).
     uint32_t demand_by_level[8];

@@ -30,7 +30,8 @@ pub struct LimiterOptions {
     pub max_limit: Option<f64>,
     /// Priority levels in use, 1..=8 (default 3).
     pub levels: Option<f64>,
-    /// Guaranteed share of each level (default 0.7 / 0.25 / 0.05).
+    /// Each level's share: the most it may hold back for itself while active (it holds back its
+    /// recent peak demand plus one slot, at most this share; default 0.7 / 0.25 / 0.05).
     pub weights: Option<Vec<f64>>,
     /// Shortest window, ms.
     pub min_window_ms: Option<f64>,

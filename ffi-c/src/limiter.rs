@@ -401,7 +401,8 @@ pub struct sg_limiter_config {
     pub vegas: sg_vegas_config,
     /// Priority levels in use, 1..=8 (default 3: critical, normal, background).
     pub levels: u32,
-    /// Guaranteed share of the limit per level; the sum must not exceed 1 (default
+    /// Each level's share of the limit: the most it may hold back while active (its recent
+    /// peak demand plus one slot, at most this); the sum must not exceed 1 (default
     /// 0.7 / 0.25 / 0.05). Entries past `levels` are ignored.
     pub weights: [f64; 8],
     /// A window is at least this long, ns (default 100 ms).
@@ -775,7 +776,7 @@ pub struct sg_limiter_metrics {
     pub levels: u32,
     /// In flight per level.
     pub inflight_by_level: [u32; 8],
-    /// Guaranteed share per level (`floor(limit × weight)`).
+    /// Share per level (`floor(limit × weight)`): the most a level may hold back.
     pub share_by_level: [u32; 8],
     /// Recent demand per level (the most held or refused lately; decays each window).
     pub demand_by_level: [u32; 8],

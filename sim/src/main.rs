@@ -9,6 +9,13 @@ use surgeguard_sim::protect::{CLIENT_NAMES, SERVER_NAMES};
 use surgeguard_sim::scenario::{preset, presets};
 use surgeguard_sim::{plot, report, run, Protection, RunResult, Scenario};
 
+/// The healthy phase's heading (stdout and table.md).
+const HEALTHY_TITLE: &str =
+    "Healthy phase: the default Gate in front of an 8-slot, 40 ms dependency, no \
+     slowdown (20/60/20 priorities, Poisson arrivals, clients with a 1 s timeout and 3 immediate \
+     retries; seeds 1-5; the healthy-service suite of `make sweep` covers every mix, arrival \
+     pattern and service shape)";
+
 struct Args {
     scenarios: Vec<Scenario>,
     protections: Option<Vec<String>>,
@@ -208,6 +215,9 @@ fn main() -> ExitCode {
         println!();
         println!("{}", report::TENANT_LEGEND);
     }
+    let healthy = surgeguard_sim::healthy::healthy_phase_markdown();
+    println!("\n{HEALTHY_TITLE}\n");
+    print!("{healthy}");
     println!(
         "\n{} runs, {} events, {:.1} s wall",
         all.len(),
@@ -254,6 +264,7 @@ fn main() -> ExitCode {
             md.push_str(report::TENANT_LEGEND);
             md.push_str("\n```\n");
         }
+        md.push_str(&format!("\n## {HEALTHY_TITLE}\n\n{healthy}"));
         if let Err(e) = std::fs::write(dir.join("table.md"), md) {
             eprintln!("error: writing table.md: {e}");
             return ExitCode::FAILURE;
