@@ -958,12 +958,8 @@ impl<const CAP: usize> Gate<CAP> {
         // rule): while a level's CoDel says overloaded, no waiter of it waits longer
         // than the slough timeout. CoDel judges the waiter it dequeues, the newest in
         // LIFO, so without this the older waiters would wait out their callers' timeouts.
-        if self.codel_on {
-            for l in 0..self.levels as usize {
-                if !self.slough_standing(d, sink, l, now, &mut retry) {
-                    return false;
-                }
-            }
+        if !self.slough_standing(d, sink, now, &mut retry) {
+            return false;
         }
         // 4. Dispatch, most important level first.
         let mut refused_with_room = None;
@@ -1045,12 +1041,8 @@ impl<const CAP: usize> Gate<CAP> {
         // Dispatch may have closed a CoDel interval as overloaded: its level's stale
         // waiters go in this round too, so a poll leaves nothing due (every binding, one
         // poll or several, reports the same events).
-        if self.codel_on {
-            for l in 0..self.levels as usize {
-                if !self.slough_standing(d, sink, l, now, &mut retry) {
-                    return false;
-                }
-            }
+        if !self.slough_standing(d, sink, now, &mut retry) {
+            return false;
         }
         let mut due = u64::MAX;
         if self.codel_on {
@@ -1109,37 +1101,53 @@ impl<const CAP: usize> Gate<CAP> {
         service: u64,
         retry: &mut impl FnMut() -> u64,
     ) -> bool {
-        while let Some(w) = d.oldest(p) {
-            if !self.is_expired(&w, now, service) {
-                break;
+        self.drop_oldest_while(d, sink, p, Reason::Expired, retry, |w| {
+            self.is_expired(w, now, service)
+        })
+    }
+
+    /// Every level whose CoDel says overloaded sloughs its waiters older than the slough
+    /// timeout, from the oldest end. `false` if the sink filled up.
+    fn slough_standing(
+        &self,
+        d: &mut Dispatcher<'_, CAP>,
+        sink: &mut Sink<'_>,
+        now: u64,
+        retry: &mut impl FnMut() -> u64,
+    ) -> bool {
+        if !self.codel_on {
+            return true;
+        }
+        for l in 0..self.levels as usize {
+            let codel = &self.codel[l];
+            if !d.has_linked(prio(l)) || !codel.is_overloaded() {
+                continue;
             }
-            if !self.drop_waiter(d, sink, &w, Reason::Expired, retry()) {
+            let timeout = codel.slough_timeout_ns();
+            let stale = |w: &Waiter| now.saturating_sub(w.enqueued_at()) > timeout;
+            if !self.drop_oldest_while(d, sink, prio(l), Reason::CodelSlough, retry, stale) {
                 return false;
             }
         }
         true
     }
 
-    /// While level `l`'s CoDel says overloaded, sloughs its waiters older than the slough
-    /// timeout, from the oldest end. `false` if the sink filled up.
-    fn slough_standing(
+    /// Drops waiters of `p` from the oldest end, for `reason`, while `pred` holds. `false`
+    /// if the sink filled up.
+    fn drop_oldest_while(
         &self,
         d: &mut Dispatcher<'_, CAP>,
         sink: &mut Sink<'_>,
-        l: usize,
-        now: u64,
+        p: Priority,
+        reason: Reason,
         retry: &mut impl FnMut() -> u64,
+        pred: impl Fn(&Waiter) -> bool,
     ) -> bool {
-        let codel = &self.codel[l];
-        if !d.has_linked(prio(l)) || !codel.is_overloaded() {
-            return true;
-        }
-        let timeout = codel.slough_timeout_ns();
-        while let Some(w) = d.oldest(prio(l)) {
-            if now.saturating_sub(w.enqueued_at()) <= timeout {
+        while let Some(w) = d.oldest(p) {
+            if !pred(&w) {
                 break;
             }
-            if !self.drop_waiter(d, sink, &w, Reason::CodelSlough, retry()) {
+            if !self.drop_waiter(d, sink, &w, reason, retry()) {
                 return false;
             }
         }
