@@ -19,13 +19,12 @@ use surgeguard_core::{Outcome, Priority, RawPermit, Reason, Rejected};
 
 use crate::clock::resolve_now;
 use crate::convert::{config_err, finite, int_in, ms_to_ns, ns_to_ms, range, usage_err};
-use crate::fast::{
-    args, bigint_now, handle_arg, level, now, number, outcome, ret, tags, throw, Callback,
-    QUEUED_BASE,
-};
-use crate::handle::{new_handle, Tagged};
+use crate::handle::{new_handle, tags, Tagged};
 use crate::limiter::{
     limiter_config, limiter_metrics, set_static, LimiterMetricsJs, LimiterOptions,
+};
+use crate::raw::{
+    args, bad_number, handle_arg, handle_id_outcome_now, level, now, number, refuse, ret, Callback,
 };
 use crate::slab::Slab;
 
@@ -34,6 +33,8 @@ use crate::slab::Slab;
 pub const CAP: usize = 4096;
 /// Default `queueCapacity`.
 const DEFAULT_CAPACITY: usize = 1024;
+/// Offset of queued tickets in `gateArrive`'s result (above every reason code).
+pub const QUEUED_BASE: f64 = 16.0;
 /// Events read per core `poll` call.
 const POLL_BATCH: usize = 64;
 /// Tickets travel to JS as their low 48 bits (slot and generation); the queue id in the
@@ -71,10 +72,6 @@ pub struct GateInner {
 
 impl Tagged for GateInner {
     const TAG: u64 = tags::GATE;
-}
-
-fn refuse(r: Rejected) -> f64 {
-    crate::fast::refuse(r)
 }
 
 impl GateInner {
@@ -460,6 +457,41 @@ pub(crate) fn deadline_of(timeout: f64, now: u64) -> std::result::Result<Option<
     }
 }
 
+/// The body of `gateTryAcquire` and `sharedGateTryAcquire`, `(h, level[, timeoutMs[,
+/// nowNs]])`: reads the handle, a level below `levels(h)`, the timeout (absent or -1 for
+/// none, else a non-negative number: a core deadline) and the time, returns
+/// `try_acquire(h, now, level, deadline)`. `inline(always)`, as the shapes in `raw`.
+///
+/// # Safety
+/// `env` and `info` must be the arguments N-API passed to the [`Callback`] now running.
+#[inline(always)]
+pub(crate) unsafe fn handle_level_timeout_now<T: Tagged>(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+    levels: impl FnOnce(&T) -> u8,
+    try_acquire: impl FnOnce(&T, u64, Priority, Option<u64>) -> f64,
+) -> sys::napi_value {
+    // SAFETY: env and info are the running callback's (this fn's contract).
+    let (argv, argc) = unsafe { args::<4>(env, info) };
+    let h = handle_arg!(env, argv, T);
+    let level = level!(env, argv[1], levels(h));
+    let timeout = if argc > 2 {
+        // SAFETY: env is the running callback's; argv[2] one of its arguments.
+        unsafe { number(env, argv[2]) }
+    } else {
+        -1.0
+    };
+    let now = now!(env, argv, argc, 3);
+    let Ok(deadline) = deadline_of(timeout, now) else {
+        // SAFETY: env is the running callback's.
+        return unsafe {
+            bad_number(env, argv[2], "timeoutMs must be -1 or a finite number ≥ 0")
+        };
+    };
+    // SAFETY: env is the running callback's, open until it returns.
+    unsafe { ret(env, try_acquire(h, now, level, deadline)) }
+}
+
 /// # Safety
 /// Called only by N-API, as a [`Callback`].
 unsafe extern "C" fn gate_try_acquire(
@@ -467,25 +499,7 @@ unsafe extern "C" fn gate_try_acquire(
     info: sys::napi_callback_info,
 ) -> sys::napi_value {
     // SAFETY: env and info are what N-API passed to this callback (the `Callback` contract).
-    let (argv, argc) = unsafe { args::<4>(env, info) };
-    let h = handle_arg!(env, argv, GateInner);
-    let level = level!(env, argv[1], h.levels);
-    // timeoutMs: absent or -1 for none, else a non-negative number (a core deadline).
-    let timeout = if argc > 2 {
-        // SAFETY: env is this callback's; argv[2] one of its arguments.
-        unsafe { number(env, argv[2]) }
-    } else {
-        -1.0
-    };
-    let now = now!(env, argv, argc, 3);
-    let Ok(deadline) = deadline_of(timeout, now) else {
-        // SAFETY: env is this callback's.
-        return unsafe {
-            crate::fast::bad_number(env, argv[2], "timeoutMs must be -1 or a finite number ≥ 0")
-        };
-    };
-    // SAFETY: env is this callback's, open until it returns.
-    unsafe { ret(env, h.try_acquire(now, level, deadline)) }
+    unsafe { handle_level_timeout_now(env, info, |h: &GateInner| h.levels, GateInner::try_acquire) }
 }
 
 /// # Safety
@@ -504,9 +518,7 @@ unsafe extern "C" fn gate_arrive(
     let now = now!(env, argv, argc, 3);
     let Ok(deadline) = deadline_of(timeout, now) else {
         // SAFETY: env is this callback's.
-        return unsafe {
-            crate::fast::bad_number(env, argv[2], "timeoutMs must be a finite number ≥ 0")
-        };
+        return unsafe { bad_number(env, argv[2], "timeoutMs must be a finite number ≥ 0") };
     };
     // SAFETY: env is this callback's, open until it returns.
     unsafe { ret(env, h.arrive(now, level, deadline)) }
@@ -519,17 +531,10 @@ unsafe extern "C" fn gate_release(
     info: sys::napi_callback_info,
 ) -> sys::napi_value {
     // SAFETY: env and info are what N-API passed to this callback (the `Callback` contract).
-    let (argv, argc) = unsafe { args::<4>(env, info) };
-    let h = handle_arg!(env, argv, GateInner);
-    // SAFETY: env is this callback's; argv[1] one of its arguments (`undefined` if absent).
-    let id = unsafe { number(env, argv[1]) };
-    let outcome = outcome!(env, argv[2]);
-    let now = now!(env, argv, argc, 3);
-    // SAFETY: env is this callback's, open until it returns.
-    unsafe { ret(env, h.release(id, now, outcome)) }
+    unsafe { handle_id_outcome_now(env, info, GateInner::release) }
 }
 
-/// The gate's raw callbacks (registered with the others in `fast`).
+/// The gate's raw callbacks (registered by `fast`).
 pub const FAST: &[(&str, Callback)] = &[
     ("gateTryAcquire", gate_try_acquire),
     ("gateArrive", gate_arrive),

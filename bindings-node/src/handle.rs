@@ -101,3 +101,24 @@ pub unsafe fn get<'a, T: Tagged>(env: sys::napi_env, value: sys::napi_value) -> 
         Some(&*Rc::as_ptr(&(*boxed).inner))
     }
 }
+
+/// Tags of the handle types (ASCII "SG" + a kind number), checked on every fast call. One
+/// list, so no two types share a tag.
+pub mod tags {
+    /// `Limiter`.
+    pub const LIMITER: u64 = 0x5347_0000_0000_0001;
+    /// `Gate`.
+    pub const GATE: u64 = 0x5347_0000_0000_0002;
+    /// `CircuitBreaker`.
+    pub const BREAKER: u64 = 0x5347_0000_0000_0003;
+    /// `RetryBudget`.
+    pub const BUDGET: u64 = 0x5347_0000_0000_0004;
+    /// `RateLimiter`.
+    pub const RATE: u64 = 0x5347_0000_0000_0005;
+    /// `KeyedLimits`.
+    pub const KEYED: u64 = 0x5347_0000_0000_0006;
+    /// `AdaptiveThrottle`.
+    pub const THROTTLE: u64 = 0x5347_0000_0000_0007;
+    /// `Gate.shared`.
+    pub const SHARED_GATE: u64 = 0x5347_0000_0000_0008;
+}

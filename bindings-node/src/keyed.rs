@@ -2,9 +2,12 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::ffi::c_char;
+use std::ptr;
 use std::rc::Rc;
 
 use napi::bindgen_prelude::*;
+use napi::sys;
 use napi_derive::napi;
 use surgeguard_core::keyed::{
     self, hash_key, KeyPermit, KeyedConfig, KeyedLimits, ShardRate, MAX_BODY_LEN,
@@ -13,8 +16,8 @@ use surgeguard_core::{Reason, Rejected};
 
 use crate::clock::resolve_now;
 use crate::convert::{config_err, int_in, ms_to_ns, range, u32_of};
-use crate::fast::{refuse, tags};
-use crate::handle::{new_handle, Tagged};
+use crate::handle::{new_handle, tags, Tagged};
+use crate::raw::{args, bad_type, count, handle_arg, now, number, refuse, ret, Callback};
 use crate::slab::Slab;
 #[cfg(target_os = "linux")]
 use surgeguard::shm::{SharedKeyPermit, SharedKeyedLimits, ShmError};
@@ -181,7 +184,7 @@ impl KeyedInner {
                 }
             },
             Err(Some(r)) => refuse(r),
-            Err(None) => crate::fast::SHM_TABLE_FULL,
+            Err(None) => crate::raw::SHM_TABLE_FULL,
         }
     }
 
@@ -462,6 +465,101 @@ impl NativeKeyedLimits {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// The hot path, as raw callbacks (see `fast`): keyedAcquire(h, key, cost[, nowNs]) -> id |
+// -reason | SHM_TABLE_FULL; keyedRelease(h, id) -> 0 | -1 | -2.
+
+/// Keys shorter than this many UTF-8 bytes are hashed from a stack buffer (their bytes and
+/// N-API's NUL fit); longer ones allocate.
+const KEY_STACK: usize = 256;
+
+/// # Safety
+/// Called only by N-API, as a [`Callback`].
+unsafe extern "C" fn keyed_acquire(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    // SAFETY: env and info are what N-API passed to this callback (the `Callback` contract).
+    let (argv, argc) = unsafe { args::<4>(env, info) };
+    let h = handle_arg!(env, argv, KeyedInner);
+    // SAFETY: env is this callback's and argv[1] one of its arguments.
+    let Some(hash) = (unsafe { hash_string_arg(env, argv[1], h.seed()) }) else {
+        // SAFETY: env is this callback's.
+        return unsafe { bad_type(env, "key must be a string") };
+    };
+    let cost = count!(env, argv[2], u32::MAX, "cost must be a whole number in [0, 2^32)");
+    let now = now!(env, argv, argc, 3);
+    // SAFETY: env is this callback's, open until it returns.
+    unsafe { ret(env, h.acquire(hash, now, cost as u32)) }
+}
+
+/// # Safety
+/// Called only by N-API, as a [`Callback`].
+unsafe extern "C" fn keyed_release(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    // SAFETY: env and info are what N-API passed to this callback (the `Callback` contract).
+    let (argv, _argc) = unsafe { args::<2>(env, info) };
+    let h = handle_arg!(env, argv, KeyedInner);
+    // SAFETY: env is this callback's; argv[1] one of its arguments (`undefined` if absent).
+    let id = unsafe { number(env, argv[1]) };
+    // SAFETY: env is this callback's, open until it returns.
+    unsafe { ret(env, h.release(id)) }
+}
+
+/// `hash_key(seed, utf8(v))`, or `None` if `v` is not a string (or N-API fails).
+///
+/// The exact UTF-8 length is asked first: N-API copies only whole characters, so a copy
+/// into a buffer that is too small can come back a few bytes short without any sign of
+/// truncation. The bytes are then read into a buffer of exactly that length plus the NUL.
+///
+/// # Safety
+/// `env` must be the running callback's env and `v` NULL or a value of that callback.
+unsafe fn hash_string_arg(env: sys::napi_env, v: sys::napi_value, seed: u64) -> Option<u64> {
+    let mut len = 0usize;
+    // SAFETY: env and `v` are the running callback's (this fn's contract; a non-string
+    // returns `napi_string_expected`, a NULL `v` `napi_invalid_arg`); with a NULL buffer
+    // N-API writes only the length in bytes, without the NUL, to `len`.
+    let status = unsafe { sys::napi_get_value_string_utf8(env, v, ptr::null_mut(), 0, &mut len) };
+    if status != sys::Status::napi_ok {
+        return None;
+    }
+    let size = len.checked_add(1)?;
+    let mut stack = [0u8; KEY_STACK];
+    let mut heap = Vec::new();
+    let buf: &mut [u8] = if size <= KEY_STACK {
+        &mut stack[..size]
+    } else {
+        heap.resize(size, 0u8);
+        &mut heap[..]
+    };
+    let mut copied = 0usize;
+    // SAFETY: env and `v` as above (`v` is a string); `buf` is writable for the `buf.len()`
+    // bytes passed as its size, and N-API writes at most `buf.len() - 1` of them plus a NUL.
+    let status = unsafe {
+        sys::napi_get_value_string_utf8(
+            env,
+            v,
+            buf.as_mut_ptr().cast::<c_char>(),
+            buf.len(),
+            &mut copied,
+        )
+    };
+    // The whole string fits, so anything but all `len` bytes is a failure, not a key.
+    if status != sys::Status::napi_ok || copied != len {
+        return None;
+    }
+    Some(hash_key(seed, &buf[..len]))
+}
+
+/// The key table's raw callbacks (registered by `fast`).
+pub const FAST: &[(&str, Callback)] =
+    &[("keyedAcquire", keyed_acquire), ("keyedRelease", keyed_release)];
+
+// ---------------------------------------------------------------------------------------
+// Functions
 
 /// `hash_key(seed, utf8(key))` as a BigInt (the same value every binding computes).
 #[napi(js_name = "hashKey")]

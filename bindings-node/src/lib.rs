@@ -8,7 +8,8 @@
 //! - **Cold paths** (constructors, metrics, configuration, polls) are ordinary napi-rs
 //!   classes and functions (`#[napi]`): convenient, ~250 ns a call.
 //! - **Hot paths** (acquire, release, budget check, rate check, keyed acquire) are raw
-//!   N-API callbacks in [`fast`], registered on the exports' `fast` object. They take a
+//!   N-API callbacks beside each family's class, built on the helpers in [`raw`] and
+//!   registered by [`fast`] on the exports' `fast` object. They take a
 //!   *handle* (an N-API external made by [`handle::new_handle`]) as the first argument
 //!   instead of unwrapping `this` (~80 ns saved), return plain numbers (no BigInt, no
 //!   objects), and read the clock natively. Measured on the development machine while
@@ -34,6 +35,7 @@ pub mod gate;
 pub mod handle;
 pub mod keyed;
 pub mod limiter;
+pub mod raw;
 pub mod resilience;
 pub mod shared;
 pub mod shared_gate;

@@ -3,6 +3,7 @@
 use std::rc::Rc;
 
 use napi::bindgen_prelude::*;
+use napi::sys;
 use napi_derive::napi;
 use surgeguard_core::limit::{
     AimdConfig, AlgorithmConfig, FixedConfig, Gradient2Config, GradientConfig, HysteresisConfig,
@@ -11,9 +12,11 @@ use surgeguard_core::limit::{
 use surgeguard_core::{Limiter, LimiterConfig, LimiterMetrics, Outcome, Priority};
 
 use crate::convert::{config_err, finite, int_in, ms_to_ns, range};
-use crate::fast::tags;
-use crate::handle::{new_handle, Tagged};
-use crate::shared::{CorePermit, LimiterCore};
+use crate::handle::{new_handle, tags, Tagged};
+use crate::raw::{
+    args, handle_arg, handle_id_outcome_now, level, now, refuse, ret, Callback, SHM_TABLE_FULL,
+};
+use crate::shared::{AcquireError, CorePermit, LimiterCore, ReleaseError};
 use crate::slab::Slab;
 
 /// Limiter options, as the facade normalises them (durations in ms).
@@ -333,6 +336,35 @@ impl Tagged for LimiterInner {
     const TAG: u64 = tags::LIMITER;
 }
 
+impl LimiterInner {
+    /// A permit id, `-reason`, `-1` (2^24 permits live) or `SHM_TABLE_FULL`.
+    #[inline]
+    pub fn acquire(&self, now: u64, level: Priority) -> f64 {
+        match self.core.acquire(now, level) {
+            Ok(p) => self.permits.insert(p).unwrap_or_else(|p| {
+                let _ = self.core.release(p, now, Outcome::Ignored);
+                -1.0
+            }),
+            Err(AcquireError::Rejected(r)) => refuse(r),
+            Err(AcquireError::TableFull) => SHM_TABLE_FULL,
+        }
+    }
+
+    /// `0`, `-1` (not live: released twice, never issued, or reclaimed) or `-2` (another
+    /// object's).
+    #[inline]
+    pub fn release(&self, id: f64, now: u64, outcome: Outcome) -> f64 {
+        match self.permits.take(id) {
+            Some(p) => match self.core.release(p, now, outcome) {
+                Ok(()) => 0.0,
+                Err(ReleaseError::AlreadyReleased) => -1.0,
+                Err(ReleaseError::Foreign) => -2.0,
+            },
+            None => -1.0,
+        }
+    }
+}
+
 /// A limiter snapshot (numbers; per-level arrays have one entry per level).
 #[napi(object)]
 pub struct LimiterMetricsJs {
@@ -503,3 +535,36 @@ impl NativeLimiter {
         limiter_metrics(&self.inner.core.metrics())
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// The hot path, as raw callbacks (see `fast`): limiterAcquire(h, level[, nowNs]) -> permit
+// id | -reason | SHM_TABLE_FULL; limiterRelease(h, id, outcome[, nowNs]) -> 0 | -1 | -2.
+
+/// # Safety
+/// Called only by N-API, as a [`Callback`].
+unsafe extern "C" fn limiter_acquire(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    // SAFETY: env and info are what N-API passed to this callback (the `Callback` contract).
+    let (argv, argc) = unsafe { args::<3>(env, info) };
+    let h = handle_arg!(env, argv, LimiterInner);
+    let level = level!(env, argv[1], h.levels);
+    let now = now!(env, argv, argc, 2);
+    // SAFETY: env is this callback's, open until it returns.
+    unsafe { ret(env, h.acquire(now, level)) }
+}
+
+/// # Safety
+/// Called only by N-API, as a [`Callback`].
+unsafe extern "C" fn limiter_release(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    // SAFETY: env and info are what N-API passed to this callback (the `Callback` contract).
+    unsafe { handle_id_outcome_now(env, info, LimiterInner::release) }
+}
+
+/// The limiter's raw callbacks (registered by `fast`).
+pub const FAST: &[(&str, Callback)] =
+    &[("limiterAcquire", limiter_acquire), ("limiterRelease", limiter_release)];

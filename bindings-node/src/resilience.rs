@@ -5,6 +5,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use napi::bindgen_prelude::*;
+use napi::sys;
 use napi_derive::napi;
 use surgeguard_core::backoff::{Backoff, BackoffConfig, Jitter};
 use surgeguard_core::breaker::{
@@ -20,8 +21,11 @@ use surgeguard_core::Outcome;
 
 use crate::clock::resolve_now;
 use crate::convert::{config_err, finite, int_in, ms_to_ns, ns_to_ms, range, u32_of};
-use crate::fast::{refuse, tags};
-use crate::handle::{new_handle, Tagged};
+use crate::handle::{new_handle, tags, Tagged};
+use crate::raw::{
+    args, bad_type, count, handle_arg, handle_id_outcome_now, handle_now, now, refuse, ret,
+    Callback,
+};
 use crate::shared::Placed;
 use crate::slab::Slab;
 
@@ -145,6 +149,38 @@ impl NativeRetryBudget {
             retries_denied: m.retries_denied as f64,
             available: m.available as f64,
         }
+    }
+}
+
+// budgetDeposit(h[, nowNs]) -> 0; budgetTryWithdraw(h[, nowNs]) -> 0 | -reason
+
+/// # Safety
+/// Called only by N-API, as a [`Callback`].
+unsafe extern "C" fn budget_deposit(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    // SAFETY: env and info are what N-API passed to this callback (the `Callback` contract).
+    unsafe {
+        handle_now(env, info, |h: &BudgetInner, now| {
+            h.core.deposit(now);
+            0.0
+        })
+    }
+}
+
+/// # Safety
+/// Called only by N-API, as a [`Callback`].
+unsafe extern "C" fn budget_try_withdraw(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    // SAFETY: env and info are what N-API passed to this callback (the `Callback` contract).
+    unsafe {
+        handle_now(env, info, |h: &BudgetInner, now| match h.core.try_withdraw(now) {
+            Ok(()) => 0.0,
+            Err(r) => refuse(r),
+        })
     }
 }
 
@@ -324,6 +360,40 @@ impl NativeAdaptiveThrottle {
             throttled: m.throttled as f64,
         }
     }
+}
+
+// throttleCheck(h[, nowNs]) -> 0 | -reason; throttleRecord(h, accepted[, nowNs]) -> 0
+
+/// # Safety
+/// Called only by N-API, as a [`Callback`].
+unsafe extern "C" fn throttle_check(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    // SAFETY: env and info are what N-API passed to this callback (the `Callback` contract).
+    unsafe { handle_now(env, info, AdaptiveThrottleInner::check) }
+}
+
+/// # Safety
+/// Called only by N-API, as a [`Callback`].
+unsafe extern "C" fn throttle_record(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    // SAFETY: env and info are what N-API passed to this callback (the `Callback` contract).
+    let (argv, argc) = unsafe { args::<3>(env, info) };
+    let h = handle_arg!(env, argv, AdaptiveThrottleInner);
+    let mut accepted = false;
+    // SAFETY: env is this callback's and argv[1] one of its arguments (`undefined` if not
+    // passed: `napi_boolean_expected`, `accepted` untouched); `accepted` is a valid out-pointer.
+    if unsafe { sys::napi_get_value_bool(env, argv[1], &mut accepted) } != sys::Status::napi_ok {
+        // SAFETY: env is this callback's.
+        return unsafe { bad_type(env, "accepted must be a boolean") };
+    }
+    let now = now!(env, argv, argc, 2);
+    h.core.record(now, accepted);
+    // SAFETY: env is this callback's, open until it returns.
+    unsafe { ret(env, 0.0) }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -589,6 +659,28 @@ impl NativeCircuitBreaker {
     }
 }
 
+// breakerAcquire(h[, nowNs]) -> id | -reason; breakerRecord(h, id, outcome[, nowNs]) -> 0 | -1
+
+/// # Safety
+/// Called only by N-API, as a [`Callback`].
+unsafe extern "C" fn breaker_acquire(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    // SAFETY: env and info are what N-API passed to this callback (the `Callback` contract).
+    unsafe { handle_now(env, info, BreakerInner::acquire) }
+}
+
+/// # Safety
+/// Called only by N-API, as a [`Callback`].
+unsafe extern "C" fn breaker_record(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    // SAFETY: env and info are what N-API passed to this callback (the `Callback` contract).
+    unsafe { handle_id_outcome_now(env, info, BreakerInner::record) }
+}
+
 // ---------------------------------------------------------------------------------------
 // RateLimiter (GCRA)
 
@@ -693,6 +785,27 @@ impl NativeRateLimiter {
     }
 }
 
+// rateCheck(h, cost[, nowNs]) -> 0 | -reason
+
+/// # Safety
+/// Called only by N-API, as a [`Callback`].
+unsafe extern "C" fn rate_check(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    // SAFETY: env and info are what N-API passed to this callback (the `Callback` contract).
+    let (argv, argc) = unsafe { args::<3>(env, info) };
+    let h = handle_arg!(env, argv, RateInner);
+    let cost = count!(env, argv[1], u32::MAX, "cost must be a whole number in [0, 2^32)");
+    let now = now!(env, argv, argc, 2);
+    let r = match h.core.check(now, cost as u32) {
+        Ok(()) => 0.0,
+        Err(r) => refuse(r),
+    };
+    // SAFETY: env is this callback's, open until it returns.
+    unsafe { ret(env, r) }
+}
+
 // ---------------------------------------------------------------------------------------
 // PacedDrain
 
@@ -766,3 +879,14 @@ impl NativePacedDrain {
         }
     }
 }
+
+/// The raw callbacks of this module's classes (registered by `fast`).
+pub const FAST: &[(&str, Callback)] = &[
+    ("breakerAcquire", breaker_acquire),
+    ("breakerRecord", breaker_record),
+    ("budgetDeposit", budget_deposit),
+    ("budgetTryWithdraw", budget_try_withdraw),
+    ("throttleCheck", throttle_check),
+    ("throttleRecord", throttle_record),
+    ("rateCheck", rate_check),
+];

@@ -24,25 +24,24 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use std::rc::Rc;
+
 use napi::bindgen_prelude::*;
+use napi::sys;
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi_derive::napi;
-use surgeguard_core::{Outcome, Reason, Rejected};
+use surgeguard_core::{Outcome, Priority, Reason, Rejected};
 
 use crate::clock::resolve_now;
 use crate::convert::{level_of, ns_to_ms, outcome_of};
-use crate::fast::{
-    args, bigint_now, handle_arg, level, now, number, outcome, ret, tags, throw, Callback,
-    SHM_TABLE_FULL,
+use crate::gate::{
+    deadline_of, gate_config, gate_metrics, handle_level_timeout_now, state_name, GateMetricsJs,
+    GateOptions, QUEUED_BASE,
 };
-use crate::fast::{refuse, QUEUED_BASE};
-use crate::gate::{deadline_of, gate_config, gate_metrics, state_name, GateMetricsJs, GateOptions};
-use crate::handle::{new_handle, Tagged};
+use crate::handle::{new_handle, tags, Tagged};
 use crate::limiter::set_static;
+use crate::raw::{handle_id_outcome_now, refuse, Callback, SHM_TABLE_FULL};
 use crate::slab::Slab;
-use napi::sys;
-use std::rc::Rc;
-use surgeguard_core::Priority;
 
 #[cfg(target_os = "linux")]
 use surgeguard::shm::{
@@ -570,24 +569,14 @@ unsafe extern "C" fn shared_gate_try_acquire(
     info: sys::napi_callback_info,
 ) -> sys::napi_value {
     // SAFETY: env and info are what N-API passed to this callback (the `Callback` contract).
-    let (argv, argc) = unsafe { args::<4>(env, info) };
-    let h = handle_arg!(env, argv, SharedGateInner);
-    let level = level!(env, argv[1], h.levels);
-    let timeout = if argc > 2 {
-        // SAFETY: env is this callback's; argv[2] one of its arguments.
-        unsafe { number(env, argv[2]) }
-    } else {
-        -1.0
-    };
-    let now = now!(env, argv, argc, 3);
-    let Ok(deadline) = deadline_of(timeout, now) else {
-        // SAFETY: env is this callback's.
-        return unsafe {
-            crate::fast::bad_number(env, argv[2], "timeoutMs must be -1 or a finite number ≥ 0")
-        };
-    };
-    // SAFETY: env is this callback's, open until it returns.
-    unsafe { ret(env, h.try_acquire(now, level, deadline)) }
+    unsafe {
+        handle_level_timeout_now(
+            env,
+            info,
+            |h: &SharedGateInner| h.levels,
+            SharedGateInner::try_acquire,
+        )
+    }
 }
 
 /// # Safety
@@ -598,17 +587,10 @@ unsafe extern "C" fn shared_gate_release(
     info: sys::napi_callback_info,
 ) -> sys::napi_value {
     // SAFETY: env and info are what N-API passed to this callback (the `Callback` contract).
-    let (argv, argc) = unsafe { args::<4>(env, info) };
-    let h = handle_arg!(env, argv, SharedGateInner);
-    // SAFETY: env is this callback's; argv[1] one of its arguments (`undefined` if absent).
-    let id = unsafe { number(env, argv[1]) };
-    let outcome = outcome!(env, argv[2]);
-    let now = now!(env, argv, argc, 3);
-    // SAFETY: env is this callback's, open until it returns.
-    unsafe { ret(env, h.release(id, now, outcome)) }
+    unsafe { handle_id_outcome_now(env, info, SharedGateInner::release) }
 }
 
-/// The shared gate's raw callbacks (registered with the others in `fast`; none where
+/// The shared gate's raw callbacks (registered by `fast`; none where
 /// shared memory is not built: the facade cannot make a shared gate there).
 #[cfg(target_os = "linux")]
 pub const FAST: &[(&str, Callback)] = &[
