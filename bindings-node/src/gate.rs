@@ -18,7 +18,7 @@ use surgeguard_core::queue::Ticket;
 use surgeguard_core::{Outcome, Priority, RawPermit, Reason, Rejected};
 
 use crate::clock::resolve_now;
-use crate::convert::{config_err, finite, int_in, ms_to_ns, ns_to_ms, range, usage_err};
+use crate::convert::{config_err, finite, int_in, level_of, ms_to_ns, ns_to_ms, range, usage_err};
 use crate::handle::{new_handle, tags, Tagged};
 use crate::limiter::{
     limiter_config, limiter_metrics, set_static, LimiterMetricsJs, LimiterOptions,
@@ -133,19 +133,9 @@ impl GateInner {
                 match ev.take() {
                     Some(Event::Granted(t, p)) => {
                         let id = self.permit_id(p, now);
-                        if id >= 0.0 {
-                            out.extend([0.0, ticket_to_js(t).1, id, 0.0]);
-                        } else {
-                            let r = f64::from(Reason::LimitReached as u8);
-                            let ms = ns_to_ms(self.fallback_retry_ns);
-                            out.extend([1.0, ticket_to_js(t).1, r, ms]);
-                        }
+                        push_granted(&mut out, ticket_to_js(t).1, id, self.fallback_retry_ns);
                     }
-                    Some(Event::Expired(t, r)) => {
-                        let reason = f64::from(r.reason as u8);
-                        let ms = ns_to_ms(r.retry_after);
-                        out.extend([1.0, ticket_to_js(t).1, reason, ms]);
-                    }
+                    Some(Event::Expired(t, r)) => push_expired(&mut out, ticket_to_js(t).1, r),
                     None => {}
                 }
             }
@@ -154,6 +144,23 @@ impl GateInner {
             }
         }
     }
+}
+
+/// Appends a grant to a poll's `[kind, ticket, a, b]` quadruples: kind 0 with `a` = the
+/// permit id `pid`; or, if the permit could not be stored (`pid < 0`), an expiry
+/// `limit_reached` with `retry_after_ns`.
+pub(crate) fn push_granted(out: &mut Vec<f64>, ticket: f64, pid: f64, retry_after_ns: u64) {
+    if pid >= 0.0 {
+        out.extend([0.0, ticket, pid, 0.0]);
+    } else {
+        push_expired(out, ticket, Rejected::new(Reason::LimitReached, retry_after_ns));
+    }
+}
+
+/// Appends an expiry to a poll's quadruples: kind 1 with `a` = the reason code and `b` =
+/// retryAfterMs.
+pub(crate) fn push_expired(out: &mut Vec<f64>, ticket: f64, r: Rejected) {
+    out.extend([1.0, ticket, f64::from(r.reason as u8), ns_to_ms(r.retry_after)]);
 }
 
 #[napi(object)]
@@ -336,10 +343,7 @@ impl NativeGate {
     #[napi]
     pub fn next_wakeup_ms(&self, now_ns: Option<BigInt>) -> Result<f64> {
         let now = resolve_now(now_ns)?;
-        Ok(match self.inner.core.next_wakeup(now) {
-            Some(t) => ns_to_ms(t.saturating_sub(now)),
-            None => -1.0,
-        })
+        Ok(wakeup_ms(&self.inner.core, now))
     }
 
     /// The brownout dimmer in [0, 1] (serve optional content with probability `1 − d`).
@@ -352,10 +356,7 @@ impl NativeGate {
     /// The on-call switch: shed every level ≥ `level`; `null` turns it off.
     #[napi]
     pub fn set_shed_level(&self, level: Option<f64>) -> Result<()> {
-        let p = match level {
-            Some(x) => Some(crate::convert::level_of(x, self.inner.levels)?),
-            None => None,
-        };
+        let p = level.map(|x| level_of(x, self.inner.levels)).transpose()?;
         self.inner.core.set_shed_level(p);
         Ok(())
     }
@@ -400,6 +401,14 @@ impl NativeGate {
     #[napi]
     pub fn metrics(&self) -> GateMetricsJs {
         gate_metrics(&self.inner.core, self.inner.levels)
+    }
+}
+
+/// When a gate's one timer should next poll, in ms from `now`; -1 when nothing waits.
+pub(crate) fn wakeup_ms<const C: usize>(g: &Gate<C>, now: u64) -> f64 {
+    match g.next_wakeup(now) {
+        Some(t) => ns_to_ms(t.saturating_sub(now)),
+        None => -1.0,
     }
 }
 
@@ -457,10 +466,19 @@ pub(crate) fn deadline_of(timeout: f64, now: u64) -> std::result::Result<Option<
     }
 }
 
-/// The body of `gateTryAcquire` and `sharedGateTryAcquire`, `(h, level[, timeoutMs[,
-/// nowNs]])`: reads the handle, a level below `levels(h)`, the timeout (absent or -1 for
-/// none, else a non-negative number: a core deadline) and the time, returns
-/// `try_acquire(h, now, level, deadline)`. `inline(always)`, as the shapes in `raw`.
+/// Whether a gate callback's `timeoutMs` may be left out.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Timeout {
+    /// Absent means none (as -1): `*TryAcquire`.
+    Optional,
+    /// Always read (absent is refused): `gateArrive`.
+    Required,
+}
+
+/// The body of the gate callbacks `(h, level[, timeoutMs[, nowNs]])` (`timeoutMs` required
+/// by [`Timeout::Required`]): reads the handle, a level below `levels(h)`, the timeout (-1
+/// for none, else a non-negative number: a core deadline) and the time, returns
+/// `call(h, now, level, deadline)`. `inline(always)`, as the shapes in `raw`.
 ///
 /// # Safety
 /// `env` and `info` must be the arguments N-API passed to the [`Callback`] now running.
@@ -468,28 +486,32 @@ pub(crate) fn deadline_of(timeout: f64, now: u64) -> std::result::Result<Option<
 pub(crate) unsafe fn handle_level_timeout_now<T: Tagged>(
     env: sys::napi_env,
     info: sys::napi_callback_info,
+    timeout: Timeout,
     levels: impl FnOnce(&T) -> u8,
-    try_acquire: impl FnOnce(&T, u64, Priority, Option<u64>) -> f64,
+    call: impl FnOnce(&T, u64, Priority, Option<u64>) -> f64,
 ) -> sys::napi_value {
     // SAFETY: env and info are the running callback's (this fn's contract).
     let (argv, argc) = unsafe { args::<4>(env, info) };
     let h = handle_arg!(env, argv, T);
     let level = level!(env, argv[1], levels(h));
-    let timeout = if argc > 2 {
-        // SAFETY: env is the running callback's; argv[2] one of its arguments.
+    let timeout_ms = if timeout == Timeout::Required || argc > 2 {
+        // SAFETY: env is the running callback's; argv[2] one of its arguments (`undefined`
+        // if absent).
         unsafe { number(env, argv[2]) }
     } else {
         -1.0
     };
     let now = now!(env, argv, argc, 3);
-    let Ok(deadline) = deadline_of(timeout, now) else {
-        // SAFETY: env is the running callback's.
-        return unsafe {
-            bad_number(env, argv[2], "timeoutMs must be -1 or a finite number ≥ 0")
+    let Ok(deadline) = deadline_of(timeout_ms, now) else {
+        let msg = match timeout {
+            Timeout::Optional => "timeoutMs must be -1 or a finite number ≥ 0",
+            Timeout::Required => "timeoutMs must be a finite number ≥ 0",
         };
+        // SAFETY: env is the running callback's.
+        return unsafe { bad_number(env, argv[2], msg) };
     };
     // SAFETY: env is the running callback's, open until it returns.
-    unsafe { ret(env, try_acquire(h, now, level, deadline)) }
+    unsafe { ret(env, call(h, now, level, deadline)) }
 }
 
 /// # Safety
@@ -498,8 +520,11 @@ unsafe extern "C" fn gate_try_acquire(
     env: sys::napi_env,
     info: sys::napi_callback_info,
 ) -> sys::napi_value {
+    let levels = |h: &GateInner| h.levels;
     // SAFETY: env and info are what N-API passed to this callback (the `Callback` contract).
-    unsafe { handle_level_timeout_now(env, info, |h: &GateInner| h.levels, GateInner::try_acquire) }
+    unsafe {
+        handle_level_timeout_now(env, info, Timeout::Optional, levels, GateInner::try_acquire)
+    }
 }
 
 /// # Safety
@@ -508,20 +533,9 @@ unsafe extern "C" fn gate_arrive(
     env: sys::napi_env,
     info: sys::napi_callback_info,
 ) -> sys::napi_value {
+    let levels = |h: &GateInner| h.levels;
     // SAFETY: env and info are what N-API passed to this callback (the `Callback` contract).
-    let (argv, argc) = unsafe { args::<4>(env, info) };
-    let h = handle_arg!(env, argv, GateInner);
-    let level = level!(env, argv[1], h.levels);
-    // timeoutMs: a non-negative number, or -1 for none.
-    // SAFETY: env is this callback's; argv[2] one of its arguments (`undefined` if absent).
-    let timeout = unsafe { number(env, argv[2]) };
-    let now = now!(env, argv, argc, 3);
-    let Ok(deadline) = deadline_of(timeout, now) else {
-        // SAFETY: env is this callback's.
-        return unsafe { bad_number(env, argv[2], "timeoutMs must be a finite number ≥ 0") };
-    };
-    // SAFETY: env is this callback's, open until it returns.
-    unsafe { ret(env, h.arrive(now, level, deadline)) }
+    unsafe { handle_level_timeout_now(env, info, Timeout::Required, levels, GateInner::arrive) }
 }
 
 /// # Safety

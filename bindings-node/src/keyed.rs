@@ -144,6 +144,20 @@ macro_rules! each {
     };
 }
 
+/// The [`Table`] of `$shards` shards (16, 64, 256 or 1024), its `Tbl` made by `$tbl` (an
+/// expression whose table size is inferred from the variant), or a returned range error.
+macro_rules! table_of {
+    ($shards:expr, $tbl:expr) => {
+        match $shards {
+            16.0 => Table::S16($tbl),
+            64.0 => Table::S64($tbl),
+            256.0 => Table::S256($tbl),
+            1024.0 => Table::S1024($tbl),
+            _ => return Err(range("shards", "must be 16, 64, 256 or 1024")),
+        }
+    };
+}
+
 /// What a `KeyedLimits` handle points at.
 pub struct KeyedInner {
     table: Table,
@@ -302,13 +316,10 @@ impl NativeKeyedLimits {
         let shards = options.shards;
         let c = keyed_config(options)?;
         let err = |e| config_err("KeyedLimits", e);
-        let table = match shards.unwrap_or(64.0) {
-            16.0 => Table::S16(Tbl::Local(Box::new(KeyedLimits::new(c).map_err(err)?))),
-            64.0 => Table::S64(Tbl::Local(Box::new(KeyedLimits::new(c).map_err(err)?))),
-            256.0 => Table::S256(Tbl::Local(Box::new(KeyedLimits::new(c).map_err(err)?))),
-            1024.0 => Table::S1024(Tbl::Local(Box::new(KeyedLimits::new(c).map_err(err)?))),
-            _ => return Err(range("shards", "must be 16, 64, 256 or 1024")),
-        };
+        let table = table_of!(
+            shards.unwrap_or(64.0),
+            Tbl::Local(Box::new(KeyedLimits::new(c).map_err(err)?))
+        );
         Ok(Self::wrap(table))
     }
 
@@ -334,21 +345,10 @@ impl NativeKeyedLimits {
         #[cfg(target_os = "linux")]
         {
             let e = |e| crate::shared::shm_err("KeyedLimits", e);
-            let table = match shards {
-                16.0 => {
-                    Table::S16(Tbl::Shared(Box::new(SharedKeyedLimits::open(&name, c).map_err(e)?)))
-                }
-                64.0 => {
-                    Table::S64(Tbl::Shared(Box::new(SharedKeyedLimits::open(&name, c).map_err(e)?)))
-                }
-                256.0 => Table::S256(Tbl::Shared(Box::new(
-                    SharedKeyedLimits::open(&name, c).map_err(e)?,
-                ))),
-                1024.0 => Table::S1024(Tbl::Shared(Box::new(
-                    SharedKeyedLimits::open(&name, c).map_err(e)?,
-                ))),
-                _ => return Err(range("shards", "must be 16, 64, 256 or 1024")),
-            };
+            let table = table_of!(
+                shards,
+                Tbl::Shared(Box::new(SharedKeyedLimits::open(&name, c).map_err(e)?))
+            );
             Ok(Self::wrap(table))
         }
         #[cfg(not(target_os = "linux"))]

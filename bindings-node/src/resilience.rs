@@ -690,6 +690,11 @@ pub struct RateLimiterOptions {
     pub burst: Option<f64>,
 }
 
+fn rate_config(o: &RateLimiterOptions) -> Result<RateLimiterConfig> {
+    let burst = o.burst.map_or(Ok(1), |b| u32_of("burst", b))?;
+    Ok(RateLimiterConfig { per_second: finite("perSecond", o.per_second)?, burst })
+}
+
 /// What a `RateLimiter` handle points at.
 pub struct RateInner {
     /// The core limiter (in-process or shared).
@@ -717,8 +722,7 @@ pub struct NativeRateLimiter {
 impl NativeRateLimiter {
     #[napi(constructor)]
     pub fn new(options: RateLimiterOptions) -> Result<Self> {
-        let burst = options.burst.map_or(Ok(1), |b| u32_of("burst", b))?;
-        let c = RateLimiterConfig { per_second: finite("perSecond", options.per_second)?, burst };
+        let c = rate_config(&options)?;
         let core = RateLimiter::new(c).map_err(|e| config_err("RateLimiter", e))?;
         Ok(Self { inner: Rc::new(RateInner { core: Placed::Local(core) }) })
     }
@@ -727,8 +731,7 @@ impl NativeRateLimiter {
     /// config).
     #[napi(factory)]
     pub fn open_shared(name: String, options: RateLimiterOptions) -> Result<Self> {
-        let burst = options.burst.map_or(Ok(1), |b| u32_of("burst", b))?;
-        let c = RateLimiterConfig { per_second: finite("perSecond", options.per_second)?, burst };
+        let c = rate_config(&options)?;
         #[cfg(target_os = "linux")]
         {
             let core = surgeguard::shm::SharedRateLimiter::open(&name, c)

@@ -33,10 +33,10 @@ use napi_derive::napi;
 use surgeguard_core::{Outcome, Priority, Reason, Rejected};
 
 use crate::clock::resolve_now;
-use crate::convert::{level_of, ns_to_ms, outcome_of};
+use crate::convert::{level_of, outcome_of};
 use crate::gate::{
-    deadline_of, gate_config, gate_metrics, handle_level_timeout_now, state_name, GateMetricsJs,
-    GateOptions, QUEUED_BASE,
+    deadline_of, gate_config, gate_metrics, handle_level_timeout_now, push_expired, push_granted,
+    state_name, wakeup_ms, GateMetricsJs, GateOptions, Timeout, QUEUED_BASE,
 };
 use crate::handle::{new_handle, tags, Tagged};
 use crate::limiter::set_static;
@@ -250,20 +250,13 @@ impl NativeSharedGate {
                     Ok(None) => return true,
                     Ok(Some(SharedOutcome::Granted(p))) => {
                         let pid = self.inner.permit_id(p, now);
-                        if pid >= 0.0 {
-                            out.extend([0.0, id, pid, 0.0]);
-                        } else {
-                            let r = f64::from(Reason::LimitReached as u8);
-                            out.extend([1.0, id, r, ns_to_ms(self.inner.fallback_retry_ns)]);
-                        }
+                        push_granted(&mut out, id, pid, self.inner.fallback_retry_ns);
                     }
-                    Ok(Some(SharedOutcome::Expired(r))) => {
-                        out.extend([1.0, id, f64::from(r.reason as u8), ns_to_ms(r.retry_after)]);
-                    }
+                    Ok(Some(SharedOutcome::Expired(r))) => push_expired(&mut out, id, r),
                     // Its entry was cleared (this process was taken for dead): refused.
                     Err(_) => {
-                        let r = f64::from(Reason::LimitReached as u8);
-                        out.extend([1.0, id, r, ns_to_ms(self.inner.fallback_retry_ns)]);
+                        let r = Rejected::new(Reason::LimitReached, self.inner.fallback_retry_ns);
+                        push_expired(&mut out, id, r);
                     }
                 }
                 false
@@ -413,10 +406,7 @@ impl NativeSharedGate {
     #[napi]
     pub fn next_wakeup_ms(&self, now_ns: Option<BigInt>) -> Result<f64> {
         let now = resolve_now(now_ns)?;
-        Ok(match self.core()?.next_wakeup(now) {
-            Some(t) => ns_to_ms(t.saturating_sub(now)),
-            None => -1.0,
-        })
+        Ok(wakeup_ms(self.core()?, now))
     }
 
     #[napi]
@@ -427,10 +417,7 @@ impl NativeSharedGate {
 
     #[napi]
     pub fn set_shed_level(&self, level: Option<f64>) -> Result<()> {
-        let p = match level {
-            Some(x) => Some(level_of(x, self.inner.levels)?),
-            None => None,
-        };
+        let p = level.map(|x| level_of(x, self.inner.levels)).transpose()?;
         self.core()?.set_shed_level(p);
         Ok(())
     }
@@ -573,6 +560,7 @@ unsafe extern "C" fn shared_gate_try_acquire(
         handle_level_timeout_now(
             env,
             info,
+            Timeout::Optional,
             |h: &SharedGateInner| h.levels,
             SharedGateInner::try_acquire,
         )
