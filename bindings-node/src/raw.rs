@@ -4,9 +4,8 @@
 //!
 //! Nothing here knows a family: each family's callbacks sit beside its class (`limiter.rs`,
 //! `gate.rs`, `resilience.rs`, `keyed.rs`, `shared_gate.rs`) and build on these helpers;
-//! [`crate::fast`] registers them all on `exports.fast`. Every helper is a direct N-API call
-//! (no napi-rs wrapper, no allocation on the success path), and the hot ones are
-//! `#[inline]`.
+//! `fast` registers them all on `exports.fast`. The helpers call N-API directly (no
+//! napi-rs wrapper), allocate only to throw, and the hot ones are `#[inline]`.
 
 use std::cell::Cell;
 use std::ffi::CString;
@@ -17,7 +16,7 @@ use surgeguard_core::{Outcome, Rejected};
 
 use crate::handle::Tagged;
 
-/// A raw hot-path callback, as registered on `exports.fast` by [`crate::fast`].
+/// A raw hot-path callback, as registered on `exports.fast` by `fast`.
 ///
 /// # Safety
 /// Only N-API calls these: `env` is the env of the JS thread making the call and `info`
