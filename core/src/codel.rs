@@ -97,6 +97,10 @@ pub struct CodelMetrics {
     pub drops: u64,
     /// Intervals closed (folly bookkeeping).
     pub intervals: u64,
+    /// The target in force, ns ([`Codel::follow_service`]).
+    pub target_ns: u64,
+    /// The interval in force, ns.
+    pub interval_ns: u64,
 }
 
 /// CoDel for a request queue: call [`on_dequeue`](Codel::on_dequeue) with each waiter's
@@ -131,7 +135,7 @@ pub struct CodelMetrics {
 ///
 /// **Cost.** About ten relaxed atomic loads and stores per call, plus a read-modify-write
 /// when time advances (the clamp), the minimum falls, an interval closes or a waiter is
-/// dropped; under 128 bytes of state. The [`Gate`](crate::gate::Gate), the only caller of
+/// dropped; under 160 bytes of state. The [`Gate`](crate::gate::Gate), the only caller of
 /// its CoDels and one at a time, makes those loads and stores too (no read-modify-write).
 ///
 /// **Source.** folly `folly/executors/Codel.{h,cpp}` and HBase
@@ -139,8 +143,12 @@ pub struct CodelMetrics {
 #[derive(Debug)]
 #[repr(C)]
 pub struct Codel {
-    target_ns: u64,
-    interval_ns: u64,
+    /// The configured target and interval: the floors of the effective ones.
+    base_target_ns: u64,
+    base_interval_ns: u64,
+    /// The effective target and interval ([`Codel::follow_service`]).
+    target_ns: AtomicU64,
+    interval_ns: AtomicU64,
     mode: CodelMode,
     /// The latest `now` seen (the monotonic clamp).
     latest: AtomicU64,
@@ -172,8 +180,10 @@ impl Codel {
     pub fn new(cfg: CodelConfig) -> Result<Self, ConfigError> {
         cfg.validate()?;
         Ok(Self {
-            target_ns: cfg.target_ns,
-            interval_ns: cfg.interval_ns,
+            base_target_ns: cfg.target_ns,
+            base_interval_ns: cfg.interval_ns,
+            target_ns: AtomicU64::new(cfg.target_ns),
+            interval_ns: AtomicU64::new(cfg.interval_ns),
             mode: cfg.mode,
             latest: AtomicU64::new(0),
             min_delay: AtomicU64::new(0),
@@ -197,14 +207,61 @@ impl Codel {
 
     /// The settings this CoDel runs with.
     pub fn config(&self) -> CodelConfig {
-        CodelConfig { target_ns: self.target_ns, interval_ns: self.interval_ns, mode: self.mode }
+        CodelConfig {
+            target_ns: self.base_target_ns,
+            interval_ns: self.base_interval_ns,
+            mode: self.mode,
+        }
+    }
+
+    /// The target in force, ns: the configured one, or more after
+    /// [`follow_service`](Self::follow_service).
+    #[inline]
+    pub fn target_ns(&self) -> u64 {
+        self.target_ns.load(Ordering::Relaxed)
+    }
+
+    /// The interval in force, ns (see [`target_ns`](Self::target_ns)).
+    #[inline]
+    pub fn interval_ns(&self) -> u64 {
+        self.interval_ns.load(Ordering::Relaxed)
+    }
+
+    /// Scales the target and interval to the time a request holds its slot downstream,
+    /// `service_ns` (the uncongested service time; 0 = unknown): target
+    /// `max(configured target, service_ns / 2)`, interval `max(configured interval,
+    /// 10 × target)` (at most [`MAX_INTERVAL_NS`], the target at most half of it).
+    ///
+    /// Why: CoDel's constants are relative to the time one unit of work takes (RFC 8289
+    /// §4.3–4.4: the interval on the order of a round trip, the target 5–10% of it).
+    /// folly's 5 ms / 100 ms fit a server's own request queue, whose work takes well under
+    /// a millisecond. A queue in front of a dependency whose calls take 40 ms drains one
+    /// place per `service / limit`, so a healthy burst keeps a few waiters for tens of
+    /// milliseconds; under the folly constants that reads as a standing queue and is
+    /// sloughed, and the callers' retries add load the service did not have. Here a queue
+    /// is standing when it has not drained below half a call for five calls' time. (A
+    /// target of a whole call sloughed less at healthy load but, after a 3× slowdown,
+    /// left the backlog to time out for up to 1.5 s instead of 0.9 s.) Takes effect at the
+    /// next dequeue; with `service_ns / 2` at most the configured target, the configured
+    /// values stand.
+    pub fn follow_service(&self, service_ns: u64) {
+        let t = self.base_target_ns.max(service_ns / 2);
+        let i = self.base_interval_ns.max(t.saturating_mul(10)).min(MAX_INTERVAL_NS);
+        let t = t.min(i / 2);
+        if self.target_ns.load(Ordering::Relaxed) != t {
+            self.target_ns.store(t, Ordering::Relaxed);
+        }
+        if self.interval_ns.load(Ordering::Relaxed) != i {
+            self.interval_ns.store(i, Ordering::Relaxed);
+        }
     }
 
     /// folly's slough timeout: 2 × target. A waiter that waited longer than this while the
     /// queue is overloaded is dropped (folly mode).
-    pub const fn slough_timeout_ns(&self) -> u64 {
+    #[inline]
+    pub fn slough_timeout_ns(&self) -> u64 {
         // folly Codel: sloughTimeout = 2 × targetDelay
-        self.target_ns.saturating_mul(2)
+        self.target_ns().saturating_mul(2)
     }
 
     /// Judges one dequeue: `delay` is how long the waiter waited, `remaining` how many
@@ -243,7 +300,7 @@ impl Codel {
             self.pass_first.store(t, Ordering::Relaxed);
         }
         let last = self.pass_last.load(Ordering::Relaxed);
-        if t > last.saturating_add(self.interval_ns / 64) || last == 0 {
+        if t > last.saturating_add(self.interval_ns() / 64) || last == 0 {
             self.pass_last.store(t, Ordering::Relaxed);
         }
     }
@@ -326,7 +383,7 @@ impl Codel {
         if end == 0 {
             // The first dequeue ever starts the first interval (folly starts it at
             // construction; the core has no clock there).
-            let start = now.saturating_add(self.interval_ns);
+            let start = now.saturating_add(self.interval_ns());
             if X {
                 self.interval_end.store(start, Ordering::Relaxed);
             } else {
@@ -342,9 +399,9 @@ impl Codel {
             && !swap::<X>(&self.reset_delay, true)
         {
             // This caller closes the interval: judge it by its minimum delay.
-            self.interval_end.store(now.saturating_add(self.interval_ns), Ordering::Relaxed);
+            self.interval_end.store(now.saturating_add(self.interval_ns()), Ordering::Relaxed);
             let min = self.min_delay.load(Ordering::Relaxed);
-            self.overloaded.store(min > self.target_ns, Ordering::Relaxed);
+            self.overloaded.store(min > self.target_ns(), Ordering::Relaxed);
             add::<X>(&self.intervals, 1);
         }
         if self.reset_delay.load(Ordering::Relaxed) && swap::<X>(&self.reset_delay, false) {
@@ -372,11 +429,11 @@ impl Codel {
         }
         // should_drop (RFC 8289 §5.4): below target, or nothing else queued → not above.
         let first_above = self.first_above.load(Ordering::Relaxed);
-        let ok_to_drop = if sojourn < self.target_ns || remaining == 0 {
+        let ok_to_drop = if sojourn < self.target_ns() || remaining == 0 {
             self.first_above.store(0, Ordering::Relaxed);
             false
         } else if first_above == 0 {
-            self.first_above.store(now.saturating_add(self.interval_ns), Ordering::Relaxed);
+            self.first_above.store(now.saturating_add(self.interval_ns()), Ordering::Relaxed);
             false
         } else {
             now >= first_above
@@ -409,7 +466,7 @@ impl Codel {
             let count = self.count.load(Ordering::Relaxed);
             let delta = count.saturating_sub(self.last_count.load(Ordering::Relaxed));
             let since_last = now.saturating_sub(self.drop_next.load(Ordering::Relaxed));
-            let recent = since_last < RFC_COUNT_MEMORY_INTERVALS.saturating_mul(self.interval_ns);
+            let recent = since_last < RFC_COUNT_MEMORY_INTERVALS.saturating_mul(self.interval_ns());
             let count = if delta > 1 && recent { delta } else { 1 };
             self.count.store(count, Ordering::Relaxed);
             self.last_count.store(count, Ordering::Relaxed);
@@ -429,7 +486,7 @@ impl Codel {
 
     /// RFC 8289 `control_law(t, count) = t + interval / √count`.
     fn control_law(&self, t: u64, count: u32) -> u64 {
-        let step = self.interval_ns as f64 / libm::sqrt(f64::from(count.max(1)));
+        let step = self.interval_ns() as f64 / libm::sqrt(f64::from(count.max(1)));
         t.saturating_add(step as u64)
     }
 
@@ -453,9 +510,9 @@ impl Codel {
                 };
                 let latest = self.latest.load(Ordering::Relaxed);
                 let a = (first - 1).max(latest);
-                st.dequeue(a, 0, self.interval_ns, self.target_ns);
+                st.dequeue(a, 0, self.interval_ns(), self.target_ns());
                 if last - 1 > a {
-                    st.dequeue(last - 1, 0, self.interval_ns, self.target_ns);
+                    st.dequeue(last - 1, 0, self.interval_ns(), self.target_ns());
                 }
                 st.overloaded
             }
@@ -480,6 +537,8 @@ impl Codel {
             load: self.load(),
             drops: self.drops.load(Ordering::Relaxed),
             intervals: self.intervals.load(Ordering::Relaxed),
+            target_ns: self.target_ns(),
+            interval_ns: self.interval_ns(),
         }
     }
 }
@@ -539,6 +598,32 @@ mod tests {
 
     fn folly() -> Codel {
         Codel::new(CodelConfig::default()).unwrap()
+    }
+
+    #[test]
+    fn the_target_and_interval_follow_a_slower_service() {
+        let c = folly();
+        // Unknown or fast: folly's constants.
+        for s in [0, MS, 5 * MS, 9 * MS] {
+            c.follow_service(s);
+            assert_eq!((c.target_ns(), c.interval_ns()), (5 * MS, 100 * MS), "{s}");
+        }
+        c.follow_service(10 * MS);
+        assert_eq!((c.target_ns(), c.interval_ns()), (5 * MS, 100 * MS));
+        // Slower: half a service time, ten targets.
+        c.follow_service(40 * MS);
+        assert_eq!((c.target_ns(), c.interval_ns()), (20 * MS, 200 * MS));
+        assert_eq!(c.slough_timeout_ns(), 40 * MS);
+        let m = c.metrics();
+        assert_eq!((m.target_ns, m.interval_ns), (20 * MS, 200 * MS));
+        // The configuration is what was set.
+        assert_eq!(c.config(), CodelConfig::default());
+        // Huge: the interval at its cap, the target half of it.
+        c.follow_service(u64::MAX);
+        assert_eq!((c.target_ns(), c.interval_ns()), (MAX_INTERVAL_NS / 2, MAX_INTERVAL_NS));
+        // Back: the configured values again.
+        c.follow_service(0);
+        assert_eq!((c.target_ns(), c.interval_ns()), (5 * MS, 100 * MS));
     }
 
     #[test]

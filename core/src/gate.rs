@@ -67,6 +67,9 @@ const MAX_SETTING_NS: u64 = 3600 * SEC;
 const SERVICE_FRAC: u32 = 16;
 /// Longest service time the estimate holds (2^47 ns ≈ 39 h), so it fits in Q16.
 const MAX_SERVICE_NS: u64 = (1 << (64 - SERVICE_FRAC - 1)) - 1;
+/// The uncongested service time (`Gate::service_floor_ns`) rises by at most its own value
+/// per this much time: a third in ten seconds.
+const FLOOR_RISE_NS: u64 = 30 * SEC;
 /// 2^32: the unit of `service_alpha_q32`.
 const Q32: u64 = 1 << 32;
 /// A word alone on its cache line (128 bytes: two 64-byte lines, as adjacent-line
@@ -282,6 +285,8 @@ pub struct GateMetrics {
     pub shed_level: Option<Priority>,
     /// Expected service time, ns, rounded to the nearest (0 = unknown).
     pub service_ns: u64,
+    /// The uncongested service time CoDel's target follows, ns ([`Gate::service_floor_ns`]).
+    pub service_floor_ns: u64,
     /// CoDel of each level.
     pub codel: [CodelMetrics; LEVELS],
     /// The limiter, as callers saw it: a permit the gate took for a waiter that then left
@@ -433,6 +438,12 @@ pub struct Gate<const CAP: usize> {
     /// set exactly by each dispatch round, lowered by an arrival queued at such a level.
     /// `u64::MAX` = none.
     standing_due: AtomicU64,
+    /// The uncongested service time, ns (0 = unknown): a floor under the service-time
+    /// estimate that falls with it and rises at most by `1/30` of itself per second, and
+    /// when it last moved. CoDel's target and interval follow it
+    /// ([`Codel::follow_service`]). Written by a `Success` release at most once per ms.
+    service_floor: AtomicU64,
+    service_floor_at: AtomicU64,
     // Dispatcher-only state and counters (written only by the dispatch holder: load+store).
     lifo_mask: AtomicU8,
     lifo_switches: AtomicU64,
@@ -519,6 +530,8 @@ impl<const CAP: usize> Gate<CAP> {
             oldest_hint: AtomicU64::new(u64::MAX),
             recheck_at: AtomicU64::new(0),
             standing_due: AtomicU64::new(u64::MAX),
+            service_floor: AtomicU64::new(cfg.initial_service_ns.min(MAX_SERVICE_NS)),
+            service_floor_at: AtomicU64::new(0),
             lifo_mask: AtomicU8::new(0),
             lifo_switches: AtomicU64::new(0),
             granted: AtomicU64::new(0),
@@ -757,7 +770,7 @@ impl<const CAP: usize> Gate<CAP> {
         // The limiter records `now` (at most once per ms): the gate's clock is its clock.
         self.limiter.release_raw(permit, now, outcome)?;
         if outcome == Outcome::Success {
-            self.record_service(latency);
+            self.record_service(latency, now);
         }
         Ok(())
     }
@@ -765,7 +778,7 @@ impl<const CAP: usize> Gate<CAP> {
     /// Folds a latency into the service-time EWMA with a load and a store: under
     /// contention a concurrent sample may be overwritten (wait-free, no read-modify-write;
     /// the estimate is a mean, not a count).
-    fn record_service(&self, latency: u64) {
+    fn record_service(&self, latency: u64, now: u64) {
         let x = latency.min(MAX_SERVICE_NS) << SERVICE_FRAC;
         // Relaxed: the estimate orders nothing else.
         let old = self.service.0.load(Ordering::Relaxed);
@@ -783,6 +796,35 @@ impl<const CAP: usize> Gate<CAP> {
         if new != old {
             self.service.0.store(new, Ordering::Relaxed);
         }
+        self.follow_floor((new + (1 << (SERVICE_FRAC - 1))) >> SERVICE_FRAC, now);
+    }
+
+    /// Moves the uncongested service time towards the estimate `service` (ns) at `now`, at
+    /// most once per ms: down to it at once, up by at most `floor × elapsed / 30 s`. A
+    /// slowdown of the dependency (a queue of its own, or a slower dependency) raises the
+    /// estimate within a few answers but this floor by at most a third in ten seconds, so a
+    /// gate whose dependency slowed keeps judging its queue by the service time it had.
+    fn follow_floor(&self, service: u64, now: u64) {
+        // Relaxed: a heuristic; racing releases may overwrite each other's step.
+        let at = self.service_floor_at.load(Ordering::Relaxed);
+        let floor = self.service_floor.load(Ordering::Relaxed);
+        let elapsed = now.saturating_sub(at);
+        if floor != 0 && elapsed < MS {
+            return;
+        }
+        let next = if floor == 0 {
+            service
+        } else {
+            let rise = (u128::from(floor) * u128::from(elapsed) / u128::from(FLOOR_RISE_NS)) as u64;
+            service.min(floor.saturating_add(rise))
+        };
+        self.service_floor.store(next, Ordering::Relaxed);
+        self.service_floor_at.store(now, Ordering::Relaxed);
+    }
+
+    /// The uncongested service time, ns (0 = unknown): CoDel's target follows it.
+    pub fn service_floor_ns(&self) -> u64 {
+        self.service_floor.load(Ordering::Relaxed)
     }
 
     /// Withdraws a queued ticket. `UnknownTicket` if it already left (granted, expired,
@@ -900,6 +942,12 @@ impl<const CAP: usize> Gate<CAP> {
         earliest_out: &mut Option<u64>,
     ) -> bool {
         let service = self.service_ns();
+        if self.codel_on {
+            let floor = self.service_floor_ns();
+            for c in &self.codel[..self.levels as usize] {
+                c.follow_service(floor);
+            }
+        }
         // The `retry_after` of each expiry, from the queue as it stands at that expiry, so
         // the hints do not depend on how many events the caller's buffer takes per poll.
         let mut retry = || self.retry_hint(service);
@@ -1313,6 +1361,7 @@ impl<const CAP: usize> Gate<CAP> {
             lifo_levels: self.lifo_mask.load(Ordering::Relaxed),
             shed_level: self.shed_level(),
             service_ns: self.service_ns(),
+            service_floor_ns: self.service_floor_ns(),
             codel: core::array::from_fn(|l| self.codel[l].metrics()),
             limiter,
         }
@@ -1468,7 +1517,7 @@ unsafe impl<const CAP: usize> crate::layout::Placeable for Gate<CAP> {
     const LAYOUT: u64 = {
         use core::mem::{align_of, offset_of, size_of};
         crate::layout::fingerprint(
-            "surgeguard_core::gate::Gate/1",
+            "surgeguard_core::gate::Gate/2",
             &[
                 CAP as u64,
                 size_of::<Self>() as u64,
@@ -1498,6 +1547,8 @@ unsafe impl<const CAP: usize> crate::layout::Placeable for Gate<CAP> {
                 offset_of!(Self, oldest_hint) as u64,
                 offset_of!(Self, recheck_at) as u64,
                 offset_of!(Self, standing_due) as u64,
+                offset_of!(Self, service_floor) as u64,
+                offset_of!(Self, service_floor_at) as u64,
                 offset_of!(Self, lifo_mask) as u64,
                 offset_of!(Self, lifo_switches) as u64,
                 offset_of!(Self, granted) as u64,
@@ -1785,6 +1836,7 @@ mod tests {
     #[test]
     fn expiry_hints_do_not_depend_on_the_poll_buffer_size() {
         // The same CoDel-sloughing sequence polled 16 events at a time and 1 at a time.
+        // Releases are `Ignored` (no service sample), so CoDel keeps folly's 5 ms / 100 ms.
         let run = |batch: usize| {
             let cfg = GateConfig { limiter: fixed(1.0, 1), ..GateConfig::default() };
             let g: Gate<32> = Gate::new(cfg).unwrap();
@@ -1795,7 +1847,7 @@ mod tests {
             let mut seen = Vec::new();
             for step in 1..=6u64 {
                 let now = step * 60 * MS;
-                g.release(permit, now, Outcome::Success).unwrap();
+                g.release(permit, now, Outcome::Ignored).unwrap();
                 let mut granted = None;
                 loop {
                     let mut out: [Option<Event>; 16] = Default::default();
@@ -1831,12 +1883,13 @@ mod tests {
     fn a_standing_queue_sloughs_stale_waiters_from_the_oldest_end_and_lifo_serves_the_newest() {
         let cfg = GateConfig { limiter: fixed(1.0, 1), ..GateConfig::default() };
         let g: Gate<16> = Gate::new(cfg).unwrap();
+        // Releases are `Ignored` (no service sample): CoDel keeps folly's 5 ms / 100 ms.
         // Taken from the limiter, not through the gate: an arrival admitted at once would
         // be a zero-delay dequeue for CoDel, and this test wants a queue that stands.
         let mut permit = g.limiter().try_acquire_raw(0, P0).unwrap();
         let old: Vec<_> = (1..=4).map(|k| queued(g.arrive(k * MS, P0, None))).collect();
         // t = 50 ms: first dequeue of CoDel's first interval, FIFO.
-        g.release(permit, 50 * MS, Outcome::Success).unwrap();
+        g.release(permit, 50 * MS, Outcome::Ignored).unwrap();
         let (granted, expired) = poll(&g, 50 * MS);
         assert_eq!((tickets(&granted), expired.len()), (std::vec![old[0]], 0));
         permit = granted.into_iter().next().unwrap().1;
@@ -1845,7 +1898,7 @@ mod tests {
         // no waiter waits longer than the slough timeout (2 × target): the stale ones go in
         // the same round, from the oldest end (in LIFO, CoDel's own verdict reads only the
         // newest, which would leave them to wait out their callers' timeouts).
-        g.release(permit, 160 * MS, Outcome::Success).unwrap();
+        g.release(permit, 160 * MS, Outcome::Ignored).unwrap();
         let (granted, expired) = poll(&g, 160 * MS);
         assert_eq!(tickets(&granted), [old[1]]);
         assert_eq!(expired, [(old[2], Reason::CodelSlough), (old[3], Reason::CodelSlough)]);
@@ -1857,22 +1910,22 @@ mod tests {
         let f2 = queued(g.arrive(171 * MS, P0, None));
         assert_eq!(g.state(), GateState::Overloaded, "a standing queue");
         assert_eq!(g.next_wakeup(171 * MS), Some(170 * MS + 10 * MS + 1), "f1's slough time");
-        g.release(permit, 175 * MS, Outcome::Success).unwrap();
+        g.release(permit, 175 * MS, Outcome::Ignored).unwrap();
         let (granted, expired) = poll(&g, 175 * MS);
         assert_eq!((tickets(&granted), expired.len()), (std::vec![f2], 0));
         permit = granted.into_iter().next().unwrap().1;
         // Then f1 (6 ms: kept).
-        g.release(permit, 176 * MS, Outcome::Success).unwrap();
+        g.release(permit, 176 * MS, Outcome::Ignored).unwrap();
         let (granted, expired) = poll(&g, 176 * MS);
         assert_eq!((tickets(&granted), expired.len()), (std::vec![f1], 0));
         permit = granted.into_iter().next().unwrap().1;
-        g.release(permit, 177 * MS, Outcome::Success).unwrap();
+        g.release(permit, 177 * MS, Outcome::Ignored).unwrap();
         let (granted, expired) = poll(&g, 177 * MS);
         assert!(granted.is_empty() && expired.is_empty());
         let m = g.metrics();
         assert_eq!((m.sloughed, m.lifo_switches, m.lifo_levels), (2, 1, 1));
         assert_eq!(g.waiting(P0), 0);
-        assert_eq!((m.limiter.admitted, m.limiter.ignored), (5, 0), "no unseen admission");
+        assert_eq!((m.limiter.admitted, m.limiter.ignored), (5, 5), "no unseen admission");
     }
 
     #[test]

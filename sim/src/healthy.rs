@@ -172,6 +172,8 @@ pub struct Outcomes {
     /// (time, what) of every failed attempt of the mix: 0 refused, 1 dropped from the
     /// queue, 2 timed out while queued, 3 timed out once admitted.
     pub failures: Vec<(u64, u8)>,
+    /// Refusals and queue drops of the mix by [`Reason`] (indexed by its code).
+    pub reasons: [u64; 32],
 }
 
 impl Outcomes {
@@ -318,8 +320,9 @@ impl Sim<'_> {
                 self.waiting.insert(t, a);
                 self.poll(now);
             }
-            Arrival::Rejected(_) => {
+            Arrival::Rejected(rej) => {
                 if counted {
+                    self.out.reasons[rej.reason as usize] += 1;
                     self.out.refused += 1;
                     self.out.failures.push((now, 0));
                 }
@@ -391,11 +394,12 @@ impl Sim<'_> {
                         }
                         self.admitted(now, a, permit);
                     }
-                    Event::Expired(t, _) => {
+                    Event::Expired(t, rej) => {
                         let a = self.waiting.remove(&t).expect("an expiry for a live ticket");
                         self.atts[a].ticket = None;
                         self.atts[a].live = false;
                         if self.counted(a) {
+                            self.out.reasons[rej.reason as usize] += 1;
                             self.out.dropped += 1;
                             self.out.failures.push((now, 1));
                         }

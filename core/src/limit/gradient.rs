@@ -161,9 +161,10 @@ impl Default for GradientConfig {
     /// queueing and CoDel-sloughing, all but one request of its first second. Slow start
     /// then doubles it per window (100 ms at least) while latency stays at the baseline and
     /// the window took every permit.
-    /// If every window the first baseline came from filled those 20 permits, the
-    /// dependency may have been queueing already: when slow start ends, the limit drains
-    /// once to an eighth of that and the baseline is learned again. A service that expects
+    /// If every window the first baseline came from held those 20 permits full (on
+    /// average, not only at a burst's peak), the dependency may have been queueing
+    /// already: when slow start ends, the limit drains once to an eighth of that and the
+    /// baseline is learned again. A service that expects
     /// `n` concurrent requests sets `initial_limit: n` (a few more for Poisson bursts).
     fn default() -> Self {
         Self {
@@ -604,6 +605,9 @@ pub struct Gradient {
     /// The least in-flight of the windows the first baseline was learned from (0: none
     /// pending; checked once, when slow start ends).
     base_inflight: f32,
+    /// The least mean in-flight of those windows (`f32::MAX`: a window with drops or no
+    /// duration, which says nothing about it).
+    base_mean: f32,
     /// The warm-start check has been armed (it runs at most once).
     warm_checked: bool,
     /// Upward probe: the pooled starting point, the limit to return to (0: no probe under
@@ -677,6 +681,7 @@ impl Gradient {
             prev_inflight: 0,
             prev_limit: 0.0,
             base_inflight: 0.0,
+            base_mean: 0.0,
             warm_checked: false,
             up_pool: UpPool::default(),
             up_from: 0.0,
@@ -845,6 +850,7 @@ impl Gradient {
             if !self.warm_checked {
                 self.warm_checked = true;
                 self.base_inflight = w.max_inflight as f32;
+                self.base_mean = mean_inflight as f32;
             }
         } else if mostly_answers {
             // Compare in log space: the window's median and the baseline each have a
@@ -908,6 +914,7 @@ impl Gradient {
                 self.baseline_weight += n;
                 if self.base_inflight > 0.0 {
                     self.base_inflight = self.base_inflight.min(w.max_inflight as f32);
+                    self.base_mean = self.base_mean.min(mean_inflight as f32);
                 }
             }
         }
@@ -1644,12 +1651,23 @@ impl Algorithm for Gradient {
         self.ss_congested = self.slow_start && congested;
         if self.slow_start && congested && !first_congested && self.probe_free() {
             // Slow start ends for the first time. If the baseline was learned only in
-            // windows that filled the initial limit (a warm start, which may exceed a small
-            // dependency's capacity), it may hold our own queue: drain to an eighth of that
-            // in-flight and learn it again, once.
+            // windows that held the initial limit full (a warm start, which may exceed a
+            // small dependency's capacity), it may hold our own queue: drain to an eighth of
+            // that in-flight and learn it again, once. Full means on average, not at a peak:
+            // a burst that touches the limit of a service at half its capacity (a mean
+            // in-flight of a fifth of it) queues nothing of ours, and a drain would refuse
+            // its load for the windows slow start takes to come back.
             let learned_at = self.base_inflight as f64;
+            // (The first window has no duration, so this one's mean counts too.)
+            let now_mean = if dur > 0 && w.drops == 0 {
+                w.samples as f64 * w.avg_ns as f64 / dur as f64
+            } else {
+                f64::MAX
+            };
+            let mean = now_mean.min(self.base_mean as f64);
+            let held = mean >= QUEUE_FILL * libm::floor(self.cfg.initial_limit);
             self.base_inflight = 0.0;
-            if learned_at + 1.0 > self.cfg.initial_limit && learned_at >= 2.0 {
+            if learned_at + 1.0 > self.cfg.initial_limit && learned_at >= 2.0 && held {
                 self.baseline = 0.0;
                 self.baseline_weight = 0.0;
                 self.ss_congested = false;
@@ -2120,6 +2138,53 @@ mod tests {
         assert!(g.metrics().slow_start);
         // Still every permit, without the jump: it doubles.
         assert_eq!(g.update(&w(500 * MS, 40)), 80.0);
+    }
+
+    /// A window of `samples` answers at `lat_ms` (spread like a constant service time plus
+    /// queueing), `max` at most in flight.
+    fn plain(now: u64, samples: u32, lat_ms: u64, max: u32) -> Window {
+        Window {
+            now,
+            samples,
+            drops: 0,
+            avg_ns: lat_ms * MS,
+            min_ns: lat_ms * MS * 9 / 10,
+            p50_ns: lat_ms * MS,
+            p90_ns: lat_ms * MS * 11 / 10,
+            p99_ns: lat_ms * MS * 12 / 10,
+            max_inflight: max,
+            inflight: max / 2,
+        }
+    }
+
+    #[test]
+    fn a_burst_that_touches_the_initial_limit_does_not_drain_it() {
+        // A service at half its capacity (4 in flight on average, 40 ms answers) whose
+        // bursts touch the initial 20: the first baseline came from windows that reached
+        // every permit, but only at a peak. When slow start ends on a burst's queue, the
+        // limit follows the gradient; it used to drain to 20 / 8 = 2.5 and refuse or queue
+        // the next 300 ms of a healthy load.
+        let mut g = Gradient::new(GradientConfig::default()).unwrap();
+        assert_eq!(g.update(&plain(100 * MS, 10, 40, 20)), 40.0);
+        assert_eq!(g.update(&plain(200 * MS, 10, 40, 20)), 40.0);
+        // A burst's queue (2.5x the baseline, far beyond the noise) ends slow start.
+        let l = g.update(&plain(300 * MS, 10, 100, 20));
+        assert!(!g.metrics().slow_start);
+        assert_eq!(g.metrics().rebaselines, 0);
+        assert!(l >= 20.0, "{l}");
+    }
+
+    #[test]
+    fn a_warm_start_that_held_the_limit_full_drains_and_relearns() {
+        // 20 permits held the whole time on a small dependency (its own queue in the first
+        // baseline): when slow start ends, the limit drains to an eighth and relearns.
+        let mut g = Gradient::new(GradientConfig::default()).unwrap();
+        // 20 in flight for 100 ms at 40 ms: 50 answers.
+        assert_eq!(g.update(&plain(100 * MS, 50, 40, 20)), 40.0);
+        // 40 in flight at 80 ms (50 answers, twice the latency) ends slow start.
+        assert_eq!(g.update(&plain(200 * MS, 50, 80, 40)), 2.5);
+        assert_eq!(g.metrics().rebaselines, 1);
+        assert_eq!(g.baseline_ns(), 0);
     }
 
     #[test]

@@ -36,7 +36,7 @@ use surgeguard_core::codel::{CodelConfig, CodelMode};
 use surgeguard_core::gate::{Aging, Arrival, Event, Gate, GateConfig, LifoTrigger};
 use surgeguard_core::limit::{AlgorithmConfig, FixedConfig};
 use surgeguard_core::queue::Ticket;
-use surgeguard_core::time::{MAX_NOW, MS};
+use surgeguard_core::time::{MAX_NOW, MS, SEC};
 use surgeguard_core::{Limiter, LimiterConfig, Outcome, Priority, RawPermit, Reason, UsageError};
 
 pub const CAP: usize = 4;
@@ -231,6 +231,10 @@ const AGE_AFTER: u64 = 20 * MS;
 /// folded in at the next dequeue, before it.
 #[derive(Clone, Debug, Default)]
 struct MCodel {
+    /// The target and interval in force: the configured ones, raised to follow the
+    /// uncongested service time at the start of each poll (see `follow`).
+    target: u64,
+    interval: u64,
     end: Option<u64>,
     min: u64,
     /// The next dequeue starts a new minimum.
@@ -242,15 +246,24 @@ struct MCodel {
 
 impl MCodel {
     fn new() -> Self {
-        MCodel { fresh: true, ..Default::default() }
+        MCodel { fresh: true, target: TARGET, interval: INTERVAL, ..Default::default() }
+    }
+
+    /// The documented rule: target `max(configured, service / 2)`, interval
+    /// `max(configured, 10 × target)` (at most an hour, the target at most half of it).
+    fn follow(&mut self, service: u64) {
+        let t = TARGET.max(service / 2);
+        let i = INTERVAL.max(t.saturating_mul(10)).min(3_600 * SEC);
+        self.target = t.min(i / 2);
+        self.interval = i;
     }
 
     fn folly(&mut self, now: u64, delay: u64) -> bool {
         match self.end {
-            None => self.end = Some(now + INTERVAL),
+            None => self.end = Some(now + self.interval),
             Some(end) if now > end && !self.fresh => {
-                self.overloaded = self.min > TARGET;
-                self.end = Some(now + INTERVAL);
+                self.overloaded = self.min > self.target;
+                self.end = Some(now + self.interval);
                 self.fresh = true;
             }
             Some(_) => {}
@@ -261,7 +274,7 @@ impl MCodel {
             return false;
         }
         self.min = self.min.min(delay);
-        self.overloaded && delay > 2 * TARGET
+        self.overloaded && delay > 2 * self.target
     }
 
     fn fold_passes(&mut self) {
@@ -279,7 +292,7 @@ impl MCodel {
     fn pass(&mut self, now: u64) {
         self.passes = Some(match self.passes {
             None => (now, now),
-            Some((f, l)) if now > l + INTERVAL / 64 => (f, now),
+            Some((f, l)) if now > l + self.interval / 64 => (f, now),
             Some(p) => p,
         });
     }
@@ -308,6 +321,9 @@ struct Model {
     granted_level: HashMap<Ticket, usize>,
     /// Expected service time in 1/65536 ns (the gate keeps it in integers).
     service: u64,
+    /// The uncongested service time, ns, and when it last moved.
+    floor: u64,
+    floor_at: u64,
     shed: Option<usize>,
     levels: [Vec<MWaiter>; LEVELS],
     /// Cancelled waiters whose slots the next poll reclaims (only those whose slot still
@@ -402,11 +418,29 @@ impl Model {
         let alpha = ((0.1 * 2f64.powi(32)) + 0.5) as i128;
         let old = i128::from(self.service);
         self.service = if old == 0 { x } else { old + (((x - old) * alpha) >> 32) } as u64;
+        // The floor, at most once per ms: down to the estimate at once, up by at most
+        // its own value per 30 s of elapsed time.
+        let (est, elapsed) = (self.service_ns(), self.now - self.floor_at);
+        if self.floor == 0 || elapsed >= MS {
+            let risen = if self.floor == 0 {
+                u64::MAX
+            } else {
+                self.floor
+                    + (u128::from(self.floor) * u128::from(elapsed) / (30 * SEC as u128)) as u64
+            };
+            self.floor = est.min(risen);
+            self.floor_at = self.now;
+        }
     }
 
     /// A poll: the events it must report, as (ticket, Some(reason)) or (ticket, None) for
     /// a grant.
     fn poll(&mut self) -> Vec<(Ticket, Option<Reason>)> {
+        if let Some(c) = self.codel.as_mut() {
+            for codel in c.iter_mut() {
+                codel.follow(self.floor);
+            }
+        }
         let mut events: Vec<(Ticket, Option<Reason>)> =
             self.evicted.drain(..).map(|t| (t, Some(Reason::Evicted))).collect();
         self.unreclaimed = 0;
@@ -498,7 +532,8 @@ impl Model {
                 if waiters.is_empty() || !codel.is_overloaded() {
                     continue;
                 }
-                while waiters.first().is_some_and(|w| now - w.enqueued_at > 2 * TARGET) {
+                let timeout = 2 * codel.target;
+                while waiters.first().is_some_and(|w| now - w.enqueued_at > timeout) {
                     let w = waiters.remove(0);
                     events.push((w.ticket, Some(Reason::CodelSlough)));
                 }
@@ -575,6 +610,8 @@ pub fn run(params: Params, ops: Vec<Op>) -> bool {
         lim: Reference::new(limit, &weights, active_ns, 100 * MS),
         granted_level: HashMap::new(),
         service: (u64::from(params.initial_service_ms) * MS) << 16,
+        floor: u64::from(params.initial_service_ms) * MS,
+        floor_at: 0,
         shed: None,
         levels: Default::default(),
         unreclaimed: 0,
