@@ -1,4 +1,4 @@
-//! Per-key isolation (issue 11): `KeyedLimits`, `KeyPermit`, `hash_key`, `actionable`.
+//! Per-key isolation (per-tenant limits, shuffle sharding): `KeyedLimits`, `KeyPermit`, `hash_key`, `actionable`.
 
 use std::sync::Mutex;
 

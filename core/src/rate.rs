@@ -91,7 +91,7 @@ pub struct RateLimiterConfig {
 /// **Progress.** Lock-free: a compare-and-swap loop that retries only when another caller
 /// changed the word. **Cost.** The clock clamp (a load, and a `fetch_max` when time
 /// advances), then one load and one CAS per admitted call, plus one counter `fetch_add`;
-/// a refusal is a load and a counter. Anchor: governor's direct limiter.
+/// a refusal is a load and a counter. Reference: governor's direct limiter.
 ///
 /// **Time.** A `now` older than one already seen is never admitted more than the newer one
 /// would be (the stored `tat` already accounts for it); its hint is longer by the

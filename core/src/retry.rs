@@ -541,7 +541,7 @@ impl Default for TokenThrottleConfig {
 ///
 /// **Cost.** One atomic word of milli-tokens; one or two atomic steps per call.
 ///
-/// Anchor: `grpc/proposal` A6-client-retries.md. Tokens refill only as
+/// Reference: `grpc/proposal` A6-client-retries.md. Tokens refill only as
 /// RPCs succeed, not with time, so a refusal's `retry_after` is 0: only traffic changes
 /// the answer.
 #[derive(Debug)]

@@ -1,7 +1,7 @@
 #![cfg(not(loom))]
 //! quickcheck models of the client-side controls: each runs random operations against the
-//! real structure and a plain sequential reference, and checks the invariants the issue
-//! names — retries ≤ percent × requests + min_per_sec × ttl; at most N half-open probes;
+//! real structure and a plain sequential reference, and checks the stated invariants
+//! — retries ≤ percent × requests + min_per_sec × ttl; at most N half-open probes;
 //! GCRA admits at most burst + rate × t — plus decision-for-decision agreement.
 
 use quickcheck::{quickcheck, Arbitrary, Gen, TestResult};
@@ -112,7 +112,7 @@ fn budget_matches_model(case: BudgetCase) -> TestResult {
                 }
                 events.push((epoch, 0, 1));
                 // The invariant at every retry, over the window it is judged on (the last
-                // ttl), in units and in the issue's words. (A later window may show more
+                // ttl), in units and as the docs state it. (A later window may show more
                 // retries than requests: deposits expire before the retries they funded.)
                 let (d, w) = window(&events, epoch);
                 if wd * w > reserve + dep * d {

@@ -107,7 +107,7 @@ fn standing_queue(g: &Gate<64>) -> u64 {
 
 #[test]
 fn direct_admissions_clear_a_stale_verdict() {
-    // The reproduction: a standing queue, 10 s of healthy traffic all admitted
+    // The reproduction: a standing queue, 10 s of healthy traffic all admitted
     // directly, then one waiter. Before, the gate still said Overloaded (the verdict of
     // 10 s earlier), LIFO served the newest waiter, and a 22 ms waiter was sloughed.
     let g = gate();

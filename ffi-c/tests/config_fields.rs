@@ -95,7 +95,7 @@ fn limiter_fields_are_named_and_unused_algorithms_checked() {
             ("weights", |c| c.weights = [0.9; 8], INC),
             ("max_window_ns", |c| c.max_window_ns = u64::MAX, OOR),
             ("min_window_ns", |c| c.min_window_ns = c.max_window_ns + 1, INC),
-            // The issue's case: 0 is out of range, not "inconsistent".
+            // 0 is out of range, not "inconsistent".
             ("window_rtt_multiple", |c| c.window_rtt_multiple = 0.0, OOR),
             ("window_rtt_multiple", |c| c.window_rtt_multiple = -1.0, OOR),
             ("window_rtt_multiple", |c| c.window_rtt_multiple = f64::INFINITY, NF),
@@ -103,7 +103,7 @@ fn limiter_fields_are_named_and_unused_algorithms_checked() {
             // The chosen algorithm (gradient by default) ...
             ("gradient.buffer", |c| c.gradient.buffer = f64::NAN, NF),
             ("gradient.headroom", |c| c.gradient.headroom = 11.0, OOR),
-            // ... and the unused ones, under the fixed algorithm: the issue's case.
+            // ... and the unused ones, under the fixed algorithm: checked too.
             (
                 "gradient.buffer",
                 |c| {
@@ -145,7 +145,7 @@ fn gate_cases() {
             ("queue_capacity", |c| c.queue_capacity = SG_GATE_MAX_QUEUE + 1, OOR),
             ("codel_mode", |c| c.codel_mode = 2, OOR),
             ("codel_interval_ns", |c| c.codel_interval_ns = 0, OOR),
-            // With CoDel off: the same rule (the issue: codel_mode=2 refused, interval 0 not).
+            // With CoDel off: the same rule (codel_mode=2 and interval 0 are refused while unused too).
             (
                 "codel_mode",
                 |c| {

@@ -99,7 +99,7 @@ pub trait Admission {
 }
 
 /// `none`: every request goes to the host's worker pool and its unbounded FIFO queue
-/// (the overload write-ups: "a 64-thread pool and an unbounded request queue").
+/// (the common default: a fixed thread pool in front of an unbounded request queue).
 pub struct Unbounded;
 
 impl Admission for Unbounded {
@@ -114,7 +114,7 @@ impl Admission for Unbounded {
 }
 
 /// `static`: a fixed concurrency limit (the worker count) and a bounded FIFO queue sized in
-/// time (the overload write-ups: `queue_capacity = drain_rate × wait_budget`, 100 ms), full → 503. No
+/// time (`queue_capacity = drain_rate × wait_budget`, 100 ms: Little's law), full → 503. No
 /// deadlines, no priorities: the classic static baseline.
 pub struct StaticFifo {
     limit: u32,
@@ -139,7 +139,7 @@ impl Admission for StaticFifo {
             self.queue.push_back(job);
             Admit::Wait
         } else {
-            // the overload write-ups: `reply(503, retry_after="1")`
+            // 503 with `Retry-After: 1` (RFC 9110 §15.6.4, §10.2.3)
             Admit::Reject(Rejected::new(Reason::QueueFull, 1_000_000_000))
         }
     }
@@ -161,7 +161,7 @@ impl Admission for StaticFifo {
     }
 }
 
-/// surgeguard [`Limiter`] alone: admit below the adaptive limit (with the hysteresis scheme's priority
+/// surgeguard [`Limiter`] alone: admit below the adaptive limit (with the limiter's priority
 /// partitions), otherwise a fast rejection. No queue.
 pub struct LimiterOnly {
     limiter: Limiter,
@@ -288,8 +288,8 @@ impl Admission for GateAdmission {
 /// 1 / C(16, 2) = 1/120 (`keyed::isolation`).
 pub const KEY_SHARDS: usize = 16;
 
-/// The share of a host's workers one tenant may hold (queued or served): the overload write-ups's
-/// "per-tenant concurrency caps", at a quarter so that one tenant can never take more than
+/// The share of a host's workers one tenant may hold (queued or served): a per-tenant
+/// concurrency cap, at a quarter so that one tenant can never take more than
 /// a quarter of the service whatever it sends.
 pub const KEY_SHARE: f64 = 0.25;
 
@@ -396,9 +396,9 @@ impl Admission for KeyedAdmission {
 pub enum Algo {
     /// `limit::Fixed`.
     Fixed,
-    /// `limit::Aimd` (the gateway rate-limit scheme).
+    /// `limit::Aimd` (TCP-style additive increase, multiplicative decrease; Netflix `AIMDLimit`).
     Aimd,
-    /// `limit::HysteresisAimd` (the hysteresis scheme).
+    /// `limit::HysteresisAimd` (AIMD with a dead band on the windowed p99).
     Hysteresis,
     /// `limit::Gradient` (Envoy).
     Gradient,
@@ -439,7 +439,7 @@ impl Algo {
             Algo::Fixed => AlgorithmConfig::Fixed(bounds!(FixedConfig::default())),
             Algo::Aimd => {
                 let mut c = bounds!(AimdConfig::default());
-                // the gateway rate-limit scheme leaves the target to the caller. On the window mean: 3× the normal
+                // The AIMD rule leaves the target to the caller. On the window mean: 3× the normal
                 // mean, so a service that merely got slower (2× in busy-but-useless) is not
                 // mistaken for queueing and the limit does not collapse to the floor.
                 c.target_latency_ns = 3 * service_ns;
@@ -447,8 +447,8 @@ impl Algo {
             }
             Algo::Hysteresis => {
                 let mut c = bounds!(HysteresisConfig::default());
-                // the hysteresis scheme: "Start with a conservative target latency (e.g., 2x the normal
-                // P99)"; the presets' Erlang-2 work has p99 ≈ 3.3 × mean.
+                // A conservative target: twice the normal p99 (a target below the dependency's own
+                // p99 keeps the zones critical); the presets' Erlang-2 work has p99 ≈ 3.3 × mean.
                 c.target_latency_ns = (2.0 * P99_OVER_MEAN * service_ns as f64) as u64;
                 AlgorithmConfig::Hysteresis(c)
             }
@@ -478,7 +478,7 @@ pub enum Server {
 
 impl Server {
     /// Whether the host answers health probes from the policy's own state ("overloaded is
-    /// not broken"; the overload write-ups: health checks on a separate, unqueued path) rather
+    /// not broken"; health checks on a separate, unqueued path) rather
     /// than through the request queue.
     pub fn probes_bypass_queue(self) -> bool {
         !matches!(self, Server::None | Server::Static)
@@ -529,7 +529,7 @@ pub struct Protection {
 ///
 /// The limiter's partition rule makes a share a guarantee: an active level holds back the
 /// part of its share it does not use, from every less important level. The core's default
-/// (the hysteresis scheme's 0.7 / 0.25 / 0.05) reserves 70 % of the limit for `critical`
+/// (0.7 / 0.25 / 0.05) reserves 70 % of the limit for `critical`
 /// whenever it is active, which with the presets' 10–20 % critical traffic keeps most of
 /// that share idle (measured: goodput 43 % of capacity in `busy-but-useless`). A limiter
 /// without a queue refuses a critical arrival that finds its share used, so its shares are
@@ -550,8 +550,8 @@ pub const SERVER_NAMES: &[(&str, &str)] = &[
     ("none", "unbounded FIFO queue in front of the worker pool"),
     ("static", "fixed limit = workers, bounded FIFO of 100 ms of drain, full -> 503"),
     ("fixed", "surgeguard Limiter, limit::Fixed (= workers), priority partitions, no queue"),
-    ("aimd", "surgeguard Limiter, limit::Aimd (the gateway rate-limit scheme)"),
-    ("hysteresis", "surgeguard Limiter, limit::HysteresisAimd (the hysteresis scheme)"),
+    ("aimd", "surgeguard Limiter, limit::Aimd (additive increase, multiplicative decrease)"),
+    ("hysteresis", "surgeguard Limiter, limit::HysteresisAimd (AIMD with p99 zones)"),
     ("gradient", "surgeguard Limiter, limit::Gradient (Envoy)"),
     ("gradient2", "surgeguard Limiter, limit::Gradient2 (Netflix)"),
     ("vegas", "surgeguard Limiter, limit::Vegas (Netflix)"),
@@ -663,7 +663,7 @@ impl Protection {
         match self.server {
             Server::None => Box::new(Unbounded),
             Server::Static => {
-                // the overload write-ups: max_queue_len = drain_rate × max_acceptable_wait (100 ms)
+                // Little's law: max_queue_len = drain_rate × max_acceptable_wait (100 ms)
                 let drain_per_s = workers as f64 * 1e9 / service_ns as f64;
                 Box::new(StaticFifo::new(workers, (drain_per_s * 0.1).ceil() as usize))
             }
@@ -680,7 +680,7 @@ impl Protection {
                 let drain_per_s = workers as f64 * 1e9 / service_ns as f64;
                 let mut cfg = GateConfig::default();
                 cfg.limiter = limiter;
-                // the overload write-ups: queue_capacity = drain_rate × wait budget (100 ms)
+                // Little's law: queue_capacity = drain_rate × wait budget (100 ms)
                 cfg.queue_capacity = Some(((drain_per_s * 0.1).ceil() as usize).clamp(1, GATE_CAP));
                 cfg.codel = Some(CodelConfig::default()); // folly: 5 ms target, 100 ms interval
                 cfg.lifo = LifoTrigger::CodelOverloaded; // "Fail at Scale" adaptive LIFO
@@ -721,7 +721,7 @@ pub trait ClientPolicy {
 }
 
 /// The scenario's own retry behaviour: a fixed delay (0 = immediate), hints ignored
-/// (the hysteresis scheme: "often they retry immediately").
+/// (many clients retry at once, with no backoff).
 pub struct NaiveClient {
     /// Delay before every retry, ns.
     pub delay_ns: u64,
@@ -750,8 +750,8 @@ pub struct ClientStack {
 
 /// The breaker settings the simulator uses: resilience4j's thresholds (50 % failures, a
 /// count window of 100) with its 60 s open period scaled to the compressed time of the
-/// scenarios (2 s, 20 % jitter), 5 probes, a 3 s traffic ramp (the gateway rate-limit scheme's 10 → 25 → 50 →
-/// 100 %). A call slower than 1 s (the client timeout of the presets) is slow.
+/// scenarios (2 s, 20 % jitter), 5 probes, a 3 s traffic ramp (10 → 25 → 50 →
+/// 100 %, so a half-open breaker does not hand a recovering dependency all its traffic at once). A call slower than 1 s (the client timeout of the presets) is slow.
 pub fn sim_breaker_config(seed: u64) -> CircuitBreakerConfig {
     let mut c = CircuitBreakerConfig::default();
     c.minimum_calls = 20;

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 pub struct Scenario {
     /// Short name used on the command line.
     pub name: String,
-    /// Which seed (and section) it reproduces.
+    /// The public account of the failure it reproduces (a paper, a book chapter).
     pub source: String,
     /// One line on what happens.
     pub description: String,
@@ -32,7 +32,8 @@ pub struct Scenario {
     pub client_processes: u32,
     /// Service tiers, outermost first; tier `i` calls tier `i + 1` if it has `call`.
     pub tiers: Vec<TierSpec>,
-    /// Optional load-balancer health checks with ejection and restart (the metastable-failure pattern (Bronson et al., HotOS 2021) loops 2, 3).
+    /// Optional load-balancer health checks with ejection and restart (the health-check and
+    /// cold-restart loops of a metastable failure; Bronson et al., HotOS 2021).
     #[serde(default)]
     pub health: Option<HealthSpec>,
     /// Protections compared by default (see `protect::Protection::parse`).
@@ -67,7 +68,8 @@ impl Span {
 pub struct LoadClass {
     /// Label (`critical`, `normal`, `background`, ...).
     pub name: String,
-    /// Priority level, 0 = most important (the hysteresis scheme's X-Request-Priority).
+    /// Priority level, 0 = most important (the values of an `X-Request-Priority` header:
+    /// `critical`, `normal`, `background`).
     pub priority: u8,
     /// Requests per second outside any change.
     pub rate_per_s: f64,
@@ -98,7 +100,7 @@ pub struct RateChange {
 pub struct CallerSpec {
     /// Per-attempt timeout, ms (the attempt's deadline).
     pub timeout_ms: f64,
-    /// Attempts per call, first included (the overload write-ups: 1 + 3 retries = 4).
+    /// Attempts per call, first included (1 + 3 retries = 4).
     pub max_attempts: u32,
     /// Delay before a retry, ms, unless a protection adds backoff (0 = immediate).
     #[serde(default)]
@@ -147,13 +149,15 @@ pub struct TierChange {
     /// Local work is this many times the normal cost (sampled when work starts).
     #[serde(default = "unit")]
     pub cost_factor: f64,
-    /// Nothing progresses during the span (the hysteresis scheme's injected pause; a stop-the-world GC).
+    /// Nothing progresses during the span (an injected pause; a stop-the-world GC).
     #[serde(default)]
     pub pause: bool,
 }
 
-/// Load-balancer health checks (the metastable-failure pattern (Bronson et al., HotOS 2021) loop 2, the overload write-ups' "health checks queue behind
-/// real traffic") and what a restart costs (the metastable-failure pattern (Bronson et al., HotOS 2021) loop 3, cold caches).
+/// Load-balancer health checks (probes that queue behind real traffic time out and eject a
+/// host that is only busy) and what a restart costs (cold caches): two of the loops that keep
+/// a metastable failure going (Bronson et al., "Metastable Failures in Distributed Systems",
+/// HotOS 2021; Google SRE book, ch. 22 "Addressing Cascading Failures").
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HealthSpec {
@@ -446,14 +450,15 @@ fn protections(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| s.to_string()).collect()
 }
 
-/// the overload write-ups, Failure Scenario 1 ("The Busy-but-Useless Service"): 1,500 req/s, capacity
+/// The busy-but-useless service (Google SRE book, ch. 22 "Addressing Cascading Failures":
+/// a queue that grows until every worker serves requests whose callers have gone): 1,500 req/s, capacity
 /// 2,500 → 1,250 req/s when an index refresh doubles per-query cost, 64 workers, an
 /// unbounded queue, clients time out at 1 s and retry 3 times. Time is compressed: the
 /// refresh lasts 20 s instead of 2 min.
 pub fn busy_but_useless() -> Scenario {
     Scenario {
         name: "busy-but-useless".into(),
-        source: "the overload write-ups §Failure Scenarios 1 (The Busy-but-Useless Service)".into(),
+        source: "Google SRE book ch. 22, Addressing Cascading Failures (server overload, queue management)".into(),
         description:
             "1,500 req/s; an index refresh halves capacity 2,500 -> 1,250 req/s for 20 s; \
                       64 workers; clients: 1 s timeout, 3 immediate retries"
@@ -461,7 +466,7 @@ pub fn busy_but_useless() -> Scenario {
         seed: default_seed(),
         duration_s: 45.0,
         trigger: span(5.0, 25.0),
-        // Priority mix: the hysteresis scheme's three levels; the overload write-ups gives none.
+        // Priority mix: the three default levels (10% critical, 60% normal, 30% background).
         load: priority_mix(1500.0, 0.1, 0.6),
         client: caller(1000.0, 4),
         client_processes: 1,
@@ -493,8 +498,9 @@ pub fn busy_but_useless() -> Scenario {
     }
 }
 
-/// the overload write-ups ("3 layers each retrying 4 times can turn one user action into 64 database
-/// attempts", quoting the SRE book) and the metastable-failure pattern (Bronson et al., HotOS 2021) loop 1: a database loses most of its
+/// Retries at every layer multiply (Google SRE book, ch. 22: 3 layers each making 4 attempts
+/// turn one user action into up to 4³ = 64 database attempts), and the retries keep the
+/// overload going after the trigger (Bronson et al., HotOS 2021): a database loses most of its
 /// capacity for 10 s under client → gateway → service → database, every layer making 4
 /// attempts.
 pub fn retry_storm() -> Scenario {
@@ -511,7 +517,7 @@ pub fn retry_storm() -> Scenario {
     };
     Scenario {
         name: "retry-storm".into(),
-        source: "the overload write-ups (SRE: 4 attempts x 3 layers = 64x), the metastable-failure pattern (Bronson et al., HotOS 2021) loop 1".into(),
+        source: "Google SRE book ch. 22 (4 attempts x 3 layers = 64x); Bronson et al., Metastable Failures (HotOS 2021): the retry loop".into(),
         description: "500 req/s through client -> gateway -> service -> database, 4 attempts \
                       at each of 3 layers; the database slows 10x for 10 s"
             .into(),
@@ -557,13 +563,14 @@ pub fn retry_storm() -> Scenario {
     }
 }
 
-/// the metastable-failure pattern (Bronson et al., HotOS 2021) ("the database recovered after twelve minutes; the platform did not"): the
+/// A metastable failure (Bronson et al., "Metastable Failures in Distributed Systems", HotOS
+/// 2021: the overload outlives its trigger; the dependency recovers, the platform does not): the
 /// database slows 10x for 10 s; the app tier's health checks queue behind traffic, hosts
-/// are ejected and come back cold, clients retry. Loops 1–3 of the metastable-failure pattern (Bronson et al., HotOS 2021) together.
+/// are ejected and come back cold, clients retry. The retry, health-check and cold-restart loops together.
 pub fn metastable() -> Scenario {
     Scenario {
         name: "metastable".into(),
-        source: "the metastable-failure pattern (Bronson et al., HotOS 2021) (Why the system stays down after the trigger is gone; loops 1-3)".into(),
+        source: "Bronson et al., Metastable Failures in Distributed Systems (HotOS 2021): retries, health-check ejection and cold restarts keep it down after the trigger".into(),
         description: "2,000 req/s to 4 app hosts (32 workers) over a database; the database \
                       slows 10x for 10 s; queued health checks eject hosts, restarts are cold"
             .into(),
@@ -627,7 +634,8 @@ pub fn metastable() -> Scenario {
     }
 }
 
-/// the hysteresis scheme ("Priority Queuing: Not All Requests Are Created Equal"; 70/25/5 shares): a
+/// Criticality (Google SRE book, ch. 21 "Handling Overload": shed the least critical work
+/// first; never drop a more important request to serve a less important one): a
 /// background flood beside critical and normal traffic.
 pub fn priority_flood() -> Scenario {
     let mut load = vec![
@@ -656,7 +664,7 @@ pub fn priority_flood() -> Scenario {
     load[2].changes.push(RateChange { span: span(5.0, 20.0), rate_per_s: 3300.0 });
     Scenario {
         name: "priority-flood".into(),
-        source: "the hysteresis scheme (Priority Queuing; never drop a P0 request to serve a P2)"
+        source: "Google SRE book ch. 21, Handling Overload (criticality: never drop critical work to serve background)"
             .into(),
         description: "300 critical + 900 normal + 300 background req/s; background jumps to \
                       3,300 req/s for 15 s; capacity 2,500 req/s"
@@ -684,13 +692,13 @@ pub fn priority_flood() -> Scenario {
     }
 }
 
-/// the hysteresis scheme ("we simulated a cascading failure by intentionally injecting a 10-second pause
-/// into a core database service"): a stop-the-world pause under an API tier.
+/// A 10-second stop-the-world pause of a core database (a GC pause, a failover, a lock) under
+/// an API tier: the slow-dependency trigger of Google SRE book, ch. 22.
 pub fn dependency_pause() -> Scenario {
     Scenario {
         name: "dependency-pause".into(),
         source:
-            "the hysteresis scheme (Real Metrics: a 10-second pause injected into a core database)"
+            "Google SRE book ch. 22 (a slow dependency): a 10-second pause of a core database"
                 .into(),
         description: "1,000 req/s to an API (200 workers) over a core database (50 workers); \
                       the database pauses for 10 s"
@@ -734,10 +742,9 @@ pub fn dependency_pause() -> Scenario {
 /// Steady tenants in [`noisy_tenant`].
 pub const STEADY_TENANTS: usize = 20;
 
-/// the overload write-ups, Failure Scenario 3 ("One Slow Tenant Stalls the Shared Queue": one tenant's
-/// backlog starves every tenant on a shared queue; fix: "per-tenant concurrency caps" and
-/// "shuffle-sharded queues") and the gateway rate-limit scheme (limits "per agent identity" at the gateway, a
-/// 429 the caller can act on). 21 tenants share one API of 1,000 req/s; 20 send 25 req/s
+/// One tenant's backlog starves every tenant on a shared queue; the fix is per-tenant
+/// concurrency caps and shuffle sharding (AWS Builders' Library, "Workload isolation using
+/// shuffle-sharding"), answered with a 429 the caller can act on (RFC 6585, `Retry-After`). 21 tenants share one API of 1,000 req/s; 20 send 25 req/s
 /// each (half the capacity together); the 21st jumps from 25 to 8,000 req/s (8x the
 /// capacity) for 10 s. All at the same priority, so only the tenant tells them apart.
 pub fn noisy_tenant() -> Scenario {
@@ -756,7 +763,7 @@ pub fn noisy_tenant() -> Scenario {
     ));
     Scenario {
         name: "noisy-tenant".into(),
-        source: "the overload write-ups §Failure Scenarios 3 (One Slow Tenant Stalls the Shared Queue), the gateway rate-limit scheme"
+        source: "AWS Builders' Library, Workload isolation using shuffle-sharding; per-tenant 429s (RFC 6585)"
             .into(),
         description: "21 tenants share an API (40 workers, 1,000 req/s); 20 send 25 req/s \
                       each, one jumps to 8,000 req/s (8x capacity) for 10 s"

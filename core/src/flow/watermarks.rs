@@ -25,8 +25,8 @@ impl Default for WatermarksConfig {
             capacity: 400,
             // pause when `inflight.available() < 100`;
             pause_below: 100,
-            // the seed resumes as soon as that is false, which flaps at the mark; we resume
-            // only once half the capacity is free (our choice, not the seed's).
+            // resuming as soon as that is false would flap at the mark; resume only once half
+            // the capacity is free (hysteresis: a band between the two marks).
             resume_above: 200,
         }
     }

@@ -14,7 +14,7 @@
 //!   so at most ×2 per window and about ×2 per round trip (TCP slow start, RFC 5681).
 //!   It ends for good at the first drop or at the algorithm's own congestion
 //!   condition; each algorithm's docs say which.
-//! - **Integer limits where the anchor has them.** Netflix's limits and the hysteresis scheme's `C` are
+//! - **Integer limits where the reference has them.** Netflix's limits and `HysteresisAimd`'s `C` are
 //!   integers; [`quantize`] truncates values at or above 1 and keeps fractions below 1, so
 //!   parity holds whenever the floor is a whole number ≥ 1 and fractional floors still work.
 

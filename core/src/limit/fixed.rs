@@ -23,8 +23,8 @@ impl Default for FixedConfig {
 
 /// A constant concurrency limit: every window leaves it unchanged.
 ///
-/// This is the static limit of classic bulkheads (and the kill switch of the hysteresis scheme that pins an
-/// adaptive limiter to a known value). It deliberately ignores latency *and* drops — it is
+/// This is the static limit of classic bulkheads (and the kill switch that pins an
+/// adaptive limiter to a known value when its controller misbehaves). It deliberately ignores latency *and* drops — it is
 /// the one algorithm that does not back off. [`Fixed::set_limit`] changes it by hand
 /// (NCL `SettableLimit`), within `[min_limit, max_limit]`.
 ///

@@ -1,7 +1,8 @@
 //! `HysteresisAimd`: a rate-limited AIMD with hysteresis — healthy / warning / critical zones
 //! on a time-windowed rolling p99, jump detection by a significance test on the mean, a
-//! cool-off after critical events, a hard cap (the scheme of "adaptive concurrency with
-//! hysteresis" write-ups; its AIMD core is TCP's and Netflix concurrency-limits' `AIMDLimit`).
+//! cool-off after critical events, a hard cap. Its AIMD core is TCP's (Jacobson, "Congestion
+//! Avoidance and Control", SIGCOMM 1988) and Netflix concurrency-limits' `AIMDLimit`; the dead
+//! band between the zones is what keeps one slow window (a GC pause) from halving the limit.
 
 use super::common::{
     check_app_limited, check_duration, check_f64_below, check_positive, clamp_limit,
@@ -39,39 +40,41 @@ const IDLE_MARGIN: f64 = 1.25;
 /// margin covers that.
 const IDLE_MIN_OUTCOMES: f32 = 50.0;
 
-/// Configuration of [`HysteresisAimd`]. `Default` is the scheme's published numbers.
+/// Configuration of [`HysteresisAimd`]. `Default`: a 50 ms target, zones at 0.8× and 1.5×
+/// of it, ×0.5 on a critical window, ×0.8 on a jump of the mean by 20% within 2 s, a 5 s
+/// cool-off, a 10 s rolling p99, limits from 1 to 1000.
 ///
-/// The same write-ups pair it with priority aging at the queue: a P1 request waiting longer
-/// than 500 ms moves to P2. In this crate that is the Gate's aging preset
-/// ([`GateConfig::aging`](crate::gate::GateConfig)); use both together for the full scheme.
+/// It pairs well with priority aging at the queue (a `normal` request waiting longer than
+/// 500 ms moves to `background`): the Gate's aging preset
+/// ([`GateConfig::aging`](crate::gate::GateConfig)).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct HysteresisConfig {
-    /// The limit before any window (the scheme gives none; 20).
+    /// The limit before any window (20, Netflix concurrency-limits' initial limit).
     pub initial_limit: f64,
-    /// Floor (the scheme: `max(1, C × 0.5)`). May be below 1.
+    /// Floor (default 1: a critical event sets `max(1, C × 0.5)`). May be below 1.
     pub min_limit: f64,
-    /// Hard cap (the scheme: 1000).
+    /// Hard cap (default 1000).
     pub max_limit: f64,
-    /// The latency the zones are measured against (the scheme's example: 50 ms). ns.
+    /// The latency the zones are measured against (default 50 ms). ns.
     pub target_latency_ns: u64,
-    /// HEALTHY while the rolling p99 is below `healthy_below × target` (the scheme: 0.8).
+    /// HEALTHY while the rolling p99 is below `healthy_below × target` (default 0.8).
     pub healthy_below: f64,
-    /// CRITICAL once the rolling p99 is above `critical_above × target` (the scheme: 1.5).
+    /// CRITICAL once the rolling p99 is above `critical_above × target` (default 1.5).
     pub critical_above: f64,
-    /// The factor of a critical event, in `(0, 1)` (the scheme: 0.5).
+    /// The factor of a critical event, in `(0, 1)` (default 0.5).
     pub critical_factor: f64,
     /// A jump is a rise of the average latency by more than this fraction within
-    /// `jump_window_ns` (the scheme: 0.2, i.e. 20 %), in `(0, 100]`.
+    /// `jump_window_ns` (default 0.2, i.e. 20 %), in `(0, 100]`.
     pub jump_rise: f64,
-    /// The look-back of jump detection (the scheme: 2 s). ns.
+    /// The look-back of jump detection (default 2 s). ns.
     pub jump_window_ns: u64,
-    /// The factor applied on a jump, in `(0, 1)` (the scheme: 0.8).
+    /// The factor applied on a jump, in `(0, 1)` (default 0.8).
     pub jump_factor: f64,
-    /// EWMA weight of each completion in the average latency, in `(0, 1]` (the scheme: 0.1).
+    /// EWMA weight of each completion in the average latency, in `(0, 1]` (default 0.1).
     pub avg_alpha: f64,
-    /// After a critical event, no additive increase for this long (the scheme: 5 s). ns.
+    /// After a critical event, no additive increase for this long (default 5 s). ns.
     pub cool_off_ns: u64,
-    /// The horizon of the rolling p99 (the scheme: 10 s). ns.
+    /// The horizon of the rolling p99 (default 10 s). ns.
     pub p99_window_ns: u64,
     /// No growth while `max_inflight < app_limited_fraction × limit`, in `[0, 1]`.
     pub app_limited_fraction: f64,
@@ -83,25 +86,25 @@ impl Default for HysteresisConfig {
     fn default() -> Self {
         Self {
             initial_limit: 20.0,
-            // the scheme: `max(1, C × 0.5)` and the 1000 hard cap
+            // a critical event never takes the limit below 1; a hard cap of 1000
             min_limit: 1.0,
             max_limit: 1000.0,
-            // the scheme: "target_latency: Fixed target (e.g., 50ms for this service)"
+            // a fixed target: set it from the dependency's normal p99 (about 2× it)
             target_latency_ns: 50 * MS,
-            // the scheme zones: HEALTHY < 0.8 × target, CRITICAL > 1.5 × target
+            // zones: HEALTHY < 0.8 × target, CRITICAL > 1.5 × target, WARNING (hold) between
             healthy_below: 0.8,
             critical_above: 1.5,
-            // the scheme: CRITICAL → C × 0.5
+            // CRITICAL → C × 0.5
             critical_factor: 0.5,
-            // the scheme: "lat_avg increased by >20% in 2 seconds" → C × 0.8
+            // the average latency up by more than 20% within 2 s → C × 0.8
             jump_rise: 0.2,
             jump_window_ns: 2 * SEC,
             jump_factor: 0.8,
-            // the scheme: lat_avg EWMA alpha = 0.1
+            // the average latency: an EWMA with alpha = 0.1
             avg_alpha: 0.1,
-            // the scheme: "the ACC waits 5 seconds before starting the additive increase"
+            // after a critical event, 5 s before the additive increase starts again
             cool_off_ns: 5 * SEC,
-            // the scheme: "lat_p99: Rolling 99th percentile latency (over 10s window)"
+            // the p99 over a rolling 10 s window
             p99_window_ns: 10 * SEC,
             app_limited_fraction: NCL_APP_LIMITED_FRACTION,
             slow_start: false,
@@ -363,7 +366,7 @@ impl RollingMoments {
 /// below it change nothing), and the learned one follows later idle windows down. See
 /// [`HysteresisAimd::effective_target_ns`].
 ///
-/// As in the scheme, `C` is a whole number from 1 up; below 1 (only with a fractional floor)
+/// `C` is a whole number from 1 up; below 1 (only with a fractional floor)
 /// fractions are kept.
 ///
 /// ```
