@@ -697,9 +697,8 @@ pub fn priority_flood() -> Scenario {
 pub fn dependency_pause() -> Scenario {
     Scenario {
         name: "dependency-pause".into(),
-        source:
-            "Google SRE book ch. 22 (a slow dependency): a 10-second pause of a core database"
-                .into(),
+        source: "Google SRE book ch. 22 (a slow dependency): a 10-second pause of a core database"
+            .into(),
         description: "1,000 req/s to an API (200 workers) over a core database (50 workers); \
                       the database pauses for 10 s"
             .into(),
