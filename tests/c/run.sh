@@ -77,7 +77,7 @@ echo "ctest: $(wc -l <"$header_fns") functions exported, all called by tests/c"
 cflags=(-O1 -g -Wall -Wextra -Werror -pedantic -Iinclude -I"$here")
 static_libs=("$libdir/libsurgeguard.a" -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc)
 shared_libs=(-L"$libdir" -lsurgeguard -Wl,-rpath,"$libdir" -lpthread -lm)
-programs=(test_api test_gate test_fixes test_shared test_shared_gate test_shared_more stress_gate)
+programs=(test_api test_gate test_shared test_shared_gate test_shared_more stress_gate)
 for prog in "${programs[@]}"; do
     for lang in c cpp; do
         if [ "$lang" = c ]; then cc=(gcc -std=c11); else cc=(g++ -std=c++17 -x c++); fi
@@ -95,7 +95,7 @@ done
 
 # 3. valgrind memcheck: zero errors, zero definite or indirect leaks.
 vg=(valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,indirect)
-for prog in test_api test_gate test_fixes test_shared test_shared_gate test_shared_more; do
+for prog in test_api test_gate test_shared test_shared_gate test_shared_more; do
     for build in c.static cpp.shared; do
         step "valgrind:$prog.$build" "${vg[@]}" "$out/$prog.$build"
     done

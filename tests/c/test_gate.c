@@ -29,6 +29,14 @@ static void plain_config(sg_gate_config *cfg, double limit, uint32_t levels, uin
     cfg->lifo = SG_LIFO_NEVER;
 }
 
+/* Field by field: the structs have padding, whose bytes are not defined. */
+static int same_gate_metrics(const sg_gate_metrics *a, const sg_gate_metrics *b) {
+    return a->waiting == b->waiting && a->queued == b->queued && a->granted == b->granted &&
+           a->expired == b->expired && a->cancelled == b->cancelled &&
+           a->evicted == b->evicted && a->limiter.inflight == b->limiter.inflight &&
+           a->limiter.admitted == b->limiter.admitted && a->limiter.limit == b->limiter.limit;
+}
+
 static void test_configs(void) {
     sg_gate_config cfg;
     sg_gate *g = NULL;
@@ -377,10 +385,114 @@ static void test_brownout(void) {
     sg_gate_free(g);
 }
 
+/* Cancelling a ticket this gate never issued changes nothing and says so with one of
+ * the two statuses the header documents for it. */
+static void test_cancel_of_an_unknown_ticket(void) {
+    sg_gate_config cfg;
+    sg_gate *g = NULL, *other = NULL;
+    sg_permit p, q;
+    uint64_t ticket = 0, other_ticket = 0;
+    sg_gate_metrics before, after;
+    sg_status st;
+    OK(sg_gate_config_default(&cfg));
+    cfg.limiter.algorithm = SG_ALGORITHM_FIXED;
+    cfg.limiter.fixed.initial_limit = 1;
+    cfg.limiter.levels = 1;
+    OK(sg_gate_new(&cfg, &g));
+    OK(sg_gate_new(&cfg, &other));
+    OK(sg_gate_arrive(g, 1 * MS, SG_LEVEL_CRITICAL, SG_NO_DEADLINE, &p, &ticket, NULL));
+    EXPECT(sg_gate_arrive(g, 1 * MS, SG_LEVEL_CRITICAL, SG_NO_DEADLINE, &q, &ticket, NULL),
+           SG_QUEUED);
+    OK(sg_gate_arrive(other, 1 * MS, SG_LEVEL_CRITICAL, SG_NO_DEADLINE, &q, &other_ticket, NULL));
+    EXPECT(sg_gate_arrive(other, 1 * MS, SG_LEVEL_CRITICAL, SG_NO_DEADLINE, &q, &other_ticket,
+                          NULL),
+           SG_QUEUED);
+    OK(sg_gate_metrics_get(g, &before));
+    EXPECT(sg_gate_cancel(g, other_ticket), SG_FOREIGN_HANDLE);
+    st = sg_gate_cancel(g, 0x0123456789ABCDEFull); /* never issued by anyone */
+    CHECK(st == SG_UNKNOWN_TICKET || st == SG_FOREIGN_HANDLE);
+    st = sg_gate_cancel(g, ticket ^ 0x40000000ull); /* same gate and slot, never issued */
+    CHECK(st == SG_UNKNOWN_TICKET || st == SG_FOREIGN_HANDLE);
+    OK(sg_gate_metrics_get(g, &after));
+    CHECK(same_gate_metrics(&before, &after));
+    OK(sg_gate_cancel(g, ticket));
+    EXPECT(sg_gate_cancel(g, ticket), SG_UNKNOWN_TICKET); /* already left */
+    OK(sg_gate_cancel(other, other_ticket));
+    OK(sg_gate_release(g, &p, 2 * MS, SG_OUTCOME_SUCCESS));
+    OK(sg_gate_release(other, &q, 2 * MS, SG_OUTCOME_SUCCESS));
+    sg_gate_free(g);
+    sg_gate_free(other);
+}
+
+/* The pump acts on a due wakeup. A fractional limit (1.8) holds its one whole slot back
+ * for critical; a normal waiter queues behind a critical holder. When critical releases,
+ * the held-back slot is re-checked only at `sg_gate_next_wakeup`: a pump that waits for
+ * the next release or arrival instead leaves the waiter queued with nothing in flight. */
+static void test_pump_acts_on_due_wakeup(void) {
+    sg_gate_config cfg;
+    sg_gate *g = NULL;
+    sg_gate_event ev[4];
+    sg_permit crit, normal;
+    uint64_t ticket = 0, now = 10 * MS, wake = 0;
+    size_t n = 0, rounds = 0, granted = 0;
+    uint32_t waiting = 0;
+    memset(&normal, 0, sizeof normal);
+    OK(sg_gate_config_default(&cfg));
+    cfg.limiter.algorithm = SG_ALGORITHM_FIXED;
+    cfg.limiter.fixed.initial_limit = 1.8;
+    cfg.limiter.fixed.min_limit = 1.0;
+    cfg.limiter.fixed.max_limit = 2.0;
+    cfg.limiter.active_ns = 5 * MS; /* critical's reservation lapses 5 ms after it last came */
+    cfg.codel_enabled = false;
+    OK(sg_gate_new(&cfg, &g));
+    OK(sg_gate_arrive(g, now, SG_LEVEL_CRITICAL, SG_NO_DEADLINE, &crit, &ticket, NULL));
+    EXPECT(sg_gate_arrive(g, now, SG_LEVEL_NORMAL, SG_NO_DEADLINE, &normal, &ticket, NULL),
+           SG_QUEUED);
+    OK(sg_gate_poll(g, now, ev, 4, &n));
+    CHECK(n == 0);
+    now += 1 * MS;
+    OK(sg_gate_release(g, &crit, now, SG_OUTCOME_SUCCESS));
+    /* The pump: poll after the release, then sleep until next_wakeup and poll again, with
+     * no other event. Each round jumps the clock to the wakeup. */
+    for (rounds = 0; rounds < 100 && granted == 0; rounds++) {
+        size_t i;
+        OK(sg_gate_poll(g, now, ev, 4, &n));
+        for (i = 0; i < n; i++) {
+            CHECK(ev[i].kind == SG_EVENT_GRANTED && ev[i].ticket == ticket);
+            if (ev[i].kind == SG_EVENT_GRANTED) {
+                OK(sg_permit_move(&ev[i].permit, &normal));
+                granted++;
+            }
+        }
+        if (granted) {
+            break;
+        }
+        OK(sg_gate_waiting_total(g, &waiting));
+        CHECK(waiting == 1);
+        OK(sg_gate_next_wakeup(g, now, &wake));
+        CHECK(wake != SG_NEVER); /* a waiter with a free slot: a re-check is due */
+        if (wake == SG_NEVER) {
+            break;
+        }
+        CHECK(wake >= now);
+        now = wake;
+    }
+    CHECK(granted == 1);
+    CHECK(rounds > 1); /* it took a wakeup, not just the poll after the release */
+    OK(sg_gate_waiting_total(g, &waiting));
+    CHECK(waiting == 0);
+    if (granted) {
+        OK(sg_gate_release(g, &normal, now + MS, SG_OUTCOME_SUCCESS));
+    }
+    sg_gate_free(g);
+}
+
 int main(void) {
     test_configs();
     test_pump();
     test_expiry_and_eviction();
     test_brownout();
+    test_cancel_of_an_unknown_ticket();
+    test_pump_acts_on_due_wakeup();
     return SUMMARY("gate");
 }
