@@ -980,6 +980,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(all(miri, not(sg_miri_full)), ignore = "slow under Miri; make miri-full runs it")]
     fn healthy_traffic_below_threshold_stays_closed() {
         for window in [BreakerWindow::Count(20), BreakerWindow::Time(10 * SEC)] {
             let b = CircuitBreaker::new(config(window)).unwrap();
@@ -1109,6 +1110,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(all(miri, not(sg_miri_full)), ignore = "slow under Miri; make miri-full runs it")]
     fn ramp_admits_10_25_50_then_all() {
         let cfg = CircuitBreakerConfig {
             ramp_duration: 30 * SEC,
@@ -1143,6 +1145,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(all(miri, not(sg_miri_full)), ignore = "slow under Miri; make miri-full runs it")]
     fn open_jitter_spreads_a_fleet() {
         let t0 = 100 * SEC;
         let mut ends = [0u64; 50];

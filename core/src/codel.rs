@@ -811,6 +811,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(all(miri, not(sg_miri_full)), ignore = "slow under Miri; make miri-full runs it")]
     fn the_exclusive_path_decides_exactly_like_the_shared_one() {
         let seeds = if cfg!(miri) { 2 } else { 20 }; // Miri: the same checks, fewer runs
         for mode in [CodelMode::Folly, CodelMode::Rfc8289] {

@@ -1834,6 +1834,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(all(miri, not(sg_miri_full)), ignore = "slow under Miri; make miri-full runs it")]
     fn expiry_hints_do_not_depend_on_the_poll_buffer_size() {
         // The same CoDel-sloughing sequence polled 16 events at a time and 1 at a time.
         // Releases are `Ignored` (no service sample), so CoDel keeps folly's 5 ms / 100 ms.

@@ -526,6 +526,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(all(miri, not(sg_miri_full)), ignore = "slow under Miri; make miri-full runs it")]
     fn paced_drain_follows_its_rate() {
         let d =
             PacedDrain::new(PacedDrainConfig { target_per_sec: 1000.0, headroom: 0.5, burst: 10 })

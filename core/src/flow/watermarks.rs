@@ -244,6 +244,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(all(miri, not(sg_miri_full)), ignore = "slow under Miri; make miri-full runs it")]
     fn a_sawtooth_inside_the_band_never_flaps() {
         let w = wm(400, 100, 200);
         // Level saws between 250 and 299 (free 101..150): neither mark is crossed.

@@ -164,6 +164,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(all(miri, not(sg_miri_full)), ignore = "slow under Miri; make miri-full runs it")]
     fn body_is_valid_json_and_fits_the_max() {
         for r in Reason::ALL {
             for ns in [0, 1, 1_500_000_000, u64::MAX] {

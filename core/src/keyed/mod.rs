@@ -799,6 +799,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(all(miri, not(sg_miri_full)), ignore = "slow under Miri; make miri-full runs it")]
     fn hash_key_separates_keys_seeds_and_lengths() {
         let mut seen = HashSet::new();
         let keys = if cfg!(miri) { 200 } else { 20_000 }; // Miri: the same checks, fewer keys

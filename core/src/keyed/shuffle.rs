@@ -210,6 +210,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(all(miri, not(sg_miri_full)), ignore = "slow under Miri; make miri-full runs it")]
     fn picks_are_distinct_in_range_and_deterministic() {
         let keys = if cfg!(miri) { 4 } else { 200 }; // Miri: the same checks, fewer keys
         for n in 1..=20u32 {

@@ -458,6 +458,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(all(miri, not(sg_miri_full)), ignore = "slow under Miri; make miri-full runs it")]
     fn quantiles_of_a_uniform_spread() {
         let mut h = Histogram::new();
         for v in 1..=10_000u64 {
@@ -549,6 +550,7 @@ mod tests {
     /// returns exactly the counts and the wrapping sum a plain histogram and a `u64` sum of
     /// the same window hold.
     #[test]
+    #[cfg_attr(all(miri, not(sg_miri_full)), ignore = "slow under Miri; make miri-full runs it")]
     fn latency_histogram_matches_a_plain_histogram_and_sum() {
         fn prop(ops: std::vec::Vec<Op>) -> bool {
             let h = AtomicLatencyHistogram::new();
