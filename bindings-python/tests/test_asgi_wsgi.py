@@ -8,6 +8,7 @@ import threading
 import pytest
 
 import surgeguard as sg
+import surgeguard.prometheus
 from surgeguard.asgi import OverloadMiddleware, health, outcome_for_status
 from surgeguard.wsgi import OverloadWSGIMiddleware
 
@@ -252,3 +253,55 @@ def test_wsgi_waits_in_threads():
     for t in threads:
         t.join(10)
     assert done == [200] * 4 and g.inflight == 0
+
+
+def test_health_and_render_check_their_arguments():
+    with pytest.raises(TypeError, match="gate"):
+        sg.asgi.health(float("nan"))
+    with pytest.raises(TypeError, match="broken"):
+        sg.asgi.health(None, broken=5)
+    for bad in ({"target": float("nan")}, 5, "ab", [("x",)]):
+        with pytest.raises(TypeError):
+            sg.prometheus.render(bad)
+    with pytest.raises(ValueError, match="prefix"):
+        sg.prometheus.render({}, prefix="bad prefix")
+    assert "surgeguard_gate" in sg.prometheus.render({"api": sg.Gate()})
+
+
+def test_middleware_arguments_checked_at_construction():
+    import surgeguard.wsgi
+
+    gate = sg.Gate()
+    app = lambda *a: None  # noqa: E731
+    for mw in (sg.asgi.OverloadMiddleware, sg.wsgi.OverloadWSGIMiddleware):
+        with pytest.raises(TypeError, match="key_header"):
+            mw(app, gate, key_header=float("nan"))
+        with pytest.raises(TypeError, match="app"):
+            mw(float("nan"), gate)
+        with pytest.raises(ValueError, match="key_cost"):
+            mw(app, gate, key_cost=-1)
+        with pytest.raises(TypeError, match="priority"):
+            mw(app, gate, priority=5)
+        assert gate.inflight == 0 and gate.waiting() == 0
+
+
+def test_middlewares_refuse_an_object_that_only_has_a_try_acquire():
+    # A CircuitBreaker (or a RateLimiter, a KeyedLimits) has a `try_acquire` of another
+    # meaning: accepted, it made every request a TypeError (500). Refused at construction.
+    import surgeguard.wsgi
+
+    class Duck:
+        def try_acquire(self, priority=None):
+            return None
+
+    app = lambda *a: None  # noqa: E731
+    wrong = [sg.CircuitBreaker(), sg.RateLimiter(10.0), sg.KeyedLimits(2), Duck()]
+    for mw in (sg.asgi.OverloadMiddleware, sg.wsgi.OverloadWSGIMiddleware):
+        for gate in wrong:
+            with pytest.raises(TypeError, match=f"gate must be .*got {type(gate).__name__}"):
+                mw(app, gate=gate)
+        for gate in (sg.Gate(), sg.Limiter(limit=2)):
+            mw(app, gate=gate)  # accepted
+    for gate in wrong:
+        with pytest.raises(TypeError, match="gate must be"):
+            sg.asgi.health(gate)

@@ -5,7 +5,7 @@ import asyncio
 import pytest
 
 import surgeguard as sg
-from conftest import MS, SEC
+from conftest import MS, SEC, FakeClock
 
 
 def small(**kw):
@@ -152,3 +152,24 @@ def test_breaker_config_errors():
         sg.CircuitBreaker(window_calls=0)
     with pytest.raises(TypeError):
         sg.CircuitBreaker(failure_exceptions=(int,))
+
+
+def test_breaker_with_a_clock_opens_and_recovers_without_sleeping():
+    clock = FakeClock()
+    b = sg.CircuitBreaker(window_calls=4, minimum_calls=4, open_duration=30.0, open_jitter=0.0, clock=clock)
+
+    @b
+    def fail():
+        raise ConnectionError("down")
+
+    for _ in range(4):
+        with pytest.raises(ConnectionError):
+            fail()
+    assert b.state() == "open"
+    with pytest.raises(sg.BreakerOpen):
+        with b:
+            pass
+    clock.sleep(31)
+    assert b.state() != "open"
+    with b:
+        pass

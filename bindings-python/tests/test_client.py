@@ -1,13 +1,14 @@
 """Retry budget, token throttle, adaptive throttle, backoff, retry(), httpx transport."""
 
 import asyncio
+import time
 
 import httpx
 import pytest
 
 import surgeguard as sg
 import surgeguard.httpx as sghttpx
-from conftest import MS, SEC
+from conftest import MS, SEC, FakeClock
 
 
 def test_retry_budget_bounds_retries_to_a_share_of_requests():
@@ -281,3 +282,72 @@ def test_httpx_transport_does_not_count_a_retry_given_up_for_max_delay():
     with httpx.Client(transport=t) as c:
         assert c.get("http://test/").status_code == 503
     assert seen == ["GET"] and budget.available() == before
+
+
+def test_retry_on_is_checked_at_decoration():
+    for bad in (42, (ValueError, 42), "ValueError", None):
+        with pytest.raises(TypeError, match="retry_on"):
+            sg.retry(retry_on=bad)
+    with pytest.raises(TypeError, match="sleep"):
+        sg.retry(sleep=3)
+
+
+# @retry does not count a retry it never made.
+def test_retry_given_up_for_max_delay_takes_nothing_from_the_budget():
+    budget = sg.RetryBudget(min_retries_per_sec=1, percent_can_retry=0.0)
+    calls = []
+
+    @sg.retry(attempts=3, budget=budget, max_delay=1.0, sleep=lambda s: None)
+    def call():
+        calls.append(1)
+        raise sg.errors.LimitReached("busy", "limit_reached", 60.0)  # Retry-After: 60 s
+
+    before = budget.available()
+    with pytest.raises(sg.LimitReached):
+        call()
+    assert calls == [1]
+    assert budget.available() == before
+
+
+def test_limiter_and_retry_take_a_clock():
+    clock = FakeClock()
+    lim = sg.Limiter(limit=2, clock=clock)
+    p = lim.try_acquire()
+    assert p.started_at_ns == clock.t
+    p.success()
+    budget = sg.RetryBudget()
+    attempts = []
+
+    @sg.retry(attempts=3, budget=budget, sleep=clock.sleep, clock=clock)
+    def flaky():
+        attempts.append(clock.t)
+        if len(attempts) < 3:
+            raise ConnectionError("again")
+        return "ok"
+
+    t0 = time.monotonic()
+    assert flaky() == "ok"
+    assert time.monotonic() - t0 < 0.5  # the fake sleep advanced the fake clock
+    assert attempts[0] < attempts[1] < attempts[2]
+
+
+def test_backoff_attempt_zero_is_not_a_retry():
+    # 1 is the first retry; 0 is refused as in the C ABI and Node, and changes nothing.
+    b = sg.Backoff(seed=1)
+    with pytest.raises(ValueError, match="attempt"):
+        b.next_delay(0)
+    with pytest.raises(ValueError, match="attempt"):
+        b.ceiling(0)
+    assert b.ceiling(1) > 0
+
+
+def test_percent_can_retry_is_a_fraction():
+    # 10 could mean 10% or 1000%: refused (as in Node); retry_ratio says "per request".
+    with pytest.raises(ValueError, match="retry_ratio"):
+        sg.RetryBudget(percent_can_retry=10)
+    with pytest.raises(TypeError):
+        sg.RetryBudget(percent_can_retry=0.1, retry_ratio=2)
+    b = sg.RetryBudget(retry_ratio=10, min_retries_per_sec=0)
+    for _ in range(10):
+        b.deposit(now_ns=10**9)
+    assert b.available(now_ns=10**9) >= 100

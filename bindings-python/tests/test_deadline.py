@@ -144,3 +144,29 @@ def test_threads_do_not_share_a_deadline():
         # a copied context does carry it (run_in_executor with copy_context, etc.)
         assert contextvars.copy_context().run(deadline.current) == deadline.current()
     assert out == [None]
+
+
+def test_the_deadline_header_functions_import_from_the_package_as_documented():
+    # docs/deadlines.md's Python section: importable from `surgeguard` itself.
+    from surgeguard import (
+        DEADLINE_HEADERS,
+        DEADLINE_MAX_BUDGET_NS,
+        deadline_at,
+        format_deadline_header,
+        parse_deadline_header,
+        parse_deadline_headers,
+    )
+
+    assert DEADLINE_MAX_BUDGET_NS == 3_600_000_000_000
+    assert DEADLINE_HEADERS == ("grpc-timeout", "x-envoy-expected-rq-timeout-ms", "surgeguard-timeout-ms")
+    assert parse_deadline_header("grpc-timeout", "250m") == (250_000_000, None)
+    assert parse_deadline_header("surgeguard-timeout-ms", "-5") == (None, "negative")
+    assert parse_deadline_headers([("grpc-timeout", "2S"), ("surgeguard-timeout-ms", "oops")]) == (
+        2_000_000_000,
+        [("surgeguard-timeout-ms", "malformed")],
+    )
+    assert deadline_at(500, now_ns=1_000) == 1_500
+    assert format_deadline_header("surgeguard-timeout-ms", 1_000 + 250_000_000, now_ns=1_000) == "250"
+    assert format_deadline_header("grpc-timeout", 1_000, now_ns=1_000) is None
+    for name in ("parse_deadline_header", "parse_deadline_headers", "deadline_at", "format_deadline_header"):
+        assert name in sg.__all__

@@ -1,12 +1,16 @@
 """Gate: sync waiting (GIL released), shedding, readiness, thread stress."""
 
+import signal
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 
 import pytest
 
 import surgeguard as sg
-from conftest import MS, SEC
+from conftest import MS, SEC, FakeClock, no_leaks, settle
 
 
 def test_admit_queue_grant_in_priority_order_with_injected_time():
@@ -238,3 +242,213 @@ def test_a_held_permit_is_entered_once_and_released_on_exit():
         with pytest.raises(RuntimeError):
             q.__enter__()
     assert g.inflight == 0
+
+
+# A queued waiter does not wait forever when the only re-check the core asks for is due
+# after a release (a fractional limit: Gate(limit=1.8)).
+def test_thread_waiter_is_granted_after_a_fractional_release():
+    g = sg.Gate(limit=1.8)
+    settle(g)
+    crit = g.try_acquire("critical")
+    result = []
+
+    def waiter():
+        with g.acquire("normal", timeout=5.0):
+            result.append("granted")
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    deadline = time.monotonic() + 5
+    while g.waiting() < 1 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    time.sleep(0.02)
+    crit.success()
+    t.join(6)
+    assert result == ["granted"]
+    no_leaks(g)
+
+
+@pytest.fixture
+def sigint_raises():
+    """Python's own SIGINT handler, whatever was inherited: a shell that starts a job in the
+    background without job control sets SIGINT to ignored, and Python then installs none."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+# Ctrl-C while blocked in gate.acquire() interrupts at once and leaves nothing behind.
+def test_keyboard_interrupt_while_blocked_in_acquire(sigint_raises):
+    g = sg.Gate(limit=1, levels=1, codel=False)
+    held = g.try_acquire()
+    timer = threading.Timer(0.2, signal.raise_signal, (signal.SIGINT,))
+    t0 = time.monotonic()
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        with g.acquire():  # no timeout: before the fix this blocked for good
+            pytest.fail("admitted while the slot is held")
+    assert time.monotonic() - t0 < 3.0
+    timer.join()
+    assert g.waiting() == 0 and g.inflight == 1
+    held.success()
+    no_leaks(g)
+
+
+def test_sigint_to_a_subprocess_blocked_in_acquire():
+    code = textwrap.dedent(
+        """
+        import signal, sys, surgeguard as sg
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # even if inherited as ignored
+        g = sg.Gate(limit=1, levels=1, codel=False)
+        held = g.try_acquire()
+        print("ready", flush=True)
+        try:
+            with g.acquire():
+                print("admitted", flush=True)
+        except KeyboardInterrupt:
+            m = g.metrics()
+            print("interrupted", g.waiting(), g.inflight, m["binding_waiters"], flush=True)
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert out.strip() == "interrupted 0 1 0"
+
+
+# A permit shared across threads: exactly one end wins, the others get UsageError, and
+# readers never see pyo3 borrow errors.
+def test_permit_shared_across_threads():
+    for _ in range(100):
+        g = sg.Gate(limit=1, levels=1, codel=False)
+        p = g.try_acquire()
+        errors, wins, reads = [], [], []
+        barrier = threading.Barrier(4)
+
+        def end():
+            barrier.wait()
+            try:
+                p.success()
+                wins.append(1)
+            except sg.UsageError:
+                pass
+            except BaseException as e:  # noqa: BLE001 - the test records anything else
+                errors.append(e)
+
+        def read():
+            barrier.wait()
+            try:
+                for _ in range(50):
+                    reads.append((p.held, p.outcome))
+            except BaseException as e:  # noqa: BLE001
+                errors.append(e)
+
+        ts = [threading.Thread(target=end) for _ in range(3)] + [threading.Thread(target=read)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        assert errors == [] and wins == [1]
+        assert p.outcome == "success" and not p.held
+        no_leaks(g)
+
+
+# Permit misuse raises UsageError.
+def test_reentering_after_the_block_is_a_usage_error():
+    g = sg.Gate(limit=2)
+    p = g.acquire()
+    with p:
+        pass
+    with pytest.raises(sg.UsageError):
+        with p:
+            pass
+    assert g.inflight == 0
+
+
+def test_ending_a_permit_never_entered_is_a_usage_error():
+    g = sg.Gate(limit=2)
+    lim = sg.Limiter(limit=2)
+    for p in (g.acquire(), lim.acquire()):
+        for end in (p.success, p.dropped, p.ignore, p.release):
+            with pytest.raises(sg.UsageError):
+                end()
+        assert not p.held and p.outcome is None
+    assert g.inflight == 0 and lim.inflight == 0
+
+
+def test_nested_with_on_a_held_permit_is_a_usage_error():
+    g = sg.Gate(limit=2)
+    with g.acquire() as p:
+        with pytest.raises(sg.UsageError):
+            with p:
+                pass
+        # The inner attempt did not free the slot while the outer block runs.
+        assert p.held and g.inflight == 1
+    assert p.outcome == "success" and g.inflight == 0
+
+
+def test_try_acquire_permit_may_be_entered_once():
+    g = sg.Gate(limit=2)
+    p = g.try_acquire()
+    with p:
+        assert g.inflight == 1
+    assert p.outcome == "success" and g.inflight == 0
+
+
+def test_ending_inside_the_block_is_kept():
+    g = sg.Gate(limit=2)
+    with g.acquire() as p:
+        p.dropped()
+    assert p.outcome == "dropped" and g.inflight == 0
+
+
+# A whole object takes a clock: no sleeping in tests.
+def test_gate_latency_comes_from_its_clock():
+    clock = FakeClock()
+    g = sg.Gate(limit=4, clock=clock)
+    with g.acquire() as p:
+        assert p.started_at_ns == clock.t
+        clock.sleep(0.25)
+    assert abs(g.service_time - 0.25) < 0.05
+    with pytest.raises(TypeError, match="clock"):
+        sg.Gate(clock=5)
+
+
+# The semaphore idiom: a job_queue gate waits its turn; the server Gate's refusals are its
+# documented semantics (CoDel).
+def test_job_queue_semaphore_idiom_never_refuses_under_steady_load():
+    gate = sg.job_queue(3)
+    refused, done = [], []
+    inflight, peak = [0], [0]
+    lock = threading.Lock()
+
+    def worker():
+        for _ in range(15):
+            try:
+                with gate.acquire():
+                    with lock:
+                        inflight[0] += 1
+                        peak[0] = max(peak[0], inflight[0])
+                    time.sleep(0.02)
+                    with lock:
+                        inflight[0] -= 1
+                done.append(1)
+            except sg.OverloadError as e:
+                refused.append(e)
+
+    ts = [threading.Thread(target=worker) for _ in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert refused == [] and len(done) == 120
+    assert peak[0] <= 3
+    no_leaks(gate)
+    with pytest.raises(ValueError):
+        sg.job_queue(3, queue_capacity=10**9)

@@ -8,6 +8,7 @@ import time
 import pytest
 
 import surgeguard as sg
+from conftest import settle
 
 
 def no_leaks(g):
@@ -279,3 +280,76 @@ def test_a_wait_finished_for_a_permit_that_is_not_waiting_gives_the_slot_back():
     # Refused with its kind; the other permit's outcome stands; the granted slot went
     # back unused (nothing in flight, nothing waiting, no route left behind).
     assert out == ["not_waiting", "success", "0", "0", "0", "0"], out
+
+
+# A queued waiter does not wait forever when the only re-check the core asks for is due
+# after a release (a fractional limit: Gate(limit=1.8)).
+async def test_async_waiter_is_granted_after_a_fractional_release():
+    g = sg.Gate(limit=1.8)
+    settle(g)
+    crit = g.try_acquire("critical")
+
+    async def waiter():
+        async with g.acquire_async("normal"):
+            return "granted"
+
+    task = asyncio.create_task(waiter())
+    while g.waiting() < 1:
+        await asyncio.sleep(0.001)
+    await asyncio.sleep(0.02)
+    crit.success()
+    # Before the fix nothing was armed after the release: the task waited forever.
+    # The share rule holds the slot for critical while it is active (1 s by default).
+    assert await asyncio.wait_for(task, 5.0) == "granted"
+    no_leaks(g)
+
+
+async def test_burst_into_an_adaptive_gate_never_strands_a_waiter():
+    # An adaptive limit falls to fractional values after a burst; every waiter must end
+    # (granted or refused) without anything else happening.
+    g = sg.Gate(sg.GradientLimit(slow_start=False))
+    outcomes = {"ok": 0, "refused": 0}
+
+    async def one(i):
+        try:
+            async with g.acquire_async(("critical", "normal", "background")[i % 3]):
+                await asyncio.sleep(0.002 + (i % 7) * 0.001)
+            outcomes["ok"] += 1
+        except sg.OverloadError:
+            outcomes["refused"] += 1
+
+    await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(286))), 60)
+    assert outcomes["ok"] + outcomes["refused"] == 286 and outcomes["ok"] > 0
+    no_leaks(g)
+
+
+async def test_release_that_wakes_an_async_waiter_from_another_thread():
+    g = sg.Gate(limit=1, levels=1, codel=False)
+    for _ in range(30):
+        p = g.try_acquire()
+        task = asyncio.create_task(_hold_once(g))
+        while g.waiting() < 1:
+            await asyncio.sleep(0.001)
+        errors = []
+
+        def end():
+            try:
+                p.success()
+            except sg.UsageError:
+                pass
+            except BaseException as e:  # noqa: BLE001
+                errors.append(e)
+
+        ts = [threading.Thread(target=end) for _ in range(2)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        await asyncio.wait_for(task, 5)
+        assert errors == []
+    no_leaks(g)
+
+
+async def _hold_once(g):
+    async with g.acquire_async():
+        pass

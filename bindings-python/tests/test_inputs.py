@@ -178,3 +178,60 @@ def test_static_limit_kill_switch():
     lim.set_static_limit(None)
     assert lim.limit == 8
     a.success(), b.success()
+
+
+# Out-of-range integers are ValueError, never OverflowError.
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: sg.CircuitBreaker(seed=-1),
+        lambda: sg.CircuitBreaker(seed=2**64),
+        lambda: sg.KeyedLimits(4, shards=-1),
+        lambda: sg.KeyedLimits(4, shards=10**30),
+        lambda: sg.KeyedLimits(4, seed=-1),
+        lambda: sg.KeyedLimits(4, hash_seed=-1),
+        lambda: sg.Backoff(seed=-1),
+        lambda: sg.AdaptiveThrottle(seed=-1),
+        lambda: sg.KeyedLimits(4).try_acquire("k", cost=-1),
+        lambda: sg.KeyedLimits(4).try_acquire("k", cost=10**10),
+        lambda: sg.hash_key(-1, "k"),
+        lambda: sg.Gate().poll(now_ns=2**62 + 1),
+        lambda: sg.Gate().try_acquire(now_ns=2**64),
+    ],
+)
+def test_out_of_range_ints_are_value_errors(call):
+    with pytest.raises(ValueError) as info:
+        call()
+    assert not isinstance(info.value, OverflowError)
+
+
+def test_out_of_range_now_changes_nothing():
+    g = sg.Gate(limit=2)
+    before = g.metrics()
+    for bad in (2**62 + 1, 2**64, -1):
+        with pytest.raises(ValueError, match="now_ns"):
+            g.try_acquire(now_ns=bad)
+    assert g.metrics() == before
+
+
+def test_range_errors_print_short_bounds():
+    for kw in ("lifo", "service_alpha"):
+        with pytest.raises(ValueError) as info:
+            sg.Gate(**{kw: 10**300})
+        assert kw in str(info.value) and len(str(info.value)) < 120, str(info.value)
+
+
+def test_release_names_its_argument():
+    p = sg.Gate(limit=2).try_acquire()
+    with pytest.raises(TypeError, match="outcome"):
+        p.release(42)
+    assert p.held  # refused arguments change nothing
+    p.release("dropped")
+    assert p.outcome == "dropped"
+
+
+def test_config_errors_name_the_python_option():
+    with pytest.raises(sg.ConfigError) as info:
+        sg.Gate(min_window=5, max_window=1)
+    assert "min_window > max_window" in str(info.value)
+    assert "_ns" not in str(info.value) and "_ns" not in info.value.field

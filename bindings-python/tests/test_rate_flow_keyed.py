@@ -152,3 +152,22 @@ def test_actionable_bodies_are_the_cores():
         sg.actionable("no_such_reason", 1)
     with pytest.raises(TypeError):
         sg.actionable(42)
+
+
+# An infinite retry_after never reaches the wire.
+def test_infinite_retry_after_is_capped_on_the_wire():
+    table = sg.KeyedLimits(8, rate=1.0, burst=2)
+    with pytest.raises(sg.KeyRate) as info:
+        table.try_acquire("k", cost=5)  # more than the burst: never admitted
+    assert info.value.retry_after == float("inf")
+    a = sg.actionable(info.value)
+    assert a["retry_after_s"] == 86_400
+    assert b"18446744074" not in a["body"]
+    assert sg.actionable("key_rate", float("inf"))["retry_after_s"] == 86_400
+
+
+def test_time_to_drain_refuses_nan_and_negative_rates():
+    for args in ((10, float("nan"), 1), (10, 1, float("nan")), (10, -1, 1), (10, float("inf"), 1)):
+        with pytest.raises(ValueError):
+            sg.time_to_drain(*args)
+    assert sg.time_to_drain(10, 1, 2) is None  # never drains: a real answer
