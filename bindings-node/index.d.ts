@@ -245,7 +245,7 @@ export type Classify = (err: unknown) => Outcome
 export interface GateOptions extends LimiterOptions {
   /** Waiters held at most, 1..4096 (default 1024). */
   queueCapacity?: number
-  /** CoDel per level (default true: folly 5 ms / 100 ms). */
+  /** CoDel per level (default true: folly 5 ms / 100 ms, raised to half and five times the dependency's uncongested call time when calls take over 10 ms). */
   codel?: boolean
   codelTargetMs?: number
   codelIntervalMs?: number

@@ -892,7 +892,8 @@ typedef struct sg_gate_config {
     uint32_t queue_capacity;
     // CoDel per level on (default true).
     bool codel_enabled;
-    // CoDel's acceptable standing delay, ns (default 5 ms, folly).
+    // CoDel's acceptable standing delay, ns (default 5 ms, folly); a floor: the gate raises
+    // it to half the dependency's uncongested call time, and the interval to 10 × it.
     uint64_t codel_target_ns;
     // CoDel's interval, ns, above the target, ≤ 1 h (default 100 ms).
     uint64_t codel_interval_ns;

@@ -138,6 +138,11 @@ pub struct GateConfig {
     /// [`capacity_for`](crate::queue::capacity_for)`(drain rate, wait budget)`.
     pub queue_capacity: Option<usize>,
     /// CoDel per level (`None`: no sloughing, and `LifoTrigger::CodelOverloaded` is FIFO).
+    /// Its target and interval are floors: each dispatch raises them to follow the
+    /// dependency, target `max(target, s / 2)` and interval `max(interval, 10 × target)`,
+    /// where `s` is the uncongested service time ([`Gate::service_floor_ns`]; see
+    /// [`Codel::follow_service`] for why). With calls under 10 ms the configured values
+    /// (folly's 5 ms / 100 ms by default) stand.
     pub codel: Option<CodelConfig>,
     /// When to dispatch newest-first.
     pub lifo: LifoTrigger,

@@ -69,7 +69,8 @@ pub struct sg_gate_config {
     pub queue_capacity: u32,
     /// CoDel per level on (default true).
     pub codel_enabled: bool,
-    /// CoDel's acceptable standing delay, ns (default 5 ms, folly).
+    /// CoDel's acceptable standing delay, ns (default 5 ms, folly); a floor: the gate raises
+    /// it to half the dependency's uncongested call time, and the interval to 10 × it.
     pub codel_target_ns: u64,
     /// CoDel's interval, ns, above the target, ≤ 1 h (default 100 ms).
     pub codel_interval_ns: u64,

@@ -51,6 +51,31 @@ fn a_light_critical_flow_does_not_refuse_the_rest_at_half_load() {
 }
 
 #[test]
+fn a_burst_at_half_load_is_neither_drained_nor_sloughed() {
+    // 50% load, 20/60/20, bursty arrivals, constant 40 ms calls. Seed 6: a burst touched the
+    // initial limit of 20 while the first baseline was learned, and the warm-start drain
+    // cut the limit from 40 to 2.5 (3.7% refused or sloughed). Seeds 30 and 34: bursts kept
+    // a few waiters for tens of milliseconds, which folly's 5 ms / 100 ms called a standing
+    // queue (2.1% and 1.1% sloughed). The limit stays at the dependency's 8 slots or more.
+    for seed in [6, 30, 34] {
+        let s = Setup::healthy(
+            seed,
+            0.5,
+            Mix::Shares([0.2, 0.6, 0.2]),
+            Arrivals::Bursty,
+            SERVICES[0].1,
+        );
+        let o = run(&s);
+        let lowest = o.limits.iter().cloned().fold(f64::MAX, f64::min);
+        assert!(
+            o.refused_share() <= 0.001 && lowest >= 8.0,
+            "seed {seed}: {:.3}% refused, lowest limit {lowest:.1}",
+            o.refused_share() * 100.0
+        );
+    }
+}
+
+#[test]
 fn critical_work_holds_under_overload() {
     for case in overload_cases() {
         for seed in 1..=2 {
