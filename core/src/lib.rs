@@ -44,6 +44,7 @@ pub mod breaker;
 pub mod codel;
 pub mod deadline;
 pub mod dimmer;
+pub mod fleet;
 pub mod flow;
 pub mod gate;
 pub mod keyed;
