@@ -66,7 +66,7 @@ fn one_slot_two_callers() {
         let a = spawn(l.clone());
         let b = spawn(l.clone());
         let got = a.join().unwrap() + b.join().unwrap();
-        assert!(got >= 1 && got <= 2, "{got}");
+        assert!((1..=2).contains(&got), "{got}");
         assert_eq!(l.inflight(), 0);
         assert_eq!(l.metrics(MS).leased, got);
     });
