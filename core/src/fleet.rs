@@ -34,10 +34,12 @@
 //! the slots in flight), retried only when another caller's step succeeded; the refiller's
 //! calls are a few loads and stores. No allocation.
 //!
-//! **Clocks.** `now` is the caller's monotonic clock in ns. A grant's expiry is given as a
-//! TTL from the store (`ttl_ns`), applied from the `now` at which the answer arrived, so a
-//! lease never lasts longer here than in the store as long as the request took longer than
-//! nothing: client clocks never enter the central decision.
+//! **Clocks.** `now` is the caller's monotonic clock in ns. A grant's expiry comes as a TTL
+//! from the store (`ttl_ns`, counted on the store's clock from when it decided), applied
+//! here from the time the request was *sent* (`grant`'s `asked_at`): the store decided
+//! after that, so the lease ends here no later than in the store (clock rates agreeing to
+//! well under the TTL's margin), and slots the store hands to another instance after their
+//! expiry are no longer used here. Client clocks never enter the central decision.
 
 use crate::rate::gcra_decide;
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
@@ -419,12 +421,14 @@ impl TokenLease {
             .saturating_sub(self.tokens.load(Ordering::Relaxed))
     }
 
-    /// The store's answer at `now`: `granted` tokens valid for `ttl_ns` from now, and the
-    /// fleet's size (instances that asked within the store's window; 0 is taken as 1).
+    /// The store's answer to a request sent at `asked_at`: `granted` tokens valid for
+    /// `ttl_ns` from then, and the fleet's size (instances that asked within the store's
+    /// window; 0 is taken as 1).
     /// Tokens left from an earlier grant that has not expired stay; the sum is cut to
     /// `max_batch` (the cut is counted as dropped). Tokens of an expired grant are dropped.
-    pub fn grant(&self, now: u64, granted: u32, ttl_ns: u64, fleet_size: u32) {
-        let now = self.clock.observe(now);
+    pub fn grant(&self, asked_at: u64, granted: u32, ttl_ns: u64, fleet_size: u32) {
+        // Taken as given (an earlier time than the latest take is the point).
+        let now = self.clock.in_range_or_latest(asked_at);
         let ttl = ttl_ns.min(MAX_SETTING_NS);
         let old_exp = self.expires_at.load(Ordering::Relaxed);
         let alive = before(now, old_exp);
@@ -675,10 +679,12 @@ impl SlotLease {
         due.then_some(want)
     }
 
-    /// The store's answer at `now`: `slots` leased for `ttl_ns` from now, and the fleet's
-    /// size. Fewer slots than in flight admit nothing until enough are released.
-    pub fn grant(&self, now: u64, slots: u32, ttl_ns: u64, fleet_size: u32) {
-        let now = self.clock.observe(now);
+    /// The store's answer to a request sent at `asked_at`: `slots` leased for `ttl_ns`
+    /// from then, and the fleet's size. Fewer slots than in flight admit nothing until
+    /// enough are released.
+    pub fn grant(&self, asked_at: u64, slots: u32, ttl_ns: u64, fleet_size: u32) {
+        // Taken as given (an earlier time than the latest take is the point).
+        let now = self.clock.in_range_or_latest(asked_at);
         let ttl = ttl_ns.min(MAX_SETTING_NS);
         self.slots.store(slots.min(self.cfg.cap), Ordering::Relaxed);
         self.expires_at.store(now.saturating_add(ttl).max(1), Ordering::Relaxed);
@@ -793,6 +799,23 @@ mod tests {
         // A third of the TTL left: renew.
         // (The demand: 600/s, then idle for 2 s: an EWMA of 300/s, a batch of 30, cut to 10.)
         assert_eq!(l.want(102 * MS + 2 * SEC + MS), Some(10));
+    }
+
+    #[test]
+    fn a_lease_ends_here_no_later_than_in_the_store() {
+        // Asked at 10 ms, answered at 50 ms (a take ran at 50 ms meanwhile): the 100 ms TTL
+        // counts from 10 ms, when the store had not decided yet.
+        let l = SlotLease::new(SlotLeaseConfig { longest_request_ns: MS, ..Default::default() })
+            .unwrap();
+        let _ = l.try_acquire(50 * MS);
+        l.grant(10 * MS, 4, 100 * MS, 1);
+        assert_eq!(l.metrics(50 * MS).expires_at, 110 * MS);
+        let p = l.try_acquire(108 * MS).unwrap();
+        assert_eq!(p.mode(), Mode::Leased);
+        l.release(p);
+        let p = l.try_acquire(109 * MS).unwrap();
+        assert_eq!(p.mode(), Mode::Fallback(Fallback::Safe), "1 ms left: not enough");
+        l.release(p);
     }
 
     #[test]
