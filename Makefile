@@ -42,6 +42,8 @@ test-serial: setup $(TEST_RUST) $(TEST_BINDINGS)
 # Everything a fresh machine of this kind needs (idempotent).
 setup:
 	rustup component add rustfmt clippy >/dev/null 2>&1 || rustup component add rustfmt clippy
+	# The fleet leases' tests start their own redis-server (Debian's package).
+	command -v redis-server >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; } || { echo "make setup: install redis-server (Debian: apt-get install redis-server)" >&2; exit 1; }
 	rustup target add $(NO_STD_TARGET) $(MCU_TARGETS) >/dev/null 2>&1 || rustup target add $(NO_STD_TARGET) $(MCU_TARGETS)
 
 fmt:

@@ -1,0 +1,349 @@
+//! The fleet leases' Lua scripts (`surgeguard/lua/`) on a real `redis-server`, started here
+//! on a free loopback port and stopped by pid: the token script's decisions against a
+//! reference GCRA, the fleet bound with several instances leasing at once, the slot cap
+//! under concurrent leases and a crashed holder, and bad arguments.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use surgeguard::clock::monotonic_ns;
+use surgeguard_core::fleet::{
+    Fallback, Mode, SlotLease, SlotLeaseConfig, TokenLease, TokenLeaseConfig,
+};
+use surgeguard_core::rate::gcra_decide;
+use surgeguard_core::time::{MS, SEC};
+
+const TOKEN_LUA: &str = include_str!("../lua/token_lease.lua");
+const SLOT_LUA: &str = include_str!("../lua/slot_lease.lua");
+
+/// A `redis-server` of our own: no persistence, loopback, a free port; killed on drop.
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Server {
+    fn start() -> Server {
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
+            .args(["--appendonly", "no", "--protected-mode", "yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server on PATH (make setup installs Debian's redis-server)");
+        let s = Server { child, port };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(mut c) = s.client().get_connection() {
+                if redis::cmd("PING").query::<String>(&mut c).is_ok() {
+                    return s;
+                }
+            }
+            assert!(Instant::now() < deadline, "redis-server did not answer on {port}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn client(&self) -> redis::Client {
+        redis::Client::open(format!("redis://127.0.0.1:{}/", self.port)).unwrap()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One token request: `(granted, ttl_ms, fleet, server time in µs)`.
+fn ask_tokens(
+    con: &mut redis::Connection,
+    limit: &str,
+    who: &str,
+    want: u32,
+    emission_us: u64,
+    burst: u32,
+) -> (u32, u64, u32, u64) {
+    let v: Vec<i64> = redis::Script::new(TOKEN_LUA)
+        .key(format!("sg:{{{limit}}}:tat"))
+        .key(format!("sg:{{{limit}}}:members"))
+        .key(format!("sg:{{{limit}}}:log"))
+        .arg(who)
+        .arg(want)
+        .arg(emission_us)
+        .arg(burst)
+        .arg(3000)
+        .arg(10_000)
+        .arg("1")
+        .invoke(con)
+        .unwrap();
+    (v[0] as u32, v[1] as u64, v[2] as u32, v[3] as u64)
+}
+
+/// With batches of 1 the script is a GCRA: each answer matches the reference rule
+/// (governor's, `gcra_decide`) at the server's own time, over random gaps and settings.
+#[test]
+fn batches_of_one_decide_as_a_reference_gcra() {
+    let server = Server::start();
+    let mut con = server.client().get_connection().unwrap();
+    let mut seed = 0x5eed_u64;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for case in 0..12 {
+        let emission_us = 200 + next() % 3000;
+        let burst = 1 + (next() % 5) as u32;
+        let tau = emission_us * u64::from(burst - 1);
+        let limit = format!("ref{case}");
+        let mut tat = 0u64;
+        let (mut admitted, mut refused) = (0, 0);
+        for _ in 0..40 {
+            std::thread::sleep(Duration::from_micros(next() % 1500));
+            let (g, _, _, now) = ask_tokens(&mut con, &limit, "a", 1, emission_us, burst);
+            let want = gcra_decide(tat, now, emission_us, tau, 1);
+            match want {
+                Ok(new) => {
+                    assert_eq!(g, 1, "case {case}: the reference admits at {now} (tat {tat})");
+                    tat = new;
+                    admitted += 1;
+                }
+                Err(_) => {
+                    assert_eq!(g, 0, "case {case}: the reference refuses at {now} (tat {tat})");
+                    refused += 1;
+                }
+            }
+        }
+        assert!(admitted > 0, "case {case}: nothing admitted");
+        let _ = refused;
+    }
+}
+
+/// Four instances, each a `TokenLease` refilled through the script by its own thread,
+/// spend as fast as they can for 2 s against a fleet limit of 400/s with burst 40: the
+/// tokens spent stay within `R·W + B + N·b_max`, every grant is in the log, the grants in
+/// every window of the log within `R·W + B` on the server's clock, and the fleet uses at
+/// least 95% of `R·W`.
+#[test]
+fn the_fleet_bound_holds_with_four_instances() {
+    let server = Server::start();
+    let (rate, burst, max_batch) = (400.0, 40u32, 10u32);
+    let cfg = TokenLeaseConfig {
+        rate_per_sec: rate,
+        burst,
+        max_batch,
+        batch_period_ns: 20 * MS,
+        fallback: Fallback::Pessimistic,
+    };
+    let emission_us = (1e6 / rate) as u64;
+    let run = Duration::from_secs(2);
+    let spent = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let threads: Vec<_> = (0..4)
+        .map(|i| {
+            let client = server.client();
+            let spent = spent.clone();
+            std::thread::spawn(move || {
+                let mut con = client.get_connection().unwrap();
+                let lease = TokenLease::new(cfg).unwrap();
+                let who = format!("instance-{i}");
+                while start.elapsed() < run {
+                    let now = monotonic_ns();
+                    if let Some(want) = lease.want(now) {
+                        let (g, ttl_ms, fleet, _) =
+                            ask_tokens(&mut con, "bound", &who, want, emission_us, burst);
+                        lease.grant(now, g, ttl_ms * MS, fleet);
+                    }
+                    // A burst of demand between refills.
+                    for _ in 0..5 {
+                        let _ = lease.try_take(monotonic_ns(), 1);
+                    }
+                    std::thread::sleep(Duration::from_micros(500));
+                }
+                let m = lease.metrics(monotonic_ns());
+                assert_eq!(m.leased + m.held + m.dropped, m.granted, "{who}: {m:?}");
+                assert_eq!(m.fleet_size, 4, "{who}: every instance counted");
+                spent.fetch_add(m.leased, Ordering::Relaxed);
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let w = start.elapsed().as_secs_f64();
+    let spent = spent.load(Ordering::Relaxed) as f64;
+    let bound = rate * w + f64::from(burst) + 4.0 * f64::from(max_batch);
+    assert!(spent <= bound, "spent {spent} > bound {bound} over {w:.3} s");
+    // The log: every window [a, b] of grants within R·(b − a) + B.
+    let mut con = server.client().get_connection().unwrap();
+    let log: Vec<String> =
+        redis::cmd("LRANGE").arg("sg:{bound}:log").arg(0).arg(-1).query(&mut con).unwrap();
+    let grants: Vec<(u64, u64)> = log
+        .iter()
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            (f[0].parse().unwrap(), f[2].parse().unwrap())
+        })
+        .collect();
+    for a in 0..grants.len() {
+        let mut total = 0;
+        for b in &grants[a..] {
+            total += b.1;
+            let win = (b.0 - grants[a].0) as f64 / 1e6;
+            assert!(
+                total as f64 <= rate * win + f64::from(burst) + 1.0,
+                "{total} granted in {win:.4} s"
+            );
+        }
+    }
+    let granted: u64 = grants.iter().map(|g| g.1).sum();
+    assert!(spent <= granted as f64);
+    assert!(spent >= 0.95 * rate * w, "utilisation: {spent} of {:.0}", rate * w);
+}
+
+fn ask_slots(
+    con: &mut redis::Connection,
+    who: &str,
+    want: u32,
+    cap: u32,
+    ttl_ms: u64,
+) -> (u32, u64, u32) {
+    let v: Vec<i64> = redis::Script::new(SLOT_LUA)
+        .key("sg:{cap}:slots")
+        .key("sg:{cap}:log")
+        .arg(who)
+        .arg(want)
+        .arg(cap)
+        .arg(ttl_ms)
+        .arg("0")
+        .invoke(con)
+        .unwrap();
+    (v[0] as u32, v[1] as u64, v[2] as u32)
+}
+
+/// Four instances, each with three workers, lease slots of a fleet cap of 6 (12 could be
+/// in flight) and run requests on them; a counter standing for the dependency never sees
+/// more than 6 at once. An instance that stops renewing (crashed) gets its 4 slots back to
+/// the others once its lease has run out.
+#[test]
+fn the_slot_cap_holds_and_a_crashed_holders_slots_come_back() {
+    let server = Server::start();
+    let cap = 6;
+    let cfg = SlotLeaseConfig { cap, longest_request_ns: 5 * MS, fallback: Fallback::Pessimistic };
+    let at_dependency = Arc::new(AtomicU32::new(0));
+    let peak = Arc::new(AtomicU32::new(0));
+    let mut con = server.client().get_connection().unwrap();
+    assert_eq!(ask_slots(&mut con, "crashed", 4, cap, 300).0, 4);
+    let start = Instant::now();
+    let run = Duration::from_millis(1200);
+    let mut late = Vec::new();
+    let mut threads = Vec::new();
+    for i in 0..4 {
+        let lease = Arc::new(SlotLease::new(cfg).unwrap());
+        // The refiller: asks for what the workers want (at least what is in flight).
+        let client = server.client();
+        let l = lease.clone();
+        late.push(std::thread::spawn(move || {
+            let mut con = client.get_connection().unwrap();
+            let mut late_slots = 0;
+            while start.elapsed() < run {
+                let now = monotonic_ns();
+                if let Some(want) = l.want(now) {
+                    let (g, ttl, fleet) = ask_slots(&mut con, &format!("i{i}"), want, cap, 150);
+                    l.grant(now, g, ttl * MS, fleet);
+                    if start.elapsed() > Duration::from_millis(500) {
+                        late_slots = late_slots.max(g);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            late_slots
+        }));
+        for _ in 0..3 {
+            let (l, dep, peak) = (lease.clone(), at_dependency.clone(), peak.clone());
+            threads.push(std::thread::spawn(move || {
+                while start.elapsed() < run {
+                    match l.try_acquire(monotonic_ns()) {
+                        Ok(p) => {
+                            assert_eq!(p.mode(), Mode::Leased);
+                            let n = dep.fetch_add(1, Ordering::SeqCst) + 1;
+                            peak.fetch_max(n, Ordering::SeqCst);
+                            std::thread::sleep(Duration::from_millis(2));
+                            dep.fetch_sub(1, Ordering::SeqCst);
+                            l.release(p);
+                        }
+                        Err(_) => std::thread::sleep(Duration::from_micros(300)),
+                    }
+                }
+            }));
+        }
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+    let late: Vec<u32> = late.into_iter().map(|t| t.join().unwrap()).collect();
+    let peak = peak.load(Ordering::SeqCst);
+    assert!(peak <= cap, "the dependency saw {peak} at once, cap {cap}");
+    assert!(peak >= 5, "the cap was used: {peak}");
+    // After 300 ms the crashed instance's 4 slots were free: the others leased them.
+    assert!(late.iter().sum::<u32>() > 2, "slots leased after the crash expired: {late:?}");
+}
+
+/// Bad arguments are script errors and write nothing; a lease whose store answers with an
+/// error simply is not refilled (it falls back when it expires).
+#[test]
+fn bad_arguments_are_errors_and_write_nothing() {
+    let server = Server::start();
+    let mut con = server.client().get_connection().unwrap();
+    for (want, emission, burst) in [
+        ("0", "100", "1"),
+        ("-1", "100", "1"),
+        ("abc", "100", "1"),
+        ("1", "0", "1"),
+        ("1", "100", "0"),
+        ("1.5", "100", "1"),
+    ] {
+        let r: redis::RedisResult<Vec<i64>> = redis::Script::new(TOKEN_LUA)
+            .key("sg:{bad}:tat")
+            .key("sg:{bad}:members")
+            .key("sg:{bad}:log")
+            .arg("x")
+            .arg(want)
+            .arg(emission)
+            .arg(burst)
+            .arg(1000)
+            .arg(1000)
+            .arg("1")
+            .invoke(&mut con);
+        let e = r.expect_err("a script error");
+        assert!(e.to_string().contains("surgeguard:"), "{e}");
+    }
+    let keys: Vec<String> = redis::cmd("KEYS").arg("sg:{bad}:*").query(&mut con).unwrap();
+    assert!(keys.is_empty(), "nothing written: {keys:?}");
+    // Keys of any bytes work (the hash tag keeps one limit's keys in one Cluster slot).
+    let odd = "t\u{0}en ant/\u{7f}{}";
+    let (g, _, fleet, _) = ask_tokens(&mut con, odd, "\u{0}who", 1, 1000, 2);
+    assert_eq!((g, fleet), (1, 1));
+    let r: redis::RedisResult<Vec<i64>> = redis::Script::new(SLOT_LUA)
+        .key("sg:{c}:slots")
+        .key("sg:{c}:log")
+        .arg("x")
+        .arg(1)
+        .arg(0)
+        .arg(1000)
+        .arg("0")
+        .invoke(&mut con);
+    assert!(r.is_err(), "cap 0");
+    // A lease that never gets an answer decides by its fallback once expired.
+    let lease =
+        TokenLease::new(TokenLeaseConfig { fallback: Fallback::Pessimistic, ..Default::default() })
+            .unwrap();
+    assert!(lease.try_take(SEC, 1).is_err());
+}
