@@ -50,16 +50,17 @@ fmt:
 	$(CARGO) fmt --all -- --check
 
 clippy:
-	RUSTFLAGS=-Dwarnings $(CARGO) clippy --workspace --all-targets --quiet
+	RUSTFLAGS=-Dwarnings $(CARGO) clippy --workspace --all-targets --features surgeguard/fleet --quiet
 
 unit:
 	# The whole workspace but the two crates with no Rust tests (the Node addon: node --test;
 	# the benchmarks: clippy checks them), whose test builds would compile napi and criterion.
 	# `tower` is named because the benchmarks crate, which asks for it, is left out. The
 	# shared-memory tests (feature `shm`, which the bindings turn on) run here too: the reclaim
-	# model and real processes (fork, kill -9).
+	# model and real processes (fork, kill -9). `fleet`: the fleet leases on a redis-server the
+	# tests start (make setup installs it).
 	RUSTFLAGS=-Dwarnings $(CARGO) test --workspace --exclude surgeguard-node --exclude surgeguard-bench \
-	  --features surgeguard/tower --quiet
+	  --features surgeguard/tower,surgeguard/fleet --quiet
 	# A permit dropped unreleased panics in a debug build with the core's `std` feature.
 	RUSTFLAGS=-Dwarnings $(CARGO) test -p surgeguard-core --features std --quiet --test limiter_permit_drop
 

@@ -49,6 +49,8 @@ pub mod clock;
 #[cfg(feature = "tokio")]
 pub mod deadline;
 pub mod degrade;
+#[cfg(feature = "fleet")]
+pub mod fleet;
 mod gate;
 mod permit;
 #[cfg(all(feature = "shm", target_os = "linux", target_has_atomic = "64"))]

@@ -28,6 +28,10 @@ struct Server {
 impl Server {
     fn start() -> Server {
         let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        Self::start_on(port)
+    }
+
+    fn start_on(port: u16) -> Server {
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
             .args(["--appendonly", "no", "--protected-mode", "yes"])
@@ -46,6 +50,11 @@ impl Server {
             assert!(Instant::now() < deadline, "redis-server did not answer on {port}");
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    fn signal(&self, sig: &str) {
+        let ok = Command::new("kill").args([sig, &self.child.id().to_string()]).status().unwrap();
+        assert!(ok.success());
     }
 
     fn client(&self) -> redis::Client {
@@ -346,4 +355,105 @@ fn bad_arguments_are_errors_and_write_nothing() {
         TokenLease::new(TokenLeaseConfig { fallback: Fallback::Pessimistic, ..Default::default() })
             .unwrap();
     assert!(lease.try_take(SEC, 1).is_err());
+}
+
+/// A fleet limiter over a runtime of its own, with its decision latencies sampled.
+fn decide_for(limit: &surgeguard::fleet::FleetRateLimiter, d: Duration) -> (u64, u64, Vec<u64>) {
+    let (mut ok, mut no) = (0, 0);
+    let mut lat = Vec::new();
+    let end = Instant::now() + d;
+    while Instant::now() < end {
+        let t = Instant::now();
+        let r = limit.try_take(1);
+        lat.push(t.elapsed().as_nanos() as u64);
+        if r.is_ok() {
+            ok += 1;
+        } else {
+            no += 1;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    lat.sort_unstable();
+    (ok, no, lat)
+}
+
+fn p99(v: &[u64]) -> u64 {
+    v[(v.len() * 99 / 100).min(v.len() - 1)]
+}
+
+/// Redis stalled (`SIGSTOP`) past the lease's TTL: decisions stay local (their p99 does not
+/// grow), the safe fallback engages and is counted, refills fail by timeout, and after
+/// `SIGCONT` the limiter is back on leased tokens within a second.
+#[test]
+fn a_stalled_redis_changes_no_decision_latency_and_the_safe_mode_engages() {
+    use surgeguard::fleet::{FleetRateConfig, FleetRateLimiter};
+    let server = Server::start();
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let client = server.client();
+    let con = rt.block_on(client.get_multiplexed_async_connection()).unwrap();
+    let mut cfg = FleetRateConfig::default();
+    cfg.lease.rate_per_sec = 2000.0;
+    cfg.lease.burst = 100;
+    cfg.lease.max_batch = 20;
+    cfg.lease.batch_period_ns = 20 * MS;
+    cfg.ttl = Duration::from_millis(300);
+    let limit = rt.block_on(async { FleetRateLimiter::new(con, "stall", cfg.clone()) }).unwrap();
+    let (ok, _, before) = decide_for(&limit, Duration::from_millis(400));
+    assert!(ok > 100, "leased tokens spent before the stall: {ok}");
+    let m0 = limit.metrics();
+    // (Decisions before the first grant are the fallback's: the lease starts empty.)
+    assert!(m0.lease.leased > 0 && m0.refill_failures == 0, "{m0:?}");
+    server.signal("-STOP");
+    let (_, _, during) = decide_for(&limit, Duration::from_millis(800));
+    server.signal("-CONT");
+    let m1 = limit.metrics();
+    assert!(m1.lease.safe_admitted > m0.lease.safe_admitted, "the safe mode engaged: {m1:?}");
+    assert!(m1.refill_failures > 0, "refills timed out: {m1:?}");
+    let (b, d) = (p99(&before), p99(&during));
+    assert!(d <= (3 * b).max(50_000), "decision p99 {b} ns before, {d} ns during the stall");
+    // Back: leased again within a second (the breaker's open period at most).
+    let leased_before = limit.metrics().lease.leased;
+    let (_, _, _) = decide_for(&limit, Duration::from_millis(1500));
+    let m2 = limit.metrics();
+    assert!(m2.lease.leased > leased_before, "leased again after SIGCONT: {m2:?}");
+    drop(limit);
+    drop(rt);
+}
+
+/// Redis killed (`kill -9`) and restarted empty on the same port: the limiter falls back
+/// while it is down and leases again once it is back.
+#[test]
+fn a_restarted_redis_is_rejoined() {
+    use surgeguard::fleet::{FleetRateConfig, FleetRateLimiter};
+    let server = Server::start();
+    let port = server.port;
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let client = server.client();
+    let con = rt.block_on(client.get_connection_manager()).unwrap();
+    let mut cfg = FleetRateConfig::default();
+    cfg.lease.rate_per_sec = 1000.0;
+    cfg.lease.batch_period_ns = 20 * MS;
+    cfg.ttl = Duration::from_millis(200);
+    let limit = rt.block_on(async { FleetRateLimiter::new(con, "restart", cfg.clone()) }).unwrap();
+    let (ok, _, _) = decide_for(&limit, Duration::from_millis(300));
+    assert!(ok > 50, "{ok}");
+    let up_before = limit.metrics();
+    server.signal("-KILL");
+    drop(server);
+    let (_, _, _) = decide_for(&limit, Duration::from_millis(500));
+    let down = limit.metrics();
+    assert!(down.refill_failures > 0, "{down:?}");
+    assert!(
+        down.lease.safe_admitted > up_before.lease.safe_admitted,
+        "the safe mode engaged: {down:?}"
+    );
+    let _again = Server::start_on(port);
+    let leased = limit.metrics().lease.leased;
+    let (_, _, _) = decide_for(&limit, Duration::from_millis(2000));
+    let up = limit.metrics();
+    assert!(up.lease.leased > leased, "leased again after the restart: {up:?}");
+    drop(limit);
+    drop(rt);
 }
