@@ -7,7 +7,8 @@
 //!
 //! Peers: governor's direct `RateLimiter::check` with its default clock (quanta, what users
 //! run) and with `FakeRelativeClock` (no clock cost, like ours). Floor: one atomic
-//! `fetch_add`. Report ratios to governor's check.
+//! `fetch_add`. Report ratios to governor's check. The fleet-leased rate limit's take
+//! (`TokenLease::try_take`) is reported against the in-process GCRA check.
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -17,6 +18,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use governor::clock::FakeRelativeClock;
 use governor::{Quota, RateLimiter as Governor};
 use surgeguard_core::breaker::{CircuitBreaker, CircuitBreakerConfig};
+use surgeguard_core::fleet::{TokenLease, TokenLeaseConfig};
 use surgeguard_core::rate::RateLimiter;
 use surgeguard_core::retry::{RetryBudget, RetryBudgetConfig};
 use surgeguard_core::time::{MS, SEC, US};
@@ -45,6 +47,24 @@ fn client(c: &mut Criterion) {
         b.iter(|| {
             now += US;
             black_box(gcra.check(black_box(now), 1).is_ok())
+        })
+    });
+
+    // The fleet-leased rate limit's hot path: tokens of a TokenLease (re-granted when spent,
+    // once per million takes), beside the in-process GCRA above (goal: at most 1.5x it).
+    let lease = TokenLease::new(TokenLeaseConfig {
+        rate_per_sec: 1e12,
+        burst: 1_000_000_000,
+        max_batch: 1_000_000,
+        ..TokenLeaseConfig::default()
+    })
+    .unwrap();
+    g.bench_function("surgeguard/fleet_token_take", |b| {
+        b.iter(|| {
+            now += US;
+            if lease.try_take(black_box(now), 1).is_err() {
+                lease.grant(now, 1_000_000, 3600 * SEC, 1);
+            }
         })
     });
 
