@@ -53,15 +53,19 @@ const MAX_DELAY: u64 = 86_400 * SEC;
 impl BackoffConfig {
     fn validate(&self) -> Result<(), ConfigError> {
         if self.base < 1_000 || self.base > MAX_DELAY {
-            return Err(ConfigError::OutOfRange("base"));
+            return Err(ConfigError::out_of_range("backoff.base"));
         }
         if self.cap > MAX_DELAY {
-            return Err(ConfigError::OutOfRange("cap"));
+            return Err(ConfigError::out_of_range("backoff.cap"));
         }
         if self.cap < self.base {
-            return Err(ConfigError::Inconsistent("cap below base"));
+            return Err(ConfigError::inconsistent(
+                "backoff.cap",
+                "must not be below",
+                "backoff.base",
+            ));
         }
-        check_range(self.multiplier, 1.0, 100.0, "multiplier")?;
+        check_range(self.multiplier, 1.0, 100.0, "backoff.multiplier")?;
         Ok(())
     }
 }

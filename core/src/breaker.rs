@@ -98,44 +98,48 @@ impl CircuitBreakerConfig {
         match self.window {
             BreakerWindow::Count(n) => {
                 if n == 0 || n > MAX_COUNT_WINDOW {
-                    return Err(ConfigError::OutOfRange("window"));
+                    return Err(ConfigError::out_of_range("breaker.window.count"));
                 }
                 if self.minimum_calls > n {
-                    return Err(ConfigError::Inconsistent("minimum_calls above the window"));
+                    return Err(ConfigError::inconsistent(
+                        "breaker.minimum_calls",
+                        "must not be above",
+                        "breaker.window.count",
+                    ));
                 }
             }
             BreakerWindow::Time(d) => {
                 if !(10 * MS..=MAX_DURATION).contains(&d) {
-                    return Err(ConfigError::OutOfRange("window"));
+                    return Err(ConfigError::out_of_range("breaker.window.time"));
                 }
             }
         }
         for (x, what) in [
-            (self.failure_rate_threshold, "failure_rate_threshold"),
-            (self.slow_call_rate_threshold, "slow_call_rate_threshold"),
+            (self.failure_rate_threshold, "breaker.failure_rate_threshold"),
+            (self.slow_call_rate_threshold, "breaker.slow_call_rate_threshold"),
         ] {
             if check_range(x, 0.0, 1.0, what)? == 0.0 {
-                return Err(ConfigError::OutOfRange(what));
+                return Err(ConfigError::out_of_range(what));
             }
         }
-        check_range(self.open_jitter, 0.0, 1.0, "open_jitter")?;
+        check_range(self.open_jitter, 0.0, 1.0, "breaker.open_jitter")?;
         if self.slow_call_duration == 0 {
-            return Err(ConfigError::OutOfRange("slow_call_duration"));
+            return Err(ConfigError::out_of_range("breaker.slow_call_duration"));
         }
         if self.minimum_calls == 0 {
-            return Err(ConfigError::OutOfRange("minimum_calls"));
+            return Err(ConfigError::out_of_range("breaker.minimum_calls"));
         }
         if !(MS..=MAX_DURATION).contains(&self.open_duration) {
-            return Err(ConfigError::OutOfRange("open_duration"));
+            return Err(ConfigError::out_of_range("breaker.open_duration"));
         }
         if self.half_open_probes == 0 || self.half_open_probes > MAX_PROBES {
-            return Err(ConfigError::OutOfRange("half_open_probes"));
+            return Err(ConfigError::out_of_range("breaker.half_open_probes"));
         }
         if !(MS..=MAX_DURATION).contains(&self.probe_lease) {
-            return Err(ConfigError::OutOfRange("probe_lease"));
+            return Err(ConfigError::out_of_range("breaker.probe_lease"));
         }
         if self.ramp_duration > MAX_DURATION {
-            return Err(ConfigError::OutOfRange("ramp_duration"));
+            return Err(ConfigError::out_of_range("breaker.ramp_duration"));
         }
         Ok(())
     }

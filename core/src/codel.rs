@@ -72,13 +72,17 @@ impl CodelConfig {
     /// `interval > target > 0`).
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.target_ns == 0 {
-            return Err(ConfigError::OutOfRange("codel.target_ns"));
+            return Err(ConfigError::out_of_range("gate.codel.target_ns"));
         }
         if self.interval_ns == 0 || self.interval_ns > MAX_INTERVAL_NS {
-            return Err(ConfigError::OutOfRange("codel.interval_ns"));
+            return Err(ConfigError::out_of_range("gate.codel.interval_ns"));
         }
         if self.target_ns >= self.interval_ns {
-            return Err(ConfigError::Inconsistent("codel.target_ns must be below interval_ns"));
+            return Err(ConfigError::inconsistent(
+                "gate.codel.target_ns",
+                "must be below",
+                "gate.codel.interval_ns",
+            ));
         }
         Ok(())
     }
@@ -629,11 +633,24 @@ mod tests {
     #[test]
     fn config_is_validated_like_folly_set_options() {
         let bad = |t, i| CodelConfig { target_ns: t, interval_ns: i, mode: CodelMode::Folly };
-        assert_eq!(Codel::new(bad(0, 100)).err(), Some(ConfigError::OutOfRange("codel.target_ns")));
-        assert!(matches!(Codel::new(bad(5, 0)), Err(ConfigError::OutOfRange(_))));
-        assert!(matches!(Codel::new(bad(100, 100)), Err(ConfigError::Inconsistent(_))));
-        assert!(matches!(Codel::new(bad(200, 100)), Err(ConfigError::Inconsistent(_))));
-        assert!(matches!(Codel::new(bad(5, u64::MAX)), Err(ConfigError::OutOfRange(_))));
+        assert_eq!(
+            Codel::new(bad(0, 100)).err(),
+            Some(ConfigError::out_of_range("gate.codel.target_ns"))
+        );
+        assert!(Codel::new(bad(5, 0)).is_err_and(|e| e.kind == crate::ConfigErrorKind::OutOfRange));
+        let e = Codel::new(bad(100, 100)).unwrap_err();
+        assert_eq!(
+            (e.kind, e.field),
+            (crate::ConfigErrorKind::Inconsistent, "gate.codel.target_ns")
+        );
+        assert_eq!(
+            std::string::ToString::to_string(&e),
+            "gate.codel.target_ns must be below gate.codel.interval_ns"
+        );
+        assert!(Codel::new(bad(200, 100))
+            .is_err_and(|e| e.kind == crate::ConfigErrorKind::Inconsistent));
+        assert!(Codel::new(bad(5, u64::MAX))
+            .is_err_and(|e| e.kind == crate::ConfigErrorKind::OutOfRange));
         assert!(Codel::new(bad(5, 100)).is_ok());
         assert_eq!(folly().slough_timeout_ns(), 10 * MS);
     }

@@ -183,31 +183,43 @@ impl GateConfig {
     pub fn validate(&self, cap: usize) -> Result<(), ConfigError> {
         self.limiter.validate()?;
         if self.queue_capacity.is_some_and(|c| c > cap) {
-            return Err(ConfigError::OutOfRange("queue_capacity above CAP"));
+            return Err(ConfigError::out_of_range("gate.queue_capacity")
+                .with_detail("above the queue's compile-time capacity"));
         }
         if let Some(c) = &self.codel {
             c.validate()?;
         }
         if let LifoTrigger::Occupancy(f) = self.lifo {
-            check_range(f, f64::MIN_POSITIVE, 1.0, "lifo occupancy threshold")?;
+            check_range(f, f64::MIN_POSITIVE, 1.0, "gate.lifo.occupancy")?;
         }
         if self.max_wait_ns.is_some_and(|w| w == 0 || w > MAX_SETTING_NS) {
-            return Err(ConfigError::OutOfRange("max_wait_ns"));
+            return Err(ConfigError::out_of_range("gate.max_wait_ns"));
         }
         if let Some(a) = self.aging {
             if a.after_ns == 0 || a.after_ns > MAX_SETTING_NS {
-                return Err(ConfigError::OutOfRange("aging.after_ns"));
+                return Err(ConfigError::out_of_range("gate.aging.after_ns"));
             }
-            if a.from >= a.to || a.to.index() >= self.limiter.levels as usize {
-                return Err(ConfigError::Inconsistent("aging must move to a less important level"));
+            if a.from >= a.to {
+                return Err(ConfigError::inconsistent(
+                    "gate.aging.to",
+                    "must be a less important level than",
+                    "gate.aging.from",
+                ));
+            }
+            if a.to.index() >= self.limiter.levels as usize {
+                return Err(ConfigError::inconsistent(
+                    "gate.aging.to",
+                    "must be a level below",
+                    "limiter.levels",
+                ));
             }
         }
         if self.initial_service_ns > MAX_SETTING_NS {
-            return Err(ConfigError::OutOfRange("initial_service_ns"));
+            return Err(ConfigError::out_of_range("gate.initial_service_ns"));
         }
-        check_range(self.service_alpha, f64::MIN_POSITIVE, 1.0, "service_alpha")?;
+        check_range(self.service_alpha, f64::MIN_POSITIVE, 1.0, "gate.service_alpha")?;
         if self.fallback_retry_after_ns == 0 || self.fallback_retry_after_ns > MAX_SETTING_NS {
-            return Err(ConfigError::OutOfRange("fallback_retry_after_ns"));
+            return Err(ConfigError::out_of_range("gate.fallback_retry_after_ns"));
         }
         Ok(())
     }

@@ -61,4 +61,4 @@ pub mod time;
 mod types;
 
 pub use limiter::{Limiter, LimiterConfig, LimiterMetrics, Permit, RawPermit};
-pub use types::{ConfigError, Outcome, Priority, Reason, Rejected, UsageError};
+pub use types::{ConfigError, ConfigErrorKind, Outcome, Priority, Reason, Rejected, UsageError};

@@ -89,27 +89,34 @@ impl LimiterConfig {
     /// Checks every field; `Limiter::new` calls this.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.levels == 0 || self.levels as usize > LEVELS {
-            return Err(ConfigError::OutOfRange("levels"));
+            return Err(ConfigError::out_of_range("limiter.levels"));
         }
         let mut sum = 0.0;
         for &w in &self.weights[..self.levels as usize] {
-            sum += check_range(w, 0.0, 1.0, "weights")?;
+            sum += check_range(w, 0.0, 1.0, "limiter.weights")?;
         }
         if sum > 1.0 + 1e-9 {
-            return Err(ConfigError::Inconsistent("weights sum above 1"));
+            return Err(ConfigError::inconsistent_alone(
+                "limiter.weights",
+                "the levels in use sum above 1",
+            ));
         }
         if self.max_window_ns == 0 || self.max_window_ns > 3600 * SEC {
-            return Err(ConfigError::OutOfRange("max_window_ns"));
+            return Err(ConfigError::out_of_range("limiter.max_window_ns"));
         }
         if self.min_window_ns > self.max_window_ns {
-            return Err(ConfigError::Inconsistent("min_window_ns > max_window_ns"));
+            return Err(ConfigError::inconsistent(
+                "limiter.min_window_ns",
+                "must not be above",
+                "limiter.max_window_ns",
+            ));
         }
-        check_range(self.window_rtt_multiple, 0.0, 1e6, "window_rtt_multiple")?;
+        check_range(self.window_rtt_multiple, 0.0, 1e6, "limiter.window_rtt_multiple")?;
         if self.min_samples > 1_000_000 {
-            return Err(ConfigError::OutOfRange("min_samples"));
+            return Err(ConfigError::out_of_range("limiter.min_samples"));
         }
         if self.active_ns == 0 {
-            return Err(ConfigError::OutOfRange("active_ns"));
+            return Err(ConfigError::out_of_range("limiter.active_ns"));
         }
         Ok(())
     }
@@ -1015,7 +1022,7 @@ impl Limiter {
     pub fn set_static_limit(&self, limit: Option<f64>) -> Result<(), ConfigError> {
         match limit {
             Some(n) => {
-                check_range(n, 1e-6, MAX_SLOTS as f64, "static limit")?;
+                check_range(n, 1e-6, MAX_SLOTS as f64, "limiter.static_limit")?;
                 // Release: pairs with the Acquire in `pinned`.
                 self.pinned_bits.store(n.to_bits(), Ordering::Release);
             }

@@ -393,14 +393,16 @@ impl<const CAP: usize> WaitQueue<CAP> {
         #[allow(clippy::let_unit_value)]
         let () = Self::CAP_FITS;
         if levels == 0 || levels as usize > LEVELS {
-            return Err(ConfigError::OutOfRange("levels"));
+            return Err(ConfigError::out_of_range("limiter.levels"));
         }
         if capacity > CAP {
-            return Err(ConfigError::OutOfRange("queue capacity above CAP"));
+            return Err(ConfigError::out_of_range("gate.queue_capacity")
+                .with_detail("above the queue's compile-time capacity"));
         }
-        let owner = next_queue_id().ok_or(ConfigError::OutOfRange(
-            "queue id: 2^32 - 1 queues were built in this process (ids are never reused)",
-        ))?;
+        let owner = next_queue_id()
+            .ok_or(ConfigError::out_of_range("queue.id").with_detail(
+                "2^32 - 1 queues were built in this process (ids are never reused)",
+            ))?;
         Ok(Self {
             slots: core::array::from_fn(|_| Slot::new()),
             ctl: AtomicU64::new(STACKS_EMPTY),

@@ -168,7 +168,7 @@ pub struct RateLimiterMetrics {
 impl RateLimiter {
     /// A limiter with `config`, or why the config cannot be used.
     pub fn new(config: RateLimiterConfig) -> Result<Self, ConfigError> {
-        let rate = check_range(config.per_second, 1e-6, 1e9, "per_second")?;
+        let rate = check_range(config.per_second, 1e-6, 1e9, "rate_limiter.per_second")?;
         let emission = libm::round(SEC as f64 / rate).max(1.0) as u64;
         Self::with_interval(emission, config.burst)
     }
@@ -176,14 +176,17 @@ impl RateLimiter {
     /// A limiter admitting one unit per `emission_ns` with bursts of `burst` units.
     pub fn with_interval(emission_ns: u64, burst: u32) -> Result<Self, ConfigError> {
         if emission_ns == 0 || emission_ns > 1_000_000 * SEC {
-            return Err(ConfigError::OutOfRange("emission interval"));
+            return Err(ConfigError::out_of_range("rate_limiter.emission_ns"));
         }
         if burst == 0 || burst > 1_000_000_000 {
-            return Err(ConfigError::OutOfRange("burst"));
+            return Err(ConfigError::out_of_range("rate_limiter.burst"));
         }
-        let tolerance = emission_ns
-            .checked_mul(burst as u64 - 1)
-            .ok_or(ConfigError::Inconsistent("burst × emission interval overflows"))?;
+        let tolerance =
+            emission_ns.checked_mul(burst as u64 - 1).ok_or(ConfigError::inconsistent(
+                "rate_limiter.burst",
+                "is too large for",
+                "rate_limiter.emission_ns",
+            ))?;
         Ok(Self {
             emission: emission_ns,
             tolerance,
@@ -370,17 +373,24 @@ pub struct PacedDrainMetrics {
 impl PacedDrain {
     /// A drain with `config`, or why the config cannot be used.
     pub fn new(config: PacedDrainConfig) -> Result<Self, ConfigError> {
-        let target = check_range(config.target_per_sec, 1e-6, 1e9, "target_per_sec")?;
-        let headroom = check_range(config.headroom, 0.0, 1.0, "headroom")?;
+        let target = check_range(config.target_per_sec, 1e-6, 1e9, "paced_drain.target_per_sec")?;
+        let headroom = check_range(config.headroom, 0.0, 1.0, "paced_drain.headroom")?;
         if headroom >= 1.0 {
-            return Err(ConfigError::OutOfRange("headroom"));
+            return Err(ConfigError::out_of_range("paced_drain.headroom"));
         }
         let rate = target * (1.0 - headroom);
         if rate < 1e-6 {
-            return Err(ConfigError::OutOfRange("target_per_sec × (1 − headroom)"));
+            return Err(ConfigError::inconsistent(
+                "paced_drain.headroom",
+                "leaves below 1e-6 per second of",
+                "paced_drain.target_per_sec",
+            ));
         }
-        let limiter =
-            RateLimiter::new(RateLimiterConfig { per_second: rate, burst: config.burst })?;
+        let limiter = RateLimiter::new(RateLimiterConfig { per_second: rate, burst: config.burst })
+            .map_err(|e| match e.field {
+                "rate_limiter.burst" => ConfigError { field: "paced_drain.burst", ..e },
+                _ => e,
+            })?;
         Ok(Self { config, limiter, calls: AtomicU64::new(0) })
     }
 

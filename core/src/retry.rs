@@ -52,14 +52,14 @@ impl RetryBudgetConfig {
 
     fn validate(&self) -> Result<(), ConfigError> {
         if self.ttl < SEC || self.ttl > 60 * SEC {
-            return Err(ConfigError::OutOfRange("ttl"));
+            return Err(ConfigError::out_of_range("retry_budget.ttl"));
         }
         if self.min_retries_per_sec > 1_000_000 {
-            return Err(ConfigError::OutOfRange("min_retries_per_sec"));
+            return Err(ConfigError::out_of_range("retry_budget.min_retries_per_sec"));
         }
-        let p = check_range(self.percent_can_retry, 0.0, 1000.0, "percent_can_retry")?;
+        let p = check_range(self.percent_can_retry, 0.0, 1000.0, "retry_budget.percent_can_retry")?;
         if p != 0.0 && p < 0.001 {
-            return Err(ConfigError::OutOfRange("percent_can_retry"));
+            return Err(ConfigError::out_of_range("retry_budget.percent_can_retry"));
         }
         Ok(())
     }
@@ -576,19 +576,23 @@ pub struct TokenThrottleMetrics {
 impl TokenRetryThrottle {
     /// A throttle with `config` (tokens start full), or why the config cannot be used.
     pub fn new(config: TokenThrottleConfig) -> Result<Self, ConfigError> {
-        let max = check_range(config.max_tokens, 0.0, 1000.0, "max_tokens")?;
+        let max = check_range(config.max_tokens, 0.0, 1000.0, "token_throttle.max_tokens")?;
         if max <= 0.0 {
-            return Err(ConfigError::OutOfRange("max_tokens"));
+            return Err(ConfigError::out_of_range("token_throttle.max_tokens"));
         }
-        let ratio = check_range(config.token_ratio, 0.0, 1000.0, "token_ratio")?;
+        let ratio = check_range(config.token_ratio, 0.0, 1000.0, "token_throttle.token_ratio")?;
         // gRPC keeps tokenRatio to three decimal places.
         let max_milli = libm::round(max * 1000.0) as u32;
         let ratio_milli = libm::round(ratio * 1000.0) as u32;
         if ratio_milli == 0 {
-            return Err(ConfigError::OutOfRange("token_ratio"));
+            return Err(ConfigError::out_of_range("token_throttle.token_ratio"));
         }
         if ratio_milli > max_milli {
-            return Err(ConfigError::Inconsistent("token_ratio above max_tokens"));
+            return Err(ConfigError::inconsistent(
+                "token_throttle.token_ratio",
+                "must not be above",
+                "token_throttle.max_tokens",
+            ));
         }
         Ok(Self {
             config,

@@ -52,10 +52,10 @@ impl Default for AdaptiveThrottleConfig {
 
 impl AdaptiveThrottleConfig {
     fn validate(&self) -> Result<(), ConfigError> {
-        check_range(self.k, 1.0, 1000.0, "k")?;
-        check_range(self.max_drop_probability, 0.0, 1.0, "max_drop_probability")?;
+        check_range(self.k, 1.0, 1000.0, "adaptive_throttle.k")?;
+        check_range(self.max_drop_probability, 0.0, 1.0, "adaptive_throttle.max_drop_probability")?;
         if self.window < SEC || self.window > 3600 * SEC {
-            return Err(ConfigError::OutOfRange("window"));
+            return Err(ConfigError::out_of_range("adaptive_throttle.window"));
         }
         Ok(())
     }

@@ -188,28 +188,130 @@ impl fmt::Display for Rejected {
     }
 }
 
-/// A configuration that cannot be used. Returned by every constructor and setter; the
-/// structure is left unchanged.
+/// What is wrong with a config field (the `kind` of a [`ConfigError`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
-pub enum ConfigError {
+pub enum ConfigErrorKind {
     /// A number was NaN or infinite.
-    NotFinite(&'static str),
-    /// A number was outside its allowed range.
-    OutOfRange(&'static str),
-    /// Two settings contradict each other (e.g. min above max).
-    Inconsistent(&'static str),
+    NotFinite,
+    /// A value was outside its allowed range (on its own, whatever the other settings).
+    OutOfRange,
+    /// The value is allowed on its own but contradicts another setting (`other`), e.g. a
+    /// minimum above its maximum.
+    Inconsistent,
+}
+
+impl ConfigErrorKind {
+    /// What the kind says of a field, as a phrase after its name (`"is out of range"`).
+    pub const fn phrase(self) -> &'static str {
+        match self {
+            Self::NotFinite => "must be a finite number",
+            Self::OutOfRange => "is out of range",
+            Self::Inconsistent => "is inconsistent",
+        }
+    }
+}
+
+/// A configuration that cannot be used. Returned by every constructor and setter; the
+/// structure is left unchanged.
+///
+/// `field` is the canonical path of the offending setting: the family, then the field
+/// as the Rust config struct spells it, with nested configs as segments
+/// (`"limiter.gradient.buffer"`, `"gate.codel.target_ns"`, `"retry_budget.ttl"`). A
+/// Gate's limiter is named as a limiter's (`"limiter.levels"`). Bindings map the path to
+/// their own spelling with a table; the path never changes with the wording. `other`
+/// names the setting an `Inconsistent` field contradicts, the same way; `detail` is an
+/// optional short rule with no field names in it (`"must be below"`).
+///
+/// ```
+/// use surgeguard_core::{ConfigErrorKind, GradientConfig, Limiter, LimiterConfig};
+/// use surgeguard_core::limit::AlgorithmConfig;
+/// let g = GradientConfig { buffer: f64::NAN, ..GradientConfig::default() };
+/// let cfg = LimiterConfig { algorithm: AlgorithmConfig::Gradient(g), ..LimiterConfig::default() };
+/// let e = Limiter::new(cfg).unwrap_err();
+/// assert_eq!((e.kind, e.field), (ConfigErrorKind::NotFinite, "limiter.gradient.buffer"));
+/// assert_eq!(e.to_string(), "limiter.gradient.buffer must be a finite number");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct ConfigError {
+    /// What is wrong.
+    pub kind: ConfigErrorKind,
+    /// The canonical path of the field (see the type's docs).
+    pub field: &'static str,
+    /// For `Inconsistent`: the canonical path of the setting it contradicts.
+    pub other: Option<&'static str>,
+    /// A short rule with no field names (`"must be below"`, `"above the queue's CAP"`).
+    pub detail: Option<&'static str>,
+}
+
+impl ConfigError {
+    /// `field` is NaN or infinite.
+    pub const fn not_finite(field: &'static str) -> Self {
+        Self { kind: ConfigErrorKind::NotFinite, field, other: None, detail: None }
+    }
+
+    /// `field` is outside its allowed range.
+    pub const fn out_of_range(field: &'static str) -> Self {
+        Self { kind: ConfigErrorKind::OutOfRange, field, other: None, detail: None }
+    }
+
+    /// `field` contradicts `other`; `rule` says how they must relate, read as
+    /// "`field` `rule` `other`" (`"must be below"`).
+    pub const fn inconsistent(
+        field: &'static str,
+        rule: &'static str,
+        other: &'static str,
+    ) -> Self {
+        Self { kind: ConfigErrorKind::Inconsistent, field, other: Some(other), detail: Some(rule) }
+    }
+
+    /// `field` contradicts itself (no other setting is involved); `rule` says how.
+    pub const fn inconsistent_alone(field: &'static str, rule: &'static str) -> Self {
+        Self { kind: ConfigErrorKind::Inconsistent, field, other: None, detail: Some(rule) }
+    }
+
+    /// The same error with a short rule (no field names) attached.
+    pub const fn with_detail(self, detail: &'static str) -> Self {
+        Self { detail: Some(detail), ..self }
+    }
+
+    /// The message with each path spelled by `name` (a binding's table), e.g.
+    /// `e.display_with(|p| c_name(p))`; `Display` is `display_with(|p| p)`.
+    pub fn display_with<'a, F: Fn(&'static str) -> &'a str>(
+        &self,
+        name: F,
+    ) -> impl fmt::Display + use<'a, F> {
+        Spelled { e: *self, name }
+    }
+}
+
+/// A [`ConfigError`]'s message with its paths spelled by a binding.
+struct Spelled<F> {
+    e: ConfigError,
+    name: F,
+}
+
+impl<'a, F: Fn(&'static str) -> &'a str> fmt::Display for Spelled<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let e = &self.e;
+        let field = (self.name)(e.field);
+        match (e.kind, e.other, e.detail) {
+            (ConfigErrorKind::Inconsistent, Some(other), rule) => {
+                let other = (self.name)(other);
+                write!(f, "{field} {} {other}", rule.unwrap_or("contradicts"))
+            }
+            (kind, _, Some(detail)) => write!(f, "{field} {}: {detail}", kind.phrase()),
+            (kind, _, None) => write!(f, "{field} {}", kind.phrase()),
+        }
+    }
 }
 
 impl core::error::Error for ConfigError {}
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::NotFinite(what) => write!(f, "{what} must be a finite number"),
-            Self::OutOfRange(what) => write!(f, "{what} is out of range"),
-            Self::Inconsistent(what) => write!(f, "inconsistent settings: {what}"),
-        }
+        fmt::Display::fmt(&self.display_with(|p| p), f)
     }
 }
 
@@ -251,10 +353,33 @@ pub(crate) fn check_range(
     what: &'static str,
 ) -> Result<f64, ConfigError> {
     if !x.is_finite() {
-        return Err(ConfigError::NotFinite(what));
+        return Err(ConfigError::not_finite(what));
     }
     if x < lo || x > hi {
-        return Err(ConfigError::OutOfRange(what));
+        return Err(ConfigError::out_of_range(what));
     }
     Ok(x)
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    extern crate std;
+    use std::string::ToString;
+
+    #[test]
+    fn config_errors_read_from_kind_and_paths() {
+        let e = ConfigError::not_finite("limiter.gradient.buffer");
+        assert_eq!(e.to_string(), "limiter.gradient.buffer must be a finite number");
+        let e = ConfigError::out_of_range("gate.queue_capacity").with_detail("above CAP");
+        assert_eq!(e.to_string(), "gate.queue_capacity is out of range: above CAP");
+        let e = ConfigError::inconsistent("backoff.cap", "must not be below", "backoff.base");
+        assert_eq!(e.to_string(), "backoff.cap must not be below backoff.base");
+        let e = ConfigError::inconsistent_alone("limiter.weights", "the levels sum above 1");
+        assert_eq!(e.to_string(), "limiter.weights is inconsistent: the levels sum above 1");
+        // A binding spells every path its own way; the wording stays the core's.
+        let name = |p: &'static str| if p == "backoff.cap" { "capMs" } else { "baseMs" };
+        let e = ConfigError::inconsistent("backoff.cap", "must not be below", "backoff.base");
+        assert_eq!(e.display_with(name).to_string(), "capMs must not be below baseMs");
+    }
 }

@@ -245,11 +245,11 @@ impl<K: Hash + Eq + Clone, V: Clone, C: Clock> StaleIfError<K, V, C> {
         clock: C,
     ) -> Result<Self, ConfigError> {
         if max_entries == 0 {
-            return Err(ConfigError::OutOfRange("max_entries"));
+            return Err(ConfigError::out_of_range("stale_if_error.max_entries"));
         }
         let max_age = u64::try_from(max_age.as_nanos()).unwrap_or(u64::MAX);
         if max_age == 0 {
-            return Err(ConfigError::OutOfRange("max_age"));
+            return Err(ConfigError::out_of_range("stale_if_error.max_age"));
         }
         Ok(Self {
             store: Mutex::new(Store { map: HashMap::new(), order: VecDeque::new(), next_seq: 0 }),

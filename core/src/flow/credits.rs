@@ -28,10 +28,14 @@ impl CreditsConfig {
     /// Checks the settings: `capacity ≥ 1` and `low_water < capacity`.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.capacity == 0 {
-            return Err(ConfigError::OutOfRange("capacity"));
+            return Err(ConfigError::out_of_range("credits.capacity"));
         }
         if self.low_water >= self.capacity {
-            return Err(ConfigError::Inconsistent("low_water must be below capacity"));
+            return Err(ConfigError::inconsistent(
+                "credits.low_water",
+                "must be below",
+                "credits.capacity",
+            ));
         }
         Ok(())
     }
@@ -352,7 +356,7 @@ impl<const N: usize> CreditTable<N> {
     pub fn new(config: CreditsConfig) -> Result<Self, ConfigError> {
         config.validate()?;
         if N == 0 {
-            return Err(ConfigError::OutOfRange("channels"));
+            return Err(ConfigError::out_of_range("credits.channels"));
         }
         Ok(Self { channels: core::array::from_fn(|_| Credits::with_valid(config)) })
     }
@@ -414,12 +418,19 @@ mod tests {
 
     #[test]
     fn bad_configs_are_refused() {
-        assert_eq!(Credits::new(cfg(0, 0)).unwrap_err(), ConfigError::OutOfRange("capacity"));
-        assert!(matches!(Credits::new(cfg(4, 4)), Err(ConfigError::Inconsistent(_))));
-        assert!(matches!(Credits::new(cfg(4, 9)), Err(ConfigError::Inconsistent(_))));
+        assert_eq!(
+            Credits::new(cfg(0, 0)).unwrap_err(),
+            ConfigError::out_of_range("credits.capacity")
+        );
+        assert!(
+            Credits::new(cfg(4, 4)).is_err_and(|e| e.kind == crate::ConfigErrorKind::Inconsistent)
+        );
+        assert!(
+            Credits::new(cfg(4, 9)).is_err_and(|e| e.kind == crate::ConfigErrorKind::Inconsistent)
+        );
         assert_eq!(
             CreditTable::<0>::new(cfg(4, 1)).unwrap_err(),
-            ConfigError::OutOfRange("channels")
+            ConfigError::out_of_range("credits.channels")
         );
         assert!(Credits::new(cfg(u32::MAX, u32::MAX - 1)).is_ok());
         assert!(CreditsConfig::default().validate().is_ok());

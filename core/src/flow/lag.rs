@@ -145,10 +145,10 @@ impl<const SNAPSHOTS: usize> LagMeter<SNAPSHOTS> {
     /// window); `bucket` between 1 µs and 1 day.
     pub fn new(config: LagMeterConfig) -> Result<Self, ConfigError> {
         if SNAPSHOTS < 2 {
-            return Err(ConfigError::OutOfRange("snapshots"));
+            return Err(ConfigError::out_of_range("lag_meter.snapshots"));
         }
         if !(MIN_BUCKET..=MAX_BUCKET).contains(&config.bucket) {
-            return Err(ConfigError::OutOfRange("bucket"));
+            return Err(ConfigError::out_of_range("lag_meter.bucket"));
         }
         Ok(Self {
             produced: AtomicU64::new(0),
@@ -383,10 +383,13 @@ mod tests {
     #[test]
     fn bad_configs_are_refused() {
         let c = LagMeterConfig::default();
-        assert_eq!(LagMeter::<1>::new(c).unwrap_err(), ConfigError::OutOfRange("snapshots"));
+        assert_eq!(
+            LagMeter::<1>::new(c).unwrap_err(),
+            ConfigError::out_of_range("lag_meter.snapshots")
+        );
         for bucket in [0, US - 1, MAX_BUCKET + 1, u64::MAX] {
             let err = LagMeter::<4>::new(LagMeterConfig { bucket }).unwrap_err();
-            assert_eq!(err, ConfigError::OutOfRange("bucket"));
+            assert_eq!(err, ConfigError::out_of_range("lag_meter.bucket"));
         }
         assert!(LagMeter::<2>::new(LagMeterConfig { bucket: US }).is_ok());
         assert!(LagMeter::<2>::new(LagMeterConfig { bucket: MAX_BUCKET }).is_ok());

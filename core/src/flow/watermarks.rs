@@ -36,13 +36,21 @@ impl WatermarksConfig {
     /// Checks `1 ≤ pause_below < resume_above < capacity`.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.pause_below == 0 {
-            return Err(ConfigError::OutOfRange("pause_below"));
+            return Err(ConfigError::out_of_range("watermarks.pause_below"));
         }
         if self.resume_above <= self.pause_below {
-            return Err(ConfigError::Inconsistent("resume_above must be above pause_below"));
+            return Err(ConfigError::inconsistent(
+                "watermarks.resume_above",
+                "must be above",
+                "watermarks.pause_below",
+            ));
         }
         if self.resume_above >= self.capacity {
-            return Err(ConfigError::Inconsistent("resume_above must be below capacity"));
+            return Err(ConfigError::inconsistent(
+                "watermarks.resume_above",
+                "must be below",
+                "watermarks.capacity",
+            ));
         }
         Ok(())
     }
@@ -213,11 +221,11 @@ mod tests {
         let new = |c, p, r| {
             Watermarks::new(WatermarksConfig { capacity: c, pause_below: p, resume_above: r })
         };
-        assert_eq!(new(10, 0, 5).unwrap_err(), ConfigError::OutOfRange("pause_below"));
-        assert!(matches!(new(10, 5, 5), Err(ConfigError::Inconsistent(_))));
-        assert!(matches!(new(10, 6, 5), Err(ConfigError::Inconsistent(_))));
-        assert!(matches!(new(10, 2, 10), Err(ConfigError::Inconsistent(_))));
-        assert!(matches!(new(0, 1, 2), Err(ConfigError::Inconsistent(_))));
+        assert_eq!(new(10, 0, 5).unwrap_err(), ConfigError::out_of_range("watermarks.pause_below"));
+        assert!(new(10, 5, 5).is_err_and(|e| e.kind == crate::ConfigErrorKind::Inconsistent));
+        assert!(new(10, 6, 5).is_err_and(|e| e.kind == crate::ConfigErrorKind::Inconsistent));
+        assert!(new(10, 2, 10).is_err_and(|e| e.kind == crate::ConfigErrorKind::Inconsistent));
+        assert!(new(0, 1, 2).is_err_and(|e| e.kind == crate::ConfigErrorKind::Inconsistent));
         assert!(new(3, 1, 2).is_ok());
         assert!(WatermarksConfig::default().validate().is_ok());
     }

@@ -128,7 +128,7 @@ impl ShardRate {
     /// `per_second` units per second (`1e-6..=1e9`, as [`crate::rate::RateLimiter`]), bursts
     /// of `burst`.
     pub fn per_second(per_second: f64, burst: u32) -> Result<Self, ConfigError> {
-        let rate = check_range(per_second, 1e-6, 1e9, "shard_rate.per_second")?;
+        let rate = check_range(per_second, 1e-6, 1e9, "keyed.shard_rate.per_second")?;
         let rate = Self { emission_ns: libm::round(SEC as f64 / rate).max(1.0) as u64, burst };
         rate.tolerance_ns()?;
         Ok(rate)
@@ -137,14 +137,16 @@ impl ShardRate {
     /// The GCRA tolerance `τ = emission_ns × (burst − 1)`, or why the pair is unusable.
     fn tolerance_ns(&self) -> Result<u64, ConfigError> {
         if self.emission_ns == 0 || self.emission_ns > MAX_EMISSION {
-            return Err(ConfigError::OutOfRange("shard_rate.emission_ns"));
+            return Err(ConfigError::out_of_range("keyed.shard_rate.emission_ns"));
         }
         if self.burst == 0 || self.burst > MAX_BURST {
-            return Err(ConfigError::OutOfRange("shard_rate.burst"));
+            return Err(ConfigError::out_of_range("keyed.shard_rate.burst"));
         }
-        self.emission_ns
-            .checked_mul(u64::from(self.burst) - 1)
-            .ok_or(ConfigError::Inconsistent("shard_rate: burst × emission_ns overflows"))
+        self.emission_ns.checked_mul(u64::from(self.burst) - 1).ok_or(ConfigError::inconsistent(
+            "keyed.shard_rate.burst",
+            "is too large for",
+            "keyed.shard_rate.emission_ns",
+        ))
     }
 }
 
@@ -162,20 +164,24 @@ impl KeyedConfig {
     /// Checks the config for a table of `shards` shards; returns the GCRA tolerance.
     fn validate(&self, shards: usize) -> Result<u64, ConfigError> {
         if shards == 0 || shards > u32::MAX as usize {
-            return Err(ConfigError::OutOfRange("N (shards)"));
+            return Err(ConfigError::out_of_range("keyed.shards"));
         }
         let k = self.shards_per_key as usize;
         if k == 0 || k > MAX_SHARDS_PER_KEY {
-            return Err(ConfigError::OutOfRange("shards_per_key"));
+            return Err(ConfigError::out_of_range("keyed.shards_per_key"));
         }
         if k > shards {
-            return Err(ConfigError::Inconsistent("shards_per_key above N (shards)"));
+            return Err(ConfigError::inconsistent(
+                "keyed.shards_per_key",
+                "must not be above",
+                "keyed.shards",
+            ));
         }
         if self.shard_limit == 0 || self.shard_limit > MAX_SHARD_LIMIT {
-            return Err(ConfigError::OutOfRange("shard_limit"));
+            return Err(ConfigError::out_of_range("keyed.shard_limit"));
         }
         if self.limit_retry_after > MAX_RETRY_AFTER {
-            return Err(ConfigError::OutOfRange("limit_retry_after"));
+            return Err(ConfigError::out_of_range("keyed.limit_retry_after"));
         }
         match self.shard_rate {
             Some(rate) => rate.tolerance_ns(),
@@ -700,7 +706,10 @@ mod tests {
     fn bad_configs_are_refused() {
         let ok = KeyedConfig::new(4);
         assert!(KeyedLimits::<8>::new(ok).is_ok());
-        assert_eq!(KeyedLimits::<0>::new(ok).unwrap_err(), ConfigError::OutOfRange("N (shards)"));
+        assert_eq!(
+            KeyedLimits::<0>::new(ok).unwrap_err(),
+            ConfigError::out_of_range("keyed.shards")
+        );
         for bad in [
             KeyedConfig { shards_per_key: 0, ..ok },
             KeyedConfig { shards_per_key: 9, ..ok },
@@ -708,10 +717,12 @@ mod tests {
             KeyedConfig { shard_limit: MAX_SHARD_LIMIT + 1, ..ok },
             KeyedConfig { limit_retry_after: MAX_RETRY_AFTER + 1, ..ok },
         ] {
-            assert!(matches!(KeyedLimits::<8>::new(bad), Err(ConfigError::OutOfRange(_))));
+            assert!(KeyedLimits::<8>::new(bad)
+                .is_err_and(|e| e.kind == crate::ConfigErrorKind::OutOfRange));
         }
         let k3 = KeyedConfig { shards_per_key: 3, ..ok };
-        assert!(matches!(KeyedLimits::<2>::new(k3), Err(ConfigError::Inconsistent(_))));
+        assert!(KeyedLimits::<2>::new(k3)
+            .is_err_and(|e| e.kind == crate::ConfigErrorKind::Inconsistent));
         assert!(KeyedLimits::<3>::new(k3).is_ok());
     }
 
@@ -830,21 +841,21 @@ mod tests {
     fn bad_rates_are_refused() {
         let rated = |rate| KeyedConfig { shard_rate: Some(rate), ..KeyedConfig::new(4) };
         for (rate, err) in [
-            (ShardRate { emission_ns: 0, burst: 1 }, "shard_rate.emission_ns"),
-            (ShardRate { emission_ns: MAX_EMISSION + 1, burst: 1 }, "shard_rate.emission_ns"),
-            (ShardRate { emission_ns: 1, burst: 0 }, "shard_rate.burst"),
-            (ShardRate { emission_ns: 1, burst: MAX_BURST + 1 }, "shard_rate.burst"),
+            (ShardRate { emission_ns: 0, burst: 1 }, "keyed.shard_rate.emission_ns"),
+            (ShardRate { emission_ns: MAX_EMISSION + 1, burst: 1 }, "keyed.shard_rate.emission_ns"),
+            (ShardRate { emission_ns: 1, burst: 0 }, "keyed.shard_rate.burst"),
+            (ShardRate { emission_ns: 1, burst: MAX_BURST + 1 }, "keyed.shard_rate.burst"),
         ] {
             assert_eq!(
                 KeyedLimits::<4>::new(rated(rate)).unwrap_err(),
-                ConfigError::OutOfRange(err)
+                ConfigError::out_of_range(err)
             );
         }
         let overflow = ShardRate { emission_ns: MAX_EMISSION, burst: MAX_BURST };
-        assert!(matches!(
-            KeyedLimits::<4>::new(rated(overflow)),
-            Err(ConfigError::Inconsistent(_))
-        ));
+        assert_eq!(
+            std::string::ToString::to_string(&KeyedLimits::<4>::new(rated(overflow)).unwrap_err()),
+            "keyed.shard_rate.burst is too large for keyed.shard_rate.emission_ns"
+        );
         for bad in [f64::NAN, f64::INFINITY, -1.0, 0.0, 2e9] {
             assert!(ShardRate::per_second(bad, 1).is_err(), "{bad}");
         }

@@ -5,7 +5,7 @@ use super::common::{
     check_app_limited, check_duration, check_f64_below, check_whole, clamp_limit, is_app_limited,
     AlgorithmMetrics, Counters, LatencyStat, SlowStart, NCL_APP_LIMITED_FRACTION,
 };
-use super::{check_bounds, Algorithm, Window};
+use super::{bound_paths, check_bounds, Algorithm, Window};
 use crate::time::{MS, SEC};
 use crate::ConfigError;
 
@@ -126,17 +126,26 @@ pub struct Aimd {
 impl Aimd {
     /// Builds it, validating every number of the config.
     pub fn new(config: AimdConfig) -> Result<Self, ConfigError> {
-        check_bounds(config.min_limit, config.initial_limit, config.max_limit)?;
-        check_duration(config.target_latency_ns, "target_latency_ns")?;
-        let stat = LatencyStat::from_percentile(config.latency_percentile, "latency_percentile")?;
+        check_bounds(
+            config.min_limit,
+            config.initial_limit,
+            config.max_limit,
+            bound_paths!("aimd"),
+        )?;
+        check_duration(config.target_latency_ns, "limiter.aimd.target_latency_ns")?;
+        let stat = LatencyStat::from_percentile(
+            config.latency_percentile,
+            "limiter.aimd.latency_percentile",
+        )?;
         // NCL AIMDLimit: "Backoff ratio must be in the range [0.5, 1.0)"
-        check_f64_below(config.backoff_ratio, 0.5, 1.0, "backoff_ratio")?;
-        check_duration(config.timeout_ns, "timeout_ns")?;
-        check_app_limited(config.app_limited_fraction)?;
+        check_f64_below(config.backoff_ratio, 0.5, 1.0, "limiter.aimd.backoff_ratio")?;
+        check_duration(config.timeout_ns, "limiter.aimd.timeout_ns")?;
+        check_app_limited(config.app_limited_fraction, "limiter.aimd.app_limited_fraction")?;
         if config.netflix_parity {
-            check_whole(config.initial_limit, "netflix_parity needs a whole initial_limit")?;
-            check_whole(config.min_limit, "netflix_parity needs a whole min_limit")?;
-            check_whole(config.max_limit, "netflix_parity needs a whole max_limit")?;
+            const PARITY: &str = "limiter.aimd.netflix_parity";
+            check_whole(config.initial_limit, "limiter.aimd.initial_limit", PARITY)?;
+            check_whole(config.min_limit, "limiter.aimd.min_limit", PARITY)?;
+            check_whole(config.max_limit, "limiter.aimd.max_limit", PARITY)?;
         }
         Ok(Self {
             limit: config.initial_limit,
@@ -284,7 +293,15 @@ mod tests {
     #[test]
     fn netflix_needs_whole_limits() {
         let c = AimdConfig { initial_limit: 20.5, ..AimdConfig::netflix() };
-        assert!(matches!(Aimd::new(c), Err(ConfigError::Inconsistent(_))));
+        let e = Aimd::new(c).unwrap_err();
+        assert_eq!(
+            (e.field, e.other),
+            ("limiter.aimd.initial_limit", Some("limiter.aimd.netflix_parity"))
+        );
+        assert_eq!(
+            std::string::ToString::to_string(&e),
+            "limiter.aimd.initial_limit must be a whole number with limiter.aimd.netflix_parity"
+        );
     }
 
     // ---- target mode ----

@@ -177,7 +177,7 @@ pub(crate) enum LatencyStat {
 impl LatencyStat {
     pub(crate) fn from_percentile(p: f64, what: &'static str) -> Result<Self, ConfigError> {
         if !p.is_finite() {
-            return Err(ConfigError::NotFinite(what));
+            return Err(ConfigError::not_finite(what));
         }
         // Exact matches only: the window carries these statistics and no others.
         if p == 0.0 {
@@ -189,7 +189,7 @@ impl LatencyStat {
         } else if p == 0.99 {
             Ok(Self::P99)
         } else {
-            Err(ConfigError::OutOfRange(what))
+            Err(ConfigError::out_of_range(what))
         }
     }
 
@@ -217,7 +217,7 @@ pub(crate) fn check_f64_below(
 ) -> Result<(), ConfigError> {
     check_range(x, lo, hi, what)?;
     if x >= hi {
-        return Err(ConfigError::OutOfRange(what));
+        return Err(ConfigError::out_of_range(what));
     }
     Ok(())
 }
@@ -226,7 +226,7 @@ pub(crate) fn check_f64_below(
 pub(crate) fn check_positive(x: f64, hi: f64, what: &'static str) -> Result<(), ConfigError> {
     check_range(x, 0.0, hi, what)?;
     if x <= 0.0 {
-        return Err(ConfigError::OutOfRange(what));
+        return Err(ConfigError::out_of_range(what));
     }
     Ok(())
 }
@@ -234,20 +234,25 @@ pub(crate) fn check_positive(x: f64, hi: f64, what: &'static str) -> Result<(), 
 /// A duration in `[1 ns, one day]`.
 pub(crate) fn check_duration(ns: u64, what: &'static str) -> Result<(), ConfigError> {
     if ns == 0 || ns > MAX_DURATION_NS {
-        return Err(ConfigError::OutOfRange(what));
+        return Err(ConfigError::out_of_range(what));
     }
     Ok(())
 }
 
-/// The app-limited fraction: finite, in `[0, 1]`.
-pub(crate) fn check_app_limited(fraction: f64) -> Result<(), ConfigError> {
-    check_f64(fraction, 0.0, 1.0, "app_limited_fraction")
+/// The app-limited fraction (at path `what`): finite, in `[0, 1]`.
+pub(crate) fn check_app_limited(fraction: f64, what: &'static str) -> Result<(), ConfigError> {
+    check_f64(fraction, 0.0, 1.0, what)
 }
 
-/// Netflix parity needs whole-number limits (NCL's limits are `int`).
-pub(crate) fn check_whole(x: f64, what: &'static str) -> Result<(), ConfigError> {
+/// Netflix parity (the setting at `parity`) needs whole-number limits (NCL's limits are
+/// `int`): `x`, at path `what`.
+pub(crate) fn check_whole(
+    x: f64,
+    what: &'static str,
+    parity: &'static str,
+) -> Result<(), ConfigError> {
     if libm::floor(x) != x {
-        return Err(ConfigError::Inconsistent(what));
+        return Err(ConfigError::inconsistent(what, "must be a whole number with", parity));
     }
     Ok(())
 }
@@ -299,8 +304,8 @@ mod tests {
     fn latency_stat_accepts_exact_percentiles_only() {
         assert_eq!(LatencyStat::from_percentile(0.0, "p"), Ok(LatencyStat::Mean));
         assert_eq!(LatencyStat::from_percentile(0.99, "p"), Ok(LatencyStat::P99));
-        assert_eq!(LatencyStat::from_percentile(0.95, "p"), Err(ConfigError::OutOfRange("p")));
-        assert_eq!(LatencyStat::from_percentile(f64::NAN, "p"), Err(ConfigError::NotFinite("p")));
+        assert_eq!(LatencyStat::from_percentile(0.95, "p"), Err(ConfigError::out_of_range("p")));
+        assert_eq!(LatencyStat::from_percentile(f64::NAN, "p"), Err(ConfigError::not_finite("p")));
     }
 
     #[test]
@@ -314,9 +319,9 @@ mod tests {
         assert!(check_duration(0, "d").is_err());
         assert!(check_duration(MAX_DURATION_NS + 1, "d").is_err());
         assert!(check_duration(1, "d").is_ok());
-        assert!(check_app_limited(1.5).is_err());
-        assert!(check_app_limited(f64::NAN).is_err());
-        assert!(check_whole(20.5, "w").is_err());
-        assert!(check_whole(20.0, "w").is_ok());
+        assert!(check_app_limited(1.5, "a").is_err());
+        assert!(check_app_limited(f64::NAN, "a").is_err());
+        assert!(check_whole(20.5, "w", "p").is_err());
+        assert!(check_whole(20.0, "w", "p").is_ok());
     }
 }

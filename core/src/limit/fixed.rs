@@ -1,7 +1,7 @@
 //! `Fixed`: a constant limit, settable at runtime (NCL `FixedLimit` / `SettableLimit`).
 
 use super::common::{check_f64, AlgorithmMetrics, Counters};
-use super::{check_bounds, Algorithm, Window};
+use super::{bound_paths, check_bounds, Algorithm, Window};
 use crate::ConfigError;
 
 /// Configuration of [`Fixed`].
@@ -50,7 +50,12 @@ pub struct Fixed {
 impl Fixed {
     /// Builds it, validating the config (finite, `0 < min ≤ initial ≤ max ≤ 1e9`).
     pub fn new(config: FixedConfig) -> Result<Self, ConfigError> {
-        check_bounds(config.min_limit, config.initial_limit, config.max_limit)?;
+        check_bounds(
+            config.min_limit,
+            config.initial_limit,
+            config.max_limit,
+            bound_paths!("fixed"),
+        )?;
         Ok(Self {
             limit: config.initial_limit,
             min: config.min_limit,
@@ -62,7 +67,7 @@ impl Fixed {
     /// Sets the limit by hand. A value that is not finite or lies outside
     /// `[min_limit, max_limit]` is refused and the limit stays as it was.
     pub fn set_limit(&mut self, limit: f64) -> Result<f64, ConfigError> {
-        check_f64(limit, self.min, self.max, "limit")?;
+        check_f64(limit, self.min, self.max, "limiter.fixed.limit")?;
         self.limit = limit;
         Ok(limit)
     }

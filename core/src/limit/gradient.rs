@@ -3,7 +3,7 @@
 //! See [`Gradient`] for the state machine, and `core/tests/convergence.rs` for the
 //! closed-loop scenarios its defaults were tuned on.
 
-use super::{check_bounds, Algorithm, Window};
+use super::{bound_paths, check_bounds, Algorithm, Window};
 use crate::rng::SplitMix64;
 use crate::time::{Monotonic, MS, SEC};
 use crate::types::check_range;
@@ -214,26 +214,26 @@ impl GradientConfig {
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
-        check_bounds(self.min_limit, self.initial_limit, self.max_limit)?;
-        check_range(self.buffer, 0.0, 10.0, "buffer")?;
-        check_range(self.headroom, 0.0, 10.0, "headroom")?;
-        check_range(self.smoothing, 0.01, 1.0, "smoothing")?;
-        check_range(self.sample_percentile, 50.0, 99.0, "sample_percentile")?;
-        check_range(self.probe_jitter, 0.0, 1.0, "probe_jitter")?;
-        check_range(self.probe_limit, 1e-6, 1e9, "probe_limit")?;
-        check_range(self.backoff, 0.1, 1.0, "backoff")?;
-        check_range(self.drop_tolerance, 0.0, 0.999, "drop_tolerance")?;
-        check_range(self.app_limited_ratio, 0.0, 1.0, "app_limited_ratio")?;
+        check_bounds(self.min_limit, self.initial_limit, self.max_limit, bound_paths!("gradient"))?;
+        check_range(self.buffer, 0.0, 10.0, "limiter.gradient.buffer")?;
+        check_range(self.headroom, 0.0, 10.0, "limiter.gradient.headroom")?;
+        check_range(self.smoothing, 0.01, 1.0, "limiter.gradient.smoothing")?;
+        check_range(self.sample_percentile, 50.0, 99.0, "limiter.gradient.sample_percentile")?;
+        check_range(self.probe_jitter, 0.0, 1.0, "limiter.gradient.probe_jitter")?;
+        check_range(self.probe_limit, 1e-6, 1e9, "limiter.gradient.probe_limit")?;
+        check_range(self.backoff, 0.1, 1.0, "limiter.gradient.backoff")?;
+        check_range(self.drop_tolerance, 0.0, 0.999, "limiter.gradient.drop_tolerance")?;
+        check_range(self.app_limited_ratio, 0.0, 1.0, "limiter.gradient.app_limited_ratio")?;
         if self.pinned_baseline_ns > 3600 * SEC {
-            return Err(ConfigError::OutOfRange("pinned_baseline_ns"));
+            return Err(ConfigError::out_of_range("limiter.gradient.pinned_baseline_ns"));
         }
         if self.probe_interval_ns > 0 {
             // Envoy: the interval is at least 1 ms; a day bounds the jitter arithmetic.
             if self.probe_interval_ns < MS || self.probe_interval_ns > 86_400 * SEC {
-                return Err(ConfigError::OutOfRange("probe_interval_ns"));
+                return Err(ConfigError::out_of_range("limiter.gradient.probe_interval_ns"));
             }
             if self.probe_samples == 0 || self.probe_samples > 1_000_000 {
-                return Err(ConfigError::OutOfRange("probe_samples"));
+                return Err(ConfigError::out_of_range("limiter.gradient.probe_samples"));
             }
         }
         Ok(())

@@ -5,7 +5,7 @@ use super::common::{
     check_app_limited, check_f64, check_f64_below, check_positive, clamp_limit, is_app_limited,
     quantize, AlgorithmMetrics, Counters, SlowStart, NCL_APP_LIMITED_FRACTION,
 };
-use super::{check_bounds, Algorithm, Window};
+use super::{bound_paths, check_bounds, Algorithm, Window};
 use crate::ConfigError;
 
 /// NCL Gradient2Limit: `new ExpAvgMeasurement(longWindow, 10)` — simple mean first.
@@ -176,16 +176,21 @@ pub struct Gradient2 {
 impl Gradient2 {
     /// Builds it, validating every number of the config.
     pub fn new(config: Gradient2Config) -> Result<Self, ConfigError> {
-        check_bounds(config.min_limit, config.initial_limit, config.max_limit)?;
-        check_positive(config.smoothing, 1.0, "smoothing")?;
-        check_f64(config.queue_size, 0.0, 1e6, "queue_size")?;
+        check_bounds(
+            config.min_limit,
+            config.initial_limit,
+            config.max_limit,
+            bound_paths!("gradient2"),
+        )?;
+        check_positive(config.smoothing, 1.0, "limiter.gradient2.smoothing")?;
+        check_f64(config.queue_size, 0.0, 1e6, "limiter.gradient2.queue_size")?;
         if config.long_window == 0 || config.long_window > 1_000_000 {
-            return Err(ConfigError::OutOfRange("long_window"));
+            return Err(ConfigError::out_of_range("limiter.gradient2.long_window"));
         }
         // NCL Gradient2Limit: "Tolerance must be >= 1.0"
-        check_f64(config.rtt_tolerance, 1.0, 1000.0, "rtt_tolerance")?;
-        check_f64_below(config.backoff_ratio, 0.5, 1.0, "backoff_ratio")?;
-        check_app_limited(config.app_limited_fraction)?;
+        check_f64(config.rtt_tolerance, 1.0, 1000.0, "limiter.gradient2.rtt_tolerance")?;
+        check_f64_below(config.backoff_ratio, 0.5, 1.0, "limiter.gradient2.backoff_ratio")?;
+        check_app_limited(config.app_limited_fraction, "limiter.gradient2.app_limited_fraction")?;
         Ok(Self {
             estimate: config.initial_limit,
             min: config.min_limit,

@@ -8,7 +8,7 @@ use super::common::{
     check_app_limited, check_duration, check_f64_below, check_positive, clamp_limit,
     is_app_limited, quantize, AlgorithmMetrics, Counters, SlowStart, NCL_APP_LIMITED_FRACTION,
 };
-use super::{check_bounds, Algorithm, Window};
+use super::{bound_paths, check_bounds, Algorithm, Window};
 use crate::time::{Monotonic, MS, SEC};
 use crate::ConfigError;
 
@@ -421,27 +421,37 @@ pub struct HysteresisAimd {
 impl HysteresisAimd {
     /// Builds it, validating every number of the config.
     pub fn new(config: HysteresisConfig) -> Result<Self, ConfigError> {
-        check_bounds(config.min_limit, config.initial_limit, config.max_limit)?;
-        check_duration(config.target_latency_ns, "target_latency_ns")?;
-        check_positive(config.healthy_below, 1000.0, "healthy_below")?;
-        check_positive(config.critical_above, 1000.0, "critical_above")?;
+        check_bounds(
+            config.min_limit,
+            config.initial_limit,
+            config.max_limit,
+            bound_paths!("hysteresis"),
+        )?;
+        check_duration(config.target_latency_ns, "limiter.hysteresis.target_latency_ns")?;
+        check_positive(config.healthy_below, 1000.0, "limiter.hysteresis.healthy_below")?;
+        check_positive(config.critical_above, 1000.0, "limiter.hysteresis.critical_above")?;
         if config.healthy_below > config.critical_above {
-            return Err(ConfigError::Inconsistent("healthy_below > critical_above"));
+            return Err(ConfigError::inconsistent(
+                "limiter.hysteresis.healthy_below",
+                "must not be above",
+                "limiter.hysteresis.critical_above",
+            ));
         }
-        for (f, what) in
-            [(config.critical_factor, "critical_factor"), (config.jump_factor, "jump_factor")]
-        {
+        for (f, what) in [
+            (config.critical_factor, "limiter.hysteresis.critical_factor"),
+            (config.jump_factor, "limiter.hysteresis.jump_factor"),
+        ] {
             check_f64_below(f, 0.0, 1.0, what)?;
             if f <= 0.0 {
-                return Err(ConfigError::OutOfRange(what));
+                return Err(ConfigError::out_of_range(what));
             }
         }
-        check_positive(config.jump_rise, 100.0, "jump_rise")?;
-        check_duration(config.jump_window_ns, "jump_window_ns")?;
-        check_positive(config.avg_alpha, 1.0, "avg_alpha")?;
-        check_duration(config.cool_off_ns, "cool_off_ns")?;
-        check_duration(config.p99_window_ns, "p99_window_ns")?;
-        check_app_limited(config.app_limited_fraction)?;
+        check_positive(config.jump_rise, 100.0, "limiter.hysteresis.jump_rise")?;
+        check_duration(config.jump_window_ns, "limiter.hysteresis.jump_window_ns")?;
+        check_positive(config.avg_alpha, 1.0, "limiter.hysteresis.avg_alpha")?;
+        check_duration(config.cool_off_ns, "limiter.hysteresis.cool_off_ns")?;
+        check_duration(config.p99_window_ns, "limiter.hysteresis.p99_window_ns")?;
+        check_app_limited(config.app_limited_fraction, "limiter.hysteresis.app_limited_fraction")?;
         let target = config.target_latency_ns as f64;
         Ok(Self {
             limit: clamp_limit(quantize(config.initial_limit), config.min_limit, config.max_limit),

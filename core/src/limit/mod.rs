@@ -220,16 +220,43 @@ impl Algorithm for AnyAlgorithm {
     }
 }
 
+/// The canonical paths of one algorithm's floor, initial limit and ceiling.
+pub(crate) struct BoundPaths {
+    pub(crate) min: &'static str,
+    pub(crate) initial: &'static str,
+    pub(crate) max: &'static str,
+}
+
+/// The [`BoundPaths`] of the algorithm named `$alg` (`"gradient"`).
+macro_rules! bound_paths {
+    ($alg:literal) => {
+        $crate::limit::BoundPaths {
+            min: concat!("limiter.", $alg, ".min_limit"),
+            initial: concat!("limiter.", $alg, ".initial_limit"),
+            max: concat!("limiter.", $alg, ".max_limit"),
+        }
+    };
+}
+pub(crate) use bound_paths;
+
 /// Validates a floor/initial/ceiling triple shared by every algorithm's config.
-pub(crate) fn check_bounds(min: f64, initial: f64, max: f64) -> Result<(), ConfigError> {
-    crate::types::check_range(min, 1e-6, 1e9, "min_limit")?;
-    crate::types::check_range(max, 1e-6, 1e9, "max_limit")?;
-    crate::types::check_range(initial, 1e-6, 1e9, "initial_limit")?;
+pub(crate) fn check_bounds(
+    min: f64,
+    initial: f64,
+    max: f64,
+    p: BoundPaths,
+) -> Result<(), ConfigError> {
+    crate::types::check_range(min, 1e-6, 1e9, p.min)?;
+    crate::types::check_range(max, 1e-6, 1e9, p.max)?;
+    crate::types::check_range(initial, 1e-6, 1e9, p.initial)?;
     if min > max {
-        return Err(ConfigError::Inconsistent("min_limit > max_limit"));
+        return Err(ConfigError::inconsistent(p.min, "must not be above", p.max));
     }
-    if initial < min || initial > max {
-        return Err(ConfigError::Inconsistent("initial_limit outside [min_limit, max_limit]"));
+    if initial < min {
+        return Err(ConfigError::inconsistent(p.initial, "must not be below", p.min));
+    }
+    if initial > max {
+        return Err(ConfigError::inconsistent(p.initial, "must not be above", p.max));
     }
     Ok(())
 }

@@ -5,7 +5,7 @@ use super::common::{
     check_app_limited, check_f64_below, check_positive, clamp_limit, is_app_limited, quantize,
     AlgorithmMetrics, Counters, SlowStart, NCL_APP_LIMITED_FRACTION,
 };
-use super::{check_bounds, Algorithm, Window};
+use super::{bound_paths, check_bounds, Algorithm, Window};
 use crate::rng::SplitMix64;
 use crate::ConfigError;
 
@@ -160,30 +160,41 @@ fn log10_int(limit: f64) -> u32 {
 impl Vegas {
     /// Builds it, validating every number of the config.
     pub fn new(config: VegasConfig) -> Result<Self, ConfigError> {
-        check_bounds(config.min_limit, config.initial_limit, config.max_limit)?;
-        check_positive(config.smoothing, 1.0, "smoothing")?;
-        for (v, what) in
-            [(config.alpha, "alpha"), (config.beta, "beta"), (config.threshold, "threshold")]
-        {
+        check_bounds(
+            config.min_limit,
+            config.initial_limit,
+            config.max_limit,
+            bound_paths!("vegas"),
+        )?;
+        check_positive(config.smoothing, 1.0, "limiter.vegas.smoothing")?;
+        for (v, what) in [
+            (config.alpha, "limiter.vegas.alpha"),
+            (config.beta, "limiter.vegas.beta"),
+            (config.threshold, "limiter.vegas.threshold"),
+        ] {
             if v.is_some_and(|v| v > MAX_PARAM) {
-                return Err(ConfigError::OutOfRange(what));
+                return Err(ConfigError::out_of_range(what));
             }
         }
         if let (Some(a), Some(b)) = (config.alpha, config.beta) {
             if a > b {
-                return Err(ConfigError::Inconsistent("alpha > beta"));
+                return Err(ConfigError::inconsistent(
+                    "limiter.vegas.alpha",
+                    "must not be above",
+                    "limiter.vegas.beta",
+                ));
             }
         }
         if let Some(r) = config.decrease_ratio {
-            check_f64_below(r, 0.0, 1.0, "decrease_ratio")?;
+            check_f64_below(r, 0.0, 1.0, "limiter.vegas.decrease_ratio")?;
             if r <= 0.0 {
-                return Err(ConfigError::OutOfRange("decrease_ratio"));
+                return Err(ConfigError::out_of_range("limiter.vegas.decrease_ratio"));
             }
         }
         if config.probe_multiplier > MAX_PARAM {
-            return Err(ConfigError::OutOfRange("probe_multiplier"));
+            return Err(ConfigError::out_of_range("limiter.vegas.probe_multiplier"));
         }
-        check_app_limited(config.app_limited_fraction)?;
+        check_app_limited(config.app_limited_fraction, "limiter.vegas.app_limited_fraction")?;
         let mut rng = SplitMix64::new(config.seed);
         let probe_jitter = jitter(&mut rng);
         Ok(Self {

@@ -20,14 +20,14 @@ pub struct Ewma {
 impl Ewma {
     /// An average with weight `alpha` in `(0, 1]` for each new sample.
     pub fn new(alpha: f64) -> Result<Self, crate::ConfigError> {
-        crate::types::check_range(alpha, f64::MIN_POSITIVE, 1.0, "ewma alpha")?;
+        crate::types::check_range(alpha, f64::MIN_POSITIVE, 1.0, "ewma.alpha")?;
         Ok(Self { alpha, value: 0.0, seeded: false })
     }
 
     /// The weight of an average over the last `n` samples: `2 / (n + 1)`.
     pub fn with_span(n: u32) -> Result<Self, crate::ConfigError> {
         if n == 0 {
-            return Err(crate::ConfigError::OutOfRange("ewma span"));
+            return Err(crate::ConfigError::out_of_range("ewma.span"));
         }
         Self::new(2.0 / (n as f64 + 1.0))
     }

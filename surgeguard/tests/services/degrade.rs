@@ -69,7 +69,7 @@ async fn fallback_runs_on_refusal_breaker_and_deadline_never_on_bugs() {
         .await;
     assert_eq!(r, Err(UsageError::TimeOutOfRange));
     let r =
-        with_fallback(async { Err::<u8, _>(ConfigError::OutOfRange("x")) }, |_| async { Ok(0) })
+        with_fallback(async { Err::<u8, _>(ConfigError::out_of_range("x")) }, |_| async { Ok(0) })
             .await;
     assert!(r.is_err());
     // Success passes through; the fallback may give the error back (a miss).
