@@ -17,9 +17,12 @@ pub fn range(what: &str, msg: &str) -> Error {
     Error::new(Status::InvalidArg, format!("{what} {msg}"))
 }
 
-/// A core `ConfigError`, as a range error prefixed with the structure's name.
+/// A core `ConfigError`, as a range error prefixed with the structure's name, its fields
+/// spelled as the JS options are (the table in `fields.rs`: `dropTolerance`,
+/// `codelTargetMs`).
 pub fn config_err(ty: &str, e: ConfigError) -> Error {
-    Error::new(Status::InvalidArg, format!("{ty}: {e}"))
+    let name = |p: &'static str| crate::fields::js_name(p).unwrap_or(p);
+    Error::new(Status::InvalidArg, format!("{ty}: {}", e.display_with(name)))
 }
 
 /// A core `UsageError` as an error whose message starts with its stable `SG_*` code.

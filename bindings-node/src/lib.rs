@@ -30,6 +30,7 @@ pub mod clock;
 pub mod convert;
 pub mod deadline;
 pub mod fast;
+pub mod fields;
 pub mod flow;
 pub mod gate;
 pub mod handle;

@@ -418,39 +418,18 @@ fn describe(r: Reason) -> &'static str {
     }
 }
 
-/// `surgeguard.ConfigError` (a `ValueError`) naming the object and the field.
+/// `surgeguard.ConfigError` (a `ValueError`) naming the object and the field, both as
+/// the Python caller spells them (the table in `fields.rs`: `buffer`, `min_window`,
+/// `codel.target`).
 #[cold]
 pub fn config_err(py: Python<'_>, what: &str, e: ConfigError) -> PyErr {
-    let field = match e {
-        ConfigError::NotFinite(f) | ConfigError::OutOfRange(f) | ConfigError::Inconsistent(f) => f,
-        _ => "",
-    };
-    // The core names durations in nanoseconds (`min_window_ns`); the Python option is in
-    // seconds without the suffix (`min_window`): name it as the caller spelled it.
-    let msg = py_names(&format!("invalid {what} configuration: {e}"));
-    let field = py_names(field);
+    let name = |p: &'static str| crate::fields::py_name(p).unwrap_or(p);
+    let msg = format!("invalid {what} configuration: {}", e.display_with(name));
+    let field = name(e.field);
     match errors(py) {
         Ok(errs) => PyErr::from_type(errs.config.bind(py).clone(), (msg, field)),
         Err(err) => err,
     }
-}
-
-/// A core message with its field names as the Python options spell them: `_ns` suffixes
-/// dropped (the options take seconds).
-fn py_names(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(i) = rest.find("_ns") {
-        let after = &rest[i + 3..];
-        let word_ends = after.chars().next().is_none_or(|c| !(c.is_alphanumeric() || c == '_'));
-        out.push_str(&rest[..i]);
-        if !word_ends {
-            out.push_str("_ns");
-        }
-        rest = after;
-    }
-    out.push_str(rest);
-    out
 }
 
 /// `surgeguard.UsageError` (a `RuntimeError`) with a stable `kind`.

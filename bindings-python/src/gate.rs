@@ -43,7 +43,7 @@ macro_rules! any_gate {
                 $(if capacity <= $cap {
                     return Ok(Box::new(AnyGate::$variant(CoreGate::<$cap>::new(*cfg)?)));
                 })*
-                Err(ConfigError::OutOfRange("queue_capacity"))
+                Err(ConfigError::out_of_range("gate.queue_capacity"))
             }
         }
 

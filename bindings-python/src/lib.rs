@@ -15,6 +15,7 @@ mod breaker;
 mod client;
 mod common;
 mod deadline;
+mod fields;
 mod flow;
 mod gate;
 mod keyed;

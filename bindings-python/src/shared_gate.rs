@@ -58,7 +58,7 @@ macro_rules! any_shared {
                         None => CoreShared::<$cap>::anonymous(cfg)?,
                     }));
                 })*
-                Err(ShmError::Config(surgeguard_core::ConfigError::OutOfRange("queue_capacity")))
+                Err(ShmError::Config(surgeguard_core::ConfigError::out_of_range("gate.queue_capacity")))
             }
         }
 

@@ -18,7 +18,6 @@ use crate::permit::{issue, sg_permit, take, SG_PERMIT_KIND_BREAKER};
 use crate::status::sg_rejection;
 use crate::status::sg_status::{self, *};
 use crate::vocab::outcome;
-use surgeguard_core::ConfigError;
 
 /// `sg_breaker_config.window_kind`: the last `window_count` calls.
 pub const SG_BREAKER_WINDOW_COUNT: u32 = 0;
@@ -120,20 +119,10 @@ mod breaker_make {
         crate::field::reserved(&c.reserved)?;
         let count = BreakerWindow::Count(c.window_count);
         let time = BreakerWindow::Time(c.window_ns);
-        let (window, unused, used_name, unused_name) = match c.window_kind {
-            SG_BREAKER_WINDOW_COUNT => (count, time, "window_count", "window_ns"),
-            SG_BREAKER_WINDOW_TIME => (time, count, "window_ns", "window_count"),
+        let (window, unused) = match c.window_kind {
+            SG_BREAKER_WINDOW_COUNT => (count, time),
+            SG_BREAKER_WINDOW_TIME => (time, count),
             _ => return Err(field::out_of_range("window_kind")),
-        };
-        // The core names both windows "window"; C has a field for each.
-        let named = |name: &'static str| {
-            move |e: ConfigError| {
-                let st = sg_status::from(e);
-                if e == ConfigError::OutOfRange("window") {
-                    field::set(name);
-                }
-                st
-            }
         };
         // The unused window is checked too (on its own: minimum_calls 1 keeps the
         // count window's cross-check out of it), as every unused setting is.
@@ -142,7 +131,7 @@ mod breaker_make {
             minimum_calls: 1,
             ..CircuitBreakerConfig::default()
         };
-        CircuitBreaker::new(probe).map(drop).map_err(named(unused_name))?;
+        CircuitBreaker::new(probe).map(drop)?;
         CircuitBreaker::new(CircuitBreakerConfig {
             window,
             failure_rate_threshold: c.failure_rate_threshold,
@@ -156,7 +145,7 @@ mod breaker_make {
             ramp_duration: c.ramp_duration_ns,
             seed: c.seed,
         })
-        .map_err(named(used_name))
+        .map_err(sg_status::from)
     }
 }
 

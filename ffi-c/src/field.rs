@@ -77,54 +77,159 @@ pub(crate) fn under<T>(path: &str, r: Result<T, sg_status>) -> Result<T, sg_stat
     r.inspect_err(|_| prefix(path))
 }
 
-/// The C field named by a core config error's text. The core names fields as its own
-/// structs spell them, sometimes in a phrase; the C structs spell a few differently
-/// (with a unit suffix, flattened). Unknown texts fall back to their first word.
-pub(crate) fn c_name(e: &ConfigError) -> &'static str {
-    let what = match *e {
-        ConfigError::NotFinite(w) | ConfigError::OutOfRange(w) | ConfigError::Inconsistent(w) => w,
-        _ => "",
-    };
-    match what {
-        "codel.target_ns" | "codel.target_ns must be below interval_ns" => "codel_target_ns",
-        "codel.interval_ns" => "codel_interval_ns",
-        "lifo occupancy threshold" => "lifo_occupancy",
-        "queue_capacity above CAP" | "queue capacity above CAP" => "queue_capacity",
-        "aging.after_ns" => "aging_after_ns",
-        "aging must move to a less important level" => "aging_to",
-        "N (shards)" => "shards",
-        "shards_per_key above N (shards)" => "shards_per_key",
-        "shard_rate.per_second" | "shard_rate.emission_ns" => "rate_per_second",
-        "shard_rate.burst" | "shard_rate: burst × emission_ns overflows" => "rate_burst",
-        "limit_retry_after" => "limit_retry_after_ns",
-        "emission interval" => "emission_ns",
-        "burst × emission interval overflows" => "burst",
-        "target_per_sec × (1 − headroom)" => "headroom",
-        "ttl" => "ttl_ns",
-        "token_ratio above max_tokens" => "token_ratio",
-        "slow_call_duration" => "slow_call_duration_ns",
-        "open_duration" => "open_duration_ns",
-        "probe_lease" => "probe_lease_ns",
-        "ramp_duration" => "ramp_duration_ns",
-        "minimum_calls above the window" => "minimum_calls",
-        "base" => "base_ns",
-        "cap" | "cap below base" => "cap_ns",
-        "bucket" => "bucket_ns",
-        "low_water must be below capacity" => "low_water",
-        "resume_above must be below capacity" | "resume_above must be above pause_below" => {
-            "resume_above"
-        }
-        "min_limit > max_limit" => "min_limit",
-        "initial_limit outside [min_limit, max_limit]" => "initial_limit",
-        "netflix_parity needs a whole initial_limit" => "initial_limit",
-        "netflix_parity needs a whole min_limit" => "min_limit",
-        "netflix_parity needs a whole max_limit" => "max_limit",
-        "healthy_below > critical_above" => "healthy_below",
-        "alpha > beta" => "alpha",
-        "weights sum above 1" => "weights",
-        "min_window_ns > max_window_ns" => "min_window_ns",
-        w => w.split([' ', ':']).next().unwrap_or(w),
-    }
+/// The C spelling of a core config path, relative to the C struct of the path's family
+/// (`sg_limiter_config` for `limiter.*`, `sg_gate_config` for `gate.*`): the C structs
+/// flatten some nested settings and spell durations with a unit. A Gate's limiter paths
+/// get the `limiter.` prefix from the caller ([`under`]). `None`: a path this table does
+/// not know (a test checks that every described field is here).
+pub fn c_name(path: &str) -> Option<&'static str> {
+    Some(match path {
+        // sg_limiter_config
+        "limiter.algorithm" => "algorithm",
+        "limiter.levels" => "levels",
+        "limiter.weights" => "weights",
+        "limiter.min_window_ns" => "min_window_ns",
+        "limiter.max_window_ns" => "max_window_ns",
+        "limiter.window_rtt_multiple" => "window_rtt_multiple",
+        "limiter.min_samples" => "min_samples",
+        "limiter.active_ns" => "active_ns",
+        "limiter.static_limit" => "limit",
+        "limiter.fixed.initial_limit" => "fixed.initial_limit",
+        "limiter.fixed.min_limit" => "fixed.min_limit",
+        "limiter.fixed.max_limit" => "fixed.max_limit",
+        "limiter.fixed.limit" => "limit",
+        "limiter.aimd.initial_limit" => "aimd.initial_limit",
+        "limiter.aimd.min_limit" => "aimd.min_limit",
+        "limiter.aimd.max_limit" => "aimd.max_limit",
+        "limiter.aimd.target_latency_ns" => "aimd.target_latency_ns",
+        "limiter.aimd.latency_percentile" => "aimd.latency_percentile",
+        "limiter.aimd.backoff_ratio" => "aimd.backoff_ratio",
+        "limiter.aimd.timeout_ns" => "aimd.timeout_ns",
+        "limiter.aimd.app_limited_fraction" => "aimd.app_limited_fraction",
+        "limiter.aimd.slow_start" => "aimd.slow_start",
+        "limiter.aimd.netflix_parity" => "aimd.netflix_parity",
+        "limiter.hysteresis.initial_limit" => "hysteresis.initial_limit",
+        "limiter.hysteresis.min_limit" => "hysteresis.min_limit",
+        "limiter.hysteresis.max_limit" => "hysteresis.max_limit",
+        "limiter.hysteresis.target_latency_ns" => "hysteresis.target_latency_ns",
+        "limiter.hysteresis.healthy_below" => "hysteresis.healthy_below",
+        "limiter.hysteresis.critical_above" => "hysteresis.critical_above",
+        "limiter.hysteresis.critical_factor" => "hysteresis.critical_factor",
+        "limiter.hysteresis.jump_rise" => "hysteresis.jump_rise",
+        "limiter.hysteresis.jump_window_ns" => "hysteresis.jump_window_ns",
+        "limiter.hysteresis.jump_factor" => "hysteresis.jump_factor",
+        "limiter.hysteresis.avg_alpha" => "hysteresis.avg_alpha",
+        "limiter.hysteresis.cool_off_ns" => "hysteresis.cool_off_ns",
+        "limiter.hysteresis.p99_window_ns" => "hysteresis.p99_window_ns",
+        "limiter.hysteresis.app_limited_fraction" => "hysteresis.app_limited_fraction",
+        "limiter.hysteresis.slow_start" => "hysteresis.slow_start",
+        "limiter.gradient.initial_limit" => "gradient.initial_limit",
+        "limiter.gradient.min_limit" => "gradient.min_limit",
+        "limiter.gradient.max_limit" => "gradient.max_limit",
+        "limiter.gradient.buffer" => "gradient.buffer",
+        "limiter.gradient.headroom" => "gradient.headroom",
+        "limiter.gradient.smoothing" => "gradient.smoothing",
+        "limiter.gradient.sample_percentile" => "gradient.sample_percentile",
+        "limiter.gradient.probe_interval_ns" => "gradient.probe_interval_ns",
+        "limiter.gradient.probe_jitter" => "gradient.probe_jitter",
+        "limiter.gradient.probe_limit" => "gradient.probe_limit",
+        "limiter.gradient.probe_samples" => "gradient.probe_samples",
+        "limiter.gradient.pinned_baseline_ns" => "gradient.pinned_baseline_ns",
+        "limiter.gradient.backoff" => "gradient.backoff",
+        "limiter.gradient.drop_tolerance" => "gradient.drop_tolerance",
+        "limiter.gradient.slow_start" => "gradient.slow_start",
+        "limiter.gradient.app_limited_ratio" => "gradient.app_limited_ratio",
+        "limiter.gradient.seed" => "gradient.seed",
+        "limiter.gradient2.initial_limit" => "gradient2.initial_limit",
+        "limiter.gradient2.min_limit" => "gradient2.min_limit",
+        "limiter.gradient2.max_limit" => "gradient2.max_limit",
+        "limiter.gradient2.smoothing" => "gradient2.smoothing",
+        "limiter.gradient2.queue_size" => "gradient2.queue_size",
+        "limiter.gradient2.long_window" => "gradient2.long_window",
+        "limiter.gradient2.rtt_tolerance" => "gradient2.rtt_tolerance",
+        "limiter.gradient2.fixed" => "gradient2.fixed",
+        "limiter.gradient2.backoff_ratio" => "gradient2.backoff_ratio",
+        "limiter.gradient2.app_limited_fraction" => "gradient2.app_limited_fraction",
+        "limiter.gradient2.slow_start" => "gradient2.slow_start",
+        "limiter.vegas.initial_limit" => "vegas.initial_limit",
+        "limiter.vegas.min_limit" => "vegas.min_limit",
+        "limiter.vegas.max_limit" => "vegas.max_limit",
+        "limiter.vegas.smoothing" => "vegas.smoothing",
+        "limiter.vegas.alpha" => "vegas.alpha",
+        "limiter.vegas.beta" => "vegas.beta",
+        "limiter.vegas.threshold" => "vegas.threshold",
+        "limiter.vegas.decrease_ratio" => "vegas.decrease_ratio",
+        "limiter.vegas.probe_multiplier" => "vegas.probe_multiplier",
+        "limiter.vegas.seed" => "vegas.seed",
+        "limiter.vegas.app_limited_fraction" => "vegas.app_limited_fraction",
+        "limiter.vegas.slow_start" => "vegas.slow_start",
+        // sg_gate_config (CoDel, LIFO and aging flattened)
+        "gate.queue_capacity" => "queue_capacity",
+        "gate.codel" => "codel_enabled",
+        "gate.codel.target_ns" => "codel_target_ns",
+        "gate.codel.interval_ns" => "codel_interval_ns",
+        "gate.codel.mode" => "codel_mode",
+        "gate.lifo" => "lifo",
+        "gate.lifo.occupancy" => "lifo_occupancy",
+        "gate.max_wait_ns" => "max_wait_ns",
+        "gate.aging" => "aging_enabled",
+        "gate.aging.from" => "aging_from",
+        "gate.aging.to" => "aging_to",
+        "gate.aging.after_ns" => "aging_after_ns",
+        "gate.initial_service_ns" => "initial_service_ns",
+        "gate.service_alpha" => "service_alpha",
+        "gate.fallback_retry_after_ns" => "fallback_retry_after_ns",
+        // the others
+        "retry_budget.ttl" => "ttl_ns",
+        "retry_budget.min_retries_per_sec" => "min_retries_per_sec",
+        "retry_budget.percent_can_retry" => "percent_can_retry",
+        "token_throttle.max_tokens" => "max_tokens",
+        "token_throttle.token_ratio" => "token_ratio",
+        "rate_limiter.per_second" => "per_second",
+        "rate_limiter.emission_ns" => "emission_ns",
+        "rate_limiter.burst" => "burst",
+        "paced_drain.target_per_sec" => "target_per_sec",
+        "paced_drain.headroom" => "headroom",
+        "paced_drain.burst" => "burst",
+        "breaker.window.count" => "window_count",
+        "breaker.window.time" => "window_ns",
+        "breaker.failure_rate_threshold" => "failure_rate_threshold",
+        "breaker.slow_call_rate_threshold" => "slow_call_rate_threshold",
+        "breaker.slow_call_duration" => "slow_call_duration_ns",
+        "breaker.minimum_calls" => "minimum_calls",
+        "breaker.open_duration" => "open_duration_ns",
+        "breaker.open_jitter" => "open_jitter",
+        "breaker.half_open_probes" => "half_open_probes",
+        "breaker.probe_lease" => "probe_lease_ns",
+        "breaker.ramp_duration" => "ramp_duration_ns",
+        "adaptive_throttle.k" => "k",
+        "adaptive_throttle.window" => "window_ns",
+        "adaptive_throttle.max_drop_probability" => "max_drop_probability",
+        "backoff.base" => "base_ns",
+        "backoff.cap" => "cap_ns",
+        "backoff.multiplier" => "multiplier",
+        "keyed.shards" => "shards",
+        "keyed.shards_per_key" => "shards_per_key",
+        "keyed.shard_limit" => "shard_limit",
+        "keyed.limit_retry_after" => "limit_retry_after_ns",
+        "keyed.shard_rate.per_second" => "rate_per_second",
+        "keyed.shard_rate.emission_ns" => "rate_per_second",
+        "keyed.shard_rate.burst" => "rate_burst",
+        "credits.capacity" => "capacity",
+        "credits.low_water" => "low_water",
+        "credits.channels" => "channels",
+        "lag_meter.bucket" => "bucket_ns",
+        "lag_meter.snapshots" => "snapshots",
+        "watermarks.pause_below" => "pause_below",
+        "watermarks.resume_above" => "resume_above",
+        "watermarks.capacity" => "capacity",
+        _ => return None,
+    })
+}
+
+/// Records the C field of a core config error (its canonical path if the table lacks it).
+pub(crate) fn set_core(e: &ConfigError) {
+    set(c_name(e.field).unwrap_or(e.field));
 }
 
 /// The config field (as the C struct spells it, a path from the struct passed:
@@ -168,10 +273,13 @@ mod tests {
     }
 
     #[test]
-    fn core_phrases_name_c_fields() {
-        assert_eq!(c_name(&ConfigError::OutOfRange("lifo occupancy threshold")), "lifo_occupancy");
-        assert_eq!(c_name(&ConfigError::Inconsistent("min_limit > max_limit")), "min_limit");
-        assert_eq!(c_name(&ConfigError::NotFinite("buffer")), "buffer");
-        assert_eq!(c_name(&ConfigError::OutOfRange("some new thing")), "some");
+    fn core_paths_name_c_fields() {
+        assert_eq!(c_name("gate.lifo.occupancy"), Some("lifo_occupancy"));
+        assert_eq!(c_name("limiter.gradient.buffer"), Some("gradient.buffer"));
+        assert_eq!(c_name("retry_budget.ttl"), Some("ttl_ns"));
+        assert_eq!(c_name("some.new.thing"), None);
+        set_core(&ConfigError::out_of_range("some.new.thing"));
+        assert_eq!(get(), "some.new.thing", "an unknown path is recorded as it is");
+        clear();
     }
 }

@@ -504,7 +504,9 @@ impl sg_limiter_config {
         for (path, a, reserved) in &all {
             field::under(path, field::reserved(reserved))?;
             // Building an algorithm allocates nothing and validates every number.
-            field::under(path, AnyAlgorithm::new(*a).map(drop).map_err(sg_status::from))?;
+            // The core's paths name the algorithm (`limiter.gradient.buffer`): the table
+            // gives `gradient.buffer`, no prefix to add.
+            AnyAlgorithm::new(*a).map(drop)?;
         }
         let algorithm = all[chosen].1;
         let levels = u8::try_from(self.levels).map_err(|_| field::out_of_range("levels"))?;

@@ -2,7 +2,7 @@
 
 use core::ffi::c_char;
 
-use surgeguard_core::{ConfigError, Reason, Rejected, UsageError};
+use surgeguard_core::{ConfigError, ConfigErrorKind, Reason, Rejected, UsageError};
 
 /// What a call did. `SG_OK` is 0, so `if (sg_x(...) != SG_OK)` reads naturally; every
 /// other code says why nothing (or only a rejection) was written. `sg_status_str` names
@@ -77,10 +77,10 @@ use sg_status::*;
 impl From<ConfigError> for sg_status {
     /// Also records the field for `sg_last_error_field()`.
     fn from(e: ConfigError) -> Self {
-        crate::field::set(crate::field::c_name(&e));
-        match e {
-            ConfigError::NotFinite(_) => SG_CONFIG_NOT_FINITE,
-            ConfigError::Inconsistent(_) => SG_CONFIG_INCONSISTENT,
+        crate::field::set_core(&e);
+        match e.kind {
+            ConfigErrorKind::NotFinite => SG_CONFIG_NOT_FINITE,
+            ConfigErrorKind::Inconsistent => SG_CONFIG_INCONSISTENT,
             _ => SG_CONFIG_OUT_OF_RANGE,
         }
     }

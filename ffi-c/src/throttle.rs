@@ -81,14 +81,7 @@ mod throttle_make {
             max_drop_probability: c.max_drop_probability,
             form,
         })
-        .map_err(|e| {
-            let st = sg_status::from(e);
-            // The core names it "window"; C spells the unit.
-            if e == surgeguard_core::ConfigError::OutOfRange("window") {
-                crate::field::set("window_ns");
-            }
-            st
-        })
+        .map_err(sg_status::from)
     }
 }
 

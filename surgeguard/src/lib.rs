@@ -96,7 +96,9 @@ mod tests {
         }
         let r = boxed(Rejected::new(Reason::QueueFull, 5));
         assert!(r.to_string().contains("queue_full"));
-        assert!(boxed(ConfigError::out_of_range("limiter.static_limit")).to_string().contains("limit"));
+        assert!(
+            boxed(ConfigError::out_of_range("limiter.static_limit")).to_string().contains("limit")
+        );
         assert!(boxed(UsageError::TimeOutOfRange).to_string().contains("out of range"));
         assert!(Limiter::fixed(f64::NAN).is_err());
         assert!(
