@@ -44,6 +44,7 @@ pub mod breaker;
 pub mod codel;
 pub mod deadline;
 pub mod dimmer;
+pub mod fields;
 pub mod fleet;
 pub mod flow;
 pub mod gate;

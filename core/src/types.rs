@@ -224,8 +224,8 @@ impl ConfigErrorKind {
 /// optional short rule with no field names in it (`"must be below"`).
 ///
 /// ```
-/// use surgeguard_core::{ConfigErrorKind, GradientConfig, Limiter, LimiterConfig};
-/// use surgeguard_core::limit::AlgorithmConfig;
+/// use surgeguard_core::limit::{AlgorithmConfig, GradientConfig};
+/// use surgeguard_core::{ConfigErrorKind, Limiter, LimiterConfig};
 /// let g = GradientConfig { buffer: f64::NAN, ..GradientConfig::default() };
 /// let cfg = LimiterConfig { algorithm: AlgorithmConfig::Gradient(g), ..LimiterConfig::default() };
 /// let e = Limiter::new(cfg).unwrap_err();

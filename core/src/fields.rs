@@ -1,0 +1,736 @@
+//! One description of each config's fields: path, unit, range, default and a line of
+//! docs, as static data (`const FIELDS: &[FieldSpec]` on each config).
+//!
+//! The path is the one a [`ConfigError`](crate::ConfigError) names: the family, then the
+//! field as the Rust struct spells it, nested settings as further segments
+//! (`limiter.gradient.buffer`, `gate.codel.target_ns`). The bindings spell each path their
+//! own way (a table per binding) and document the same defaults; the workspace's tests
+//! check them against this description, and this description against each config's
+//! `Default`.
+//!
+//! ```
+//! use surgeguard_core::fields::{Unit, Value};
+//! use surgeguard_core::limit::GradientConfig;
+//! let f = GradientConfig::FIELDS.iter().find(|f| f.path == "limiter.gradient.buffer").unwrap();
+//! assert_eq!((f.unit, f.default, f.min, f.max), (Unit::Number, Value::Float(0.1), 0.0, 10.0));
+//! ```
+
+use core::fmt;
+
+use crate::codel::MAX_INTERVAL_NS;
+use crate::gate::GateConfig;
+use crate::limit::GradientConfig;
+use crate::limiter::LimiterConfig;
+use crate::retry::RetryBudgetConfig;
+use crate::time::{MS, SEC};
+
+/// The unit of a field's value (what a binding converts: C and Rust take ns, Python
+/// seconds, Node milliseconds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Unit {
+    /// A duration in nanoseconds.
+    Nanos,
+    /// A whole number of things (levels, samples, waiters).
+    Count,
+    /// A fraction (a share, a probability).
+    Ratio,
+    /// Any other real number (a multiplier, a percentile, a limit).
+    Number,
+    /// On or off.
+    Flag,
+    /// A seed: any 64-bit value.
+    Seed,
+    /// One of a few names (an enum).
+    Choice,
+}
+
+/// A field's default.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Value {
+    /// A real number.
+    Float(f64),
+    /// A whole number (in the field's unit: ns for [`Unit::Nanos`]).
+    Int(u64),
+    /// A flag, or an optional group that is on (`true`) or off by default.
+    Bool(bool),
+    /// An optional setting that is unset by default (no maximum wait, no aging).
+    Off,
+    /// An enum setting, by the name the bindings accept (`"gradient"`, `"folly"`).
+    Name(&'static str),
+    /// One real number per priority level, the levels in use first (the rest are 0).
+    Floats(&'static [f64]),
+}
+
+/// The description of one config field.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FieldSpec {
+    /// The canonical path (`"limiter.gradient.buffer"`).
+    pub path: &'static str,
+    /// What the number counts.
+    pub unit: Unit,
+    /// The smallest accepted value (in the unit; `0` where none applies).
+    pub min: f64,
+    /// The largest accepted value (in the unit; `f64::INFINITY` where none applies).
+    pub max: f64,
+    /// The value in the config's `Default`.
+    pub default: Value,
+    /// One line of docs.
+    pub doc: &'static str,
+}
+
+impl FieldSpec {
+    /// The default as docs write it: durations in the largest whole unit (`"100 ms"`,
+    /// `"1 s"`, `"0"`), flags `true`/`false`, unset options `"none"`, per-level values
+    /// joined by `" / "`.
+    pub fn default_text(&self) -> impl fmt::Display + '_ {
+        DefaultText(self)
+    }
+
+    /// The part of the field's path after its family and nested groups (`"buffer"`).
+    pub fn leaf(&self) -> &'static str {
+        match self.path.rfind('.') {
+            Some(i) => &self.path[i + 1..],
+            None => self.path,
+        }
+    }
+}
+
+struct DefaultText<'a>(&'a FieldSpec);
+
+impl fmt::Display for DefaultText<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.0.unit, self.0.default) {
+            (Unit::Nanos, Value::Int(ns)) => write_duration(f, ns),
+            (_, Value::Float(x)) => write!(f, "{x}"),
+            (_, Value::Int(n)) => write!(f, "{n}"),
+            (_, Value::Bool(b)) => write!(f, "{b}"),
+            (_, Value::Off) => f.write_str("none"),
+            (_, Value::Name(n)) => f.write_str(n),
+            (_, Value::Floats(xs)) => {
+                for (i, x) in xs.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(" / ")?;
+                    }
+                    write!(f, "{x}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+fn write_duration(f: &mut fmt::Formatter<'_>, ns: u64) -> fmt::Result {
+    for (unit, name) in [(SEC, "s"), (MS, "ms"), (1_000, "µs")] {
+        if ns >= unit && ns % unit == 0 {
+            return write!(f, "{} {name}", ns / unit);
+        }
+    }
+    if ns == 0 {
+        f.write_str("0")
+    } else {
+        write!(f, "{ns} ns")
+    }
+}
+
+const fn spec(
+    path: &'static str,
+    unit: Unit,
+    min: f64,
+    max: f64,
+    default: Value,
+    doc: &'static str,
+) -> FieldSpec {
+    FieldSpec { path, unit, min, max, default, doc }
+}
+
+const INF: f64 = f64::INFINITY;
+const HOUR_NS: f64 = 3600.0 * SEC as f64;
+const DAY_NS: f64 = 86_400.0 * SEC as f64;
+use Unit::*;
+use Value::*;
+
+impl LimiterConfig {
+    /// The description of each field (the algorithm's own: [`GradientConfig::FIELDS`]).
+    pub const FIELDS: &'static [FieldSpec] = &[
+        spec("limiter.algorithm", Choice, 0.0, 0.0, Name("gradient"), "The limit algorithm."),
+        spec("limiter.levels", Count, 1.0, 8.0, Int(3), "Priority levels in use."),
+        spec(
+            "limiter.weights",
+            Ratio,
+            0.0,
+            1.0,
+            Floats(&[0.7, 0.25, 0.05]),
+            "Each level's share (the most it may hold back while active); sum at most 1.",
+        ),
+        spec(
+            "limiter.min_window_ns",
+            Nanos,
+            0.0,
+            HOUR_NS,
+            Int(100 * MS),
+            "A window is at least this long (at most max_window_ns).",
+        ),
+        spec(
+            "limiter.max_window_ns",
+            Nanos,
+            1.0,
+            HOUR_NS,
+            Int(SEC),
+            "A window is at most this long.",
+        ),
+        spec(
+            "limiter.window_rtt_multiple",
+            Number,
+            0.0,
+            1e6,
+            Float(2.0),
+            "Window length = this × the previous window's smallest latency.",
+        ),
+        spec(
+            "limiter.min_samples",
+            Count,
+            0.0,
+            1e6,
+            Int(10),
+            "A window closes only with this many samples, or any drop.",
+        ),
+        spec(
+            "limiter.active_ns",
+            Nanos,
+            1.0,
+            INF,
+            Int(SEC),
+            "A level is active while it saw an arrival within this long.",
+        ),
+    ];
+}
+
+impl GradientConfig {
+    /// The description of each field.
+    pub const FIELDS: &'static [FieldSpec] = &[
+        spec(
+            "limiter.gradient.initial_limit",
+            Number,
+            1e-6,
+            1e9,
+            Float(20.0),
+            "The limit before any window.",
+        ),
+        spec(
+            "limiter.gradient.min_limit",
+            Number,
+            1e-6,
+            1e9,
+            Float(1.0),
+            "Floor (may be below 1).",
+        ),
+        spec("limiter.gradient.max_limit", Number, 1e-6, 1e9, Float(1000.0), "Ceiling."),
+        spec(
+            "limiter.gradient.buffer",
+            Number,
+            0.0,
+            10.0,
+            Float(0.1),
+            "Latency allowance over the baseline.",
+        ),
+        spec(
+            "limiter.gradient.headroom",
+            Number,
+            0.0,
+            10.0,
+            Float(0.8),
+            "Multiplier of the sqrt(limit · gradient) headroom.",
+        ),
+        spec(
+            "limiter.gradient.smoothing",
+            Ratio,
+            0.01,
+            1.0,
+            Float(0.3),
+            "Fraction of each step applied.",
+        ),
+        spec(
+            "limiter.gradient.sample_percentile",
+            Number,
+            50.0,
+            99.0,
+            Float(50.0),
+            "The window latency percentile used as the sample.",
+        ),
+        spec(
+            "limiter.gradient.probe_interval_ns",
+            Nanos,
+            0.0,
+            DAY_NS,
+            Int(0),
+            "Min-RTT re-measurement interval (at least 1 ms); 0 = probe-free baseline.",
+        ),
+        spec("limiter.gradient.probe_jitter", Ratio, 0.0, 1.0, Float(0.15), "Probe start jitter."),
+        spec(
+            "limiter.gradient.probe_limit",
+            Number,
+            1e-6,
+            1e9,
+            Float(3.0),
+            "The limit pinned during a probe.",
+        ),
+        spec(
+            "limiter.gradient.probe_samples",
+            Count,
+            1.0,
+            1e6,
+            Int(50),
+            "Samples that end a probe.",
+        ),
+        spec(
+            "limiter.gradient.pinned_baseline_ns",
+            Nanos,
+            0.0,
+            HOUR_NS,
+            Int(0),
+            "A fixed baseline; 0 = off.",
+        ),
+        spec(
+            "limiter.gradient.backoff",
+            Ratio,
+            0.1,
+            1.0,
+            Float(0.9),
+            "Back-off on a window whose drops exceed drop_tolerance; 1 = ignore drops.",
+        ),
+        spec(
+            "limiter.gradient.drop_tolerance",
+            Ratio,
+            0.0,
+            0.999,
+            Float(0.01),
+            "Share of a window's outcomes that may be drops without a back-off.",
+        ),
+        spec(
+            "limiter.gradient.slow_start",
+            Flag,
+            0.0,
+            1.0,
+            Bool(true),
+            "Double the limit per uncongested window until the first congestion signal.",
+        ),
+        spec(
+            "limiter.gradient.app_limited_ratio",
+            Ratio,
+            0.0,
+            1.0,
+            Float(0.6),
+            "No growth while the window's most in flight is below this × limit; 0 = off.",
+        ),
+        spec(
+            "limiter.gradient.seed",
+            Seed,
+            0.0,
+            u64::MAX as f64,
+            Int(0x5EED_5EED_5EED_5EED),
+            "Seed of the probe jitter.",
+        ),
+    ];
+}
+
+impl GateConfig {
+    /// The description of each field (its limiter's: [`LimiterConfig::FIELDS`]).
+    pub const FIELDS: &'static [FieldSpec] = &[
+        spec(
+            "gate.queue_capacity",
+            Count,
+            1.0,
+            INF,
+            Off,
+            "Waiters held at most; none = the queue's compile-time capacity.",
+        ),
+        spec("gate.codel", Flag, 0.0, 1.0, Bool(true), "CoDel per level (folly's 5 ms / 100 ms)."),
+        spec(
+            "gate.codel.target_ns",
+            Nanos,
+            1.0,
+            MAX_INTERVAL_NS as f64,
+            Int(5 * MS),
+            "Acceptable standing queueing delay (below interval_ns).",
+        ),
+        spec(
+            "gate.codel.interval_ns",
+            Nanos,
+            1.0,
+            MAX_INTERVAL_NS as f64,
+            Int(100 * MS),
+            "Window over which the minimum delay is judged.",
+        ),
+        spec(
+            "gate.codel.mode",
+            Choice,
+            0.0,
+            0.0,
+            Name("folly"),
+            "The drop rule: folly or rfc8289.",
+        ),
+        spec(
+            "gate.lifo",
+            Choice,
+            0.0,
+            0.0,
+            Name("codel"),
+            "Newest-first while CoDel says overloaded (codel), never, or above an occupancy.",
+        ),
+        spec(
+            "gate.lifo.occupancy",
+            Ratio,
+            f64::MIN_POSITIVE,
+            1.0,
+            Float(crate::gate::HBASE_LIFO_THRESHOLD),
+            "The occupancy fraction of the occupancy trigger (HBase's threshold).",
+        ),
+        spec(
+            "gate.max_wait_ns",
+            Nanos,
+            1.0,
+            HOUR_NS,
+            Off,
+            "A waiter queued longer than this is expired; none = deadlines and CoDel only.",
+        ),
+        spec(
+            "gate.aging",
+            Flag,
+            0.0,
+            1.0,
+            Bool(false),
+            "Aging: waiters of `from` queued longer than `after_ns` move to `to`.",
+        ),
+        spec("gate.aging.from", Count, 0.0, 7.0, Int(1), "The level that ages."),
+        spec("gate.aging.to", Count, 1.0, 7.0, Int(2), "The less important level it moves to."),
+        spec(
+            "gate.aging.after_ns",
+            Nanos,
+            1.0,
+            HOUR_NS,
+            Int(500 * MS),
+            "How long it may wait first.",
+        ),
+        spec(
+            "gate.initial_service_ns",
+            Nanos,
+            0.0,
+            HOUR_NS,
+            Int(0),
+            "Expected service time before any sample; 0 = unknown until the first success.",
+        ),
+        spec(
+            "gate.service_alpha",
+            Ratio,
+            f64::MIN_POSITIVE,
+            1.0,
+            Float(0.1),
+            "EWMA weight of each success latency in the service-time estimate.",
+        ),
+        spec(
+            "gate.fallback_retry_after_ns",
+            Nanos,
+            1.0,
+            HOUR_NS,
+            Int(SEC),
+            "retry_after when nothing better is known.",
+        ),
+    ];
+}
+
+impl RetryBudgetConfig {
+    /// The description of each field.
+    pub const FIELDS: &'static [FieldSpec] = &[
+        spec(
+            "retry_budget.ttl",
+            Nanos,
+            SEC as f64,
+            60.0 * SEC as f64,
+            Int(10 * SEC),
+            "How long a deposit can fund retries.",
+        ),
+        spec(
+            "retry_budget.min_retries_per_sec",
+            Count,
+            0.0,
+            1e6,
+            Int(10),
+            "Retries per second allowed even with no traffic.",
+        ),
+        spec(
+            "retry_budget.percent_can_retry",
+            Ratio,
+            0.0,
+            1000.0,
+            Float(0.1),
+            "Retries as a fraction of requests (0, or at least 0.001).",
+        ),
+    ];
+}
+
+/// Every described config: its family path and its fields. A binding that exposes the
+/// family exposes each of these fields (the workspace's config check).
+pub const CONFIGS: &[(&str, &[FieldSpec])] = &[
+    ("limiter", LimiterConfig::FIELDS),
+    ("limiter.gradient", GradientConfig::FIELDS),
+    ("gate", GateConfig::FIELDS),
+    ("retry_budget", RetryBudgetConfig::FIELDS),
+];
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    extern crate std;
+    use std::string::ToString;
+    use std::vec::Vec;
+
+    use super::*;
+    use crate::codel::{CodelConfig, CodelMode};
+    use crate::gate::{Aging, LifoTrigger};
+    use crate::limit::AlgorithmConfig;
+
+    /// `(path, value)` of every field of `c`, read by destructuring without `..`: a field
+    /// added to the struct does not compile here until it is listed (and described).
+    fn limiter_values(c: &LimiterConfig) -> Vec<(&'static str, Value)> {
+        let LimiterConfig {
+            algorithm,
+            levels,
+            weights,
+            min_window_ns,
+            max_window_ns,
+            window_rtt_multiple,
+            min_samples,
+            active_ns,
+        } = *c;
+        let algorithm = match algorithm {
+            AlgorithmConfig::Gradient(g) if g == GradientConfig::default() => Name("gradient"),
+            _ => Name("another algorithm or settings"),
+        };
+        let used = weights.iter().rposition(|&w| w != 0.0).map_or(0, |i| i + 1);
+        let weights = match &weights[..used] {
+            [0.7, 0.25, 0.05] => Floats(&[0.7, 0.25, 0.05]),
+            _ => Name("other weights"),
+        };
+        std::vec![
+            ("limiter.algorithm", algorithm),
+            ("limiter.levels", Int(levels.into())),
+            ("limiter.weights", weights),
+            ("limiter.min_window_ns", Int(min_window_ns)),
+            ("limiter.max_window_ns", Int(max_window_ns)),
+            ("limiter.window_rtt_multiple", Float(window_rtt_multiple)),
+            ("limiter.min_samples", Int(min_samples.into())),
+            ("limiter.active_ns", Int(active_ns)),
+        ]
+    }
+
+    fn gradient_values(c: &GradientConfig) -> Vec<(&'static str, Value)> {
+        let GradientConfig {
+            initial_limit,
+            min_limit,
+            max_limit,
+            buffer,
+            headroom,
+            smoothing,
+            sample_percentile,
+            probe_interval_ns,
+            probe_jitter,
+            probe_limit,
+            probe_samples,
+            pinned_baseline_ns,
+            backoff,
+            drop_tolerance,
+            slow_start,
+            app_limited_ratio,
+            seed,
+        } = *c;
+        std::vec![
+            ("limiter.gradient.initial_limit", Float(initial_limit)),
+            ("limiter.gradient.min_limit", Float(min_limit)),
+            ("limiter.gradient.max_limit", Float(max_limit)),
+            ("limiter.gradient.buffer", Float(buffer)),
+            ("limiter.gradient.headroom", Float(headroom)),
+            ("limiter.gradient.smoothing", Float(smoothing)),
+            ("limiter.gradient.sample_percentile", Float(sample_percentile)),
+            ("limiter.gradient.probe_interval_ns", Int(probe_interval_ns)),
+            ("limiter.gradient.probe_jitter", Float(probe_jitter)),
+            ("limiter.gradient.probe_limit", Float(probe_limit)),
+            ("limiter.gradient.probe_samples", Int(probe_samples.into())),
+            ("limiter.gradient.pinned_baseline_ns", Int(pinned_baseline_ns)),
+            ("limiter.gradient.backoff", Float(backoff)),
+            ("limiter.gradient.drop_tolerance", Float(drop_tolerance)),
+            ("limiter.gradient.slow_start", Bool(slow_start)),
+            ("limiter.gradient.app_limited_ratio", Float(app_limited_ratio)),
+            ("limiter.gradient.seed", Int(seed)),
+        ]
+    }
+
+    fn gate_values(c: &GateConfig) -> Vec<(&'static str, Value)> {
+        let GateConfig {
+            limiter,
+            queue_capacity,
+            codel,
+            lifo,
+            max_wait_ns,
+            aging,
+            initial_service_ns,
+            service_alpha,
+            fallback_retry_after_ns,
+        } = *c;
+        assert_eq!(
+            limiter,
+            LimiterConfig::default(),
+            "a Gate's limiter is described as a Limiter's"
+        );
+        // The groups' settings when the group is off are the ones a binding turns on (the
+        // C struct's flattened fields, the Python `aging=True`).
+        let CodelConfig { target_ns, interval_ns, mode } = codel.unwrap_or_default();
+        let Aging { from, to, after_ns } =
+            aging.unwrap_or(Aging::NORMAL_TO_BACKGROUND_AFTER_500_MS);
+        let opt = |v: Option<u64>| v.map_or(Off, Int);
+        std::vec![
+            ("gate.queue_capacity", opt(queue_capacity.map(|c| c as u64))),
+            ("gate.codel", Bool(codel.is_some())),
+            ("gate.codel.target_ns", Int(target_ns)),
+            ("gate.codel.interval_ns", Int(interval_ns)),
+            (
+                "gate.codel.mode",
+                Name(match mode {
+                    CodelMode::Folly => "folly",
+                    CodelMode::Rfc8289 => "rfc8289",
+                }),
+            ),
+            (
+                "gate.lifo",
+                Name(match lifo {
+                    LifoTrigger::CodelOverloaded => "codel",
+                    LifoTrigger::Never => "never",
+                    LifoTrigger::Occupancy(_) => "occupancy",
+                }),
+            ),
+            (
+                "gate.lifo.occupancy",
+                Float(match lifo {
+                    LifoTrigger::Occupancy(f) => f,
+                    _ => crate::gate::HBASE_LIFO_THRESHOLD,
+                }),
+            ),
+            ("gate.max_wait_ns", opt(max_wait_ns)),
+            ("gate.aging", Bool(aging.is_some())),
+            ("gate.aging.from", Int(from.index() as u64)),
+            ("gate.aging.to", Int(to.index() as u64)),
+            ("gate.aging.after_ns", Int(after_ns)),
+            ("gate.initial_service_ns", Int(initial_service_ns)),
+            ("gate.service_alpha", Float(service_alpha)),
+            ("gate.fallback_retry_after_ns", Int(fallback_retry_after_ns)),
+        ]
+    }
+
+    fn retry_budget_values(c: &RetryBudgetConfig) -> Vec<(&'static str, Value)> {
+        let RetryBudgetConfig { ttl, min_retries_per_sec, percent_can_retry } = *c;
+        std::vec![
+            ("retry_budget.ttl", Int(ttl)),
+            ("retry_budget.min_retries_per_sec", Int(min_retries_per_sec.into())),
+            ("retry_budget.percent_can_retry", Float(percent_can_retry)),
+        ]
+    }
+
+    /// Every field of the default config is described, in order, with its default.
+    fn check(fields: &[FieldSpec], values: Vec<(&'static str, Value)>) {
+        let described: Vec<_> = fields.iter().map(|f| (f.path, f.default)).collect();
+        assert_eq!(described, values);
+    }
+
+    #[test]
+    fn every_field_is_described_with_its_default() {
+        check(LimiterConfig::FIELDS, limiter_values(&LimiterConfig::default()));
+        check(GradientConfig::FIELDS, gradient_values(&GradientConfig::default()));
+        check(GateConfig::FIELDS, gate_values(&GateConfig::default()));
+        check(RetryBudgetConfig::FIELDS, retry_budget_values(&RetryBudgetConfig::default()));
+    }
+
+    #[test]
+    fn a_changed_default_is_found() {
+        let c = GradientConfig { drop_tolerance: 0.02, ..GradientConfig::default() };
+        let values = gradient_values(&c);
+        let described: Vec<_> =
+            GradientConfig::FIELDS.iter().map(|f| (f.path, f.default)).collect();
+        assert_ne!(described, values);
+    }
+
+    #[test]
+    fn paths_are_canonical_and_unique() {
+        let mut all: Vec<&str> = Vec::new();
+        for (family, fields) in CONFIGS {
+            for f in *fields {
+                assert!(f.path.starts_with(family), "{} outside {family}", f.path);
+                let rest = &f.path[family.len()..];
+                assert!(rest.starts_with('.') && rest.len() > 1, "{}", f.path);
+                assert!(
+                    f.path.bytes().all(|b| b.is_ascii_lowercase()
+                        || b.is_ascii_digit()
+                        || b == b'_'
+                        || b == b'.'),
+                    "{}",
+                    f.path
+                );
+                assert!(f.min <= f.max, "{}", f.path);
+                assert!(!f.doc.is_empty());
+                all.push(f.path);
+            }
+        }
+        let n = all.len();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), n, "a path is described twice");
+    }
+
+    /// The ranges are the validators': the ends are accepted, just past them refused,
+    /// with the field's path (the real-valued fields of the gradient controller).
+    #[test]
+    fn gradient_ranges_are_the_validators() {
+        let set = |path: &str, x: f64| {
+            let mut c = GradientConfig::default();
+            let slot = match path {
+                "limiter.gradient.buffer" => &mut c.buffer,
+                "limiter.gradient.headroom" => &mut c.headroom,
+                "limiter.gradient.smoothing" => &mut c.smoothing,
+                "limiter.gradient.sample_percentile" => &mut c.sample_percentile,
+                "limiter.gradient.probe_jitter" => &mut c.probe_jitter,
+                "limiter.gradient.backoff" => &mut c.backoff,
+                "limiter.gradient.drop_tolerance" => &mut c.drop_tolerance,
+                "limiter.gradient.app_limited_ratio" => &mut c.app_limited_ratio,
+                _ => return None,
+            };
+            *slot = x;
+            Some(crate::limit::Gradient::new(c).err())
+        };
+        let mut checked = 0;
+        for f in GradientConfig::FIELDS {
+            let Some(ok) = set(f.path, f.min) else { continue };
+            assert_eq!(ok, None, "{} at its min", f.path);
+            assert_eq!(set(f.path, f.max).unwrap(), None, "{} at its max", f.path);
+            for bad in [f.min - 1e-3, f.max + 1e-3] {
+                let e = set(f.path, bad).unwrap().expect("refused");
+                assert_eq!(e.field, f.path, "{bad}");
+            }
+            checked += 1;
+        }
+        assert_eq!(checked, 8);
+    }
+
+    #[test]
+    fn defaults_read_as_docs_write_them() {
+        let text = |path: &str| {
+            let f = CONFIGS.iter().flat_map(|(_, f)| f.iter()).find(|f| f.path == path).unwrap();
+            f.default_text().to_string()
+        };
+        assert_eq!(text("limiter.min_window_ns"), "100 ms");
+        assert_eq!(text("retry_budget.ttl"), "10 s");
+        assert_eq!(text("gate.initial_service_ns"), "0");
+        assert_eq!(text("limiter.weights"), "0.7 / 0.25 / 0.05");
+        assert_eq!(text("gate.max_wait_ns"), "none");
+        assert_eq!(text("limiter.gradient.slow_start"), "true");
+        assert_eq!(text("limiter.gradient.buffer"), "0.1");
+    }
+}
