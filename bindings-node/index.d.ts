@@ -112,17 +112,25 @@ export type Algorithm = 'fixed' | 'aimd' | 'hysteresis' | 'gradient' | 'gradient
 export interface LimiterOptions {
   /** Default `gradient`. */
   algorithm?: Algorithm
+  /** The limit before any window (gradient default 20). */
   initialLimit?: number
+  /** Floor (gradient default 1). */
   minLimit?: number
+  /** Ceiling (gradient default 1000). */
   maxLimit?: number
   /** Priority levels, 1..8 (default 3). */
   levels?: number
   /** Share per level: the most a level may hold back while active (its recent peak demand plus one slot, at most this; default 0.7 / 0.25 / 0.05). */
   weights?: number[]
+  /** A window is at least this long (default 100 ms). */
   minWindowMs?: number
+  /** ... and at most this long (default 1 s). */
   maxWindowMs?: number
+  /** Window length = this × the previous window's smallest latency (default 2). */
   windowRttMultiple?: number
+  /** A window closes only with this many samples, or a drop (default 10). */
   minSamples?: number
+  /** A level is active while it saw an arrival within this long (default 1 s). */
   activeMs?: number
   // Algorithm-specific (refused when the chosen algorithm does not take them):
   /** aimd, hysteresis */
@@ -135,6 +143,7 @@ export interface LimiterOptions {
   timeoutMs?: number
   /** aimd, hysteresis, gradient2, vegas */
   appLimitedFraction?: number
+  /** Double the limit per uncongested window until the first congestion signal (gradient default true). */
   slowStart?: boolean
   /** aimd */
   netflixParity?: boolean
@@ -148,19 +157,31 @@ export interface LimiterOptions {
   avgAlpha?: number
   coolOffMs?: number
   p99WindowMs?: number
-  /** gradient */
+  /** gradient: latency allowance over the baseline, in [0, 10] (default 0.1). */
   buffer?: number
+  /** Multiplier of the sqrt(limit · gradient) headroom, in [0, 10] (default 0.8). */
   headroom?: number
+  /** Fraction of each step applied (gradient: in [0.01, 1], default 0.3). */
   smoothing?: number
+  /** The window latency percentile used as the sample, in [50, 99] (default 50). */
   samplePercentile?: number
+  /** Min-RTT re-measurement interval (at least 1 ms); 0 = probe-free baseline (default 0). */
   probeIntervalMs?: number
+  /** Probe start jitter, in [0, 1] (default 0.15). */
   probeJitter?: number
+  /** The limit pinned during a probe (default 3). */
   probeLimit?: number
+  /** Samples that end a probe (default 50). */
   probeSamples?: number
+  /** A fixed baseline; 0 = off (default 0). */
   pinnedBaselineMs?: number
+  /** Back-off on a window whose drops exceed dropTolerance, in [0.1, 1]; 1 = ignore drops (default 0.9). */
   backoff?: number
+  /** Share of a window's outcomes that may be drops without a back-off, in [0, 0.999] (default 0.01). */
   dropTolerance?: number
+  /** No growth while the window's most in flight is below this × limit; 0 = off (default 0.6). */
   appLimitedRatio?: number
+  /** Seed of the probe jitter (gradient default 0x5EED5EED5EED5EED). */
   seed?: number
   /** gradient2 */
   queueSize?: number
@@ -247,20 +268,26 @@ export interface GateOptions extends LimiterOptions {
   queueCapacity?: number
   /** CoDel per level (default true: folly 5 ms / 100 ms, raised to half and five times the dependency's uncongested call time when calls take over 10 ms). */
   codel?: boolean
+  /** Acceptable standing queueing delay, below codelIntervalMs (default 5 ms). */
   codelTargetMs?: number
+  /** Window over which the minimum delay is judged (default 100 ms). */
   codelIntervalMs?: number
+  /** The drop rule (default folly). */
   codelMode?: 'folly' | 'rfc8289'
-  /** `codel` (default), `never`, or an occupancy fraction in (0, 1]. */
+  /** `codel`, `never`, or an occupancy fraction in (0, 1] (default codel). */
   lifo?: 'codel' | 'never' | number
   /**
    * The longest any waiter of this gate stays queued (queueing time only); default none.
    * Compare `timeoutMs` of `acquire`/`run`/the middleware: a per-request deadline.
    */
   maxWaitMs?: number
-  /** Aging: waiters of `from` queued longer than `afterMs` move to level `to`. */
+  /** Aging: waiters of `from` queued longer than `afterMs` move to level `to` (default false: no aging; all three are required when given). */
   aging?: { from: Priority, to: Priority, afterMs: number }
+  /** Expected service time before any sample; 0 = unknown until the first success (default 0). */
   initialServiceMs?: number
+  /** EWMA weight of each success latency in the service-time estimate, in (0, 1] (default 0.1). */
   serviceAlpha?: number
+  /** retryAfterMs when nothing better is known (default 1 s). */
   fallbackRetryAfterMs?: number
   /** Outcome of work that threw inside `run` (default: dropped for overload/timeouts, else ignore). */
   classify?: Classify
@@ -375,7 +402,9 @@ export declare class Gate {
 }
 
 export interface RetryBudgetOptions {
+  /** How long a deposit can fund retries, in [1 s, 60 s] (default 10 s). */
   ttlMs?: number
+  /** Retries per second allowed even with no traffic, at most 1 000 000 (default 10). */
   minRetriesPerSec?: number
   /** Retries as a fraction of requests, in [0, 1] (default 0.1: 10%; Finagle's is 0.2). */
   percentCanRetry?: number

@@ -742,38 +742,55 @@ typedef struct sg_hysteresis_config {
 // baseline unless `probe_interval_ns` is set.
 typedef struct sg_gradient_config {
     // The limit before any window.
+    // Default 20.
     double initial_limit;
     // Floor (may be below 1).
+    // Default 1.
     double min_limit;
     // Ceiling.
+    // Default 1000.
     double max_limit;
     // Latency allowance over the baseline, in `[0, 10]` (Envoy 0.25).
+    // Default 0.1.
     double buffer;
     // Multiplier of the `sqrt(limit · gradient)` headroom, in `[0, 10]` (Envoy 1).
+    // Default 0.8.
     double headroom;
     // Fraction of each step applied, in `[0.01, 1]`.
+    // Default 0.3.
     double smoothing;
     // The window latency percentile used as the sample, in `[50, 99]`.
+    // Default 50.
     double sample_percentile;
     // Envoy's min-RTT re-measurement interval, ns (≥ 1 ms); 0 = probe-free baseline.
+    // Default 0.
     uint64_t probe_interval_ns;
     // Probe start jitter, in `[0, 1]`.
+    // Default 0.15.
     double probe_jitter;
     // The limit pinned during a probe (Envoy `min_concurrency`).
+    // Default 3.
     double probe_limit;
     // Samples that end a probe (Envoy `request_count`).
+    // Default 50.
     uint32_t probe_samples;
     // A fixed baseline, ns (Envoy's pinned controller); 0 = off.
+    // Default 0.
     uint64_t pinned_baseline_ns;
     // Back-off on a window whose drops exceed `drop_tolerance`, in `[0.1, 1]`; 1 = ignore.
+    // Default 0.9.
     double backoff;
     // Share of a window's outcomes that may be drops without a back-off, in `[0, 0.999]`.
+    // Default 0.01.
     double drop_tolerance;
     // Double the limit per uncongested window until the first congestion signal.
+    // Default true.
     bool slow_start;
     // No growth while max in-flight < this × limit, in `[0, 1]`; 0 = off.
+    // Default 0.6.
     double app_limited_ratio;
     // Seed of the probe jitter.
+    // Default 0x5EED5EED5EED5EED.
     uint64_t seed;
     // Reserved for settings added later (each will give 0 today's behaviour); must be
     // 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
@@ -907,6 +924,7 @@ typedef struct sg_gate_config {
     uint64_t max_wait_ns;
     // Aging on (with the defaults, a `normal` waiter older than 500 ms becomes
     // `background`).
+    // Default false.
     bool aging_enabled;
     // The level that ages (default 1).
     uint32_t aging_from;
@@ -915,8 +933,10 @@ typedef struct sg_gate_config {
     // How long it may wait first, ns (default 500 ms).
     uint64_t aging_after_ns;
     // Expected service time before any sample, ns; 0 = learn it (default).
+    // Default 0.
     uint64_t initial_service_ns;
     // EWMA weight of each success latency in the service time, in `(0, 1]` (0.1).
+    // Default 0.1.
     double service_alpha;
     // `retry_after_ns` when nothing better is known (default 1 s).
     uint64_t fallback_retry_after_ns;

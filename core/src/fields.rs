@@ -104,6 +104,7 @@ impl fmt::Display for DefaultText<'_> {
         match (self.0.unit, self.0.default) {
             (Unit::Nanos, Value::Int(ns)) => write_duration(f, ns),
             (_, Value::Float(x)) => write!(f, "{x}"),
+            (Unit::Seed, Value::Int(n)) => write!(f, "{n:#X}"),
             (_, Value::Int(n)) => write!(f, "{n}"),
             (_, Value::Bool(b)) => write!(f, "{b}"),
             (_, Value::Off) => f.write_str("none"),

@@ -84,6 +84,7 @@ pub struct sg_gate_config {
     pub max_wait_ns: u64,
     /// Aging on (with the defaults, a `normal` waiter older than 500 ms becomes
     /// `background`).
+    /// Default false.
     pub aging_enabled: bool,
     /// The level that ages (default 1).
     pub aging_from: u32,
@@ -92,8 +93,10 @@ pub struct sg_gate_config {
     /// How long it may wait first, ns (default 500 ms).
     pub aging_after_ns: u64,
     /// Expected service time before any sample, ns; 0 = learn it (default).
+    /// Default 0.
     pub initial_service_ns: u64,
     /// EWMA weight of each success latency in the service time, in `(0, 1]` (0.1).
+    /// Default 0.1.
     pub service_alpha: f64,
     /// `retry_after_ns` when nothing better is known (default 1 s).
     pub fallback_retry_after_ns: u64,

@@ -130,38 +130,55 @@ pub struct sg_hysteresis_config {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct sg_gradient_config {
     /// The limit before any window.
+    /// Default 20.
     pub initial_limit: f64,
     /// Floor (may be below 1).
+    /// Default 1.
     pub min_limit: f64,
     /// Ceiling.
+    /// Default 1000.
     pub max_limit: f64,
     /// Latency allowance over the baseline, in `[0, 10]` (Envoy 0.25).
+    /// Default 0.1.
     pub buffer: f64,
     /// Multiplier of the `sqrt(limit · gradient)` headroom, in `[0, 10]` (Envoy 1).
+    /// Default 0.8.
     pub headroom: f64,
     /// Fraction of each step applied, in `[0.01, 1]`.
+    /// Default 0.3.
     pub smoothing: f64,
     /// The window latency percentile used as the sample, in `[50, 99]`.
+    /// Default 50.
     pub sample_percentile: f64,
     /// Envoy's min-RTT re-measurement interval, ns (≥ 1 ms); 0 = probe-free baseline.
+    /// Default 0.
     pub probe_interval_ns: u64,
     /// Probe start jitter, in `[0, 1]`.
+    /// Default 0.15.
     pub probe_jitter: f64,
     /// The limit pinned during a probe (Envoy `min_concurrency`).
+    /// Default 3.
     pub probe_limit: f64,
     /// Samples that end a probe (Envoy `request_count`).
+    /// Default 50.
     pub probe_samples: u32,
     /// A fixed baseline, ns (Envoy's pinned controller); 0 = off.
+    /// Default 0.
     pub pinned_baseline_ns: u64,
     /// Back-off on a window whose drops exceed `drop_tolerance`, in `[0.1, 1]`; 1 = ignore.
+    /// Default 0.9.
     pub backoff: f64,
     /// Share of a window's outcomes that may be drops without a back-off, in `[0, 0.999]`.
+    /// Default 0.01.
     pub drop_tolerance: f64,
     /// Double the limit per uncongested window until the first congestion signal.
+    /// Default true.
     pub slow_start: bool,
     /// No growth while max in-flight < this × limit, in `[0, 1]`; 0 = off.
+    /// Default 0.6.
     pub app_limited_ratio: f64,
     /// Seed of the probe jitter.
+    /// Default 0x5EED5EED5EED5EED.
     pub seed: u64,
     /// Reserved for settings added later (each will give 0 today's behaviour); must be
     /// 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).

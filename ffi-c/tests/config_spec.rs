@@ -1,0 +1,194 @@
+//! Every binding exposes every described config field (`surgeguard_core::fields`), spelled
+//! by its table and documented with the core's default:
+//!
+//! - C: `field::c_name` names it, the member is in its struct in `include/surgeguard.h`,
+//!   and the member's comment says `default <value>`;
+//! - Python: `bindings-python/src/fields.rs` names it and the keyword is in the class's
+//!   signature in `_native.pyi` (the native classes take the core's default for an
+//!   unset keyword; `tests/test_config_fields.py` checks the values they report);
+//! - Node: `bindings-node/src/fields.rs` names it, the option is in its interface in
+//!   `index.d.ts`, and its comment says `default <value>`.
+//!
+//! A field described in the core but missing from a binding fails here. Unset-by-default
+//! settings (`Value::Off`) carry no default text: each binding spells "unset" its own way.
+
+use std::path::PathBuf;
+
+use surgeguard::field::c_name;
+use surgeguard_core::fields::{FieldSpec, Unit, Value, CONFIGS};
+
+#[path = "../../bindings-python/src/fields.rs"]
+mod py;
+
+#[path = "../../bindings-node/src/fields.rs"]
+mod js;
+
+fn read(rel: &str) -> String {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(rel);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// Where each family lives in each binding: the C struct, the Python class, the Node
+/// options interface.
+fn homes(family: &str) -> (&'static str, &'static str, &'static str) {
+    match family {
+        "limiter" => ("sg_limiter_config", "Limiter", "LimiterOptions"),
+        "limiter.gradient" => ("sg_gradient_config", "GradientLimit", "LimiterOptions"),
+        "gate" => ("sg_gate_config", "Gate", "GateOptions"),
+        "retry_budget" => ("sg_retry_budget_config", "RetryBudget", "RetryBudgetOptions"),
+        other => panic!("no binding homes listed for the described family {other:?}"),
+    }
+}
+
+/// The text between `start` and the next `end` after it.
+fn block<'a>(text: &'a str, start: &str, end: &str) -> Option<&'a str> {
+    let i = text.find(start)? + start.len();
+    let j = text[i..].find(end)?;
+    Some(&text[i..i + j])
+}
+
+/// The comment lines right above the line where `is_member` holds, joined (C `//` lines
+/// or a JSDoc block), or `None` if no line matches.
+fn doc_above(body: &str, is_member: impl Fn(&str) -> bool) -> Option<String> {
+    let lines: Vec<&str> = body.lines().collect();
+    let at = lines.iter().position(|l| is_member(l.trim()))?;
+    let mut doc = Vec::new();
+    for l in lines[..at].iter().rev() {
+        let t = l.trim();
+        let text = t
+            .strip_prefix("//")
+            .or_else(|| t.strip_prefix("/**"))
+            .or_else(|| t.strip_prefix("*/"))
+            .or_else(|| t.strip_prefix('*'));
+        match text {
+            Some(x) => doc.push(x.trim_end_matches("*/").trim()),
+            None => break,
+        }
+    }
+    doc.reverse();
+    Some(doc.join(" "))
+}
+
+/// Whether `doc` states `f`'s default (`default 100 ms`, `default 0.7 / 0.25 / 0.05`,
+/// `default \`SG_ALGORITHM_GRADIENT\``: the value follows the word, in any case).
+fn states_default(doc: &str, f: &FieldSpec) -> bool {
+    let want = f.default_text().to_string().to_lowercase();
+    let doc = doc.to_lowercase();
+    doc.match_indices("default").any(|(i, _)| {
+        let after = &doc[i + "default".len()..];
+        let near: String = after.chars().take(want.len() + 24).collect();
+        let near = near.trim_start_matches([' ', ':']);
+        match f.unit {
+            // Enum defaults are spelled as constants (`SG_CODEL_FOLLY`) or strings.
+            Unit::Choice => near.contains(&want),
+            _ => {
+                near.starts_with(&want)
+                    && !near[want.len()..].starts_with(|c: char| c.is_ascii_digit())
+            }
+        }
+    })
+}
+
+/// Settings that have no default in Node: the occupancy is the value of `lifo` itself,
+/// and `aging: { from, to, afterMs }` takes all three or none (its default is no aging,
+/// which `aging` states).
+const NODE_NO_DEFAULT: &[&str] =
+    &["gate.lifo.occupancy", "gate.aging.from", "gate.aging.to", "gate.aging.after_ns"];
+
+/// The problems of one binding with one field, if any.
+struct Report(Vec<String>);
+
+impl Report {
+    fn check(&mut self, ok: bool, what: impl FnOnce() -> String) {
+        if !ok {
+            self.0.push(what());
+        }
+    }
+}
+
+#[test]
+fn every_binding_exposes_every_described_field_with_its_default() {
+    let header = read("include/surgeguard.h");
+    let pyi = read("bindings-python/python/surgeguard/_native.pyi");
+    let dts = read("bindings-node/index.d.ts");
+    let mut r = Report(Vec::new());
+    let mut fields = 0;
+    for (family, specs) in CONFIGS {
+        let (c_struct, py_class, js_iface) = homes(family);
+        let c_body =
+            block(&header, &format!("typedef struct {c_struct} {{"), &format!("}} {c_struct};"))
+                .unwrap_or_else(|| panic!("{c_struct} not in the header"));
+        let py_body = block(&pyi, &format!("class {py_class}:"), "\nclass ")
+            .or_else(|| block(&pyi, &format!("class {py_class}("), "\nclass "))
+            .unwrap_or_else(|| panic!("class {py_class} not in the stub"));
+        let py_init = block(py_body, "def __init__(", ") ->").unwrap_or(py_body);
+        let js_body = block(&dts, &format!("export interface {js_iface} "), "\n}")
+            .unwrap_or_else(|| panic!("{js_iface} not in index.d.ts"));
+        for f in *specs {
+            fields += 1;
+            let p = f.path;
+            let stated = f.default != Value::Off;
+            // C: a member of the family's struct (a nested config's own struct).
+            match c_name(p) {
+                None => r.check(false, || format!("C: {p} is not in field::c_name")),
+                Some(cn) => {
+                    let member = cn.rsplit('.').next().unwrap();
+                    let is_member = |l: &str| {
+                        l.ends_with(&format!(" {member};")) || l.contains(&format!(" {member}["))
+                    };
+                    match doc_above(c_body, is_member) {
+                        None => r.check(false, || {
+                            format!("C: {c_struct}.{member} ({p}) is not in the header")
+                        }),
+                        Some(doc) => r.check(!stated || states_default(&doc, f), || {
+                            format!(
+                                "C: {c_struct}.{member} ({p}) does not say `default {}`: {doc:?}",
+                                f.default_text()
+                            )
+                        }),
+                    }
+                }
+            }
+            // Python: the keyword (the first segment of a nested one) in the signature.
+            match py::py_name(p) {
+                None => r.check(false, || format!("Python: {p} is not in fields.rs")),
+                Some(kw) => {
+                    let arg = kw.split('.').next().unwrap();
+                    r.check(py_init.contains(&format!("{arg}:")), || {
+                        format!("Python: {py_class}({arg}=...) ({p}) is not in _native.pyi")
+                    });
+                }
+            }
+            // Node: the option (or its object, then the key) in the interface, documented.
+            match js::js_name(p) {
+                None => r.check(false, || format!("Node: {p} is not in fields.rs")),
+                Some(opt) => {
+                    let mut segs = opt.split('.');
+                    let head = segs.next().unwrap();
+                    let key = segs.next();
+                    let is_option = |l: &str| {
+                        l.starts_with(&format!("{head}?:"))
+                            && key.is_none_or(|k| l.contains(&format!("{k}:")))
+                    };
+                    match doc_above(js_body, is_option) {
+                        None => r.check(false, || format!("Node: {js_iface}.{opt} ({p}) is not in index.d.ts")),
+                        Some(doc) => r.check(!stated || NODE_NO_DEFAULT.contains(&p) || states_default(&doc, f), || {
+                            format!("Node: {js_iface}.{opt} ({p}) does not say `default {}`: {doc:?}", f.default_text())
+                        }),
+                    }
+                }
+            }
+        }
+    }
+    assert!(fields > 40, "{fields} fields described");
+    assert!(r.0.is_empty(), "{} problems:\n{}", r.0.len(), r.0.join("\n"));
+}
+
+#[test]
+fn the_doc_check_reads_defaults_strictly() {
+    let f = CONFIGS[0].1.iter().find(|f| f.path == "limiter.min_samples").unwrap();
+    assert!(states_default("closes with samples (default 10).", f));
+    assert!(states_default("Default: 10", f));
+    assert!(!states_default("closes with samples (default 100).", f));
+    assert!(!states_default("closes with 10 samples.", f));
+}
