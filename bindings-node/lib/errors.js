@@ -59,63 +59,13 @@ function alreadyReleased () {
   return new OverloadError('surgeguard: permit already released', 'SG_ALREADY_RELEASED')
 }
 
-/**
- * The core's field names as the JS options spell them: `min_limit` → `minLimit`,
- * `codel.target_ns` → `codel.targetMs` (the core counts nanoseconds, the options
- * milliseconds).
- */
-function jsNames (msg) {
-  return msg.replace(/\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b/g, (w) => {
-    const ns = w.endsWith('_ns')
-    const base = ns ? w.slice(0, -3) : w
-    const camel = base.replace(/_([a-z0-9])/g, (_, c) => c.toUpperCase())
-    return ns ? camel + 'Ms' : camel
-  })
-}
-
-/** Core names that are not mechanical renames of an option, per structure. */
-const RENAMES = {
-  RetryBudget: { ttl: 'ttlMs' },
-  AdaptiveThrottle: { window: 'windowMs' },
-  CircuitBreaker: {
-    window: 'windowCalls/windowMs',
-    openDuration: 'openMs',
-    slowCallDuration: 'slowCallMs',
-    probeLease: 'probeLeaseMs',
-    rampDuration: 'rampMs'
-  },
-  KeyedLimits: {
-    'shardRate.perSecond': 'ratePerSecond',
-    'shardRate.emissionMs': 'ratePerSecond',
-    'shardRate.burst': 'rateBurst',
-    limitRetryAfter: 'limitRetryAfterMs'
-  },
-  Gate: { 'codel.targetMs': 'codelTargetMs', 'codel.intervalMs': 'codelIntervalMs', intervalMs: 'codelIntervalMs' },
-  LagMeter: { bucket: 'bucketMs' },
-  Backoff: { base: 'baseMs', cap: 'capMs' }
-}
-
-/** `msg` (a native config error, `Type: ...`) with every core name as the option's name. */
-function optionNames (msg) {
-  msg = jsNames(msg)
-  const m = /^(\w+): /.exec(msg)
-  const table = m && Object.hasOwn(RENAMES, m[1]) ? RENAMES[m[1]] : undefined
-  if (table === undefined) return msg
-  const head = m[0]
-  let rest = msg.slice(head.length)
-  for (const [from, to] of Object.entries(table)) {
-    const re = new RegExp(`(?<![\\w.])${from.replace(/\./g, '\\.')}(?![\\w.])`, 'g')
-    rest = rest.replace(re, to)
-  }
-  return head + rest
-}
-
 /** Maps an error thrown by a native cold call to a TypeError/RangeError/OverloadError. */
 function mapNative (err) {
   if (!err || typeof err.message !== 'string') return err
   const code = err.code
   if (code === 'SG_INVALID_ARG' && (err instanceof TypeError || err instanceof RangeError)) return err
-  const msg = 'surgeguard: ' + optionNames(err.message)
+  // Config errors arrive with the options' own spelling (the addon's table, fields.rs).
+  const msg = 'surgeguard: ' + err.message
   if (code === 'InvalidArg') {
     const e = new RangeError(msg)
     e.code = 'SG_INVALID_ARG'
@@ -140,4 +90,4 @@ function call (fn) {
   }
 }
 
-module.exports = { ERROR_CODES, jsNames, OverloadError, RejectedError, REASONS, reasonName, alreadyReleased, mapNative, call }
+module.exports = { ERROR_CODES, OverloadError, RejectedError, REASONS, reasonName, alreadyReleased, mapNative, call }

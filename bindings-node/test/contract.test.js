@@ -255,15 +255,21 @@ test('errors: one code set, string-for-number is a TypeError everywhere, names a
   refuses(throttle, () => throttle.shouldThrottle((1n << 62n) + 1n), RangeError)
   assert.throws(() => backoff.nextDelayMs('1'), { name: 'TypeError', code: 'SG_INVALID_ARG' })
   assert.throws(() => new sg.Limiter({ initialLimit: '5' }), { name: 'TypeError', code: 'SG_INVALID_ARG' })
-  // A config error names the option the caller passed, in the caller's spelling.
-  for (const [opts, re] of [[{ initialLimit: -1 }, /initialLimit/], [{ minLimit: 5, maxLimit: 2 }, /minLimit > maxLimit/],
-    [{ minLimit: 5, maxLimit: 9, initialLimit: 20 }, /initialLimit outside \[minLimit, maxLimit\]/]]) {
-    assert.throws(() => new sg.Gate(opts), (e) => e instanceof RangeError && re.test(e.message) && !/_/.test(e.message.replace(/^surgeguard: /, '')), JSON.stringify(opts))
+  // A config error names the option the caller passed, in the caller's spelling (the
+  // addon's table of core paths), and says what is wrong with it.
+  const noSnake = (e) => !/_/.test(e.message.replace(/^surgeguard: /, ''))
+  for (const [opts, re] of [[{ initialLimit: -1 }, /^surgeguard: Gate: initialLimit is out of range$/],
+    [{ minLimit: 5, maxLimit: 2 }, /^surgeguard: Gate: minLimit must not be above maxLimit$/],
+    [{ minLimit: 5, maxLimit: 9, initialLimit: 20 }, /^surgeguard: Gate: initialLimit must not be above maxLimit$/],
+    [{ dropTolerance: 1 }, /^surgeguard: Gate: dropTolerance is out of range$/],
+    [{ queueCapacity: 5, codelTargetMs: 100, codelIntervalMs: 100 }, /codelTargetMs must be below codelIntervalMs/],
+    [{ levels: 2, aging: { from: 0, to: 2, afterMs: 5 } }, /aging\.to must be a level below levels/]]) {
+    assert.throws(() => new sg.Gate(opts), (e) => e instanceof RangeError && e.code === 'SG_INVALID_ARG' && re.test(e.message) && noSnake(e), JSON.stringify(opts))
   }
-  for (const [C, opts, re] of [[sg.RetryBudget, { ttlMs: 0 }, /ttlMs/], [sg.CircuitBreaker, { openMs: 0 }, /openMs/],
+  for (const [C, opts, re] of [[sg.RetryBudget, { ttlMs: 0 }, /RetryBudget: ttlMs is out of range/], [sg.CircuitBreaker, { openMs: 0 }, /openMs is out of range/],
     [sg.Gate, { codelTargetMs: 200, codelIntervalMs: 100 }, /codelTargetMs must be below codelIntervalMs/],
-    [sg.KeyedLimits, { shardLimit: 4, ratePerSecond: 1e-12 }, /ratePerSecond/], [sg.Backoff, { baseMs: 10, capMs: 1 }, /capMs below baseMs/]]) {
-    assert.throws(() => new C(opts), (e) => e instanceof RangeError && re.test(e.message), `${C.name} ${JSON.stringify(opts)}`)
+    [sg.KeyedLimits, { shardLimit: 4, ratePerSecond: 1e-12 }, /ratePerSecond is out of range/], [sg.Backoff, { baseMs: 10, capMs: 1 }, /capMs must not be below baseMs/]]) {
+    assert.throws(() => new C(opts), (e) => e instanceof RangeError && re.test(e.message) && noSnake(e), `${C.name} ${JSON.stringify(opts)}`)
   }
   // A detached method or a wrong `this` is a TypeError that says so.
   const detached = gate.metrics

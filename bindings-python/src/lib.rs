@@ -68,6 +68,7 @@ mod _native {
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
         m.add("clock_ns", pyo3::wrap_pyfunction!(super::native_clock_ns, m)?)?;
+        m.add("_config_fields", pyo3::wrap_pyfunction!(super::config_fields, m)?)?;
         {
             use surgeguard_core::deadline as d;
             m.add("DEADLINE_MAX_BUDGET_NS", d::MAX_BUDGET)?;
@@ -85,4 +86,29 @@ mod _native {
 #[pyo3(name = "clock_ns")]
 fn native_clock_ns() -> u64 {
     common::clock_ns()
+}
+
+/// The core's description of each config field, as the tests read it: a list of
+/// `(path, keyword or None, default)`, durations in seconds (as the keywords take them),
+/// unset options `None`, enum settings their name.
+#[pyfunction]
+#[pyo3(name = "_config_fields")]
+fn config_fields(py: Python<'_>) -> PyResult<Vec<(&'static str, Option<&'static str>, Py<PyAny>)>> {
+    use surgeguard_core::fields::{Unit, Value, CONFIGS};
+    let mut out = Vec::new();
+    for (_, specs) in CONFIGS {
+        for f in *specs {
+            let default = match (f.unit, f.default) {
+                (Unit::Nanos, Value::Int(ns)) => (ns as f64 / 1e9).into_pyobject(py)?.into_any(),
+                (_, Value::Int(n)) => n.into_pyobject(py)?.into_any(),
+                (_, Value::Float(x)) => x.into_pyobject(py)?.into_any(),
+                (_, Value::Bool(b)) => pyo3::types::PyBool::new(py, b).to_owned().into_any(),
+                (_, Value::Name(n)) => n.into_pyobject(py)?.into_any(),
+                (_, Value::Floats(xs)) => xs.into_pyobject(py)?.into_any(),
+                _ => py.None().into_bound(py),
+            };
+            out.push((f.path, fields::py_name(f.path), default.unbind()));
+        }
+    }
+    Ok(out)
 }

@@ -233,5 +233,6 @@ def test_release_names_its_argument():
 def test_config_errors_name_the_python_option():
     with pytest.raises(sg.ConfigError) as info:
         sg.Gate(min_window=5, max_window=1)
-    assert "min_window > max_window" in str(info.value)
+    assert "min_window must not be above max_window" in str(info.value)
+    assert info.value.field == "min_window"
     assert "_ns" not in str(info.value) and "_ns" not in info.value.field
