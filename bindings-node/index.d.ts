@@ -425,8 +425,15 @@ export declare class RetryBudget {
   metrics (): { requests: number, retriesAllowed: number, retriesDenied: number, available: number }
 }
 
+export interface TokenRetryThrottleOptions {
+  /** gRPC `maxTokens`, in (0, 1000]: retries are allowed while the tokens are above half of it (default 10). */
+  maxTokens?: number
+  /** gRPC `tokenRatio`: tokens a success adds, in [0.001, maxTokens] (default 0.1). */
+  tokenRatio?: number
+}
+
 export declare class TokenRetryThrottle {
-  constructor (options?: { maxTokens?: number, tokenRatio?: number })
+  constructor (options?: TokenRetryThrottleOptions)
   record (success: boolean): void
   tryRetry (): boolean
   lastRejection: Rejection | null
@@ -445,9 +452,13 @@ export declare class AdaptiveThrottle {
 }
 
 export interface BackoffOptions {
+  /** First delay ceiling, in [1 µs, 1 day] (default 100 ms). */
   baseMs?: number
+  /** Growth per attempt, in [1, 100] (default 2). */
   multiplier?: number
+  /** Largest delay the backoff chooses itself, at least baseMs (default 1 s); a server's Retry-After may exceed it. */
   capMs?: number
+  /** The randomisation (default full). */
   jitter?: 'none' | 'full' | 'equal' | 'decorrelated'
   seed?: number
 }
@@ -461,17 +472,29 @@ export declare class Backoff {
 }
 
 export interface CircuitBreakerOptions {
+  /** A window of the last this many calls, 1..512 (default 100). */
   windowCalls?: number
+  /** A window of the calls in the last this long, instead of windowCalls (default none). */
   windowMs?: number
+  /** Open when failures / calls reach this, in (0, 1] (default 0.5). */
   failureRateThreshold?: number
+  /** Open when slow calls / calls reach this, in (0, 1] (default 1). */
   slowCallRateThreshold?: number
+  /** A call at least this long is slow (default 60 s). */
   slowCallMs?: number
+  /** No rate is judged on fewer calls; for a count window at most its size (default 100). */
   minimumCalls?: number
+  /** How long the breaker stays open before probing, in [1 ms, 1 day] (default 60 s). */
   openMs?: number
+  /** Up to this fraction of openMs is added at random to each open period, in [0, 1] (default 0.2). */
   openJitter?: number
+  /** Probes admitted in half-open, 1..32 (default 10). */
   halfOpenProbes?: number
+  /** A probe silent this long gives its slot to the next caller (default 60 s). */
   probeLeaseMs?: number
+  /** After closing, traffic ramps up over this long; 0 = no ramp (default 30 s). */
   rampMs?: number
+  /** Seed of the jitter (default 0). */
   seed?: number
   classify?: Classify
 }

@@ -476,11 +476,11 @@ typedef struct sg_breaker_config {
     double slow_call_rate_threshold;
     // A call at least this long is slow, ns, ≥ 1 (default 60 s).
     uint64_t slow_call_duration_ns;
-    // No rate is judged on fewer calls; ≥ 1 and, for a count window, ≤ its size (100).
+    // No rate is judged on fewer calls; ≥ 1 and, for a count window, ≤ its size (default 100).
     uint32_t minimum_calls;
     // Open period before probing, ns, in `[1 ms, 1 day]` (default 60 s).
     uint64_t open_duration_ns;
-    // Up to this fraction of the open period is added at random, in `[0, 1]` (0.2).
+    // Up to this fraction of the open period is added at random, in `[0, 1]` (default 0.2).
     double open_jitter;
     // Probes admitted half-open, `1 ..= 32` (default 10).
     uint32_t half_open_probes;

@@ -32,6 +32,14 @@ def test_the_gradient_controller_reports_the_described_defaults():
         assert got[kw] == pytest.approx(default), path
 
 
+def test_the_backoff_reports_the_described_defaults():
+    got = sg.Backoff().config()
+    fields = family("backoff.")
+    assert len(fields) == 4
+    for path, kw, default in fields:
+        assert got[kw] == pytest.approx(default) if isinstance(default, float) else got[kw] == default, path
+
+
 @pytest.mark.parametrize(
     "cls, prefix",
     [
@@ -39,6 +47,9 @@ def test_the_gradient_controller_reports_the_described_defaults():
         (sg.Limiter, "limiter."),
         (sg.Gate, "gate."),
         (sg.RetryBudget, "retry_budget."),
+        (sg.TokenRetryThrottle, "token_throttle."),
+        (sg.Backoff, "backoff."),
+        (sg.CircuitBreaker, "breaker."),
     ],
 )
 def test_each_keyword_takes_its_described_default(cls, prefix):

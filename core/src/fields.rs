@@ -1,5 +1,7 @@
 //! One description of each config's fields: path, unit, range, default and a line of
-//! docs, as static data (`const FIELDS: &[FieldSpec]` on each config).
+//! docs, as static data (`const FIELDS: &[FieldSpec]` on each config). Described so far:
+//! the Limiter and its gradient controller, the Gate, the retry budget and token
+//! throttle, the backoff and the circuit breaker ([`CONFIGS`]).
 //!
 //! The path is the one a [`ConfigError`](crate::ConfigError) names: the family, then the
 //! field as the Rust struct spells it, nested settings as further segments
@@ -17,11 +19,13 @@
 
 use core::fmt;
 
+use crate::backoff::BackoffConfig;
+use crate::breaker::{CircuitBreakerConfig, MAX_COUNT_WINDOW, MAX_PROBES};
 use crate::codel::MAX_INTERVAL_NS;
 use crate::gate::GateConfig;
 use crate::limit::GradientConfig;
 use crate::limiter::LimiterConfig;
-use crate::retry::RetryBudgetConfig;
+use crate::retry::{RetryBudgetConfig, TokenThrottleConfig};
 use crate::time::{MS, SEC};
 
 /// The unit of a field's value (what a binding converts: C and Rust take ns, Python
@@ -104,7 +108,7 @@ impl fmt::Display for DefaultText<'_> {
         match (self.0.unit, self.0.default) {
             (Unit::Nanos, Value::Int(ns)) => write_duration(f, ns),
             (_, Value::Float(x)) => write!(f, "{x}"),
-            (Unit::Seed, Value::Int(n)) => write!(f, "{n:#X}"),
+            (Unit::Seed, Value::Int(n)) if n > 0 => write!(f, "{n:#X}"),
             (_, Value::Int(n)) => write!(f, "{n}"),
             (_, Value::Bool(b)) => write!(f, "{b}"),
             (_, Value::Off) => f.write_str("none"),
@@ -471,6 +475,148 @@ impl RetryBudgetConfig {
     ];
 }
 
+impl TokenThrottleConfig {
+    /// The description of each field (gRPC A6 `retryThrottling`).
+    pub const FIELDS: &'static [FieldSpec] = &[
+        spec(
+            "token_throttle.max_tokens",
+            Number,
+            f64::MIN_POSITIVE,
+            1000.0,
+            Float(10.0),
+            "maxTokens: retries are allowed while the tokens are above half of it.",
+        ),
+        spec(
+            "token_throttle.token_ratio",
+            Number,
+            0.001,
+            1000.0,
+            Float(0.1),
+            "tokenRatio: tokens a success adds (at most max_tokens).",
+        ),
+    ];
+}
+
+impl BackoffConfig {
+    /// The description of each field.
+    pub const FIELDS: &'static [FieldSpec] = &[
+        spec("backoff.base", Nanos, 1_000.0, DAY_NS, Int(100 * MS), "First delay ceiling."),
+        spec("backoff.multiplier", Number, 1.0, 100.0, Float(2.0), "Growth per attempt."),
+        spec(
+            "backoff.cap",
+            Nanos,
+            1_000.0,
+            DAY_NS,
+            Int(SEC),
+            "Largest delay chosen by the backoff itself (at least base).",
+        ),
+        spec(
+            "backoff.jitter",
+            Choice,
+            0.0,
+            0.0,
+            Name("full"),
+            "The randomisation: none, full, equal or decorrelated.",
+        ),
+    ];
+}
+
+impl CircuitBreakerConfig {
+    /// The description of each field. The window is a count of calls unless a time
+    /// window is given.
+    pub const FIELDS: &'static [FieldSpec] = &[
+        spec(
+            "breaker.window.count",
+            Count,
+            1.0,
+            MAX_COUNT_WINDOW as f64,
+            Int(100),
+            "A window of the last this many calls.",
+        ),
+        spec(
+            "breaker.window.time",
+            Nanos,
+            10.0 * MS as f64,
+            DAY_NS,
+            Off,
+            "A window of the calls in the last this long, instead of a count.",
+        ),
+        spec(
+            "breaker.failure_rate_threshold",
+            Ratio,
+            f64::MIN_POSITIVE,
+            1.0,
+            Float(0.5),
+            "Open when failures / calls reach this.",
+        ),
+        spec(
+            "breaker.slow_call_rate_threshold",
+            Ratio,
+            f64::MIN_POSITIVE,
+            1.0,
+            Float(1.0),
+            "Open when slow calls / calls reach this.",
+        ),
+        spec(
+            "breaker.slow_call_duration",
+            Nanos,
+            1.0,
+            INF,
+            Int(60 * SEC),
+            "A call at least this long is slow.",
+        ),
+        spec(
+            "breaker.minimum_calls",
+            Count,
+            1.0,
+            u32::MAX as f64,
+            Int(100),
+            "No rate is judged on fewer calls (for a count window, at most its size).",
+        ),
+        spec(
+            "breaker.open_duration",
+            Nanos,
+            MS as f64,
+            DAY_NS,
+            Int(60 * SEC),
+            "How long the breaker stays open before probing.",
+        ),
+        spec(
+            "breaker.open_jitter",
+            Ratio,
+            0.0,
+            1.0,
+            Float(0.2),
+            "Up to this fraction of open_duration is added at random to each open period.",
+        ),
+        spec(
+            "breaker.half_open_probes",
+            Count,
+            1.0,
+            MAX_PROBES as f64,
+            Int(10),
+            "Probes admitted in half-open.",
+        ),
+        spec(
+            "breaker.probe_lease",
+            Nanos,
+            MS as f64,
+            DAY_NS,
+            Int(60 * SEC),
+            "A probe silent this long gives its slot to the next caller.",
+        ),
+        spec(
+            "breaker.ramp_duration",
+            Nanos,
+            0.0,
+            DAY_NS,
+            Int(30 * SEC),
+            "After closing, traffic ramps up over this long; 0 = no ramp.",
+        ),
+        spec("breaker.seed", Seed, 0.0, u64::MAX as f64, Int(0), "Seed of the jitter."),
+    ];
+}
+
 /// Every described config: its family path and its fields. A binding that exposes the
 /// family exposes each of these fields (the workspace's config check).
 pub const CONFIGS: &[(&str, &[FieldSpec])] = &[
@@ -478,6 +624,9 @@ pub const CONFIGS: &[(&str, &[FieldSpec])] = &[
     ("limiter.gradient", GradientConfig::FIELDS),
     ("gate", GateConfig::FIELDS),
     ("retry_budget", RetryBudgetConfig::FIELDS),
+    ("token_throttle", TokenThrottleConfig::FIELDS),
+    ("backoff", BackoffConfig::FIELDS),
+    ("breaker", CircuitBreakerConfig::FIELDS),
 ];
 
 #[cfg(all(test, not(loom)))]
@@ -636,6 +785,66 @@ mod tests {
         ]
     }
 
+    fn token_throttle_values(c: &TokenThrottleConfig) -> Vec<(&'static str, Value)> {
+        let TokenThrottleConfig { max_tokens, token_ratio } = *c;
+        std::vec![
+            ("token_throttle.max_tokens", Float(max_tokens)),
+            ("token_throttle.token_ratio", Float(token_ratio)),
+        ]
+    }
+
+    fn backoff_values(c: &BackoffConfig) -> Vec<(&'static str, Value)> {
+        use crate::backoff::Jitter;
+        let BackoffConfig { base, multiplier, cap, jitter } = *c;
+        let jitter = match jitter {
+            Jitter::None => "none",
+            Jitter::Full => "full",
+            Jitter::Equal => "equal",
+            Jitter::Decorrelated => "decorrelated",
+        };
+        std::vec![
+            ("backoff.base", Int(base)),
+            ("backoff.multiplier", Float(multiplier)),
+            ("backoff.cap", Int(cap)),
+            ("backoff.jitter", Name(jitter)),
+        ]
+    }
+
+    fn breaker_values(c: &CircuitBreakerConfig) -> Vec<(&'static str, Value)> {
+        use crate::breaker::BreakerWindow;
+        let CircuitBreakerConfig {
+            window,
+            failure_rate_threshold,
+            slow_call_rate_threshold,
+            slow_call_duration,
+            minimum_calls,
+            open_duration,
+            open_jitter,
+            half_open_probes,
+            probe_lease,
+            ramp_duration,
+            seed,
+        } = *c;
+        let (count, time) = match window {
+            BreakerWindow::Count(n) => (Int(n.into()), Off),
+            BreakerWindow::Time(d) => (Off, Int(d)),
+        };
+        std::vec![
+            ("breaker.window.count", count),
+            ("breaker.window.time", time),
+            ("breaker.failure_rate_threshold", Float(failure_rate_threshold)),
+            ("breaker.slow_call_rate_threshold", Float(slow_call_rate_threshold)),
+            ("breaker.slow_call_duration", Int(slow_call_duration)),
+            ("breaker.minimum_calls", Int(minimum_calls.into())),
+            ("breaker.open_duration", Int(open_duration)),
+            ("breaker.open_jitter", Float(open_jitter)),
+            ("breaker.half_open_probes", Int(half_open_probes.into())),
+            ("breaker.probe_lease", Int(probe_lease)),
+            ("breaker.ramp_duration", Int(ramp_duration)),
+            ("breaker.seed", Int(seed)),
+        ]
+    }
+
     /// Every field of the default config is described, in order, with its default.
     fn check(fields: &[FieldSpec], values: Vec<(&'static str, Value)>) {
         let described: Vec<_> = fields.iter().map(|f| (f.path, f.default)).collect();
@@ -648,6 +857,9 @@ mod tests {
         check(GradientConfig::FIELDS, gradient_values(&GradientConfig::default()));
         check(GateConfig::FIELDS, gate_values(&GateConfig::default()));
         check(RetryBudgetConfig::FIELDS, retry_budget_values(&RetryBudgetConfig::default()));
+        check(TokenThrottleConfig::FIELDS, token_throttle_values(&TokenThrottleConfig::default()));
+        check(BackoffConfig::FIELDS, backoff_values(&BackoffConfig::default()));
+        check(CircuitBreakerConfig::FIELDS, breaker_values(&CircuitBreakerConfig::default()));
     }
 
     #[test]

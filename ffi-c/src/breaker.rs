@@ -53,11 +53,11 @@ pub struct sg_breaker_config {
     pub slow_call_rate_threshold: f64,
     /// A call at least this long is slow, ns, ≥ 1 (default 60 s).
     pub slow_call_duration_ns: u64,
-    /// No rate is judged on fewer calls; ≥ 1 and, for a count window, ≤ its size (100).
+    /// No rate is judged on fewer calls; ≥ 1 and, for a count window, ≤ its size (default 100).
     pub minimum_calls: u32,
     /// Open period before probing, ns, in `[1 ms, 1 day]` (default 60 s).
     pub open_duration_ns: u64,
-    /// Up to this fraction of the open period is added at random, in `[0, 1]` (0.2).
+    /// Up to this fraction of the open period is added at random, in `[0, 1]` (default 0.2).
     pub open_jitter: f64,
     /// Probes admitted half-open, `1 ..= 32` (default 10).
     pub half_open_probes: u32,

@@ -36,6 +36,11 @@ fn homes(family: &str) -> (&'static str, &'static str, &'static str) {
         "limiter.gradient" => ("sg_gradient_config", "GradientLimit", "LimiterOptions"),
         "gate" => ("sg_gate_config", "Gate", "GateOptions"),
         "retry_budget" => ("sg_retry_budget_config", "RetryBudget", "RetryBudgetOptions"),
+        "token_throttle" => {
+            ("sg_token_throttle_config", "TokenRetryThrottle", "TokenRetryThrottleOptions")
+        }
+        "backoff" => ("sg_backoff_config", "Backoff", "BackoffOptions"),
+        "breaker" => ("sg_breaker_config", "CircuitBreaker", "CircuitBreakerOptions"),
         other => panic!("no binding homes listed for the described family {other:?}"),
     }
 }

@@ -21,6 +21,10 @@ __version__: str
 def clock_ns() -> int:
     """The native monotonic clock (nanoseconds) every object reads unless given ``now_ns``."""
 
+def _config_fields() -> list[tuple[str, Optional[str], Any]]:
+    """The core's description of each config field: ``(path, keyword, default)``, durations
+    in seconds (for the tests that check this binding against it)."""
+
 def hash_key(seed: int, key: Union[str, bytes]) -> int:
     """The seeded 64-bit key hash every binding applies to tenant ids, API keys, agent ids."""
 

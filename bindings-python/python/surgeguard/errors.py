@@ -193,7 +193,8 @@ class ConfigError(ValueError):
     """A configuration value cannot be used; nothing was built or changed.
 
     Attributes:
-        field: the offending setting's name (as the core names it).
+        field: the offending setting as the keyword is spelled (``buffer``,
+            ``min_window``, ``codel.target`` for a key of the ``codel`` dict).
     """
 
     field: str
