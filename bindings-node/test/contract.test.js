@@ -258,12 +258,13 @@ test('errors: one code set, string-for-number is a TypeError everywhere, names a
   // A config error names the option the caller passed, in the caller's spelling (the
   // addon's table of core paths), and says what is wrong with it.
   const noSnake = (e) => !/_/.test(e.message.replace(/^surgeguard: /, ''))
-  for (const [opts, re] of [[{ initialLimit: -1 }, /^surgeguard: Gate: initialLimit is out of range$/],
+  for (const [opts, re] of [[{ initialLimit: -1 }, /initialLimit/], // checked by the facade first
     [{ minLimit: 5, maxLimit: 2 }, /^surgeguard: Gate: minLimit must not be above maxLimit$/],
     [{ minLimit: 5, maxLimit: 9, initialLimit: 20 }, /^surgeguard: Gate: initialLimit must not be above maxLimit$/],
     [{ dropTolerance: 1 }, /^surgeguard: Gate: dropTolerance is out of range$/],
     [{ queueCapacity: 5, codelTargetMs: 100, codelIntervalMs: 100 }, /codelTargetMs must be below codelIntervalMs/],
-    [{ levels: 2, aging: { from: 0, to: 2, afterMs: 5 } }, /aging\.to must be a level below levels/]]) {
+    [{ aging: { from: 1, to: 1, afterMs: 5 } }, /^surgeguard: Gate: aging\.to must be a less important level than aging\.from$/],
+    [{ aging: { from: 1, to: 2, afterMs: 0 } }, /^surgeguard: Gate: aging\.afterMs is out of range$/]]) {
     assert.throws(() => new sg.Gate(opts), (e) => e instanceof RangeError && e.code === 'SG_INVALID_ARG' && re.test(e.message) && noSnake(e), JSON.stringify(opts))
   }
   for (const [C, opts, re] of [[sg.RetryBudget, { ttlMs: 0 }, /RetryBudget: ttlMs is out of range/], [sg.CircuitBreaker, { openMs: 0 }, /openMs is out of range/],

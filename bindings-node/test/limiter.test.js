@@ -116,11 +116,13 @@ test('bad options are TypeErrors or RangeErrors naming the option', () => {
     [{ levels: 1.5 }, RangeError, /levels/],
     [{ minWindowMs: -1 }, RangeError, /minWindowMs/],
     [{ minWindowMs: 1e300 }, RangeError, /minWindowMs/],
-    [{ weights: [0.9, 0.9, 0.9] }, RangeError, /weights/],
-    [{ minLimit: 10, maxLimit: 5, initialLimit: 7 }, RangeError, /minLimit > maxLimit/],
+    [{ weights: [0.9, 0.9, 0.9] }, RangeError, /Limiter: weights is inconsistent: the levels in use sum above 1/],
+    [{ minLimit: 10, maxLimit: 5, initialLimit: 7 }, RangeError, /Limiter: minLimit must not be above maxLimit/],
     [{ initialLimit: -1 }, RangeError, /initialLimit/],
     [{ algorithm: 'fixed', initialLimit: 0 }, RangeError, /initialLimit/],
-    [{ minLimit: 2, maxLimit: 5, initialLimit: 7 }, RangeError, /initialLimit outside \[minLimit, maxLimit\]/],
+    [{ minLimit: 2, maxLimit: 5, initialLimit: 7 }, RangeError, /Limiter: initialLimit must not be above maxLimit/],
+    [{ minLimit: 6, maxLimit: 9, initialLimit: 5 }, RangeError, /Limiter: initialLimit must not be below minLimit/],
+    [{ dropTolerance: 2 }, RangeError, /Limiter: dropTolerance is out of range/],
     [{ initalLimit: 3 }, TypeError, /unknown option/],
     ['x', TypeError, /options/]
   ]
