@@ -88,12 +88,15 @@ fn native_clock_ns() -> u64 {
     common::clock_ns()
 }
 
+/// One described field: `(path, keyword, default)`.
+type FieldRow = (&'static str, Option<&'static str>, Py<PyAny>);
+
 /// The core's description of each config field, as the tests read it: a list of
 /// `(path, keyword or None, default)`, durations in seconds (as the keywords take them),
 /// unset options `None`, enum settings their name.
 #[pyfunction]
 #[pyo3(name = "_config_fields")]
-fn config_fields(py: Python<'_>) -> PyResult<Vec<(&'static str, Option<&'static str>, Py<PyAny>)>> {
+fn config_fields(py: Python<'_>) -> PyResult<Vec<FieldRow>> {
     use surgeguard_core::fields::{Unit, Value, CONFIGS};
     let mut out = Vec::new();
     for (_, specs) in CONFIGS {
