@@ -442,8 +442,21 @@ export declare class TokenRetryThrottle {
   metrics (): { tokens: number, throttled: boolean, retriesAllowed: number, retriesDenied: number, successes: number, failures: number }
 }
 
+export interface AdaptiveThrottleOptions {
+  /** K: requests per accept the client may send before it throttles, in [1, 1000] (default 2). */
+  k?: number
+  /** The window requests and accepts are counted over, in [1 s, 1 h] (default 120 s). */
+  windowMs?: number
+  /** Cap on the local drop probability, in [0, 1] (default 0.75). */
+  maxDropProbability?: number
+  /** The exact ring of buckets or O(1) decayed counts (default ring). */
+  form?: 'ring' | 'ema'
+  /** Seed of the drop draws. */
+  seed?: number
+}
+
 export declare class AdaptiveThrottle {
-  constructor (options?: { k?: number, windowMs?: number, maxDropProbability?: number, form?: 'ring' | 'ema', seed?: number })
+  constructor (options?: AdaptiveThrottleOptions)
   shouldThrottle (nowNs?: bigint): boolean
   record (accepted: boolean, nowNs?: bigint): void
   lastRejection: Rejection | null
@@ -551,8 +564,15 @@ export declare class PacedDrain {
   metrics (): { started: number, calls: number, drainPerSec: number }
 }
 
+export interface CreditsOptions {
+  /** High water: the most credit outstanding at once, the consumer's buffer (default 256). */
+  capacity?: number
+  /** Low water: replenish only once outstanding credit falls to this, below capacity (default 64). */
+  lowWater?: number
+}
+
 export declare class Credits {
-  constructor (options?: { capacity?: number, lowWater?: number })
+  constructor (options?: CreditsOptions)
   tryTake (k?: number): boolean
   lastRejection: Rejection | null
   takeUpTo (k: number): number
@@ -567,8 +587,13 @@ export declare class Credits {
   metrics (): { granted: number, taken: number, completed: number, refused: number, available: number, buffered: number, stalled: number, capacity: number }
 }
 
+export interface LagMeterOptions {
+  /** Width of one rate bucket, 1 µs to 1 day (default 1 s). */
+  bucketMs?: number
+}
+
 export declare class LagMeter {
-  constructor (options?: { bucketMs?: number })
+  constructor (options?: LagMeterOptions)
   recordProduced (n?: number, nowNs?: bigint): void
   recordConsumed (n?: number, nowNs?: bigint): void
   observeTotals (produced: number, consumed: number, nowNs?: bigint): void
@@ -583,8 +608,17 @@ export declare class LagMeter {
   metrics (nowNs?: bigint): { produced: number, consumed: number, lag: number, ratesKnown: boolean, produceRate: number, consumeRate: number, lagSeconds: number, timeToDrainSeconds: number, oldestAgeMs?: number }
 }
 
+export interface WatermarksOptions {
+  /** Total capacity (default 400). */
+  capacity?: number
+  /** Pause when free capacity falls below this (default 100). */
+  pauseBelow?: number
+  /** Resume when free capacity rises above this, above pauseBelow and below capacity (default 200). */
+  resumeAbove?: number
+}
+
 export declare class Watermarks {
-  constructor (options?: { capacity?: number, pauseBelow?: number, resumeAbove?: number })
+  constructor (options?: WatermarksOptions)
   observe (level: number, nowNs?: bigint): 'pause' | 'resume' | null
   readonly isPaused: boolean
   metrics (nowNs?: bigint): { paused: boolean, pauses: number, resumes: number, timePausedMs: number, lastLevel: number }

@@ -1333,7 +1333,7 @@ typedef struct sg_shared_key_permit {
 typedef struct sg_adaptive_throttle_config {
     // `K`: requests per accept before throttling, in `[1, 1000]` (default 2, SRE).
     double k;
-    // The window, ns, in `[1 s, 1 h]` (default 2 min).
+    // The window, ns, in `[1 s, 1 h]` (default 120 s).
     uint64_t window_ns;
     // Cap on the local drop probability, in `[0, 1]` (default 0.75, Finagle).
     double max_drop_probability;

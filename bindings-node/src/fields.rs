@@ -126,6 +126,7 @@ pub fn js_name(path: &str) -> Option<&'static str> {
         "breaker.ramp_duration" => "rampMs",
         "adaptive_throttle.k" => "k",
         "adaptive_throttle.window" => "windowMs",
+        "adaptive_throttle.form" => "form",
         "adaptive_throttle.max_drop_probability" => "maxDropProbability",
         "backoff.base" => "baseMs",
         "backoff.cap" => "capMs",

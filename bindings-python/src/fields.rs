@@ -126,6 +126,7 @@ pub fn py_name(path: &str) -> Option<&'static str> {
         "breaker.ramp_duration" => "ramp_duration",
         "adaptive_throttle.k" => "k",
         "adaptive_throttle.window" => "window",
+        "adaptive_throttle.form" => "form",
         "adaptive_throttle.max_drop_probability" => "max_drop_probability",
         "backoff.base" => "base",
         "backoff.cap" => "cap",

@@ -50,6 +50,10 @@ def test_the_backoff_reports_the_described_defaults():
         (sg.TokenRetryThrottle, "token_throttle."),
         (sg.Backoff, "backoff."),
         (sg.CircuitBreaker, "breaker."),
+        (sg.AdaptiveThrottle, "adaptive_throttle."),
+        (sg.Credits, "credits."),
+        (sg.LagMeter, "lag_meter."),
+        (sg.Watermarks, "watermarks."),
     ],
 )
 def test_each_keyword_takes_its_described_default(cls, prefix):

@@ -1,7 +1,8 @@
 //! One description of each config's fields: path, unit, range, default and a line of
 //! docs, as static data (`const FIELDS: &[FieldSpec]` on each config). Described so far:
 //! the Limiter and its gradient controller, the Gate, the retry budget and token
-//! throttle, the backoff and the circuit breaker ([`CONFIGS`]).
+//! throttle, the backoff, the circuit breaker, the adaptive throttle and the flow
+//! controls ([`CONFIGS`]).
 //!
 //! The path is the one a [`ConfigError`](crate::ConfigError) names: the family, then the
 //! field as the Rust struct spells it, nested settings as further segments
@@ -22,10 +23,12 @@ use core::fmt;
 use crate::backoff::BackoffConfig;
 use crate::breaker::{CircuitBreakerConfig, MAX_COUNT_WINDOW, MAX_PROBES};
 use crate::codel::MAX_INTERVAL_NS;
+use crate::flow::{CreditsConfig, LagMeterConfig, WatermarksConfig};
 use crate::gate::GateConfig;
 use crate::limit::GradientConfig;
 use crate::limiter::LimiterConfig;
 use crate::retry::{RetryBudgetConfig, TokenThrottleConfig};
+use crate::throttle::AdaptiveThrottleConfig;
 use crate::time::{MS, SEC};
 
 /// The unit of a field's value (what a binding converts: C and Rust take ns, Python
@@ -617,6 +620,95 @@ impl CircuitBreakerConfig {
     ];
 }
 
+impl AdaptiveThrottleConfig {
+    /// The description of each field (the SRE book's client-side throttling).
+    pub const FIELDS: &'static [FieldSpec] = &[
+        spec(
+            "adaptive_throttle.k",
+            Number,
+            1.0,
+            1000.0,
+            Float(2.0),
+            "K: requests per accept the client may send before it throttles.",
+        ),
+        spec(
+            "adaptive_throttle.window",
+            Nanos,
+            SEC as f64,
+            HOUR_NS,
+            Int(120 * SEC),
+            "The window the requests and accepts are counted over.",
+        ),
+        spec(
+            "adaptive_throttle.max_drop_probability",
+            Ratio,
+            0.0,
+            1.0,
+            Float(0.75),
+            "Cap on the local drop probability.",
+        ),
+        spec(
+            "adaptive_throttle.form",
+            Choice,
+            0.0,
+            0.0,
+            Name("ring"),
+            "The exact ring of buckets, or O(1) decayed counts (ema).",
+        ),
+    ];
+}
+
+impl CreditsConfig {
+    /// The description of each field.
+    pub const FIELDS: &'static [FieldSpec] = &[
+        spec(
+            "credits.capacity",
+            Count,
+            1.0,
+            u32::MAX as f64,
+            Int(256),
+            "High water: the most credit outstanding at once (the consumer's buffer).",
+        ),
+        spec(
+            "credits.low_water",
+            Count,
+            0.0,
+            u32::MAX as f64,
+            Int(64),
+            "Low water: replenish only once outstanding credit falls to this (below capacity).",
+        ),
+    ];
+}
+
+impl LagMeterConfig {
+    /// The description of each field.
+    pub const FIELDS: &'static [FieldSpec] =
+        &[spec("lag_meter.bucket", Nanos, 1_000.0, DAY_NS, Int(SEC), "Width of one rate bucket.")];
+}
+
+impl WatermarksConfig {
+    /// The description of each field.
+    pub const FIELDS: &'static [FieldSpec] = &[
+        spec("watermarks.capacity", Count, 1.0, u64::MAX as f64, Int(400), "Total capacity."),
+        spec(
+            "watermarks.pause_below",
+            Count,
+            1.0,
+            u64::MAX as f64,
+            Int(100),
+            "Pause when free capacity falls below this.",
+        ),
+        spec(
+            "watermarks.resume_above",
+            Count,
+            1.0,
+            u64::MAX as f64,
+            Int(200),
+            "Resume when free capacity rises above this (above pause_below, below capacity).",
+        ),
+    ];
+}
+
 /// Every described config: its family path and its fields. A binding that exposes the
 /// family exposes each of these fields (the workspace's config check).
 pub const CONFIGS: &[(&str, &[FieldSpec])] = &[
@@ -627,6 +719,10 @@ pub const CONFIGS: &[(&str, &[FieldSpec])] = &[
     ("token_throttle", TokenThrottleConfig::FIELDS),
     ("backoff", BackoffConfig::FIELDS),
     ("breaker", CircuitBreakerConfig::FIELDS),
+    ("adaptive_throttle", AdaptiveThrottleConfig::FIELDS),
+    ("credits", CreditsConfig::FIELDS),
+    ("lag_meter", LagMeterConfig::FIELDS),
+    ("watermarks", WatermarksConfig::FIELDS),
 ];
 
 #[cfg(all(test, not(loom)))]
@@ -845,6 +941,36 @@ mod tests {
         ]
     }
 
+    fn adaptive_throttle_values(c: &AdaptiveThrottleConfig) -> Vec<(&'static str, Value)> {
+        use crate::throttle::ThrottleForm;
+        let AdaptiveThrottleConfig { k, window, max_drop_probability, form } = *c;
+        let form = match form {
+            ThrottleForm::Ring => "ring",
+            ThrottleForm::Ema => "ema",
+        };
+        std::vec![
+            ("adaptive_throttle.k", Float(k)),
+            ("adaptive_throttle.window", Int(window)),
+            ("adaptive_throttle.max_drop_probability", Float(max_drop_probability)),
+            ("adaptive_throttle.form", Name(form)),
+        ]
+    }
+
+    fn flow_values() -> Vec<(&'static str, Value)> {
+        let CreditsConfig { capacity, low_water } = CreditsConfig::default();
+        let LagMeterConfig { bucket } = LagMeterConfig::default();
+        let WatermarksConfig { capacity: total, pause_below, resume_above } =
+            WatermarksConfig::default();
+        std::vec![
+            ("credits.capacity", Int(capacity.into())),
+            ("credits.low_water", Int(low_water.into())),
+            ("lag_meter.bucket", Int(bucket)),
+            ("watermarks.capacity", Int(total)),
+            ("watermarks.pause_below", Int(pause_below)),
+            ("watermarks.resume_above", Int(resume_above)),
+        ]
+    }
+
     /// Every field of the default config is described, in order, with its default.
     fn check(fields: &[FieldSpec], values: Vec<(&'static str, Value)>) {
         let described: Vec<_> = fields.iter().map(|f| (f.path, f.default)).collect();
@@ -860,6 +986,13 @@ mod tests {
         check(TokenThrottleConfig::FIELDS, token_throttle_values(&TokenThrottleConfig::default()));
         check(BackoffConfig::FIELDS, backoff_values(&BackoffConfig::default()));
         check(CircuitBreakerConfig::FIELDS, breaker_values(&CircuitBreakerConfig::default()));
+        check(
+            AdaptiveThrottleConfig::FIELDS,
+            adaptive_throttle_values(&AdaptiveThrottleConfig::default()),
+        );
+        let flow: Vec<FieldSpec> =
+            [CreditsConfig::FIELDS, LagMeterConfig::FIELDS, WatermarksConfig::FIELDS].concat();
+        check(&flow, flow_values());
     }
 
     #[test]

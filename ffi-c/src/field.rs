@@ -205,6 +205,7 @@ pub fn c_name(path: &str) -> Option<&'static str> {
         "breaker.ramp_duration" => "ramp_duration_ns",
         "adaptive_throttle.k" => "k",
         "adaptive_throttle.window" => "window_ns",
+        "adaptive_throttle.form" => "form",
         "adaptive_throttle.max_drop_probability" => "max_drop_probability",
         "backoff.base" => "base_ns",
         "backoff.cap" => "cap_ns",

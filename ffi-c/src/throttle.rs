@@ -25,7 +25,7 @@ pub const SG_THROTTLE_FORM_EMA: u32 = 1;
 pub struct sg_adaptive_throttle_config {
     /// `K`: requests per accept before throttling, in `[1, 1000]` (default 2, SRE).
     pub k: f64,
-    /// The window, ns, in `[1 s, 1 h]` (default 2 min).
+    /// The window, ns, in `[1 s, 1 h]` (default 120 s).
     pub window_ns: u64,
     /// Cap on the local drop probability, in `[0, 1]` (default 0.75, Finagle).
     pub max_drop_probability: f64,

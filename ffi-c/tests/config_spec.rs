@@ -41,6 +41,12 @@ fn homes(family: &str) -> (&'static str, &'static str, &'static str) {
         }
         "backoff" => ("sg_backoff_config", "Backoff", "BackoffOptions"),
         "breaker" => ("sg_breaker_config", "CircuitBreaker", "CircuitBreakerOptions"),
+        "adaptive_throttle" => {
+            ("sg_adaptive_throttle_config", "AdaptiveThrottle", "AdaptiveThrottleOptions")
+        }
+        "credits" => ("sg_credits_config", "Credits", "CreditsOptions"),
+        "lag_meter" => ("sg_lag_meter_config", "LagMeter", "LagMeterOptions"),
+        "watermarks" => ("sg_watermarks_config", "Watermarks", "WatermarksOptions"),
         other => panic!("no binding homes listed for the described family {other:?}"),
     }
 }
