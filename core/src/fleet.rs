@@ -104,18 +104,22 @@ const MAX_SETTING_NS: u64 = 3_600 * SEC;
 impl TokenLeaseConfig {
     /// Checks every field.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        check_range(self.rate_per_sec, 1e-9, 1e12, "fleet.rate_per_sec")?;
+        check_range(self.rate_per_sec, 1e-9, 1e12, "token_lease.rate_per_sec")?;
         if self.burst == 0 {
-            return Err(ConfigError::OutOfRange("fleet.burst"));
+            return Err(ConfigError::out_of_range("token_lease.burst"));
         }
         if self.max_batch == 0 {
-            return Err(ConfigError::OutOfRange("fleet.max_batch"));
+            return Err(ConfigError::out_of_range("token_lease.max_batch"));
         }
         if self.max_batch > self.burst {
-            return Err(ConfigError::Inconsistent("fleet.max_batch must be at most burst"));
+            return Err(ConfigError::inconsistent(
+                "token_lease.max_batch",
+                "must not be above",
+                "token_lease.burst",
+            ));
         }
         if self.batch_period_ns == 0 || self.batch_period_ns > MAX_SETTING_NS {
-            return Err(ConfigError::OutOfRange("fleet.batch_period_ns"));
+            return Err(ConfigError::out_of_range("token_lease.batch_period_ns"));
         }
         Ok(())
     }
@@ -506,10 +510,10 @@ impl SlotLeaseConfig {
     /// Checks every field.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.cap == 0 {
-            return Err(ConfigError::OutOfRange("fleet.cap"));
+            return Err(ConfigError::out_of_range("slot_lease.cap"));
         }
         if self.longest_request_ns == 0 || self.longest_request_ns > MAX_SETTING_NS {
-            return Err(ConfigError::OutOfRange("fleet.longest_request_ns"));
+            return Err(ConfigError::out_of_range("slot_lease.longest_request_ns"));
         }
         Ok(())
     }
@@ -826,9 +830,13 @@ mod tests {
         assert_eq!(l.try_take(5 * MS, 1), Ok(Mode::Leased), "earlier: also at 10 ms");
         assert!(TokenLease::new(TokenLeaseConfig { rate_per_sec: f64::NAN, ..Default::default() })
             .is_err());
-        assert!(TokenLease::new(TokenLeaseConfig { max_batch: 200, ..Default::default() }).is_err());
-        assert!(TokenLease::new(TokenLeaseConfig { burst: 0, ..Default::default() }).is_err());
-        assert!(SlotLease::new(SlotLeaseConfig { cap: 0, ..Default::default() }).is_err());
+        let field = |c| TokenLease::new(c).err().map(|e| (e.field, e.other));
+        let batch = TokenLeaseConfig { max_batch: 200, ..Default::default() };
+        assert_eq!(field(batch), Some(("token_lease.max_batch", Some("token_lease.burst"))));
+        let burst = TokenLeaseConfig { burst: 0, ..Default::default() };
+        assert_eq!(field(burst), Some(("token_lease.burst", None)));
+        let cap = SlotLease::new(SlotLeaseConfig { cap: 0, ..Default::default() }).err();
+        assert_eq!(cap.map(|e| e.field), Some("slot_lease.cap"));
         assert!(SlotLease::new(SlotLeaseConfig { longest_request_ns: 0, ..Default::default() })
             .is_err());
     }
