@@ -125,7 +125,7 @@ fn check_duration(
     what: &'static str,
 ) -> Result<u64, ConfigError> {
     if d < min || d > max {
-        return Err(ConfigError::OutOfRange(what));
+        return Err(ConfigError::out_of_range(what));
     }
     Ok(d.as_millis() as u64)
 }
@@ -140,26 +140,26 @@ impl FleetRateLimiter {
         C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static,
     {
         if name.is_empty() || name.len() > 200 || name.contains(['{', '}']) {
-            return Err(ConfigError::OutOfRange("fleet.name"));
+            return Err(ConfigError::out_of_range("fleet_rate.name"));
         }
         let lease = TokenLease::new(cfg.lease)?;
         let ttl_ms = check_duration(
             cfg.ttl,
             Duration::from_millis(10),
             Duration::from_secs(3600),
-            "fleet.ttl",
+            "fleet_rate.ttl",
         )?;
         let window_ms = check_duration(
             cfg.membership_window,
             Duration::from_millis(10),
             Duration::from_secs(3600),
-            "fleet.membership_window",
+            "fleet_rate.membership_window",
         )?;
         check_duration(
             cfg.refill_timeout,
             Duration::from_millis(1),
             cfg.ttl,
-            "fleet.refill_timeout",
+            "fleet_rate.refill_timeout",
         )?;
         let instance = cfg
             .instance

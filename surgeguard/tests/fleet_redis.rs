@@ -457,3 +457,37 @@ fn a_restarted_redis_is_rejoined() {
     drop(limit);
     drop(rt);
 }
+
+/// Bad settings of a fleet limiter are refused, naming the setting, and start nothing.
+#[test]
+fn bad_fleet_settings_are_refused() {
+    use surgeguard::fleet::{FleetRateConfig, FleetRateLimiter};
+    let server = Server::start();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let con = rt.block_on(server.client().get_multiplexed_async_connection()).unwrap();
+    let ok = FleetRateConfig::default();
+    let long = "n".repeat(201);
+    let cases: Vec<(&str, FleetRateConfig, &str)> = vec![
+        ("", ok.clone(), "fleet_rate.name"),
+        ("a{b", ok.clone(), "fleet_rate.name"),
+        (&long, ok.clone(), "fleet_rate.name"),
+        ("x", FleetRateConfig { ttl: Duration::from_millis(1), ..ok.clone() }, "fleet_rate.ttl"),
+        (
+            "x",
+            FleetRateConfig { refill_timeout: Duration::from_secs(10), ..ok.clone() },
+            "fleet_rate.refill_timeout",
+        ),
+        (
+            "x",
+            FleetRateConfig {
+                lease: TokenLeaseConfig { rate_per_sec: f64::NAN, ..ok.lease },
+                ..ok.clone()
+            },
+            "token_lease.rate_per_sec",
+        ),
+    ];
+    for (name, cfg, field) in cases {
+        let e = rt.block_on(async { FleetRateLimiter::new(con.clone(), name, cfg) }).unwrap_err();
+        assert_eq!(e.field, field, "{e}");
+    }
+}
