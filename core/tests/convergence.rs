@@ -23,8 +23,8 @@
 //! ~20% of the calls time out on service time alone, whatever the concurrency. Targets: at
 //! least 75% (150% load) and 60% (500 req/s) of what the slowed dependency can deliver within
 //! the timeout, and the limit back at its pre-slowdown level within 2 s after. Before the
-//! episode test (gradient.rs, step 2) the default delivered 16–24% and 8–15% (the limit
-//! collapsed to 1), and took up to 8 s, or never, to come back.
+//! episode test (`core/src/limit/gradient/episode.rs`, step 2) the default delivered 16–24%
+//! and 8–15% (the limit collapsed to 1), and took up to 8 s, or never, to come back.
 //!
 //! The halved target is relaxed (98% instead of 99%, 2.1× base instead of 2×) on purpose.
 //! In this model the two halves of the target conflict. A *static* limit of 20 gets 99.2% with
