@@ -47,13 +47,13 @@ use surgeguard_core::time::{MS, SEC};
 
 /// The default algorithm of the crate, through the real limiter.
 fn default_limiter() -> Box<dyn Control> {
-    Box::new(Real::new(AlgorithmConfig::default(), "default (gradient, probe-free)"))
+    Box::new(Real::named(AlgorithmConfig::default(), "default (gradient, probe-free)"))
 }
 
 /// Envoy parity. Envoy's filter samples a timed-out request at its latency (the 504 is a
 /// response), so timeouts reach it as samples; its required interval is set to 10 s.
 fn envoy() -> Box<dyn Control> {
-    let mut r = Real::new(AlgorithmConfig::Gradient(GradientConfig::envoy(10 * SEC)), "envoy");
+    let mut r = Real::named(AlgorithmConfig::Gradient(GradientConfig::envoy(10 * SEC)), "envoy");
     r.timeouts_as_samples = true;
     Box::new(r)
 }
@@ -111,7 +111,7 @@ fn the_limit_settles_around_littles_law_at_any_scale() {
     // large queue; the latency-relative controller trades a few percent there instead.
     for (slots, seed, min_goodput) in [(4usize, 1u64, 92.0), (64, 2, 98.0), (256, 3, 99.0)] {
         let s = scenarios::overload_at(seed, slots);
-        let mut c = Real::new(AlgorithmConfig::default(), "default");
+        let mut c = Real::named(AlgorithmConfig::default(), "default");
         let r = run(&s, &mut c);
         let (a, b) = (2 * SEC, s.duration);
         let c_f = slots as f64;
@@ -128,7 +128,7 @@ fn the_limit_settles_around_littles_law_at_any_scale() {
 fn the_limit_backs_off_when_capacity_is_removed() {
     for seed in SEEDS {
         let s = scenarios::slots_removed(seed);
-        let mut c = Real::new(AlgorithmConfig::default(), "default");
+        let mut c = Real::named(AlgorithmConfig::default(), "default");
         let r = run(&s, &mut c);
         let at = scenarios::REMOVE_AT;
         let before = r.mean_limit(at - 2 * SEC, at);
@@ -209,14 +209,14 @@ fn every_algorithm_settles_in_its_band_and_follows_a_capacity_loss() {
     let c = SLOTS as f64;
     for (name, cfg) in algorithms() {
         let s = scenarios::overload(5);
-        let r = run(&s, &mut Real::new(cfg, name));
+        let r = run(&s, &mut Real::named(cfg, name));
         let settled = r.mean_limit(2 * SEC, s.duration);
         let (lo, hi) = band(name, c);
         assert!((lo..=hi).contains(&settled), "{name}: {settled} not in [{lo}, {hi}]");
 
         // Half the slots vanish: the band halves with them.
         let s = scenarios::slots_removed(5);
-        let r = run(&s, &mut Real::new(cfg, name));
+        let r = run(&s, &mut Real::named(cfg, name));
         let at = scenarios::REMOVE_AT;
         let before = r.mean_limit(at - 2 * SEC, at);
         let after = r.mean_limit(at + 3 * SEC, s.duration);
@@ -244,7 +244,7 @@ fn table() {
         ("envoy (probe 10 s)", Box::new(envoy)),
     ];
     for (name, cfg) in algorithms() {
-        rows.push((name, Box::new(move || Box::new(Real::new(cfg, name)))));
+        rows.push((name, Box::new(move || Box::new(Real::named(cfg, name)))));
     }
     println!(
         "| algorithm | overload: goodput % / p99 ms / mean L | halved: goodput % / settle 2x (2.1x) / p99 ms | step: % of offered | heavy: goodput % |"
@@ -294,7 +294,7 @@ struct TailFigures {
 fn tail_figures(seed: u64, rate: f64) -> TailFigures {
     use scenarios::{TAIL_SERVICE, TAIL_SLOW, TAIL_SLOW_AT, TAIL_SLOW_FOR, TAIL_TIMEOUT};
     let s = scenarios::slow_tail(seed, rate);
-    let r = run(&s, &mut Real::new(AlgorithmConfig::default(), "default"));
+    let r = run(&s, &mut Real::named(AlgorithmConfig::default(), "default"));
     let (a, b) = (TAIL_SLOW_AT, TAIL_SLOW_AT + TAIL_SLOW_FOR);
     let within = TAIL_SERVICE.cdf(TAIL_TIMEOUT as f64, TAIL_SLOW).expect("Erlang");
     let before = r.mean_limit(a - 2 * SEC, a);
@@ -366,7 +366,7 @@ fn tail_table() {
 fn a_long_tail_never_locks_the_limit_low() {
     for seed in 1..=20 {
         let s = scenarios::long_tail(seed);
-        let r = run(&s, &mut Real::new(AlgorithmConfig::default(), "default"));
+        let r = run(&s, &mut Real::named(AlgorithmConfig::default(), "default"));
         let (a, b) = (2 * SEC, s.duration);
         let goodput = 100.0 * r.good_between(a, b) as f64 / s.capacity_between(a, b);
         // 80% offered: everything but the Poisson noise of the offered load.
@@ -478,7 +478,7 @@ fn a_cold_gate_serves_a_modest_load_from_its_first_second() {
 fn a_uniformly_slower_dependency_keeps_its_concurrency() {
     for seed in 1..=9 {
         let s = scenarios::tripled(seed);
-        let r = run(&s, &mut Real::new(AlgorithmConfig::default(), "default"));
+        let r = run(&s, &mut Real::named(AlgorithmConfig::default(), "default"));
         let (a, b) = (7 * SEC, 15 * SEC);
         let goodput = 100.0 * r.good_between(a, b) as f64 / s.capacity_between(a, b);
         let lowest = r

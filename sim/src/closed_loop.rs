@@ -2,6 +2,11 @@
 //! one dependency with the real [`Limiter`](surgeguard_core::Limiter), the robustness sweep's
 //! engine (`cargo run --release -p surgeguard-sim --bin sweep`, `make sweep`).
 //!
+//! The one plant the algorithms are both tuned and checked on: the core's convergence tests
+//! include this file (`core/tests/support/mod.rs`, `#[path]`), so the sweep and those tests
+//! cannot drift apart. It depends on nothing of the simulator, only on `surgeguard-core` and
+//! std.
+//!
 //! Model: Poisson arrivals; the client admits an arrival iff the limiter grants a permit
 //! (otherwise it is refused at once and counted); an admitted request joins an unbounded
 //! FIFO queue in front of a dependency with `slots` servers and a random service time; the
@@ -13,12 +18,17 @@
 //! Virtual time in ns, a binary heap of events, seeded SplitMix64 streams: a run is a pure
 //! function of (scenario, algorithm, seed). Every 100 ms the harness records the limit and
 //! the dependency's busy slots, so a run can be checked for a limit sitting at its floor
-//! while the dependency idles.
+//! while the dependency idles; it also records the limit after every change.
+//!
+//! The control under test is anything implementing [`Control`]: [`Real`] drives the core's
+//! lock-free `Limiter` (its own windows, histogram quantiles, `⌊limit⌋` slots);
+//! [`Windowed`] feeds an algorithm windows aggregated here (exact quantiles); [`Static`] is a
+//! fixed limit.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 
-use surgeguard_core::limit::AlgorithmConfig;
+use surgeguard_core::limit::{Algorithm, AlgorithmConfig, Window};
 use surgeguard_core::rng::SplitMix64;
 use surgeguard_core::time::{MS, SEC};
 use surgeguard_core::{Limiter, LimiterConfig, Outcome, Priority, RawPermit};
@@ -49,6 +59,11 @@ impl Rng {
 /// The dependency's service-time distribution (before any slowdown factor).
 #[derive(Clone, Copy, Debug)]
 pub enum Service {
+    /// Exponential with this mean (ms).
+    Exponential {
+        /// Mean, ms.
+        mean_ms: f64,
+    },
     /// Log-normal with this median (ms) and shape σ.
     LogNormal {
         /// Median, ms.
@@ -65,6 +80,14 @@ pub enum Service {
         /// Share of the rare latency.
         slow_share: f64,
     },
+    /// Erlang (gamma with an integer shape `k`) with this mean (ms): the simulator's
+    /// `cost_shape` work, whose tail above 1.5× the mean is `e^{-1.5k}·Σ_{i<k}(1.5k)^i/i!`.
+    Erlang {
+        /// Mean, ms.
+        mean_ms: f64,
+        /// Shape `k`.
+        shape: u32,
+    },
 }
 
 impl Service {
@@ -74,10 +97,14 @@ impl Service {
     pub const HEAVY: Service = Service::LogNormal { median_ms: 6.1, sigma: 0.992 };
     /// Bimodal: 90% at 5 ms, 10% at 80 ms (mean 12.5 ms).
     pub const BIMODAL: Service = Service::Bimodal { fast_ms: 5.0, slow_ms: 80.0, slow_share: 0.1 };
+    /// A wide log-normal: the base median, σ 0.7 (mean 12.4 ms, so the real capacity is ~81%
+    /// of the nominal one, matching the ~80% ceiling the peers hit in their heavy-tail run).
+    pub const WIDE: Service = Service::LogNormal { median_ms: 9.69, sigma: 0.7 };
 
     /// One service time, ns.
     pub fn sample_ns(&self, rng: &mut Rng) -> f64 {
         match *self {
+            Service::Exponential { mean_ms } => rng.exp(mean_ms * MS as f64),
             Service::LogNormal { median_ms, sigma } => {
                 median_ms * MS as f64 * (sigma * rng.normal()).exp()
             }
@@ -85,18 +112,42 @@ impl Service {
                 let base = if rng.unit() <= slow_share { slow_ms } else { fast_ms };
                 base * MS as f64 * (0.9 + 0.2 * rng.unit())
             }
+            Service::Erlang { mean_ms, shape } => {
+                let sum: f64 = (0..shape).map(|_| -rng.unit().ln()).sum();
+                mean_ms * MS as f64 * sum / shape as f64
+            }
+        }
+    }
+
+    /// `P(service ≤ t_ns)` at slowdown factor `slow` (Erlang only; `None` for the others).
+    pub fn cdf(&self, t_ns: f64, slow: f64) -> Option<f64> {
+        match *self {
+            Service::Erlang { mean_ms, shape } => {
+                let x = t_ns * shape as f64 / (mean_ms * MS as f64 * slow);
+                let (mut term, mut tail) = (1.0, 0.0);
+                for i in 0..shape {
+                    if i > 0 {
+                        term *= x / i as f64;
+                    }
+                    tail += term;
+                }
+                Some(1.0 - (-x).exp() * tail)
+            }
+            _ => None,
         }
     }
 
     /// Mean service time, ns.
     pub fn mean_ns(&self) -> f64 {
         match *self {
+            Service::Exponential { mean_ms } => mean_ms * MS as f64,
             Service::LogNormal { median_ms, sigma } => {
                 median_ms * MS as f64 * (sigma * sigma / 2.0).exp()
             }
             Service::Bimodal { fast_ms, slow_ms, slow_share } => {
                 (fast_ms * (1.0 - slow_share) + slow_ms * slow_share) * MS as f64
             }
+            Service::Erlang { mean_ms, .. } => mean_ms * MS as f64,
         }
     }
 }
@@ -161,6 +212,11 @@ impl Scenario {
         p.slots as f64 * SEC as f64 / (self.service.mean_ns() * p.slow)
     }
 
+    /// The dependency's unloaded mean latency at `t` (ns).
+    pub fn base_latency(&self, t: u64) -> f64 {
+        self.service.mean_ns() * self.phase(t).slow
+    }
+
     fn integrate(&self, from: u64, to: u64, f: impl Fn(u64) -> f64) -> f64 {
         let step = 10 * MS;
         let (mut t, mut total) = (from, 0.0);
@@ -205,6 +261,16 @@ pub struct Tick {
 /// What one run measured.
 #[derive(Clone, Debug, Default)]
 pub struct Report {
+    /// The control's name.
+    pub name: String,
+    /// Arrivals.
+    pub offered: u64,
+    /// Arrivals admitted.
+    pub admitted: u64,
+    /// Arrivals refused (as a count; by time in `refused`).
+    pub rejected: u64,
+    /// (time, limit) after every change.
+    pub limits: Vec<(u64, f64)>,
     /// Completions within the timeout, by completion time.
     pub good: Vec<u64>,
     /// (resolved at, client latency) of every admitted request (a timeout counts as the
@@ -238,8 +304,50 @@ impl Report {
         let i = ((v.len() as f64 * q).ceil() as usize).clamp(1, v.len()) - 1;
         v[i]
     }
-    /// Mean of the sampled limit over `[from, to)`.
+    /// Time-weighted mean limit over `[from, to)` (from every change of the limit).
     pub fn mean_limit(&self, from: u64, to: u64) -> f64 {
+        let mut cur = self.limits.first().map(|x| x.1).unwrap_or(0.0);
+        let mut acc = 0.0;
+        let mut t = from;
+        for &(at, l) in &self.limits {
+            if at <= from {
+                cur = l;
+                continue;
+            }
+            if at >= to {
+                break;
+            }
+            acc += cur * (at - t) as f64;
+            t = at;
+            cur = l;
+        }
+        acc += cur * (to - t) as f64;
+        acc / (to - from) as f64
+    }
+    /// The first `t` (in steps of 250 ms from `from`, up to `to − 5 s`) such that the p99 of
+    /// everything resolved in `[t, to)` is below `bound`, as time since `from`; `None` if none.
+    pub fn settle_time(&self, bound: f64, from: u64, to: u64) -> Option<u64> {
+        let mut v: Vec<(u64, u64)> =
+            self.lat.iter().copied().filter(|(t, _)| *t >= from && *t < to).collect();
+        v.sort_unstable();
+        let step = SEC / 4;
+        let mut t = from;
+        while t + 5 * SEC <= to {
+            let i = v.partition_point(|x| x.0 < t);
+            let mut rest: Vec<u64> = v[i..].iter().map(|x| x.1).collect();
+            rest.sort_unstable();
+            if !rest.is_empty() {
+                let k = ((rest.len() as f64 * 0.99).ceil() as usize).clamp(1, rest.len()) - 1;
+                if (rest[k] as f64) < bound {
+                    return Some(t - from);
+                }
+            }
+            t += step;
+        }
+        None
+    }
+    /// Mean of the limit sampled every 100 ms over `[from, to)`.
+    pub fn sampled_mean_limit(&self, from: u64, to: u64) -> f64 {
         let v: Vec<f64> =
             self.ticks.iter().filter(|k| k.at >= from && k.at < to).map(|k| k.limit).collect();
         v.iter().sum::<f64>() / v.len().max(1) as f64
@@ -277,6 +385,8 @@ impl Report {
 
 /// The client's admission control under test.
 pub trait Control {
+    /// A label for reports.
+    fn name(&self) -> String;
     /// Admit one request at `now`: a token, or `None` when refused.
     fn try_acquire(&mut self, now: u64) -> Option<u64>;
     /// The request of `token` ended at `now`.
@@ -288,26 +398,40 @@ pub trait Control {
 /// The real lock-free [`Limiter`] with one priority level, so its own windowing (histogram
 /// quantiles, window length, minimum samples, `⌊limit⌋` slots) is what gets tested.
 pub struct Real {
-    limiter: Limiter,
+    /// The limiter under test.
+    pub limiter: Limiter,
+    label: String,
     permits: HashMap<u64, RawPermit>,
     next: u64,
+    /// Report a client timeout as a `Success` of the timeout's latency (Envoy's view).
+    pub timeouts_as_samples: bool,
 }
 
 impl Real {
     /// A limiter running `algorithm`.
     pub fn new(algorithm: AlgorithmConfig) -> Self {
+        Self::named(algorithm, "")
+    }
+
+    /// A limiter running `algorithm`, labelled `label` in reports.
+    pub fn named(algorithm: AlgorithmConfig, label: &str) -> Self {
         let mut weights = [0.0; 8];
         weights[0] = 1.0;
         let cfg = LimiterConfig { levels: 1, weights, ..LimiterConfig::with_algorithm(algorithm) };
         Self {
             limiter: Limiter::new(cfg).expect("valid limiter config"),
+            label: label.to_string(),
             permits: HashMap::new(),
             next: 0,
+            timeouts_as_samples: false,
         }
     }
 }
 
 impl Control for Real {
+    fn name(&self) -> String {
+        self.label.clone()
+    }
     fn try_acquire(&mut self, now: u64) -> Option<u64> {
         let permit = self.limiter.try_acquire_raw(now, Priority::CRITICAL).ok()?;
         self.next += 1;
@@ -316,6 +440,10 @@ impl Control for Real {
     }
     fn release(&mut self, now: u64, token: u64, outcome: Outcome) {
         let permit = self.permits.remove(&token).expect("released once");
+        let outcome = match outcome {
+            Outcome::Dropped if self.timeouts_as_samples => Outcome::Success,
+            o => o,
+        };
         self.limiter.release_raw(permit, now, outcome).expect("own permit");
     }
     fn limit(&self) -> f64 {
@@ -323,9 +451,21 @@ impl Control for Real {
     }
 }
 
+impl Drop for Real {
+    /// A run ends with work still in flight: its permits end as `Ignored`, never dropped
+    /// unreleased (which the core counts as leaked).
+    fn drop(&mut self) {
+        let now = self.limiter.latest_time();
+        for (_, permit) in self.permits.drain() {
+            let _ = self.limiter.release_raw(permit, now, Outcome::Ignored);
+        }
+    }
+}
+
 /// A fixed limit (the "static" reference rows).
 pub struct Static {
-    limit: f64,
+    /// The limit.
+    pub limit: f64,
     inflight: u32,
     next: u64,
 }
@@ -338,6 +478,9 @@ impl Static {
 }
 
 impl Control for Static {
+    fn name(&self) -> String {
+        format!("static {}", self.limit)
+    }
     fn try_acquire(&mut self, _now: u64) -> Option<u64> {
         if (self.inflight as f64) < self.limit {
             self.inflight += 1;
@@ -349,6 +492,118 @@ impl Control for Static {
     }
     fn release(&mut self, _now: u64, _token: u64, _outcome: Outcome) {
         self.inflight -= 1;
+    }
+    fn limit(&self) -> f64 {
+        self.limit
+    }
+}
+
+/// An algorithm driven directly: the harness aggregates samples into [`Window`]s (closed after
+/// `max(100 ms, 2 × the last window's min latency)` once it holds ≥ 10 outcomes, as NCL's
+/// WindowedLimit does), feeds them to the algorithm and enforces `in-flight < limit`.
+pub struct Windowed<A: Algorithm> {
+    /// The algorithm under test.
+    pub algo: A,
+    label: String,
+    limit: f64,
+    inflight: u32,
+    next_token: u64,
+    started: std::collections::HashMap<u64, u64>,
+    win_start: u64,
+    win_len: u64,
+    lat: Vec<u64>,
+    drops: u32,
+    max_inflight: u32,
+    /// Windows closed.
+    pub windows: u64,
+    /// Report a client timeout as a latency sample of the timeout instead of a drop (what
+    /// Envoy's filter sees: the 504 after the timeout is a response with that latency).
+    pub timeouts_as_samples: bool,
+}
+
+impl<A: Algorithm> Windowed<A> {
+    /// Drives `algo`, labelled `label` in reports.
+    pub fn new(algo: A, label: &str) -> Self {
+        let limit = algo.limit();
+        Self {
+            algo,
+            label: label.to_string(),
+            limit,
+            inflight: 0,
+            next_token: 0,
+            started: Default::default(),
+            win_start: 0,
+            win_len: 100 * MS,
+            lat: Vec::new(),
+            drops: 0,
+            max_inflight: 0,
+            windows: 0,
+            timeouts_as_samples: false,
+        }
+    }
+
+    fn maybe_close(&mut self, now: u64) {
+        let n = self.lat.len() as u32 + self.drops;
+        if now < self.win_start + self.win_len || n < 10 {
+            return;
+        }
+        self.lat.sort_unstable();
+        let pick = |q: f64| -> u64 {
+            if self.lat.is_empty() {
+                return 0;
+            }
+            let i = ((self.lat.len() as f64 * q).ceil() as usize).clamp(1, self.lat.len()) - 1;
+            self.lat[i]
+        };
+        let sum: u64 = self.lat.iter().sum();
+        let w = Window {
+            now,
+            samples: self.lat.len() as u32,
+            drops: self.drops,
+            avg_ns: if self.lat.is_empty() { 0 } else { sum / self.lat.len() as u64 },
+            min_ns: self.lat.first().copied().unwrap_or(0),
+            p50_ns: pick(0.5),
+            p90_ns: pick(0.9),
+            p99_ns: pick(0.99),
+            max_inflight: self.max_inflight,
+            inflight: self.inflight,
+        };
+        self.limit = self.algo.update(&w);
+        self.windows += 1;
+        self.win_len = (2 * w.min_ns).clamp(100 * MS, SEC);
+        self.win_start = now;
+        self.lat.clear();
+        self.drops = 0;
+        self.max_inflight = self.inflight;
+    }
+}
+
+impl<A: Algorithm> Control for Windowed<A> {
+    fn name(&self) -> String {
+        self.label.clone()
+    }
+    fn try_acquire(&mut self, now: u64) -> Option<u64> {
+        // A limit below 1 still lets one request through (the harness has no idling).
+        if (self.inflight as f64) < self.limit.max(1.0) {
+            self.inflight += 1;
+            self.max_inflight = self.max_inflight.max(self.inflight);
+            self.next_token += 1;
+            self.started.insert(self.next_token, now);
+            Some(self.next_token)
+        } else {
+            None
+        }
+    }
+    fn release(&mut self, now: u64, token: u64, outcome: Outcome) {
+        let start = self.started.remove(&token).expect("released once");
+        self.inflight -= 1;
+        match outcome {
+            Outcome::Success => self.lat.push(now - start),
+            Outcome::Dropped if self.timeouts_as_samples => self.lat.push(now - start),
+            Outcome::Dropped => self.drops += 1,
+            Outcome::Ignored => {}
+        }
+        self.maybe_close(now);
     }
     fn limit(&self) -> f64 {
         self.limit
@@ -383,7 +638,8 @@ pub fn run(scenario: &Scenario, control: &mut dyn Control) -> Report {
     let mut reqs: Vec<Req> = Vec::new();
     let mut queue: VecDeque<usize> = VecDeque::new();
     let mut busy = 0usize;
-    let mut rep = Report::default();
+    let mut rep = Report { name: control.name(), ..Default::default() };
+    let mut last_limit = f64::NAN;
 
     let first = rng.exp(SEC as f64 / scenario.phase(0).rate) as u64;
     push(&mut heap, first, Ev::Arrival);
@@ -413,9 +669,14 @@ pub fn run(scenario: &Scenario, control: &mut dyn Control) -> Report {
             Ev::Arrival => {
                 let next = now + rng.exp(SEC as f64 / phase.rate).max(1.0) as u64;
                 push(&mut heap, next, Ev::Arrival);
+                rep.offered += 1;
                 match control.try_acquire(now) {
-                    None => rep.refused.push(now),
+                    None => {
+                        rep.rejected += 1;
+                        rep.refused.push(now);
+                    }
                     Some(token) => {
+                        rep.admitted += 1;
                         let id = reqs.len();
                         reqs.push(Req { token, admitted: now, client_done: false });
                         push(&mut heap, now + scenario.timeout, Ev::Timeout(id));
@@ -451,6 +712,11 @@ pub fn run(scenario: &Scenario, control: &mut dyn Control) -> Report {
             let s = scenario.service.sample_ns(&mut svc_rng) * phase.slow;
             push(&mut heap, now + s.max(1.0) as u64, Ev::Done(id));
         }
+        let l = control.limit();
+        if l != last_limit {
+            rep.limits.push((now, l));
+            last_limit = l;
+        }
     }
     rep
 }
@@ -481,7 +747,7 @@ pub fn score(s: &Scenario, r: &Report, floor: f64) -> Score {
         goodput: 100.0 * r.good_between(a, b) as f64 / denom,
         p99_ms: r.quantile_between(0.99, a, b) as f64 / MS as f64,
         stuck_s: r.stuck_at_floor_ns(floor + 1.0) as f64 / SEC as f64,
-        mean_limit: r.mean_limit(a, b),
+        mean_limit: r.sampled_mean_limit(a, b),
     }
 }
 
