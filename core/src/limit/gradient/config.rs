@@ -5,7 +5,7 @@ use crate::time::{MS, SEC};
 use crate::types::check_range;
 use crate::ConfigError;
 
-/// Configuration of [`Gradient`].
+/// Configuration of [`Gradient`](super::Gradient).
 ///
 /// Every field is a plain number, so that bindings can fill it in. `Default` is the
 /// probe-free controller tuned on the closed-loop scenarios; [`GradientConfig::envoy`] is
@@ -54,7 +54,7 @@ pub struct GradientConfig {
     pub backoff: f64,
     /// Share of a window's outcomes that may be drops without a back-off. Range `[0, 0.999]`.
     /// Probe-free, drops found not to respond to back-off add their share on top (see
-    /// [`Gradient`], step 2).
+    /// [`Gradient`](super::Gradient), step 2).
     pub drop_tolerance: f64,
     /// Double the limit per uncongested window until the first congestion signal.
     pub slow_start: bool,
