@@ -74,6 +74,19 @@ impl Gradient {
             true
         }
     }
+
+    /// Probe mode, after each window: a probe starts after `FLOOR_WINDOWS_BEFORE_PROBE`
+    /// consecutive windows at the floor (Envoy PR #10647) or when one is due.
+    pub(super) fn after_window(&mut self, now: u64) {
+        if self.limit <= self.cfg.min_limit {
+            self.envoy.floor_windows += 1;
+        } else {
+            self.envoy.floor_windows = 0;
+        }
+        if self.envoy.floor_windows >= FLOOR_WINDOWS_BEFORE_PROBE || now >= self.envoy.next_at {
+            self.start_probe(1);
+        }
+    }
 }
 
 #[cfg(all(test, not(loom)))]

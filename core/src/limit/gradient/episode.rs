@@ -207,6 +207,48 @@ impl Gradient {
         // Gone once it is a fraction of what the configured tolerance absorbs anyway.
         self.intr.share = if p < 0.5 * self.cfg.drop_tolerance { 0.0 } else { p as f32 };
     }
+
+    /// A window whose drops exceed the allowance (step 2): the multiplicative back-off,
+    /// unless an episode is measuring its lower point. Returns the new limit.
+    pub(super) fn back_off(&mut self, w: &Window, total: u64) -> f64 {
+        if self.ep.low_windows > 0 {
+            // Measuring the lower operating point: no further cut until the verdict.
+            self.recall.was_near = false;
+            return self.limit;
+        }
+        let first = self.ep.ref_windows == 1 && self.ep.low_windows == 0;
+        if self.probe_free() && first && !self.ss.on && self.intr.share <= 0.0 {
+            // The first back-off of an episode: remember the limit to come back to.
+            self.remember(self.limit, self.base.value);
+        }
+        // One stray timeout in a tiny window (a limit near 1) does not end slow start,
+        // nor do the drops of requests admitted under a higher limit before a cut (the
+        // window held more in flight than the limit now allows).
+        let stale = w.max_inflight as f64 > self.limit + 1.0;
+        self.reset_up();
+        // The back-off deepens with the window's drop share (a window of fewer than
+        // 10 outcomes counts as 10), down to a halving when every outcome dropped
+        // (TCP's multiplicative decrease): a dependency that just lost most of its
+        // capacity times out nearly everything we send it, and 10% a window would keep
+        // it queueing, and timing out, for seconds.
+        // Only a limit that binds (the window held at least half of it in flight, the
+        // NCL Gradient's app-limited rule) is cut deeper: cutting a limit far above what
+        // is in flight sheds nothing, and a deep cut of one (a relay whose callers time
+        // out because a tier below it slowed) would only race it down to a binding
+        // level before the episode test could see whether its drops respond to back-off.
+        let share = w.drops as f64 / total.max(MIN_SAMPLES as u64) as f64;
+        let binds = 2.0 * w.max_inflight as f64 + 1.0 > self.limit;
+        let factor = if binds { self.cfg.backoff.min(1.0 - 0.5 * share) } else { self.cfg.backoff };
+        self.limit = self.clamp(self.limit * factor);
+        // A lone timeout is consistent with a long tail (a heavy-tailed dependency
+        // times out a call now and then at any concurrency): it takes two.
+        if total >= MIN_SAMPLES as u64 && !stale && w.drops >= 2 {
+            self.ss.on = false;
+        }
+        self.m.backoffs += 1;
+        self.recall.was_near = false;
+        self.limit
+    }
 }
 
 #[cfg(all(test, not(loom)))]

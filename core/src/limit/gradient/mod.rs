@@ -32,10 +32,10 @@ mod test_plant;
 pub use config::GradientConfig;
 
 use self::baseline::{Baseline, QUANTILE_SE};
-use self::envoy::{MinRtt, FLOOR_WINDOWS_BEFORE_PROBE};
+use self::envoy::MinRtt;
 use self::episode::{Episode, Intrinsic};
 use self::flat::{History, FLAT_HISTORY, FLAT_HORIZON_NS};
-use self::probe::{DownProbe, UpProbe, UP_WAIT_MAX_NS, UP_WAIT_NS};
+use self::probe::{DownProbe, UpProbe, UP_WAIT_NS};
 use self::recall::Recall;
 use self::slow_start::SlowStart;
 use super::{Algorithm, Window};
@@ -327,12 +327,7 @@ impl Algorithm for Gradient {
         // 2. Drops during an upward probe are the probe's answer: back to where it
         //    started (no back-off, no episode), and wait longer before the next one.
         if self.up.from > 0.0 && w.drops > 0 {
-            self.limit = self.clamp(self.limit.min(self.up.from as f64));
-            self.reset_up();
-            self.up.wait = (self.up.wait.saturating_mul(2)).min(UP_WAIT_MAX_NS);
-            self.up.next_at = now.saturating_add(self.up.wait);
-            self.recall.was_near = false;
-            return self.limit;
+            return self.up_probe_dropped(now);
         }
         //    Drops, and (probe-free) whether they respond to back-off.
         let total = w.samples as u64 + w.drops as u64;
@@ -347,44 +342,7 @@ impl Algorithm for Gradient {
             }
         }
         if back_off {
-            if self.ep.low_windows > 0 {
-                // Measuring the lower operating point: no further cut until the verdict.
-                self.recall.was_near = false;
-                return self.limit;
-            }
-            let first = self.ep.ref_windows == 1 && self.ep.low_windows == 0;
-            if self.probe_free() && first && !self.ss.on && self.intr.share <= 0.0 {
-                // The first back-off of an episode: remember the limit to come back to.
-                self.remember(self.limit, self.base.value);
-            }
-            // One stray timeout in a tiny window (a limit near 1) does not end slow start,
-            // nor do the drops of requests admitted under a higher limit before a cut (the
-            // window held more in flight than the limit now allows).
-            let stale = w.max_inflight as f64 > self.limit + 1.0;
-            self.reset_up();
-            // The back-off deepens with the window's drop share (a window of fewer than
-            // 10 outcomes counts as 10), down to a halving when every outcome dropped
-            // (TCP's multiplicative decrease): a dependency that just lost most of its
-            // capacity times out nearly everything we send it, and 10% a window would keep
-            // it queueing, and timing out, for seconds.
-            // Only a limit that binds (the window held at least half of it in flight, the
-            // NCL Gradient's app-limited rule) is cut deeper: cutting a limit far above what
-            // is in flight sheds nothing, and a deep cut of one (a relay whose callers time
-            // out because a tier below it slowed) would only race it down to a binding
-            // level before the episode test could see whether its drops respond to back-off.
-            let share = w.drops as f64 / total.max(MIN_SAMPLES as u64) as f64;
-            let binds = 2.0 * w.max_inflight as f64 + 1.0 > self.limit;
-            let factor =
-                if binds { self.cfg.backoff.min(1.0 - 0.5 * share) } else { self.cfg.backoff };
-            self.limit = self.clamp(self.limit * factor);
-            // A lone timeout is consistent with a long tail (a heavy-tailed dependency
-            // times out a call now and then at any concurrency): it takes two.
-            if total >= MIN_SAMPLES as u64 && !stale && w.drops >= 2 {
-                self.ss.on = false;
-            }
-            self.m.backoffs += 1;
-            self.recall.was_near = false;
-            return self.limit;
+            return self.back_off(w, total);
         }
         self.track_intrinsic(if total > 0 { w.drops as f64 / total as f64 } else { 0.0 }, total);
         // 3. Nothing to measure.
@@ -462,26 +420,7 @@ impl Algorithm for Gradient {
         // 8. Recall (probe-free): after a cut, two windows in a row within `buffer` of the
         //    baseline at a binding limit double it back towards the limit it had before;
         //    a congested window after such a doubling ends the recall.
-        let near = stat <= self.base.value * (1.0 + self.cfg.buffer);
-        if self.recall.limit > 0.0 && self.probe_free() && self.intr.share <= 0.0 {
-            if congested && self.recall.recalling {
-                self.recall.limit = 0.0;
-                self.recall.recalling = false;
-            } else if near && self.recall.was_near && reached && l < self.recall.limit as f64 {
-                new = new.max((2.0 * l).min(self.recall.limit as f64));
-                self.recall.recalling = true;
-            }
-        }
-        self.recall.was_near = near;
-        if self.recall.resume_at > 0.0 {
-            new = new.max(self.recall.resume_at as f64);
-            self.recall.resume_at = 0.0;
-        }
-        if self.recall.cut_to > 0.0 {
-            new = self.recall.cut_to as f64;
-            self.recall.cut_to = 0.0;
-            self.ss.on = self.cfg.slow_start;
-        }
+        new = self.recall_step(stat, congested, reached, l, new);
         // 9. Upward probe (probe-free): a bound limit with no drops must not be an
         //    absorbing state below what the dependency handles.
         if self.probe_free() {
@@ -495,14 +434,7 @@ impl Algorithm for Gradient {
         }
 
         if self.probing_mode() {
-            if self.limit <= self.cfg.min_limit {
-                self.envoy.floor_windows += 1;
-            } else {
-                self.envoy.floor_windows = 0;
-            }
-            if self.envoy.floor_windows >= FLOOR_WINDOWS_BEFORE_PROBE || now >= self.envoy.next_at {
-                self.start_probe(1);
-            }
+            self.after_window(now);
         }
         self.limit
     }

@@ -380,6 +380,19 @@ pub(super) fn pool_add(p: &mut UpPool, inflight: f32, n: f32, stat: f64) {
     p.windows = p.windows.saturating_add(1);
 }
 
+impl Gradient {
+    /// Drops during an upward probe are the probe's answer (step 2): back to where it
+    /// started (no back-off, no episode), and wait longer before the next one.
+    pub(super) fn up_probe_dropped(&mut self, now: u64) -> f64 {
+        self.limit = self.clamp(self.limit.min(self.up.from as f64));
+        self.reset_up();
+        self.up.wait = (self.up.wait.saturating_mul(2)).min(UP_WAIT_MAX_NS);
+        self.up.next_at = now.saturating_add(self.up.wait);
+        self.recall.was_near = false;
+        self.limit
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::super::test_plant::*;

@@ -37,4 +37,38 @@ impl Gradient {
             self.recall.recalling = false;
         }
     }
+
+    /// Step 8: the recall, then the jumps other mechanisms left pending (the flat test's
+    /// resume, the speed-up cut). `new` is the limit steps 5 to 7 chose, `l` the limit in
+    /// force during the window; returns the limit to carry on with.
+    pub(super) fn recall_step(
+        &mut self,
+        stat: f64,
+        congested: bool,
+        reached: bool,
+        l: f64,
+        mut new: f64,
+    ) -> f64 {
+        let near = stat <= self.base.value * (1.0 + self.cfg.buffer);
+        if self.recall.limit > 0.0 && self.probe_free() && self.intr.share <= 0.0 {
+            if congested && self.recall.recalling {
+                self.recall.limit = 0.0;
+                self.recall.recalling = false;
+            } else if near && self.recall.was_near && reached && l < self.recall.limit as f64 {
+                new = new.max((2.0 * l).min(self.recall.limit as f64));
+                self.recall.recalling = true;
+            }
+        }
+        self.recall.was_near = near;
+        if self.recall.resume_at > 0.0 {
+            new = new.max(self.recall.resume_at as f64);
+            self.recall.resume_at = 0.0;
+        }
+        if self.recall.cut_to > 0.0 {
+            new = self.recall.cut_to as f64;
+            self.recall.cut_to = 0.0;
+            self.ss.on = self.cfg.slow_start;
+        }
+        new
+    }
 }
