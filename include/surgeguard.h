@@ -417,24 +417,10 @@ typedef struct sg_rate_limiter sg_rate_limiter;
 // bounded share of traffic (Finagle's `RetryBudget`, gRPC's retry throttling). Thread-safe, lock-free.
 typedef struct sg_retry_budget sg_retry_budget;
 
-// A retry budget in memory shared between processes (opaque; heap only).
-typedef struct sg_shared_budget sg_shared_budget;
-
 #if defined(__linux__)
 // A gate in memory shared between processes (opaque; heap only).
 typedef struct sg_shared_gate sg_shared_gate;
 #endif
-
-// Per-key caps (`sg_keyed`) in memory shared between processes (opaque; heap only).
-typedef struct sg_shared_keyed sg_shared_keyed;
-
-#if defined(__linux__)
-// A limiter in memory shared between processes (opaque; heap only).
-typedef struct sg_shared_limiter sg_shared_limiter;
-#endif
-
-// A GCRA rate limiter in memory shared between processes (opaque; heap only).
-typedef struct sg_shared_rate sg_shared_rate;
 
 // The gRPC A6 retry throttle: tokens start full, a failure takes one, a success adds
 // `token_ratio`; retries only while above half. Thread-safe, lock-free.
@@ -508,7 +494,7 @@ typedef struct sg_breaker_config {
 // fine there): acquiring into a live permit would lose that admission; don't.
 typedef struct sg_permit {
     // Opaque.
-    uint64_t opaque[6];
+    uint64_t opaque[8];
 } sg_permit;
 
 // A refusal: why (`SG_REASON_*`) and when trying again could succeed, in nanoseconds
@@ -1190,6 +1176,19 @@ typedef struct sg_rate_limiter_config {
     uint64_t reserved[4];
 } sg_rate_limiter_config;
 
+// Settings of an `sg_retry_budget`.
+typedef struct sg_retry_budget_config {
+    // How long a deposit funds retries, ns, in `[1 s, 60 s]` (default 10 s).
+    uint64_t ttl_ns;
+    // Retries per second allowed even with no traffic, at most 1 000 000 (default 10).
+    uint32_t min_retries_per_sec;
+    // Retries as a fraction of requests: 0, or in `[0.001, 1000]` (default 0.1).
+    double percent_can_retry;
+    // Reserved for settings added later (each will give 0 today's behaviour); must be
+    // 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
+    uint64_t reserved[4];
+} sg_retry_budget_config;
+
 // A snapshot of an `sg_rate_limiter`.
 typedef struct sg_rate_limiter_metrics {
     // Units admitted, ever.
@@ -1230,19 +1229,6 @@ typedef struct sg_paced_drain_metrics {
     // Reserved for values added later; 0 in this version.
     uint64_t reserved[4];
 } sg_paced_drain_metrics;
-
-// Settings of an `sg_retry_budget`.
-typedef struct sg_retry_budget_config {
-    // How long a deposit funds retries, ns, in `[1 s, 60 s]` (default 10 s).
-    uint64_t ttl_ns;
-    // Retries per second allowed even with no traffic, at most 1 000 000 (default 10).
-    uint32_t min_retries_per_sec;
-    // Retries as a fraction of requests: 0, or in `[0.001, 1000]` (default 0.1).
-    double percent_can_retry;
-    // Reserved for settings added later (each will give 0 today's behaviour); must be
-    // 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
-    uint64_t reserved[4];
-} sg_retry_budget_config;
 
 // A snapshot of an `sg_retry_budget`.
 typedef struct sg_retry_budget_metrics {
@@ -1288,17 +1274,6 @@ typedef struct sg_token_throttle_metrics {
 } sg_token_throttle_metrics;
 
 #if defined(__linux__)
-// Caller storage for one admission of an `sg_shared_limiter`. Opaque: fill it only
-// through the library. As `sg_permit`: released once (a second release says
-// `SG_ALREADY_RELEASED`, a release to another shared limiter `SG_FOREIGN_HANDLE`, zeroed
-// or garbage storage `SG_INVALID_HANDLE`); do not copy a live one.
-typedef struct sg_shared_permit {
-    // Opaque.
-    uint64_t opaque[6];
-} sg_shared_permit;
-#endif
-
-#if defined(__linux__)
 // Caller storage for one admission of an `sg_shared_gate` (from `sg_shared_gate_arrive`
 // or a grant). Opaque: fill it only through the library. Released once (a second release
 // says `SG_ALREADY_RELEASED`, a release to another shared gate `SG_FOREIGN_HANDLE`,
@@ -1319,15 +1294,6 @@ typedef struct sg_shared_ticket {
     uint64_t opaque[4];
 } sg_shared_ticket;
 #endif
-
-// Caller storage for one admission of an `sg_shared_keyed`. Opaque: fill it only through
-// the library. Released once (a second release says `SG_ALREADY_RELEASED`, a release to
-// another table `SG_FOREIGN_HANDLE`, zeroed or garbage storage `SG_INVALID_HANDLE`); do
-// not copy a live one.
-typedef struct sg_shared_key_permit {
-    // Opaque.
-    uint64_t opaque[6];
-} sg_shared_key_permit;
 
 // Settings of an `sg_adaptive_throttle`.
 typedef struct sg_adaptive_throttle_config {
@@ -1846,6 +1812,30 @@ sg_status sg_keyed_init(void *mem,
 // says `SG_INVALID_HANDLE`.
 sg_status sg_keyed_deinit(struct sg_keyed *keyed);
 
+#if defined(__linux__)
+// Creates the shared keyed table `name` or attaches to it; NULL `name` makes an anonymous
+// one (as `sg_limiter_open_shared`). The config is `sg_keyed_config`'s; the segment is the
+// table plus `4 × shards × 256` bytes of per-process counts, and a key's permits are
+// counted to their process (those of a process that dies come back exactly once). Hash
+// keys with the same seed in every process. Free the handle with `sg_keyed_free`.
+sg_status sg_keyed_open_shared(const char *name,
+                               const struct sg_keyed_config *cfg,
+                               struct sg_keyed **keyed_out);
+#endif
+
+#if defined(__linux__)
+// Removes the name of a shared keyed table (as `sg_limiter_unlink_shared`).
+sg_status sg_keyed_unlink_shared(const char *name);
+#endif
+
+// Whether this handle made its table (as `sg_limiter_created`).
+sg_status sg_keyed_created(const struct sg_keyed *keyed, bool *created_out);
+
+// A shared table: gives back the key permits of every attached process proven dead
+// (exactly once each), frees the top-keys cell if a dead process held it, and writes how
+// many permits; a local one writes 0.
+sg_status sg_keyed_reclaim(struct sg_keyed *keyed, uint64_t *reclaimed_out);
+
 // Hashes a key (tenant id, API key, agent id; `len` bytes, `bytes` may be NULL only when
 // `len` is 0) to the 64-bit key hash the table takes: seeded, the same on every platform
 // and in every binding. Not cryptographic.
@@ -2026,6 +2016,76 @@ sg_status sg_permit_is_live(const struct sg_permit *permit, bool *live_out);
 // `dst` that holds a live permit is refused with `SG_INVALID_ARGUMENT` (moving over it
 // would lose that admission), as is `src == dst`; neither changes anything.
 sg_status sg_permit_move(struct sg_permit *src, struct sg_permit *dst);
+
+#if defined(__linux__)
+// Creates the shared limiter `name` (the file `/dev/shm/surgeguard.<name>`; a name with a
+// `/` is a path) or attaches to it; NULL `name` makes an anonymous one, shared with the
+// processes this one forks afterwards. The handle is an `sg_limiter` like any other
+// (heap only: free it with `sg_limiter_free`, after releasing its permits: a permit still
+// held stays counted until the process exits and is reclaimed). `SG_SHM_REFUSED` if the
+// name holds a segment of another config, kind, layout or version (or is not one);
+// `SG_INVALID_ARGUMENT` for a bad name (empty, over 200 bytes, not `[A-Za-z0-9._-]`);
+// `SG_SHM_UNAVAILABLE` if a system call failed or every process slot (256) is taken.
+sg_status sg_limiter_open_shared(const char *name,
+                                 const struct sg_limiter_config *cfg,
+                                 struct sg_limiter **limiter_out);
+#endif
+
+#if defined(__linux__)
+// Removes the name of a shared limiter (processes that have it mapped keep it; a later
+// `sg_limiter_open_shared` of the name creates a new one).
+sg_status sg_limiter_unlink_shared(const char *name);
+#endif
+
+// Whether this handle made its limiter: true for a local one; for a shared one, false if
+// it attached to another process's segment.
+sg_status sg_limiter_created(const struct sg_limiter *limiter, bool *created_out);
+
+// A shared limiter: releases the permits of every attached process proven dead (exactly
+// once each) and writes how many; a local one writes 0. Call it from a pre-fork master's
+// `SIGCHLD` handling loop (not the signal handler) or a timer.
+sg_status sg_limiter_reclaim(struct sg_limiter *limiter, uint64_t *reclaimed_out);
+
+#if defined(__linux__)
+// Creates the shared rate limiter `name` or attaches to it; NULL `name` makes an anonymous
+// one (as `sg_limiter_open_shared`). The config is `sg_rate_limiter_config`'s with the
+// rate in `per_second` (`emission_ns` must be 0 here: `SG_CONFIG_OUT_OF_RANGE`, field
+// `emission_ns`). Free the handle with `sg_rate_limiter_free`.
+sg_status sg_rate_limiter_open_shared(const char *name,
+                                      const struct sg_rate_limiter_config *cfg,
+                                      struct sg_rate_limiter **rate_limiter_out);
+#endif
+
+#if defined(__linux__)
+// Removes the name of a shared rate limiter (as `sg_limiter_unlink_shared`).
+sg_status sg_rate_limiter_unlink_shared(const char *name);
+#endif
+
+// Whether this handle made its rate limiter (as `sg_limiter_created`).
+sg_status sg_rate_limiter_created(const struct sg_rate_limiter *rate_limiter, bool *created_out);
+
+#if defined(__linux__)
+// Creates the shared retry budget `name` or attaches to it; NULL `name` makes an
+// anonymous one (as `sg_limiter_open_shared`). Free the handle with
+// `sg_retry_budget_free`.
+sg_status sg_retry_budget_open_shared(const char *name,
+                                      const struct sg_retry_budget_config *cfg,
+                                      struct sg_retry_budget **retry_budget_out);
+#endif
+
+#if defined(__linux__)
+// Removes the name of a shared retry budget (as `sg_limiter_unlink_shared`).
+sg_status sg_retry_budget_unlink_shared(const char *name);
+#endif
+
+// Whether this handle made its retry budget (as `sg_limiter_created`).
+sg_status sg_retry_budget_created(const struct sg_retry_budget *retry_budget, bool *created_out);
+
+// A shared budget: frees its slot ring if a process proven dead held it (killed in the
+// middle of a fold) and writes how many cells were freed (0 or 1); a local one writes 0.
+// Operations do this by themselves when they meet such a cell (at most every 10 ms per
+// process); this does it at once.
+sg_status sg_retry_budget_reclaim(struct sg_retry_budget *retry_budget, uint64_t *freed_out);
 
 // Fills `cfg` with the defaults: 100 per second, bursts of 10.
 sg_status sg_rate_limiter_config_default(struct sg_rate_limiter_config *cfg);
@@ -2235,68 +2295,6 @@ sg_status sg_token_throttle_metrics_get(const struct sg_token_throttle *token_th
                                         struct sg_token_throttle_metrics *metrics_out);
 
 #if defined(__linux__)
-// Creates the shared limiter `name` (the file `/dev/shm/surgeguard.<name>`; a name with
-// a `/` is a path) or attaches to it; NULL `name` makes an anonymous one, shared with
-// the processes this one forks afterwards. `SG_SHM_REFUSED` if the name holds a segment
-// of another config, kind, layout or version (or is not one); `SG_INVALID_ARGUMENT` for
-// a bad name (empty, over 200 bytes, not `[A-Za-z0-9._-]`); `SG_SHM_UNAVAILABLE` if a
-// system call failed. Free the handle with `sg_shared_limiter_free` (the segment stays
-// while any process maps it, and a named one until `sg_shared_limiter_unlink`).
-sg_status sg_shared_limiter_open(const char *name,
-                                 const struct sg_limiter_config *cfg,
-                                 struct sg_shared_limiter **limiter_out);
-#endif
-
-#if defined(__linux__)
-// Detaches this process and frees the handle (its permits must be released first: a
-// permit still held stays counted until the process exits and is reclaimed). NULL is a
-// no-op.
-void sg_shared_limiter_free(struct sg_shared_limiter *limiter);
-#endif
-
-#if defined(__linux__)
-// Removes the name (processes that have it mapped keep their segment).
-sg_status sg_shared_limiter_unlink(const char *name);
-#endif
-
-#if defined(__linux__)
-// Whether this handle created the segment (false: it attached to another process's).
-sg_status sg_shared_limiter_created(const struct sg_shared_limiter *limiter, bool *created_out);
-#endif
-
-#if defined(__linux__)
-// Admits one unit of work at `level` now, counted to this process, into `permit_out`;
-// or `SG_REJECTED` (with the reason and retry-after in `rejection_out`, if not NULL).
-sg_status sg_shared_limiter_try_acquire(struct sg_shared_limiter *limiter,
-                                        uint64_t now,
-                                        uint32_t level,
-                                        struct sg_shared_permit *permit_out,
-                                        struct sg_rejection *rejection_out);
-#endif
-
-#if defined(__linux__)
-// Ends a permit of this limiter with `outcome` (`SG_OUTCOME_*`).
-sg_status sg_shared_limiter_release(struct sg_shared_limiter *limiter,
-                                    struct sg_shared_permit *permit,
-                                    uint64_t now,
-                                    uint32_t outcome);
-#endif
-
-#if defined(__linux__)
-// Releases the permits of every attached process proven dead (exactly once each);
-// writes how many. Call it from a pre-fork master's `SIGCHLD` handling loop (not the
-// signal handler) or a timer.
-sg_status sg_shared_limiter_reclaim(struct sg_shared_limiter *limiter, uint64_t *reclaimed_out);
-#endif
-
-#if defined(__linux__)
-// Requests in flight across all processes, and the limit in force.
-sg_status sg_shared_limiter_inflight(const struct sg_shared_limiter *limiter,
-                                     uint32_t *inflight_out,
-                                     double *limit_out);
-#endif
-
-#if defined(__linux__)
 // Creates the shared gate `name` (the file `/dev/shm/surgeguard.<name>`; a name with a
 // `/` is a path) or attaches to it; NULL `name` makes an anonymous one, shared with the
 // processes this one forks afterwards. `cfg.queue_capacity` is at most
@@ -2390,115 +2388,6 @@ sg_status sg_shared_gate_inflight(const struct sg_shared_gate *gate,
                                   uint32_t *waiting_out,
                                   double *limit_out);
 #endif
-
-// Creates the shared rate limiter `name` (the file `/dev/shm/surgeguard.<name>`; a name
-// with a `/` is a path) or attaches to it; NULL `name` makes an anonymous one, shared
-// with the processes this one forks afterwards. The config is `sg_rate_limiter_config`'s
-// with `emission_ns` 0 (a rate in `per_second`; `emission_ns` set is
-// `SG_CONFIG_OUT_OF_RANGE`). `SG_SHM_REFUSED` if the name holds another config, kind,
-// layout or version; `SG_INVALID_ARGUMENT` for a bad name; `SG_SHM_UNAVAILABLE` if a
-// system call failed. Free the handle with `sg_shared_rate_free`.
-sg_status sg_shared_rate_open(const char *name,
-                              const struct sg_rate_limiter_config *cfg,
-                              struct sg_shared_rate **rate_out);
-
-// Frees the handle (the segment stays while any process maps it, and a named one until
-// `sg_shared_rate_unlink`). NULL is a no-op.
-void sg_shared_rate_free(struct sg_shared_rate *rate);
-
-// Removes the name (processes that have it mapped keep their segment).
-sg_status sg_shared_rate_unlink(const char *name);
-
-// Whether this handle created the segment (false: it attached to another process's).
-sg_status sg_shared_rate_created(const struct sg_shared_rate *rate, bool *created_out);
-
-// Admits `cost` units at `now` across all processes: `SG_OK`, or `SG_REJECTED` with
-// `SG_REASON_RATE_LIMITED` and the wait (as `sg_rate_limiter_check`).
-sg_status sg_shared_rate_check(struct sg_shared_rate *rate,
-                               uint64_t now,
-                               uint32_t cost,
-                               struct sg_rejection *rejection_out);
-
-// Units that would conform now, without taking them.
-sg_status sg_shared_rate_available(const struct sg_shared_rate *rate,
-                                   uint64_t now,
-                                   uint32_t *available_out);
-
-// Creates the shared retry budget `name` or attaches to it; NULL `name` makes an
-// anonymous one (as `sg_shared_rate_open`). Free it with `sg_shared_budget_free`.
-sg_status sg_shared_budget_open(const char *name,
-                                const struct sg_retry_budget_config *cfg,
-                                struct sg_shared_budget **budget_out);
-
-// Frees the handle. NULL is a no-op.
-void sg_shared_budget_free(struct sg_shared_budget *budget);
-
-// Removes the name (processes that have it mapped keep their segment).
-sg_status sg_shared_budget_unlink(const char *name);
-
-// Whether this handle created the segment.
-sg_status sg_shared_budget_created(const struct sg_shared_budget *budget, bool *created_out);
-
-// Records one request (a first attempt, not a retry) at `now`, in every process's budget.
-sg_status sg_shared_budget_deposit(struct sg_shared_budget *budget, uint64_t now);
-
-// Takes one retry: `SG_OK`, or `SG_REJECTED` with `SG_REASON_BUDGET_EXHAUSTED` and a
-// hint (as `sg_retry_budget_try_withdraw`).
-sg_status sg_shared_budget_try_withdraw(struct sg_shared_budget *budget,
-                                        uint64_t now,
-                                        struct sg_rejection *rejection_out);
-
-// Retries that would be allowed now (reserve included), without taking any.
-sg_status sg_shared_budget_available(const struct sg_shared_budget *budget,
-                                     uint64_t now,
-                                     uint64_t *available_out);
-
-// Frees the budget's slot ring if a process proven dead held it (killed in the middle of
-// a fold); writes how many cells were freed (0 or 1). Operations do this by themselves
-// when they meet such a cell (at most every 10 ms per process); this does it at once.
-sg_status sg_shared_budget_reclaim(struct sg_shared_budget *budget, uint32_t *freed_out);
-
-// Creates the shared keyed table `name` or attaches to it; NULL `name` makes an anonymous
-// one (as `sg_shared_rate_open`). The config is `sg_keyed_config`'s (16, 64, 256 or 1024
-// shards); the segment is the table plus `4 × shards × 256` bytes of per-process counts.
-// Free it with `sg_shared_keyed_free`.
-sg_status sg_shared_keyed_open(const char *name,
-                               const struct sg_keyed_config *cfg,
-                               struct sg_shared_keyed **keyed_out);
-
-// Detaches this process and frees the handle (release its permits first: one still held
-// stays counted until the process exits and is reclaimed). NULL is a no-op.
-void sg_shared_keyed_free(struct sg_shared_keyed *keyed);
-
-// Removes the name (processes that have it mapped keep their segment).
-sg_status sg_shared_keyed_unlink(const char *name);
-
-// Whether this handle created the segment.
-sg_status sg_shared_keyed_created(const struct sg_shared_keyed *keyed, bool *created_out);
-
-// Takes a slot for `key_hash` (and `cost` units of its rate) across all processes, counted
-// to this process, into `permit_out`; or `SG_REJECTED` with `SG_REASON_KEY_LIMIT` /
-// `SG_REASON_KEY_RATE` (as `sg_keyed_try_acquire`). A key-limit refusal may first give
-// back dead processes' permits (at most once per 100 ms across processes) and retry.
-sg_status sg_shared_keyed_try_acquire(struct sg_shared_keyed *keyed,
-                                      uint64_t key_hash,
-                                      uint64_t now,
-                                      uint32_t cost,
-                                      struct sg_shared_key_permit *permit_out,
-                                      struct sg_rejection *rejection_out);
-
-// Returns a permit's slot. Twice is `SG_ALREADY_RELEASED`, another table's permit
-// `SG_FOREIGN_HANDLE`.
-sg_status sg_shared_keyed_release(struct sg_shared_keyed *keyed,
-                                  struct sg_shared_key_permit *permit);
-
-// Gives back the key permits of every attached process proven dead (exactly once each)
-// and frees the top-keys cell if a dead process held it; writes how many permits.
-sg_status sg_shared_keyed_reclaim(struct sg_shared_keyed *keyed, uint64_t *reclaimed_out);
-
-// A snapshot of the shared table (all processes' permits).
-sg_status sg_shared_keyed_metrics_get(const struct sg_shared_keyed *keyed,
-                                      struct sg_keyed_metrics *metrics_out);
 
 // A static, NUL-terminated name for a status (`"ok"`, `"rejected"`, ...); `"unknown
 // status"` for a value that is not one. Never NULL.

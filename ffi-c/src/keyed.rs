@@ -7,17 +7,19 @@ use core::ffi::c_void;
 use core::ffi::c_char;
 
 use surgeguard_core::keyed::{
-    actionable, hash_key, is_per_key, isolation, Actionable, Isolation, KeyPermit, KeyedConfig,
+    actionable, hash_key, is_per_key, isolation, Actionable, Isolation, KeyedConfig,
     KeyedLimits, KeyedMetrics, ShardRate, MAX_BODY_LEN, MAX_SHARDS_PER_KEY,
 };
 use surgeguard_core::time::SEC;
 
 use crate::handle::{
     deinit_object, ffi, ffi_status, ffi_value, free_object, init_object_in_place, input,
-    new_object_in_place, object, out, rejected, with, Res,
+    new_object_in_place, object, out, with, Res,
 };
 use crate::handle::{obj_align, obj_size};
-use crate::permit::{issue, restore, sg_permit, take, SG_PERMIT_KIND_KEYED};
+use crate::permit::{sg_permit, take, SG_PERMIT_KIND_KEYED};
+use crate::placed::{admitted, released};
+use surgeguard_std::placement::{Placed, PlacedKeyPermit};
 use crate::status::reason_of;
 use crate::status::sg_rejection;
 use crate::status::sg_status::{self, *};
@@ -34,20 +36,21 @@ const _: () = assert!(SG_ACTIONABLE_BODY_MAX as usize == MAX_BODY_LEN + 1);
 const TOP: usize = SG_KEYED_TOP_KEYS as usize;
 
 /// The table sizes C can pick (`sg_keyed_config.shards`): the core's table is sized at
-/// compile time.
+/// compile time. Each is local (inline, so it can live in caller storage) or shared.
 #[allow(clippy::large_enum_variant)] // one table per object, inline so it can live in caller storage
 pub enum Table {
     /// 16 shards.
-    S16(KeyedLimits<16, TOP>),
+    S16(Placed<KeyedLimits<16, TOP>>),
     /// 64 shards.
-    S64(KeyedLimits<64, TOP>),
+    S64(Placed<KeyedLimits<64, TOP>>),
     /// 256 shards.
-    S256(KeyedLimits<256, TOP>),
+    S256(Placed<KeyedLimits<256, TOP>>),
     /// 1024 shards.
-    S1024(KeyedLimits<1024, TOP>),
+    S1024(Placed<KeyedLimits<1024, TOP>>),
 }
 
-macro_rules! each {
+/// Runs `$e` with `$t` bound to the placed table, whatever its size.
+macro_rules! each_placed {
     ($table:expr, $t:ident => $e:expr) => {
         match $table {
             Table::S16($t) => $e,
@@ -55,6 +58,16 @@ macro_rules! each {
             Table::S256($t) => $e,
             Table::S1024($t) => $e,
         }
+    };
+}
+
+/// Runs `$e` with `$t` bound to the core table (reads; acquire through the placed one).
+macro_rules! each {
+    ($table:expr, $t:ident => $e:expr) => {
+        each_placed!($table, placed => {
+            let $t = placed.limits();
+            $e
+        })
     };
 }
 
@@ -102,48 +115,39 @@ mod keyed_make {
         // SAFETY: this fn's contract: `cfg` is NULL (`input` refuses it) or readable for
         // one `sg_keyed_config` during the call; the borrow does not outlive it.
         let c = unsafe { input(cfg)? };
-        crate::field::reserved(&c.reserved)?;
-        // With no rate (0), `rate_burst` is still checked on its own (at the fastest rate,
-        // where no burst overflows), as every unused setting is.
-        ShardRate::per_second(1e9, c.rate_burst)?;
-        let shard_rate = if c.rate_per_second == 0.0 {
-            None
-        } else {
-            Some(ShardRate::per_second(c.rate_per_second, c.rate_burst)?)
-        };
-        let config = KeyedConfig {
-            shards_per_key: c.shards_per_key,
-            shard_limit: c.shard_limit,
-            limit_retry_after: c.limit_retry_after_ns,
-            seed: c.seed,
-            shard_rate,
-        };
+        let config = keyed_config(c)?;
         // Each arm writes `p` only once the table is built.
-        match c.shards {
-            16 => {
-                let t = KeyedLimits::new(config)?;
-                // SAFETY: this fn's contract: `p` is writable for one `Table`.
-                unsafe { p.write(Table::S16(t)) }
-            }
-            64 => {
-                let t = KeyedLimits::new(config)?;
-                // SAFETY: this fn's contract: `p` is writable for one `Table`.
-                unsafe { p.write(Table::S64(t)) }
-            }
-            256 => {
-                let t = KeyedLimits::new(config)?;
-                // SAFETY: this fn's contract: `p` is writable for one `Table`.
-                unsafe { p.write(Table::S256(t)) }
-            }
-            1024 => {
-                let t = KeyedLimits::new(config)?;
-                // SAFETY: this fn's contract: `p` is writable for one `Table`.
-                unsafe { p.write(Table::S1024(t)) }
-            }
+        let table = match c.shards {
+            16 => Table::S16(Placed::Local(KeyedLimits::new(config)?)),
+            64 => Table::S64(Placed::Local(KeyedLimits::new(config)?)),
+            256 => Table::S256(Placed::Local(KeyedLimits::new(config)?)),
+            1024 => Table::S1024(Placed::Local(KeyedLimits::new(config)?)),
             _ => return Err(crate::field::out_of_range("shards")),
-        }
+        };
+        // SAFETY: this fn's contract: `p` is writable for one `Table`.
+        unsafe { p.write(table) };
         Ok(())
     }
+}
+
+/// The core config of a C config (every field checked, used or not).
+pub(crate) fn keyed_config(c: &sg_keyed_config) -> Res<KeyedConfig> {
+    crate::field::reserved(&c.reserved)?;
+    // With no rate (0), `rate_burst` is still checked on its own (at the fastest rate,
+    // where no burst overflows), as every unused setting is.
+    ShardRate::per_second(1e9, c.rate_burst)?;
+    let shard_rate = if c.rate_per_second == 0.0 {
+        None
+    } else {
+        Some(ShardRate::per_second(c.rate_per_second, c.rate_burst)?)
+    };
+    Ok(KeyedConfig {
+        shards_per_key: c.shards_per_key,
+        shard_limit: c.shard_limit,
+        limit_retry_after: c.limit_retry_after_ns,
+        seed: c.seed,
+        shard_rate,
+    })
 }
 
 /// Fills `cfg` with the defaults: 64 shards, 2 per key, 8 permits per shard, 1 s hint, seed 0,
@@ -219,6 +223,76 @@ pub unsafe extern "C" fn sg_keyed_deinit(keyed: *mut sg_keyed) -> sg_status {
     unsafe { deinit_object(keyed) }
 }
 
+/// Creates the shared keyed table `name` or attaches to it; NULL `name` makes an anonymous
+/// one (as `sg_limiter_open_shared`). The config is `sg_keyed_config`'s; the segment is the
+/// table plus `4 × shards × 256` bytes of per-process counts, and a key's permits are
+/// counted to their process (those of a process that dies come back exactly once). Hash
+/// keys with the same seed in every process. Free the handle with `sg_keyed_free`.
+#[cfg(target_os = "linux")]
+#[no_mangle]
+pub unsafe extern "C" fn sg_keyed_open_shared(
+    name: *const c_char,
+    cfg: *const sg_keyed_config,
+    keyed_out: *mut *mut sg_keyed,
+) -> sg_status {
+    use crate::placed::open;
+    // SAFETY: the crate's contract for `name`, `cfg` and `keyed_out`.
+    unsafe {
+        new_object_in_place(keyed_out, |p| {
+            let c = input(cfg)?;
+            let config = keyed_config(c)?;
+            let table = match c.shards {
+                16 => Table::S16(open(name, config)?),
+                64 => Table::S64(open(name, config)?),
+                256 => Table::S256(open(name, config)?),
+                1024 => Table::S1024(open(name, config)?),
+                _ => return Err(crate::field::out_of_range("shards")),
+            };
+            // SAFETY: `new_object_in_place` hands a pointer writable for one `Table`.
+            p.write(table);
+            Ok(())
+        })
+    }
+}
+
+/// Removes the name of a shared keyed table (as `sg_limiter_unlink_shared`).
+#[cfg(target_os = "linux")]
+#[no_mangle]
+pub unsafe extern "C" fn sg_keyed_unlink_shared(name: *const c_char) -> sg_status {
+    // The size is not part of the name: any table type removes it.
+    // SAFETY: the crate's contract for `name`.
+    ffi(|| unsafe { crate::placed::unlink::<KeyedLimits<16, TOP>>(name) })
+}
+
+/// Whether this handle made its table (as `sg_limiter_created`).
+#[no_mangle]
+pub unsafe extern "C" fn sg_keyed_created(
+    keyed: *const sg_keyed,
+    created_out: *mut bool,
+) -> sg_status {
+    ffi(|| {
+        let created_out = out(created_out)?;
+        // SAFETY: the crate's contract for `keyed`.
+        let v = unsafe { with(keyed, |o| Ok(each_placed!(&o.inner, t => t.created())))? };
+        created_out.write(v);
+        Ok(())
+    })
+}
+
+/// A shared table: gives back the key permits of every attached process proven dead
+/// (exactly once each), frees the top-keys cell if a dead process held it, and writes how
+/// many permits; a local one writes 0.
+#[no_mangle]
+pub unsafe extern "C" fn sg_keyed_reclaim(keyed: *mut sg_keyed, reclaimed_out: *mut u64) -> sg_status {
+    ffi(|| {
+        let reclaimed_out = out(reclaimed_out)?;
+        // SAFETY: the crate's contract for `keyed`.
+        let v = unsafe { with(keyed, |o| Ok(each_placed!(&o.inner, t => t.reclaim())))? };
+        reclaimed_out.write(v);
+        Ok(())
+    })
+}
+
 /// Hashes a key (tenant id, API key, agent id; `len` bytes, `bytes` may be NULL only when
 /// `len` is 0) to the 64-bit key hash the table takes: seeded, the same on every platform
 /// and in every binding. Not cryptographic.
@@ -263,12 +337,9 @@ pub unsafe extern "C" fn sg_keyed_try_acquire(
         let permit_out = out(permit_out)?;
         // SAFETY: the crate's contract for `keyed`.
         unsafe {
-            with(keyed, |k| match each!(&k.inner, t => t.try_acquire(key_hash, now, cost)) {
-                Ok(p) => {
-                    issue(permit_out, k.head.id, SG_PERMIT_KIND_KEYED, p);
-                    Ok(SG_OK)
-                }
-                Err(r) => Ok(rejected(rejection_out, r)),
+            with(keyed, |k| {
+                let p = each_placed!(&k.inner, t => t.try_acquire_key(key_hash, now, cost));
+                admitted(p, permit_out, k.head.id, SG_PERMIT_KIND_KEYED, rejection_out)
             })
         }
     })
@@ -289,9 +360,8 @@ pub unsafe extern "C" fn sg_keyed_release(
         // SAFETY: the crate's contract for `keyed`.
         unsafe {
             with(keyed, |k| {
-                let p: KeyPermit = take(permit, k.head.id, SG_PERMIT_KIND_KEYED)?;
-                each!(&k.inner, t => t.release(p)).inspect_err(|_| restore(permit))?;
-                Ok(())
+                let p: PlacedKeyPermit = take(permit, k.head.id, SG_PERMIT_KIND_KEYED)?;
+                released(permit, each_placed!(&k.inner, t => t.release_key(p)))
             })
         }
     })

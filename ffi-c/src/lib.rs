@@ -51,13 +51,11 @@ pub mod gate;
 pub mod keyed;
 pub mod limiter;
 pub mod permit;
+pub mod placed;
 pub mod rate;
 pub mod retry;
 #[cfg(target_os = "linux")]
-pub mod shared;
-#[cfg(target_os = "linux")]
 pub mod shared_gate;
-pub mod shared_more;
 pub mod status;
 #[cfg(target_os = "linux")]
 mod storage;

@@ -7,15 +7,17 @@ use surgeguard_core::limit::{
     AimdConfig, AlgorithmConfig, AnyAlgorithm, FixedConfig, Gradient2Config, GradientConfig,
     HysteresisConfig, VegasConfig,
 };
-use surgeguard_core::{Limiter, LimiterConfig, LimiterMetrics, Priority, RawPermit};
+use surgeguard_core::{Limiter, LimiterConfig, LimiterMetrics, Priority};
+use surgeguard_std::placement::{Placed, PlacedRawPermit};
 
 use crate::field;
 use crate::handle::{
     deinit_object, ffi, ffi_status, ffi_value, free_object, init_object, input, new_object, object,
-    out, rejected, with, Res,
+    out, with, Res,
 };
 use crate::handle::{obj_align, obj_size};
-use crate::permit::{issue, restore, sg_permit, take, SG_PERMIT_KIND_LIMITER};
+use crate::permit::{sg_permit, take, SG_PERMIT_KIND_LIMITER};
+use crate::placed::{admitted, released};
 use crate::status::sg_rejection;
 use crate::status::sg_status::{self, *};
 use crate::vocab::{level, outcome};
@@ -552,7 +554,7 @@ impl sg_limiter_config {
 pub struct sg_limiter {
     _opaque: [u8; 0],
 }
-object!(sg_limiter, Limiter, 0x5347_4C49_4D49_5400);
+object!(sg_limiter, Placed<Limiter>, 0x5347_4C49_4D49_5400);
 
 /// Fills `cfg` with the defaults: the gradient algorithm, 3 levels weighted
 /// 0.7 / 0.25 / 0.05, windows of 100 ms to 1 s.
@@ -576,11 +578,11 @@ pub unsafe extern "C" fn sg_limiter_new(
 /// # Safety
 /// `cfg` must be NULL or valid for reads of one `sg_limiter_config` for the duration of the call
 /// (the crate's contract).
-unsafe fn make(cfg: *const sg_limiter_config) -> Res<Limiter> {
+unsafe fn make(cfg: *const sg_limiter_config) -> Res<Placed<Limiter>> {
     // SAFETY: this fn's contract: `cfg` is NULL (`input` refuses it) or readable for
     // one `sg_limiter_config` during the call; the borrow does not outlive it.
     let cfg = unsafe { input(cfg)? }.to_core()?;
-    Ok(Limiter::new(cfg)?)
+    Ok(Placed::Local(Limiter::new(cfg)?))
 }
 
 /// Frees a limiter made by `sg_limiter_new`. NULL is fine; a handle made by
@@ -642,12 +644,9 @@ pub unsafe extern "C" fn sg_limiter_try_acquire(
         let level = self::level(level)?;
         // SAFETY: the crate's contract for `limiter`.
         unsafe {
-            with(limiter, |l| match l.inner.try_acquire_raw(now, level) {
-                Ok(p) => {
-                    issue(permit_out, l.head.id, SG_PERMIT_KIND_LIMITER, p);
-                    Ok(SG_OK)
-                }
-                Err(r) => Ok(rejected(rejection_out, r)),
+            with(limiter, |l| {
+                let p = l.inner.try_acquire_raw(now, level);
+                admitted(p, permit_out, l.head.id, SG_PERMIT_KIND_LIMITER, rejection_out)
             })
         }
     })
@@ -673,9 +672,8 @@ pub unsafe extern "C" fn sg_limiter_release(
         // SAFETY: the crate's contract for `limiter`.
         unsafe {
             with(limiter, |l| {
-                let raw: RawPermit = take(permit, l.head.id, SG_PERMIT_KIND_LIMITER)?;
-                l.inner.release_raw(raw, now, outcome).inspect_err(|_| restore(permit))?;
-                Ok(())
+                let raw: PlacedRawPermit = take(permit, l.head.id, SG_PERMIT_KIND_LIMITER)?;
+                released(permit, l.inner.release_raw(raw, now, outcome))
             })
         }
     })
@@ -695,7 +693,7 @@ pub unsafe extern "C" fn sg_limiter_note_arrival(
         // SAFETY: the crate's contract for `limiter`.
         unsafe {
             with(limiter, |l| {
-                l.inner.note_arrival(now, level);
+                l.inner.limiter().note_arrival(now, level);
                 Ok(())
             })
         }
@@ -713,7 +711,7 @@ pub unsafe extern "C" fn sg_limiter_set_static_limit(
         // SAFETY: the crate's contract for `limiter`.
         unsafe {
             with(limiter, |l| {
-                l.inner.set_static_limit(Some(limit)).map_err(|_| SG_INVALID_ARGUMENT)
+                l.inner.limiter().set_static_limit(Some(limit)).map_err(|_| SG_INVALID_ARGUMENT)
             })
         }
     })
@@ -725,7 +723,7 @@ pub unsafe extern "C" fn sg_limiter_clear_static_limit(limiter: *mut sg_limiter)
     ffi(|| {
         // SAFETY: the crate's contract for `limiter`.
         unsafe {
-            with(limiter, |l| l.inner.set_static_limit(None).map_err(|_| SG_INVALID_ARGUMENT))
+            with(limiter, |l| l.inner.limiter().set_static_limit(None).map_err(|_| SG_INVALID_ARGUMENT))
         }
     })
 }
@@ -739,7 +737,7 @@ pub unsafe extern "C" fn sg_limiter_limit(
     ffi(|| {
         let limit_out = out(limit_out)?;
         // SAFETY: the crate's contract for `limiter`.
-        let limit = unsafe { with(limiter, |l| Ok(l.inner.limit()))? };
+        let limit = unsafe { with(limiter, |l| Ok(l.inner.limiter().limit()))? };
         limit_out.write(limit);
         Ok(())
     })
@@ -754,7 +752,7 @@ pub unsafe extern "C" fn sg_limiter_inflight(
     ffi(|| {
         let inflight_out = out(inflight_out)?;
         // SAFETY: the crate's contract for `limiter`.
-        let n = unsafe { with(limiter, |l| Ok(l.inner.inflight()))? };
+        let n = unsafe { with(limiter, |l| Ok(l.inner.limiter().inflight()))? };
         inflight_out.write(n);
         Ok(())
     })
@@ -771,7 +769,7 @@ pub unsafe extern "C" fn sg_limiter_inflight_of(
         let inflight_out = out(inflight_out)?;
         let level = self::level(level)?;
         // SAFETY: the crate's contract for `limiter`.
-        let n = unsafe { with(limiter, |l| Ok(l.inner.inflight_of(level)))? };
+        let n = unsafe { with(limiter, |l| Ok(l.inner.limiter().inflight_of(level)))? };
         inflight_out.write(n);
         Ok(())
     })
@@ -878,7 +876,7 @@ pub unsafe extern "C" fn sg_limiter_metrics_get(
     ffi(|| {
         let metrics_out = out(metrics_out)?;
         // SAFETY: the crate's contract for `limiter`.
-        let m = unsafe { with(limiter, |l| Ok(l.inner.metrics()))? };
+        let m = unsafe { with(limiter, |l| Ok(l.inner.limiter().metrics()))? };
         metrics_out.write((&m).into());
         Ok(())
     })

@@ -1,6 +1,6 @@
 //! Permits in caller storage.
 //!
-//! An admission handed to C is an [`sg_permit`]: 48 bytes of caller storage (a stack
+//! An admission handed to C is an [`sg_permit`]: 64 bytes of caller storage (a stack
 //! variable, a field of the request struct) that the library fills on admission and
 //! empties on release. No allocation, and every misuse has its own status with no state
 //! change:
@@ -12,7 +12,9 @@
 //! | never filled (zeroed storage), or garbage | the state word holds neither `LIVE` nor `RELEASED` (both are 64-bit magics) | `SG_INVALID_HANDLE` |
 //!
 //! Inside: the state word, the issuer's id, the issuer's type, and the core's own permit
-//! (`RawPermit`, `BreakerPermit` or `KeyPermit`, moved in by value). The core checks its
+//! (a limiter's `PlacedRawPermit`, a gate's `RawPermit`, a `BreakerPermit` or a keyed
+//! table's `PlacedKeyPermit`, moved in by value; a shared object's permit also names the
+//! process slot it is counted to). The core checks its
 //! own owner tag again when the permit reaches it.
 //!
 //! What cannot be caught: a byte copy of a live permit is a second handle to the same
@@ -22,6 +24,8 @@
 use core::cell::UnsafeCell;
 use core::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use surgeguard_std::placement::{PlacedKeyPermit, PlacedRawPermit};
 
 use crate::handle::{ffi, input, out, Res};
 use crate::status::sg_status::{self, *};
@@ -40,19 +44,19 @@ use crate::status::sg_status::{self, *};
 // (Not in the doc comment, which cbindgen copies into the header.) In Rust the words are
 // `UnsafeCell<MaybeUninit<u64>>`: the state word is updated atomically through a shared
 // borrow, and the core permit's padding bytes stay uninitialised. C sees
-// `uint64_t opaque[6]` (cbindgen unwraps both wrappers): same size, alignment and ABI.
+// `uint64_t opaque[8]` (cbindgen unwraps both wrappers): same size, alignment and ABI.
 #[repr(C)]
 #[derive(Debug)]
 pub struct sg_permit {
     /// Opaque.
-    pub opaque: [UnsafeCell<MaybeUninit<u64>>; 6],
+    pub opaque: [UnsafeCell<MaybeUninit<u64>>; 8],
 }
 
 impl sg_permit {
     /// Zeroed storage: not a permit (releasing it says `SG_INVALID_HANDLE`), the Rust
     /// spelling of `sg_permit p = {0};`.
     pub const fn zeroed() -> Self {
-        Self { opaque: [const { UnsafeCell::new(MaybeUninit::new(0)) }; 6] }
+        Self { opaque: [const { UnsafeCell::new(MaybeUninit::new(0)) }; 8] }
     }
 }
 
@@ -85,7 +89,7 @@ struct Cell {
     _reserved: u32,
     /// The core permit, by value; its padding bytes stay uninitialised, so the payload is
     /// only ever handled as `MaybeUninit` (never as integers).
-    payload: MaybeUninit<[u64; 3]>,
+    payload: MaybeUninit<[u64; 5]>,
 }
 
 const _: () = assert!(size_of::<Cell>() == size_of::<sg_permit>());
@@ -95,7 +99,8 @@ const _: () = assert!(align_of::<Cell>() == align_of::<sg_permit>());
 pub(crate) trait CorePermit: Sized {}
 impl CorePermit for surgeguard_core::RawPermit {}
 impl CorePermit for surgeguard_core::breaker::BreakerPermit {}
-impl CorePermit for surgeguard_core::keyed::KeyPermit {}
+impl CorePermit for PlacedRawPermit {}
+impl CorePermit for PlacedKeyPermit {}
 
 /// Checks at compile time that `P` fits the payload and has no drop glue (it is moved
 /// out by a byte copy and, if the core refuses it, the bytes are simply kept), unless
@@ -103,13 +108,14 @@ impl CorePermit for surgeguard_core::keyed::KeyPermit {}
 /// this crate never drops one (`Limiter::release_raw` consumes it without running it,
 /// also when it refuses it, and the bytes kept stay the one live copy).
 const fn fits<P>(leak_check: bool) {
-    assert!(size_of::<P>() <= size_of::<[u64; 3]>());
+    assert!(size_of::<P>() <= size_of::<[u64; 5]>());
     assert!(align_of::<P>() <= align_of::<u64>());
     assert!(leak_check || !core::mem::needs_drop::<P>());
 }
 const _: () = fits::<surgeguard_core::RawPermit>(true);
 const _: () = fits::<surgeguard_core::breaker::BreakerPermit>(false);
-const _: () = fits::<surgeguard_core::keyed::KeyPermit>(false);
+const _: () = fits::<PlacedRawPermit>(true);
+const _: () = fits::<PlacedKeyPermit>(false);
 
 impl sg_permit {
     fn cell(&self) -> &Cell {
@@ -135,7 +141,7 @@ pub(crate) fn issue<P: CorePermit>(
 
 /// A live permit holding `p`, issued by object `owner` as `kind`.
 pub(crate) fn live_permit<P: CorePermit>(owner: u64, kind: u32, p: P) -> sg_permit {
-    let mut payload = MaybeUninit::<[u64; 3]>::zeroed();
+    let mut payload = MaybeUninit::<[u64; 5]>::zeroed();
     // SAFETY: `fits::<P>()` holds for every `CorePermit`: `P` fits in the payload and needs no
     // more than `u64` alignment, so the write is in bounds and aligned.
     unsafe { payload.as_mut_ptr().cast::<P>().write(p) };
@@ -221,9 +227,16 @@ pub unsafe extern "C" fn sg_permit_info_get(
         let payload = cell.payload.as_ptr();
         let mut info = sg_permit_info { kind: cell.kind, ..Default::default() };
         match cell.kind {
-            SG_PERMIT_KIND_LIMITER | SG_PERMIT_KIND_GATE => {
-                // SAFETY: limiter and gate permits hold a `RawPermit` (see `issue`); it is
+            SG_PERMIT_KIND_LIMITER => {
+                // SAFETY: limiter permits hold a `PlacedRawPermit` (see `issue`); it is
                 // read through a shared reference and not moved.
+                let p = unsafe { &*payload.cast::<PlacedRawPermit>() };
+                info.level = p.level().index() as u32;
+                info.started_at_ns = p.started_at();
+            }
+            SG_PERMIT_KIND_GATE => {
+                // SAFETY: gate permits hold a `RawPermit` (see `issue`); it is read
+                // through a shared reference and not moved.
                 let p = unsafe { &*payload.cast::<surgeguard_core::RawPermit>() };
                 info.level = p.level().index() as u32;
                 info.started_at_ns = p.started_at();
@@ -234,8 +247,8 @@ pub unsafe extern "C" fn sg_permit_info_get(
                 info.is_probe = p.is_probe();
             }
             SG_PERMIT_KIND_KEYED => {
-                // SAFETY: keyed permits hold a `KeyPermit`.
-                let p = unsafe { &*payload.cast::<surgeguard_core::keyed::KeyPermit>() };
+                // SAFETY: keyed permits hold a `PlacedKeyPermit`.
+                let p = unsafe { &*payload.cast::<PlacedKeyPermit>() };
                 info.shard = p.shard() as u32;
                 info.key_hash = p.key_hash();
             }

@@ -13,6 +13,7 @@ use crate::handle::{
     out, rejected, with, Res,
 };
 use crate::handle::{obj_align, obj_size};
+use surgeguard_std::placement::Placed;
 use crate::status::sg_rejection;
 use crate::status::sg_status::{self, *};
 use crate::time::SG_NEVER;
@@ -38,7 +39,7 @@ pub struct sg_rate_limiter_config {
 pub struct sg_rate_limiter {
     _opaque: [u8; 0],
 }
-object!(sg_rate_limiter, RateLimiter, 0x5347_5241_5445_4C00);
+object!(sg_rate_limiter, Placed<RateLimiter>, 0x5347_5241_5445_4C00);
 
 mod rate_make {
     use super::*;
@@ -47,16 +48,16 @@ mod rate_make {
     /// # Safety
     /// `cfg` must be NULL or valid for reads of one `sg_rate_limiter_config` for the duration of
     /// the call (the crate's contract).
-    pub(super) unsafe fn make(cfg: *const sg_rate_limiter_config) -> Res<RateLimiter> {
+    pub(super) unsafe fn make(cfg: *const sg_rate_limiter_config) -> Res<Placed<RateLimiter>> {
         // SAFETY: this fn's contract: `cfg` is NULL (`input` refuses it) or readable for
         // one `sg_rate_limiter_config` during the call; the borrow does not outlive it.
         let c = unsafe { input(cfg)? };
         crate::field::reserved(&c.reserved)?;
-        Ok(if c.emission_ns != 0 {
+        Ok(Placed::Local(if c.emission_ns != 0 {
             RateLimiter::with_interval(c.emission_ns, c.burst)?
         } else {
             RateLimiter::new(RateLimiterConfig { per_second: c.per_second, burst: c.burst })?
-        })
+        }))
     }
 }
 

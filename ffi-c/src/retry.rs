@@ -13,6 +13,7 @@ use crate::handle::{
     out, rejected, with, Res,
 };
 use crate::handle::{obj_align, obj_size};
+use surgeguard_std::placement::Placed;
 use crate::status::sg_rejection;
 use crate::status::sg_status::{self, *};
 
@@ -48,25 +49,38 @@ impl From<RetryBudgetConfig> for sg_retry_budget_config {
 pub struct sg_retry_budget {
     _opaque: [u8; 0],
 }
-object!(sg_retry_budget, RetryBudget, 0x5347_5254_5242_4400);
+object!(sg_retry_budget, Placed<RetryBudget>, 0x5347_5254_5242_4400);
 
-mod budget_make {
+pub(crate) mod budget_make {
     use super::*;
     /// Builds the object's core structure from a C config (for `_new` and `_init`).
     ///
     /// # Safety
     /// `cfg` must be NULL or valid for reads of one `sg_retry_budget_config` for the duration of
     /// the call (the crate's contract).
-    pub(super) unsafe fn make(cfg: *const sg_retry_budget_config) -> Res<RetryBudget> {
+    pub(super) unsafe fn make(cfg: *const sg_retry_budget_config) -> Res<Placed<RetryBudget>> {
+        // SAFETY: this fn's contract (the borrow does not outlive the call).
+        let config = unsafe { budget_config(cfg)? };
+        Ok(Placed::Local(RetryBudget::new(config)?))
+    }
+
+    /// The core config of a C config.
+    ///
+    /// # Safety
+    /// `cfg` must be NULL or valid for reads of one `sg_retry_budget_config` for the
+    /// duration of the call (the crate's contract).
+    pub(crate) unsafe fn budget_config(
+        cfg: *const sg_retry_budget_config,
+    ) -> Res<RetryBudgetConfig> {
         // SAFETY: this fn's contract: `cfg` is NULL (`input` refuses it) or readable for
         // one `sg_retry_budget_config` during the call; the borrow does not outlive it.
         let c = unsafe { input(cfg)? };
         crate::field::reserved(&c.reserved)?;
-        Ok(RetryBudget::new(RetryBudgetConfig {
+        Ok(RetryBudgetConfig {
             ttl: c.ttl_ns,
             min_retries_per_sec: c.min_retries_per_sec,
             percent_can_retry: c.percent_can_retry,
-        })?)
+        })
     }
 }
 

@@ -24,7 +24,7 @@ use surgeguard_std::shm::{
 
 use crate::gate::sg_gate_config;
 use crate::handle::{ffi, ffi_status, free_object, input, new_object, object, out, rejected, with};
-use crate::shared::{name_arg, status_of};
+use crate::placed::{name_arg, status_of};
 use crate::status::sg_rejection;
 use crate::status::sg_status::{self, *};
 use crate::storage::{self, Marks};

@@ -53,6 +53,7 @@ pub mod degrade;
 pub mod fleet;
 mod gate;
 mod permit;
+pub mod placement;
 #[cfg(all(feature = "shm", target_os = "linux", target_has_atomic = "64"))]
 pub mod shm;
 #[cfg(feature = "tower")]

@@ -351,6 +351,11 @@ impl SharedRawPermit {
     pub fn level(&self) -> Priority {
         self.raw.level()
     }
+
+    /// The `now` it was admitted at.
+    pub fn started_at(&self) -> u64 {
+        self.raw.started_at()
+    }
 }
 
 impl SharedPermit<'_> {
