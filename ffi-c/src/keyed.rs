@@ -7,8 +7,8 @@ use core::ffi::c_void;
 use core::ffi::c_char;
 
 use surgeguard_core::keyed::{
-    actionable, hash_key, is_per_key, isolation, Actionable, Isolation, KeyedConfig,
-    KeyedLimits, KeyedMetrics, ShardRate, MAX_BODY_LEN, MAX_SHARDS_PER_KEY,
+    actionable, hash_key, is_per_key, isolation, Actionable, Isolation, KeyedConfig, KeyedLimits,
+    KeyedMetrics, ShardRate, MAX_BODY_LEN, MAX_SHARDS_PER_KEY,
 };
 use surgeguard_core::time::SEC;
 
@@ -19,10 +19,10 @@ use crate::handle::{
 use crate::handle::{obj_align, obj_size};
 use crate::permit::{sg_permit, take, SG_PERMIT_KIND_KEYED};
 use crate::placed::{admitted, released};
-use surgeguard_std::placement::{Placed, PlacedKeyPermit};
 use crate::status::reason_of;
 use crate::status::sg_rejection;
 use crate::status::sg_status::{self, *};
+use surgeguard_std::placement::{Placed, PlacedKeyPermit};
 
 /// Heavy hitters an `sg_keyed` tracks (`sg_keyed_metrics.top_keys`).
 pub const SG_KEYED_TOP_KEYS: u32 = 16;
@@ -283,7 +283,10 @@ pub unsafe extern "C" fn sg_keyed_created(
 /// (exactly once each), frees the top-keys cell if a dead process held it, and writes how
 /// many permits; a local one writes 0.
 #[no_mangle]
-pub unsafe extern "C" fn sg_keyed_reclaim(keyed: *mut sg_keyed, reclaimed_out: *mut u64) -> sg_status {
+pub unsafe extern "C" fn sg_keyed_reclaim(
+    keyed: *mut sg_keyed,
+    reclaimed_out: *mut u64,
+) -> sg_status {
     ffi(|| {
         let reclaimed_out = out(reclaimed_out)?;
         // SAFETY: the crate's contract for `keyed`.

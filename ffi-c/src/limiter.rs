@@ -723,7 +723,9 @@ pub unsafe extern "C" fn sg_limiter_clear_static_limit(limiter: *mut sg_limiter)
     ffi(|| {
         // SAFETY: the crate's contract for `limiter`.
         unsafe {
-            with(limiter, |l| l.inner.limiter().set_static_limit(None).map_err(|_| SG_INVALID_ARGUMENT))
+            with(limiter, |l| {
+                l.inner.limiter().set_static_limit(None).map_err(|_| SG_INVALID_ARGUMENT)
+            })
         }
     })
 }

@@ -13,10 +13,10 @@ use crate::handle::{
     out, rejected, with, Res,
 };
 use crate::handle::{obj_align, obj_size};
-use surgeguard_std::placement::Placed;
 use crate::status::sg_rejection;
 use crate::status::sg_status::{self, *};
 use crate::time::SG_NEVER;
+use surgeguard_std::placement::Placed;
 
 /// Settings of an `sg_rate_limiter`.
 #[repr(C)]

@@ -1,6 +1,6 @@
 //! `sg_shared_gate`: one gate (limiter, priority queue, CoDel, shed switch) across
 //! processes (Linux). Created by name (a file in `/dev/shm`) or anonymously before
-//! `fork()`, like `sg_shared_limiter`. A release in one process grants a waiter queued by
+//! `fork()`, like `sg_limiter_open_shared`. A release in one process grants a waiter queued by
 //! another: each process has a mailbox in the segment (a futex word and its tickets'
 //! states), and `sg_shared_gate_wait` sleeps on it (`FUTEX_WAIT`, shared) until the grant,
 //! an expiry or the timeout. The permits and queued tickets of a process that dies
@@ -8,6 +8,11 @@
 //! released once each; waiters sweep at most every 100 ms, and
 //! `sg_shared_gate_reclaim` does it at once. Every process passes `now` from
 //! `CLOCK_MONOTONIC` (`sg_clock_now_ns()`).
+//!
+//! It is a type of its own (not an `sg_gate` placed in shared memory, as
+//! `sg_limiter_open_shared` places an `sg_limiter`) because its waiting differs: an
+//! `sg_gate`'s caller owns its waiters and polls, while here the queue holds waiters of
+//! every process and the library delivers grants to them and sleeps on them.
 //!
 //! Progress: arrivals, dispatch and cancels take a lock in the segment for one gate
 //! operation (a dead holder is taken over after 10 ms); releases are the gate's, then a

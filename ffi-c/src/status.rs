@@ -61,7 +61,7 @@ pub enum sg_status {
     /// A `now` argument was above `SG_MAX_NOW` (2^62 ns, about 146 years of uptime): a
     /// clock bug or a corrupted value. Refused before anything is read or changed.
     SG_TIME_OUT_OF_RANGE = 113,
-    /// `sg_shared_limiter_open`: the name holds something this build may not attach to:
+    /// `sg_<type>_open_shared`: the name holds something this build may not attach to:
     /// not a surgeguard segment, or one made by another version or layout, for another
     /// kind of object or another config, before the last reboot or in another pid
     /// namespace. Use the same config in every process, or another name (or unlink it).

@@ -1,7 +1,6 @@
-//! Caller storage for the permits of the shared objects (`sg_shared_permit`,
-//! `sg_shared_gate_permit`, `sg_shared_key_permit`): six words that C sees as
-//! `uint64_t opaque[6]`, holding a state word, the issuing handle's id and up to four words
-//! of payload (the Rust permit by value). Whatever bytes the caller passes, a permit is
+//! Caller storage for the permits of the shared gate (`sg_shared_gate_permit`): six words
+//! that C sees as `uint64_t opaque[6]`, holding a state word, the issuing handle's id and
+//! up to four words of payload (the Rust permit by value). Whatever bytes the caller passes, a permit is
 //! taken at most once (a CAS on the state word) and only by the object that issued it.
 
 use core::cell::UnsafeCell;

@@ -339,9 +339,15 @@ impl Placed<Limiter> {
     /// Admits one unit of work at `level` (as [`Limiter::try_acquire_raw`]); a shared
     /// limiter counts it to this process (see [`SharedLimiter::try_acquire_raw`]).
     #[inline]
-    pub fn try_acquire_raw(&self, now: u64, level: Priority) -> Result<PlacedRawPermit, PlaceError> {
+    pub fn try_acquire_raw(
+        &self,
+        now: u64,
+        level: Priority,
+    ) -> Result<PlacedRawPermit, PlaceError> {
         match self {
-            Self::Local(l) => l.try_acquire_raw(now, level).map(PlacedRawPermit::Local).map_err(rejected),
+            Self::Local(l) => {
+                l.try_acquire_raw(now, level).map(PlacedRawPermit::Local).map_err(rejected)
+            }
             #[cfg(all(feature = "shm", target_os = "linux", target_has_atomic = "64"))]
             Self::Shared(s) => s.try_acquire_raw(now, level).map(PlacedRawPermit::Shared),
         }

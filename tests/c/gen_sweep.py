@@ -154,6 +154,18 @@ for o in objects:
     emit("}")
     emit(f"static void end_heap_{o}(void *h) {{ sg_{o}_free((sg_{o} *)h); }}")
     emit(f"static void end_mem_{o}(void *h) {{ if (sg_{o}_deinit((sg_{o} *)h) != SG_OK) abort(); }}")
+# The families with a placement: a live object in anonymous shared memory, the same
+# handle type (sg_<type>_open_shared), drawn beside the heap and caller-storage ones.
+for o in objects:
+    if f"sg_{o}_open_shared" not in fns:
+        continue
+    emit(f"static void *make_shared_{o}(void) {{")
+    emit(f"    sg_{o}_config c; sg_{o} *h = NULL;")
+    emit(f"    if (sg_{o}_config_default(&c) != SG_OK || sg_{o}_open_shared(NULL, &c, &h) != SG_OK) abort();")
+    emit("    return h;")
+    emit("}")
+emit("static void *(*const make_shared[N_TYPES])(void) = {"
+     + ", ".join(f"make_shared_{o}" if f"sg_{o}_open_shared" in fns else "NULL" for o in objects) + "};")
 emit("static void *(*const make_heap[N_TYPES])(void) = {" + ", ".join(f"make_heap_{o}" for o in objects) + "};")
 emit("static void *(*const make_mem[N_TYPES])(void) = {" + ", ".join(f"make_mem_{o}" for o in objects) + "};")
 emit("static void (*const end_heap[N_TYPES])(void *) = {" + ", ".join(f"end_heap_{o}" for o in objects) + "};")
@@ -195,10 +207,6 @@ def type_of_handle(t):
     return None
 
 
-# The other shared objects (Linux): anonymous heap handles, fingerprints and key permit
-# storage defined in sweep_api.c (SMORE_*, SKEY_*).
-SMORE = ("sg_shared_rate", "sg_shared_budget", "sg_shared_keyed")
-
 cases = []
 for name in sorted(fns):
     ret, ps = fns[name]
@@ -208,43 +216,16 @@ for name in sorted(fns):
     obj = None  # (type, var) of the object the call is on
     permit_outs = []
     skip_free = False
-    shared_obj = None  # the sg_shared_limiter the call is on
-    shared_outs = []  # sg_shared_permit outputs
-    shared_ins = []  # sg_shared_permit inputs
     sgate_obj = None  # the sg_shared_gate the call is on
     sgate_outs = []  # sg_shared_gate_permit outputs
     sgate_ins = []  # sg_shared_gate_permit inputs
-    smore_obj = None  # (kind, var) of the other shared object the call is on
-    skey_outs = []  # sg_shared_key_permit outputs
-    skey_ins = []  # sg_shared_key_permit inputs
     for i, (t, n) in enumerate(ps):
         v = f"a{i}"
         ht = type_of_handle(t)
         base = t.replace("const", "").replace("*", "").strip()
-        # The shared limiter (Linux): heap handles from sg_shared_limiter_open, its own
-        # permit storage, and names that are never valid (the sweep creates no files).
-        if base == "sg_shared_limiter" and t.endswith("**"):
-            body.append(f"sg_shared_limiter *o{i} = NULL; sg_shared_limiter **{v} = OUTP(&o{i});")
-            outs.append((f"o{i}", "handle:shared_limiter", n))
-            args.append(v)
-        elif base == "sg_shared_limiter" and name.endswith("_free"):
-            body.append(f"sg_shared_limiter *{v} = SHARED_FRESH();")
-            args.append(v)
-        elif base == "sg_shared_limiter":
-            body.append(f"sg_shared_limiter *{v} = SHARED_H();")
-            shared_obj = shared_obj or v
-            args.append(f"({t}){v}")
-        elif base == "sg_shared_permit" and n == "permit_out":
-            body.append(f"sg_shared_permit *{v} = SHARED_SLOT_FREE();")
-            shared_outs.append(v)
-            args.append(v)
-        elif base == "sg_shared_permit":
-            body.append(f"sg_shared_permit *{v} = SHARED_SLOT_ANY();")
-            shared_ins.append(v)
-            args.append(v)
         # The shared gate (Linux): heap handles from sg_shared_gate_open, its own permit
         # storage, tickets recorded from its arrivals (sweep_api.c, "shared gate").
-        elif base == "sg_shared_gate" and t.endswith("**"):
+        if base == "sg_shared_gate" and t.endswith("**"):
             body.append(f"sg_shared_gate *o{i} = NULL; sg_shared_gate **{v} = OUTP(&o{i});")
             outs.append((f"o{i}", "handle:shared_gate", n))
             args.append(v)
@@ -268,25 +249,6 @@ for name in sorted(fns):
             args.append(v)
         elif t == "uint64_t" and n == "timeout_ns":
             body.append(f"uint64_t {v} = ONE_IN(2) ? 0 : U64() % 2000000;")
-            args.append(v)
-        elif base in SMORE and t.endswith("**"):
-            body.append(f"{base} *o{i} = NULL; {base} **{v} = OUTP(&o{i});")
-            outs.append((f"o{i}", "handle:" + base[3:], n))
-            args.append(v)
-        elif base in SMORE and name.endswith("_free"):
-            body.append(f"{base} *{v} = SMORE_FRESH_{base[3:].upper()}();")
-            args.append(v)
-        elif base in SMORE:
-            body.append(f"{base} *{v} = SMORE_H_{base[3:].upper()}();")
-            smore_obj = smore_obj or (base[3:], v)
-            args.append(f"({t}){v}")
-        elif base == "sg_shared_key_permit" and n == "permit_out":
-            body.append(f"sg_shared_key_permit *{v} = SKEY_SLOT_FREE();")
-            skey_outs.append(v)
-            args.append(v)
-        elif base == "sg_shared_key_permit":
-            body.append(f"sg_shared_key_permit *{v} = SKEY_SLOT_ANY();")
-            skey_ins.append(v)
             args.append(v)
         elif t == "const char *" and n == "name":
             body.append(f"const char *{v} = SHARED_NAME();")
@@ -389,27 +351,12 @@ for name in sorted(fns):
             lines.append(f"    BEFORE(T_{obj[0].upper()}, {obj[1]});")
         for p in permit_outs:
             lines.append(f"    int live_{p} = permit_state({p});")
-        if shared_obj:
-            lines.append(f"    uint64_t sfpb_ = shared_fp({shared_obj});")
-        for p in shared_outs:
-            lines.append(f"    sg_shared_permit sv_{p}; if ({p}) memcpy(&sv_{p}, {p}, sizeof sv_{p});")
         if sgate_obj:
             lines.append(f"    uint64_t sgfp_ = sgate_fp({sgate_obj});")
         for p in sgate_outs:
             lines.append(f"    sg_shared_gate_permit gv_{p}; if ({p}) memcpy(&gv_{p}, {p}, sizeof gv_{p});")
-        if smore_obj:
-            lines.append(f"    uint64_t smfpb_ = smore_fp_{smore_obj[0]}({smore_obj[1]});")
-        for p in skey_outs:
-            lines.append(f"    sg_shared_key_permit kv_{p}; if ({p}) memcpy(&kv_{p}, {p}, sizeof kv_{p});")
         lines.append(f"    sg_status st = {call};")
         lines.append(f'    check_status(st, "{name}");')
-        if shared_obj:
-            lines.append(f'    if ((unsigned)st >= 100) SAME(shared_fp({shared_obj}) == sfpb_, "{name}", "a failing call changed the shared limiter");')
-        for p in shared_outs:
-            lines.append(f'    if (st != SG_OK && {p}) SAME(memcmp(&sv_{p}, {p}, sizeof sv_{p}) == 0, "{name}", "permit output written on failure");')
-            lines.append(f"    if (st == SG_OK) shared_issued({shared_obj}, {p});")
-        for p in shared_ins:
-            lines.append(f"    if (st == SG_OK) shared_released({p});")
         if sgate_obj:
             lines.append(f'    if ((unsigned)st >= 100) SAME(sgate_fp({sgate_obj}) == sgfp_, "{name}", "a failing call changed the shared gate");')
         for p in sgate_outs:
@@ -419,13 +366,6 @@ for name in sorted(fns):
             lines.append(f"    if (st == SG_OK || st == SG_ALREADY_RELEASED) sgate_released({p});")
         if name == "sg_shared_gate_arrive":
             lines.append("    if (st == SG_QUEUED) sgate_note_ticket(a0, &o5);")
-        if smore_obj:
-            lines.append(f'    if ((unsigned)st >= 100) SAME(smore_fp_{smore_obj[0]}({smore_obj[1]}) == smfpb_, "{name}", "a failing call changed the shared object");')
-        for p in skey_outs:
-            lines.append(f'    if (st != SG_OK && {p}) SAME(memcmp(&kv_{p}, {p}, sizeof kv_{p}) == 0, "{name}", "permit output written on failure");')
-            lines.append(f"    if (st == SG_OK) skey_issued({smore_obj[1]}, {p});")
-        for p in skey_ins:
-            lines.append(f"    if (st == SG_OK) skey_released({p});")
         if obj:
             lines.append(f'    AFTER(T_{obj[0].upper()}, {obj[1]}, st, "{name}");')
         for p in permit_outs:

@@ -2,7 +2,8 @@
 /* The C replayer of the conformance vectors (tests/vectors/README.md): reads the line
  * format (tests/vectors/vectors.txt), replays every step through the C ABI with the
  * vector's `now`, and stops at the first difference, printing scenario, step, expected
- * and actual. Usage: replay_vectors [path/to/vectors.txt].
+ * and actual. Usage: replay_vectors [--shared] [path/to/vectors.txt] (--shared: the
+ * limiter, retry budget, rate limiter and keyed table in anonymous shared memory).
  *
  * A step whose `now` is above SG_MAX_NOW (2^62 ns) is where the C ABI parts from the
  * core on purpose: the core acts at the latest time it has seen, the C ABI refuses such a
@@ -215,6 +216,13 @@ static bool *queued;         /* gate: that ticket still waits */
 static size_t nsteps;
 static bool deadline_kind;
 
+/* --shared: the families with a placement (limiter, retry budget, rate limiter, keyed
+ * table) are made in anonymous shared memory (sg_<type>_open_shared) instead of in this
+ * process; the vectors must replay unchanged through either placement. */
+static bool shared_placement;
+#define PLACED_NEW(T, cfg, out) \
+    (shared_placement ? sg_##T##_open_shared(NULL, cfg, out) : sg_##T##_new(cfg, out))
+
 static void build(void) {
     permits = calloc(nsteps + 1, sizeof *permits);
     acquired = calloc(nsteps + 1, sizeof *acquired);
@@ -224,7 +232,7 @@ static void build(void) {
     if (strcmp(kind, "limiter") == 0) {
         sg_limiter_config c;
         limiter_cfg("", &c);
-        ok(sg_limiter_new(&c, &lim), "sg_limiter_new");
+        ok(PLACED_NEW(limiter, &c, &lim), "sg_limiter_new");
     } else if (strcmp(kind, "gate") == 0) {
         sg_gate_config c;
         ok(sg_gate_config_default(&c), "sg_gate_config_default");
@@ -260,7 +268,7 @@ static void build(void) {
         c.ttl_ns = cfg_u("ttl_ns");
         c.min_retries_per_sec = (uint32_t)cfg_u("min_retries_per_sec");
         c.percent_can_retry = cfg_f("percent_can_retry");
-        ok(sg_retry_budget_new(&c, &budget), "sg_retry_budget_new");
+        ok(PLACED_NEW(retry_budget, &c, &budget), "sg_retry_budget_new");
     } else if (strcmp(kind, "token_throttle") == 0) {
         sg_token_throttle_config c;
         ok(sg_token_throttle_config_default(&c), "default");
@@ -311,7 +319,7 @@ static void build(void) {
         c.per_second = cfg_f("per_second");
         c.burst = (uint32_t)cfg_u("burst");
         c.emission_ns = 0;
-        ok(sg_rate_limiter_new(&c, &rate), "sg_rate_limiter_new");
+        ok(PLACED_NEW(rate_limiter, &c, &rate), "sg_rate_limiter_new");
     } else if (strcmp(kind, "credits") == 0) {
         sg_credits_config c;
         ok(sg_credits_config_default(&c), "default");
@@ -350,7 +358,7 @@ static void build(void) {
         const char *r = cfg_s("rate_per_second");
         c.rate_per_second = is_null(r) ? 0.0 : to_f(r); /* 0: no rate */
         c.rate_burst = (uint32_t)cfg_u("rate_burst");
-        ok(sg_keyed_new(&c, &keyed), "sg_keyed_new");
+        ok(PLACED_NEW(keyed, &c, &keyed), "sg_keyed_new");
     } else if (strcmp(kind, "deadline") == 0) {
         deadline_kind = true; /* pure functions: no object */
     } else {
@@ -924,7 +932,12 @@ static size_t split_kv(char *line, kv *out) {
 }
 
 int main(int argc, char **argv) {
-    const char *path = argc > 1 ? argv[1] : "tests/vectors/vectors.txt";
+    int argi = 1;
+    if (argc > argi && strcmp(argv[argi], "--shared") == 0) {
+        shared_placement = true;
+        argi++;
+    }
+    const char *path = argc > argi ? argv[argi] : "tests/vectors/vectors.txt";
     FILE *fp = fopen(path, "r");
     if (!fp) {
         perror(path);
@@ -996,6 +1009,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "replay_vectors: %s holds no vectors\n", path);
         return 1;
     }
+    printf("replay_vectors: placement %s\n", shared_placement ? "shared" : "local");
     printf("replay_vectors: %lu scenarios replayed; %lu stop at a step the C ABI refuses by "
            "design (a now above SG_MAX_NOW, a backoff attempt 0; %lu later steps not compared)\n",
            scenarios, refused_steps, skipped_steps);

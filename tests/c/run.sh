@@ -118,13 +118,15 @@ step "valgrind:sweep_api.c.static" timeout 600 "${vg[@]}" "$out/sweep_api.c.stat
 step "build:replay_vectors.c.static" gcc -std=c11 "${cflags[@]}" "$here/replay_vectors.c" -x none "${static_libs[@]}" -o "$out/replay_vectors"
 step "run:replay_vectors" "$out/replay_vectors" tests/vectors/vectors.txt
 step "valgrind:replay_vectors" "${vg[@]}" "$out/replay_vectors" tests/vectors/vectors.txt
+# The same vectors through the shared placement (sg_<type>_open_shared, anonymous).
+step "run:replay_vectors.shared" "$out/replay_vectors" --shared tests/vectors/vectors.txt
 # A changed expectation fails the replay: the first numeric expectation of the first
 # scenario of each kind below gets a digit appended.
 tamper() {
     local t="$out/tampered_$1.txt"
     awk -v K="$1" '/^scenario /{inside=($3==K)} inside && !d && /^step .*\| .*=[0-9]+$/ {sub(/[0-9]+$/, "&7"); d=1} {print}' \
         tests/vectors/vectors.txt >"$t"
-    ! cmp -s "$t" tests/vectors/vectors.txt && ! "$out/replay_vectors" "$t"
+    ! cmp -s "$t" tests/vectors/vectors.txt && ! "$out/replay_vectors" "$t" && ! "$out/replay_vectors" --shared "$t"
 }
 for k in limiter credits lag_meter watermarks paced_drain keyed deadline; do
     step "tamper:replay_vectors.$k" tamper "$k"

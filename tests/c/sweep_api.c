@@ -157,29 +157,8 @@ static uint64_t TICKET(void);
         }                                                                             \
     } while (0)
 
-/* The shared limiter (Linux): see the definitions below. */
-static sg_shared_limiter *SHARED_FRESH(void);
-static sg_shared_limiter *SHARED_H(void);
-static sg_shared_permit *SHARED_SLOT_FREE(void);
-static sg_shared_permit *SHARED_SLOT_ANY(void);
+/* Names for sg_*_open_shared / _unlink_shared: see the definition below. */
 static const char *SHARED_NAME(void);
-static uint64_t shared_fp(const sg_shared_limiter *h);
-static void shared_issued(sg_shared_limiter *h, sg_shared_permit *p);
-static void shared_released(sg_shared_permit *p);
-/* The other shared objects: see the definitions below. */
-static sg_shared_rate *SMORE_FRESH_SHARED_RATE(void);
-static sg_shared_rate *SMORE_H_SHARED_RATE(void);
-static sg_shared_budget *SMORE_FRESH_SHARED_BUDGET(void);
-static sg_shared_budget *SMORE_H_SHARED_BUDGET(void);
-static sg_shared_keyed *SMORE_FRESH_SHARED_KEYED(void);
-static sg_shared_keyed *SMORE_H_SHARED_KEYED(void);
-static uint64_t smore_fp_shared_rate(const sg_shared_rate *h);
-static uint64_t smore_fp_shared_budget(const sg_shared_budget *h);
-static uint64_t smore_fp_shared_keyed(const sg_shared_keyed *h);
-static sg_shared_key_permit *SKEY_SLOT_FREE(void);
-static sg_shared_key_permit *SKEY_SLOT_ANY(void);
-static void skey_issued(sg_shared_keyed *h, sg_shared_key_permit *p);
-static void skey_released(sg_shared_key_permit *p);
 
 /* The shared gate (Linux): see the definitions below. */
 static sg_shared_gate *SGATE_FRESH(void);
@@ -194,76 +173,12 @@ static void sgate_note_ticket(sg_shared_gate *h, const sg_shared_ticket *t);
 
 #include "sweep_calls.inc"
 
-/* Two live anonymous shared limiters (one is "another object" for the other's permits),
- * permit slots with a shadow of which are live (and whose), and names that are never
- * valid, so the sweep creates and unlinks no file. */
-#define SHARED_SLOTS 8
-static sg_shared_limiter *shared_live, *shared_other;
-static sg_shared_permit shared_slots[SHARED_SLOTS], shared_garbage;
-static sg_shared_limiter *shared_owner[SHARED_SLOTS]; /* NULL: not live */
+/* Names that are never valid (so the sweep creates and unlinks no file), or NULL (an
+ * anonymous segment, freed after the call). */
 static char shared_long_name[256];
-static sg_shared_limiter *shared_open(void) {
-    sg_limiter_config c;
-    sg_shared_limiter *h = NULL;
-    if (sg_limiter_config_default(&c) != SG_OK || sg_shared_limiter_open(NULL, &c, &h) != SG_OK) abort();
-    return h;
-}
-static sg_shared_limiter *SHARED_FRESH(void) { return ONE_IN(4) ? NULL : shared_open(); }
-static sg_shared_limiter *SHARED_H(void) {
-    switch (next_u64() % 16) {
-    case 0: return NULL;
-    case 1: return (sg_shared_limiter *)H(0); /* a handle of another type */
-    case 2: case 3: return shared_other;
-    default: return shared_live;
-    }
-}
-static int shared_index(const sg_shared_permit *p) {
-    return p >= shared_slots && p < shared_slots + SHARED_SLOTS ? (int)(p - shared_slots) : -1;
-}
-/* A slot holding no live permit, refilled with the canary: a released permit's storage
- * keeps the permit's padding bytes, which the library leaves undefined (storage.rs: the
- * payload is the Rust permit by value), and the check that a failing call writes nothing
- * compares the whole storage (under valgrind, a comparison of undefined bytes is an error
- * even when they are unchanged: make csweep, seed 11, 20000 calls). */
-static sg_shared_permit *SHARED_SLOT_FREE(void) {
-    unsigned i, start = (unsigned)(next_u64() % SHARED_SLOTS);
-    if (ONE_IN(32)) return NULL;
-    for (i = 0; i < SHARED_SLOTS; i++) {
-        unsigned k = (start + i) % SHARED_SLOTS;
-        if (shared_owner[k] == NULL) {
-            memset(&shared_slots[k], 0xA5, sizeof shared_slots[k]);
-            return &shared_slots[k];
-        }
-    }
-    return NULL;
-}
-static sg_shared_permit *SHARED_SLOT_ANY(void) {
-    if (ONE_IN(32)) return NULL;
-    if (ONE_IN(16)) {
-        size_t i;
-        for (i = 0; i < sizeof shared_garbage; i++) ((unsigned char *)&shared_garbage)[i] = (unsigned char)next_u64();
-        return &shared_garbage;
-    }
-    return &shared_slots[next_u64() % SHARED_SLOTS];
-}
 static const char *SHARED_NAME(void) {
     static const char *const names[] = {NULL, "", "bad name", ".", "..", "a\xff", "a*b", shared_long_name};
     return names[next_u64() % (sizeof names / sizeof names[0])];
-}
-static uint64_t shared_fp(const sg_shared_limiter *h) {
-    uint32_t inflight = 0;
-    double limit = 0;
-    if (sg_shared_limiter_inflight(h, &inflight, &limit) != SG_OK) return 0;
-    return mix(inflight, bits_of(limit));
-}
-static void shared_issued(sg_shared_limiter *h, sg_shared_permit *p) {
-    int k = shared_index(p);
-    if (k < 0) abort();
-    shared_owner[k] = h;
-}
-static void shared_released(sg_shared_permit *p) {
-    int k = shared_index(p);
-    if (k >= 0) shared_owner[k] = NULL;
 }
 /* Two live anonymous shared gates (limit 2), permit slots with a shadow of which are
  * live (and whose), and the tickets their arrivals queued (cancelled or taken at the
@@ -390,146 +305,19 @@ static void shared_setup(void) {
     sgate_live = sgate_open();
     sgate_other = sgate_open();
     memset(shared_long_name, 'a', sizeof shared_long_name - 1);
-    shared_live = shared_open();
-    shared_other = shared_open();
-}
-static void shared_teardown(void) {
-    int k;
-    uint32_t inflight = 1;
-    double limit = 0;
-    for (k = 0; k < SHARED_SLOTS; k++) {
-        if (shared_owner[k] != NULL) {
-            SAME(sg_shared_limiter_release(shared_owner[k], &shared_slots[k], sweep_now, SG_OUTCOME_IGNORED) == SG_OK,
-                 "end", "a live shared permit its limiter did not take back");
-        }
-    }
-    SAME(sg_shared_limiter_inflight(shared_live, &inflight, &limit) == SG_OK && inflight == 0, "end",
-         "the shared limiter has permits in flight after every release");
-    sg_shared_limiter_free(shared_live);
-    sg_shared_limiter_free(shared_other);
-}
-
-/* The shared rate limiter, retry budget and keyed table: two live anonymous objects of
- * each (one is "another object" for the other), key permit slots with a shadow of which
- * are live (and whose). */
-static sg_shared_rate *smore_rate[2];
-static sg_shared_budget *smore_budget[2];
-static sg_shared_keyed *smore_keyed[2];
-static sg_shared_key_permit skey_slots[SHARED_SLOTS], skey_garbage;
-static sg_shared_keyed *skey_owner[SHARED_SLOTS];
-static sg_shared_rate *smore_open_rate(void) {
-    sg_rate_limiter_config c;
-    sg_shared_rate *h = NULL;
-    if (sg_rate_limiter_config_default(&c) != SG_OK || sg_shared_rate_open(NULL, &c, &h) != SG_OK) abort();
-    return h;
-}
-static sg_shared_budget *smore_open_budget(void) {
-    sg_retry_budget_config c;
-    sg_shared_budget *h = NULL;
-    if (sg_retry_budget_config_default(&c) != SG_OK || sg_shared_budget_open(NULL, &c, &h) != SG_OK) abort();
-    return h;
-}
-static sg_shared_keyed *smore_open_keyed(void) {
-    sg_keyed_config c;
-    sg_shared_keyed *h = NULL;
-    if (sg_keyed_config_default(&c) != SG_OK) abort();
-    c.shards = 16;
-    c.shard_limit = 2;
-    if (sg_shared_keyed_open(NULL, &c, &h) != SG_OK) abort();
-    return h;
-}
-/* NULL, a handle of another type, the other object, or the live one. */
-#define SMORE_PICK(arr, type)                 \
-    switch (next_u64() % 16) {                \
-    case 0: return NULL;                      \
-    case 1: return (type *)H(0);              \
-    case 2: case 3: return (arr)[1];          \
-    default: return (arr)[0];                 \
-    }
-static sg_shared_rate *SMORE_FRESH_SHARED_RATE(void) { return ONE_IN(4) ? NULL : smore_open_rate(); }
-static sg_shared_rate *SMORE_H_SHARED_RATE(void) { SMORE_PICK(smore_rate, sg_shared_rate) }
-static sg_shared_budget *SMORE_FRESH_SHARED_BUDGET(void) { return ONE_IN(4) ? NULL : smore_open_budget(); }
-static sg_shared_budget *SMORE_H_SHARED_BUDGET(void) { SMORE_PICK(smore_budget, sg_shared_budget) }
-static sg_shared_keyed *SMORE_FRESH_SHARED_KEYED(void) { return ONE_IN(4) ? NULL : smore_open_keyed(); }
-static sg_shared_keyed *SMORE_H_SHARED_KEYED(void) { SMORE_PICK(smore_keyed, sg_shared_keyed) }
-static uint64_t smore_fp_shared_rate(const sg_shared_rate *h) {
-    uint32_t a = 0;
-    return sg_shared_rate_available(h, sweep_now, &a) == SG_OK ? mix(a, 1) : 0;
-}
-static uint64_t smore_fp_shared_budget(const sg_shared_budget *h) {
-    uint64_t a = 0;
-    return sg_shared_budget_available(h, sweep_now, &a) == SG_OK ? mix(a, 2) : 0;
-}
-static uint64_t smore_fp_shared_keyed(const sg_shared_keyed *h) {
-    sg_keyed_metrics m;
-    if (sg_shared_keyed_metrics_get(h, &m) != SG_OK) return 0;
-    return mix(mix(m.in_flight, m.admitted), mix(m.foreign_releases, m.rejected_key_limit + m.rejected_key_rate));
-}
-static int skey_index(const sg_shared_key_permit *p) {
-    return p >= skey_slots && p < skey_slots + SHARED_SLOTS ? (int)(p - skey_slots) : -1;
-}
-static sg_shared_key_permit *SKEY_SLOT_FREE(void) {
-    unsigned i, start = (unsigned)(next_u64() % SHARED_SLOTS);
-    if (ONE_IN(32)) return NULL;
-    for (i = 0; i < SHARED_SLOTS; i++) {
-        unsigned k = (start + i) % SHARED_SLOTS;
-        if (skey_owner[k] == NULL) return &skey_slots[k];
-    }
-    return NULL;
-}
-static sg_shared_key_permit *SKEY_SLOT_ANY(void) {
-    if (ONE_IN(32)) return NULL;
-    if (ONE_IN(16)) {
-        size_t i;
-        for (i = 0; i < sizeof skey_garbage; i++) ((unsigned char *)&skey_garbage)[i] = (unsigned char)next_u64();
-        return &skey_garbage;
-    }
-    return &skey_slots[next_u64() % SHARED_SLOTS];
-}
-static void skey_issued(sg_shared_keyed *h, sg_shared_key_permit *p) {
-    int k = skey_index(p);
-    if (k < 0) abort();
-    skey_owner[k] = h;
-}
-static void skey_released(sg_shared_key_permit *p) {
-    int k = skey_index(p);
-    if (k >= 0) skey_owner[k] = NULL;
-}
-static void smore_setup(void) {
-    int i;
-    for (i = 0; i < 2; i++) {
-        smore_rate[i] = smore_open_rate();
-        smore_budget[i] = smore_open_budget();
-        smore_keyed[i] = smore_open_keyed();
-    }
-}
-static void smore_teardown(void) {
-    int k;
-    sg_keyed_metrics m;
-    for (k = 0; k < SHARED_SLOTS; k++) {
-        if (skey_owner[k] != NULL) {
-            SAME(sg_shared_keyed_release(skey_owner[k], &skey_slots[k]) == SG_OK, "end",
-                 "a live shared key permit its table did not take back");
-        }
-    }
-    for (k = 0; k < 2; k++) {
-        SAME(sg_shared_keyed_metrics_get(smore_keyed[k], &m) == SG_OK && m.in_flight == 0, "end",
-             "the shared keyed table has permits in flight after every release");
-        sg_shared_rate_free(smore_rate[k]);
-        sg_shared_budget_free(smore_budget[k]);
-        sg_shared_keyed_free(smore_keyed[k]);
-    }
 }
 
 /* Per type: a heap object, one in caller storage, and ended storage (deinitialised, still
- * allocated: a stale handle that is safe to pass). */
-static void *live_heap[N_TYPES], *live_mem[N_TYPES], *dead_mem[N_TYPES];
+ * allocated: a stale handle that is safe to pass); for the families with a placement, one
+ * in anonymous shared memory too (NULL for the others). */
+static void *live_heap[N_TYPES], *live_mem[N_TYPES], *dead_mem[N_TYPES], *live_shared[N_TYPES];
 
 static void *H(int t) {
     switch (next_u64() % 16) {
     case 0: return NULL;
     case 1: return dead_mem[t];
     case 2: return live_heap[(t + 1 + next_u64() % (N_TYPES - 1)) % N_TYPES]; /* another type */
+    case 3: case 4: if (live_shared[t]) return live_shared[t]; /* fall through */
     default: return ONE_IN(2) ? live_heap[t] : live_mem[t];
     }
 }
@@ -650,8 +438,8 @@ int main(int argc, char **argv) {
     rng_state = seed;
     (void)OUTP_;
     shared_setup();
-    smore_setup();
     for (t = 0; t < N_TYPES; t++) {
+        live_shared[t] = make_shared[t] ? make_shared[t]() : NULL;
         live_heap[t] = make_heap[t]();
         live_mem[t] = make_mem[t]();
         dead_mem[t] = make_mem[t]();
@@ -672,15 +460,15 @@ int main(int argc, char **argv) {
             int done = 0;
             for (t = 0; t < N_TYPES && !done; t++) {
                 done = release_to(t, live_heap[t], &slots[i]) == SG_OK ||
-                       release_to(t, live_mem[t], &slots[i]) == SG_OK;
+                       release_to(t, live_mem[t], &slots[i]) == SG_OK ||
+                       (live_shared[t] && release_to(t, live_shared[t], &slots[i]) == SG_OK);
             }
             SAME(done, "end", "a live permit no object took back");
         }
     }
-    shared_teardown();
     sgate_teardown();
-    smore_teardown();
     for (t = 0; t < N_TYPES; t++) {
+        if (live_shared[t]) end_heap[t](live_shared[t]);
         end_heap[t](live_heap[t]);
         end_mem[t](live_mem[t]);
         free(live_mem[t]);
