@@ -5,7 +5,7 @@ use std::sync::Mutex;
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyString};
+use pyo3::types::{PyDict, PyString, PyTuple};
 use surgeguard_core::backoff::{Backoff as CoreBackoff, BackoffConfig, Jitter};
 use surgeguard_core::retry::{
     RetryBudget as CoreBudget, RetryBudgetConfig, TokenRetryThrottle as CoreToken,
@@ -17,7 +17,8 @@ use surgeguard_core::throttle::{
 };
 
 use crate::common::*;
-use crate::placed::Placed;
+use crate::placed::{open, shared_call, where_arg};
+use surgeguard::placement::Placed;
 
 /// A retry budget (Finagle / SRE): every request deposits, every retry withdraws,
 /// deposits expire after `ttl` seconds, and `min_retries_per_sec × ttl` retries are always
@@ -33,14 +34,16 @@ pub struct RetryBudget {
 #[pymethods]
 impl RetryBudget {
     #[new]
-    #[pyo3(signature = (*, ttl=None, min_retries_per_sec=None, percent_can_retry=None, retry_ratio=None))]
+    #[pyo3(signature = (*, ttl=None, min_retries_per_sec=None, percent_can_retry=None, retry_ratio=None, shared=None))]
     fn new(
         py: Python<'_>,
         ttl: Option<&Bound<'_, PyAny>>,
         min_retries_per_sec: Option<&Bound<'_, PyAny>>,
         percent_can_retry: Option<&Bound<'_, PyAny>>,
         retry_ratio: Option<&Bound<'_, PyAny>>,
+        shared: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        let place = where_arg(shared, None)?;
         let mut cfg = RetryBudgetConfig::default();
         if let Some(v) = opt_secs_arg("ttl", ttl, 3600.0)? {
             cfg.ttl = v;
@@ -72,35 +75,22 @@ impl RetryBudget {
         if let Some(v) = ratio {
             cfg.percent_can_retry = ranged_arg("retry_ratio", v, 0.0, 1000.0)?;
         }
-        let core = CoreBudget::new(cfg).map_err(|e| config_err(py, "RetryBudget", e))?;
-        Ok(Self { core: Placed::Local(core) })
+        Ok(Self { core: open(py, "RetryBudget", place, cfg)? })
     }
 
     /// One retry budget across worker processes (Linux): `RetryBudget.shared("name", ...)`
     /// takes the constructor's arguments and creates or attaches to the shared-memory
     /// budget of that name (`None`: anonymous, for processes forked afterwards); same API.
     /// Another config under the same name raises `ValueError`.
-    #[cfg(target_os = "linux")]
     #[staticmethod]
-    #[pyo3(signature = (name, *, ttl=None, min_retries_per_sec=None, percent_can_retry=None, retry_ratio=None))]
-    fn shared(
-        py: Python<'_>,
-        name: &Bound<'_, PyAny>,
-        ttl: Option<&Bound<'_, PyAny>>,
-        min_retries_per_sec: Option<&Bound<'_, PyAny>>,
-        percent_can_retry: Option<&Bound<'_, PyAny>>,
-        retry_ratio: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Self> {
-        let cfg =
-            Self::new(py, ttl, min_retries_per_sec, percent_can_retry, retry_ratio)?.core.config();
-        let core = crate::shared::place(
-            py,
-            name,
-            cfg,
-            surgeguard::shm::SharedRetryBudget::open,
-            surgeguard::shm::SharedRetryBudget::anonymous,
-        )?;
-        Ok(Self { core })
+    #[pyo3(signature = (name, *args, **kwargs))]
+    fn shared<'py>(
+        py: Python<'py>,
+        name: &Bound<'py, PyAny>,
+        args: &Bound<'py, PyTuple>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        shared_call::<Self>(py, name, args, kwargs)
     }
 
     /// Records one request (a first attempt, not a retry).

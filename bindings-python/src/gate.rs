@@ -562,7 +562,7 @@ impl Gate {
         args: &Bound<'py, PyTuple>,
         kwargs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        crate::shared::name_arg(name)?;
+        crate::placed::name_arg(name)?;
         let mut all = vec![name.clone()];
         all.extend(args.iter());
         py.get_type::<crate::shared_gate::SharedGate>().call(PyTuple::new(py, all)?, kwargs)

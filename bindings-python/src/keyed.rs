@@ -4,64 +4,41 @@ use std::sync::Mutex;
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyInt, PyList, PyString};
+use pyo3::types::{PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
+use surgeguard::placement::{Placed, PlacedKeyPermit};
 use surgeguard_core::keyed::{
-    actionable as core_actionable, hash_key as core_hash_key, KeyPermit as CoreKeyPermit,
-    KeyedConfig, KeyedLimits as CoreKeyed, ShardRate, MAX_BODY_LEN,
+    actionable as core_actionable, hash_key as core_hash_key, KeyedConfig,
+    KeyedLimits as CoreKeyed, ShardRate, MAX_BODY_LEN,
 };
 use surgeguard_core::{Reason, Rejected, UsageError};
 
 use crate::common::*;
-#[cfg(target_os = "linux")]
-use surgeguard::shm::{SharedKeyPermit, SharedKeyedLimits, ShmError};
+use crate::placed::{open, place_err, shared_call, where_arg, Where};
 
 macro_rules! any_keyed {
     ($($variant:ident = $n:literal),* $(,)?) => {
-        /// A keyed table of one of the compiled shard counts.
+        /// A keyed table of one of the compiled shard counts, in this process or shared.
         // Always boxed (one allocation per object), so variant sizes do not matter.
         #[allow(clippy::large_enum_variant)]
         enum AnyKeyed {
-            $($variant(CoreKeyed<$n>),)*
+            $($variant(Placed<CoreKeyed<$n>>),)*
         }
 
         const SHARD_COUNTS: &[usize] = &[$($n),*];
 
-        /// A keyed table in memory shared between processes, of one of the shard counts.
-        #[cfg(target_os = "linux")]
-        enum AnyShared {
-            $($variant(SharedKeyedLimits<$n>),)*
-        }
-
-        #[cfg(target_os = "linux")]
-        impl AnyShared {
-            fn open(shards: usize, name: Option<&str>, cfg: KeyedConfig) -> Option<Result<Self, ShmError>> {
-                $(if shards == $n {
-                    return Some(match name {
-                        Some(n) => SharedKeyedLimits::<$n>::open(n, cfg),
-                        None => SharedKeyedLimits::<$n>::anonymous(cfg),
-                    }.map(AnyShared::$variant));
-                })*
-                None
-            }
-        }
-
-        #[cfg(target_os = "linux")]
-        macro_rules! on_shared {
-            ($t:expr, $x:ident => $body:expr) => {
-                match $t { $(AnyShared::$variant($x) => $body,)* }
-            };
-        }
-
         impl AnyKeyed {
-            fn new(shards: usize, cfg: KeyedConfig) -> Option<Result<Box<Self>, surgeguard_core::ConfigError>> {
+            /// The table of `shards` shards where `place` says (`None`: not a count).
+            fn open(py: Python<'_>, shards: usize, place: Where, cfg: KeyedConfig) -> Option<PyResult<Box<Self>>> {
                 $(if shards == $n {
-                    return Some(CoreKeyed::<$n>::new(cfg).map(|t| Box::new(AnyKeyed::$variant(t))));
+                    return Some(open::<CoreKeyed<$n>>(py, "KeyedLimits", place, cfg)
+                        .map(|t| Box::new(AnyKeyed::$variant(t))));
                 })*
                 None
             }
         }
 
-        macro_rules! on_keyed {
+        /// Runs `$body` with `$x: &Placed<CoreKeyed<N>>`.
+        macro_rules! on_placed {
             ($t:expr, $x:ident => $body:expr) => {
                 match $t { $(AnyKeyed::$variant($x) => $body,)* }
             };
@@ -71,72 +48,33 @@ macro_rules! any_keyed {
 
 any_keyed!(K8 = 8, K16 = 16, K32 = 32, K64 = 64, K128 = 128, K256 = 256, K512 = 512, K1024 = 1024);
 
-/// The table: in this process, or in shared memory.
-enum Table {
-    Local(Box<AnyKeyed>),
-    #[cfg(target_os = "linux")]
-    Shared(Box<AnyShared>),
-}
-
-/// Runs `$body` with `$c: &CoreKeyed<N>` (the shared table's core object for a shared one).
+/// Runs `$body` with `$c: &CoreKeyed<N>` (reads; acquire through the placed table).
 macro_rules! on_table {
     ($t:expr, $c:ident => $body:expr) => {
-        match $t {
-            Table::Local(a) => on_keyed!(&**a, $c => $body),
-            #[cfg(target_os = "linux")]
-            Table::Shared(s) => on_shared!(&**s, x => { let $c = x.limits(); $body }),
-        }
+        on_placed!(&**$t, x => { let $c = x.limits(); $body })
     };
 }
 
-/// A key permit of a local or a shared table.
-enum AnyPermit {
-    Local(CoreKeyPermit),
-    #[cfg(target_os = "linux")]
-    Shared(SharedKeyPermit),
-}
-
-impl Table {
-    fn try_acquire(&self, py: Python<'_>, h: u64, now: u64, cost: u32) -> PyResult<AnyPermit> {
-        match self {
-            Table::Local(a) => on_keyed!(&**a, c => c.try_acquire(h, now, cost))
-                .map(AnyPermit::Local)
-                .map_err(|r| rejected_err(py, r)),
-            #[cfg(target_os = "linux")]
-            Table::Shared(s) => on_shared!(&**s, x => x.try_acquire(h, now, cost))
-                .map(AnyPermit::Shared)
-                .map_err(|e| crate::shared::shm_err(py, e)),
-        }
+impl AnyKeyed {
+    fn try_acquire(
+        &self,
+        py: Python<'_>,
+        h: u64,
+        now: u64,
+        cost: u32,
+    ) -> PyResult<PlacedKeyPermit> {
+        on_placed!(self, x => x.try_acquire_key(h, now, cost))
+            .map_err(|e| place_err(py, "KeyedLimits", e))
     }
 
     /// Releases `p` (a permit of this table); the error as a Python exception.
-    fn release(&self, py: Python<'_>, p: AnyPermit) -> PyResult<()> {
-        match (self, p) {
-            (Table::Local(a), AnyPermit::Local(p)) => {
-                on_keyed!(&**a, c => c.release(p)).map_err(|e| usage_err(py, e))
-            }
-            #[cfg(target_os = "linux")]
-            (Table::Shared(s), AnyPermit::Shared(p)) => {
-                on_shared!(&**s, x => x.release(p)).map_err(|e| crate::shared::shm_err(py, e))
-            }
-            #[cfg(target_os = "linux")]
-            _ => Err(usage_err(py, UsageError::ForeignHandle)),
-        }
+    fn release(&self, py: Python<'_>, p: PlacedKeyPermit) -> PyResult<()> {
+        on_placed!(self, x => x.release_key(p)).map_err(|e| place_err(py, "KeyedLimits", e))
     }
 
     /// Releases `p` and ignores what went wrong (for `__exit__` and drop).
-    fn release_quietly(&self, p: AnyPermit) {
-        match (self, p) {
-            (Table::Local(a), AnyPermit::Local(p)) => {
-                let _ = on_keyed!(&**a, c => c.release(p));
-            }
-            #[cfg(target_os = "linux")]
-            (Table::Shared(s), AnyPermit::Shared(p)) => {
-                let _ = on_shared!(&**s, x => x.release(p));
-            }
-            #[cfg(target_os = "linux")]
-            _ => {}
-        }
+    fn release_quietly(&self, p: PlacedKeyPermit) {
+        let _ = on_placed!(self, x => x.release_key(p));
     }
 }
 
@@ -194,7 +132,7 @@ fn keyed_args(
 /// Keys are strings, bytes (hashed with `hash_key(hash_seed, ...)`) or int hashes.
 #[pyclass(frozen, module = "surgeguard._native")]
 pub struct KeyedLimits {
-    core: Table,
+    core: Box<AnyKeyed>,
     shards: usize,
     hash_seed: u64,
 }
@@ -228,7 +166,7 @@ pub fn key_hash_of(seed: u64, key: &Bound<'_, PyAny>) -> PyResult<u64> {
 impl KeyedLimits {
     #[new]
     #[pyo3(signature = (shard_limit, *, shards=None, shards_per_key=None, limit_retry_after=None,
-        seed=None, rate=None, burst=None, hash_seed=None))]
+        seed=None, rate=None, burst=None, hash_seed=None, shared=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -240,7 +178,9 @@ impl KeyedLimits {
         rate: Option<&Bound<'_, PyAny>>,
         burst: Option<&Bound<'_, PyAny>>,
         hash_seed: Option<&Bound<'_, PyAny>>,
+        shared: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        let place = where_arg(shared, None)?;
         let (shards, cfg) = keyed_args(
             py,
             shard_limit,
@@ -252,14 +192,15 @@ impl KeyedLimits {
             burst,
         )?;
         let hash_seed = opt_uint_arg("hash_seed", hash_seed, u64::MAX)?;
-        let core = AnyKeyed::new(shards, cfg)
-            .expect("a checked shard count")
-            .map_err(|e| config_err(py, "KeyedLimits", e))?;
-        // Keep the seed private and different per process unless told (see hash_key).
-        let hash_seed = hash_seed.unwrap_or_else(|| {
-            surgeguard_core::rng::mix(clock_ns() ^ (std::process::id() as u64).rotate_left(32))
-        });
-        Ok(Self { core: Table::Local(core), shards, hash_seed })
+        let core = AnyKeyed::open(py, shards, place, cfg).expect("a checked shard count")?;
+        // A shared table: its segment's seed, the same in every process. A local one: keep
+        // the seed private and different per process unless told (see hash_key).
+        let hash_seed = hash_seed
+            .or_else(|| on_placed!(&*core, x => x.shared_key_seed()))
+            .unwrap_or_else(|| {
+                surgeguard_core::rng::mix(clock_ns() ^ (std::process::id() as u64).rotate_left(32))
+            });
+        Ok(Self { core, shards, hash_seed })
     }
 
     /// Per-key caps across worker processes (Linux): `KeyedLimits.shared("name", 4,
@@ -270,60 +211,27 @@ impl KeyedLimits {
     /// 100 ms; `reclaim()` does it at once). Keys hash with a seed drawn when the table was
     /// created and shared by every process attached (unless `hash_seed=` is given, which
     /// then must be the same in every process).
-    #[cfg(target_os = "linux")]
     #[staticmethod]
-    #[pyo3(signature = (name, shard_limit, *, shards=None, shards_per_key=None,
-        limit_retry_after=None, seed=None, rate=None, burst=None, hash_seed=None))]
-    #[allow(clippy::too_many_arguments)]
-    fn shared(
-        py: Python<'_>,
-        name: &Bound<'_, PyAny>,
-        shard_limit: &Bound<'_, PyAny>,
-        shards: Option<&Bound<'_, PyAny>>,
-        shards_per_key: Option<&Bound<'_, PyAny>>,
-        limit_retry_after: Option<&Bound<'_, PyAny>>,
-        seed: Option<&Bound<'_, PyAny>>,
-        rate: Option<&Bound<'_, PyAny>>,
-        burst: Option<&Bound<'_, PyAny>>,
-        hash_seed: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Self> {
-        let name = crate::shared::name_arg(name)?;
-        let (shards, cfg) = keyed_args(
-            py,
-            shard_limit,
-            shards,
-            shards_per_key,
-            limit_retry_after,
-            seed,
-            rate,
-            burst,
-        )?;
-        let hash_seed = opt_uint_arg("hash_seed", hash_seed, u64::MAX)?;
-        let shared = py
-            .detach(|| AnyShared::open(shards, name.as_deref(), cfg))
-            .expect("a checked shard count")
-            .map_err(|e| match e {
-                ShmError::Config(c) => config_err(py, "KeyedLimits", c),
-                e => crate::shared::shm_err(py, e),
-            })?;
-        let hash_seed = hash_seed.unwrap_or_else(|| on_shared!(&shared, x => x.key_seed()));
-        Ok(Self { core: Table::Shared(Box::new(shared)), shards, hash_seed })
+    #[pyo3(signature = (name, *args, **kwargs))]
+    fn shared<'py>(
+        py: Python<'py>,
+        name: &Bound<'py, PyAny>,
+        args: &Bound<'py, PyTuple>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        shared_call::<Self>(py, name, args, kwargs)
     }
 
     /// A shared table (Linux): gives back the key permits of worker processes proven dead
     /// (each once) and returns how many; a local table: 0.
     fn reclaim(&self) -> u64 {
-        match &self.core {
-            Table::Local(_) => 0,
-            #[cfg(target_os = "linux")]
-            Table::Shared(s) => on_shared!(&**s, x => x.reclaim()),
-        }
+        on_placed!(&*self.core, x => x.reclaim())
     }
 
     /// Whether the table lives in memory shared between processes.
     #[getter]
     fn is_shared(&self) -> bool {
-        !matches!(self.core, Table::Local(_))
+        on_placed!(&*self.core, x => x.is_shared())
     }
 
     /// Takes a slot (and `cost` units of rate) for `key`, or raises `KeyLimit` / `KeyRate`.
@@ -434,7 +342,7 @@ impl KeyedLimits {
 pub struct KeyPermit {
     table: Py<KeyedLimits>,
     key_hash: u64,
-    permit: Mutex<Option<AnyPermit>>,
+    permit: Mutex<Option<PlacedKeyPermit>>,
 }
 
 impl KeyPermit {

@@ -24,8 +24,6 @@ mod permit;
 mod placed;
 mod rate;
 #[cfg(target_os = "linux")]
-mod shared;
-#[cfg(target_os = "linux")]
 mod shared_gate;
 
 use pyo3::prelude::*;
@@ -55,9 +53,6 @@ mod _native {
     use super::permit::Permit;
     #[pymodule_export]
     use super::rate::{time_to_drain, PacedDrain, RateLimiter};
-    #[cfg(target_os = "linux")]
-    #[pymodule_export]
-    use super::shared::{SharedLimiter, SharedPermit};
     #[cfg(target_os = "linux")]
     #[pymodule_export]
     use super::shared_gate::{SharedGate, SharedGatePermit, SharedGateTicket};

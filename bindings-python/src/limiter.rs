@@ -11,6 +11,10 @@ use surgeguard_core::{Limiter as CoreLimiter, LimiterConfig, Priority};
 
 use crate::common::*;
 use crate::permit::{Owner, Permit};
+#[cfg(target_os = "linux")]
+use crate::placed::unlink_name;
+use crate::placed::{open, place_err, shared_call, where_arg};
+use surgeguard::placement::Placed;
 
 /// How one algorithm setting is read from Python and shown back.
 trait Setting {
@@ -283,10 +287,12 @@ pub fn limiter_config(
 /// the limit from completions, and splits it between priority levels.
 ///
 /// Lock-free and exact (never over-admits, not even in a race). No queue: a refusal
-/// raises at once (use `Gate` to wait).
+/// raises at once (use `Gate` to wait). In this process, or (`shared=`, or
+/// `Limiter.shared(name, ...)`, Linux) in memory shared by worker processes: one limit
+/// across all of them, each permit counted to its process so a dead worker's come back.
 #[pyclass(frozen, module = "surgeguard._native")]
 pub struct Limiter {
-    pub core: CoreLimiter,
+    pub core: Placed<CoreLimiter>,
     pub overload: Py<PyTuple>,
     /// `clock=`: read instead of the native clock.
     pub clock: Option<Py<PyAny>>,
@@ -297,7 +303,7 @@ impl Limiter {
     #[new]
     #[pyo3(signature = (algorithm=None, *, limit=None, levels=None, weights=None,
         min_window=None, max_window=None, window_rtt_multiple=None, min_samples=None,
-        active=None, overload_exceptions=None, clock=None))]
+        active=None, overload_exceptions=None, clock=None, shared=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -312,7 +318,9 @@ impl Limiter {
         active: Option<&Bound<'_, PyAny>>,
         overload_exceptions: Option<&Bound<'_, PyAny>>,
         clock: Option<&Bound<'_, PyAny>>,
+        shared: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        let place = where_arg(shared, clock)?;
         let clock = clock_arg(clock)?;
         let cfg = limiter_config(
             algorithm,
@@ -325,15 +333,14 @@ impl Limiter {
             min_samples,
             active,
         )?;
-        let core = CoreLimiter::new(cfg).map_err(|e| config_err(py, "Limiter", e))?;
+        let core = open(py, "Limiter", place, cfg)?;
         Ok(Self { core, overload: overload_arg(py, overload_exceptions)?, clock })
     }
 
     /// One limiter across worker processes (Linux): `Limiter.shared("name", limit=4)`
     /// creates or attaches to the shared-memory limiter of that name (`None`: anonymous,
-    /// for processes forked afterwards). Takes the constructor's arguments except
-    /// `overload_exceptions` and `clock`; returns a `SharedLimiter`.
-    #[cfg(target_os = "linux")]
+    /// for processes forked afterwards): a `Limiter` with the same API. Takes the
+    /// constructor's arguments except `clock` (every process reads the native clock).
     #[staticmethod]
     #[pyo3(signature = (name, *args, **kwargs))]
     fn shared<'py>(
@@ -342,7 +349,15 @@ impl Limiter {
         args: &Bound<'py, PyTuple>,
         kwargs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        crate::shared::shared_limiter(py, name, args, kwargs)
+        shared_call::<Self>(py, name, args, kwargs)
+    }
+
+    /// Removes a shared limiter's name (attached processes keep their segment); whether
+    /// it existed. A path is a `ValueError` (remove a segment at a path with `os.unlink`).
+    #[cfg(target_os = "linux")]
+    #[staticmethod]
+    fn unlink(py: Python<'_>, name: &str) -> PyResult<bool> {
+        unlink_name(py, "Limiter", name, Placed::<CoreLimiter>::unlink)
     }
 
     /// A context manager: `with limiter.acquire(priority="normal") as permit:` admits on
@@ -355,7 +370,7 @@ impl Limiter {
         now_ns: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Permit> {
         let py = slf.py();
-        let p = priority_arg(py, priority, slf.get().core.levels())?;
+        let p = priority_arg(py, priority, slf.get().core.limiter().levels())?;
         let now = match now_ns {
             Some(v) if !v.is_none() => Some(now_arg(v)?),
             _ => None,
@@ -373,13 +388,44 @@ impl Limiter {
     ) -> PyResult<Permit> {
         let py = slf.py();
         let lim = slf.get();
-        let p = priority_arg(py, priority, lim.core.levels())?;
+        let p = priority_arg(py, priority, lim.core.limiter().levels())?;
         let injected = now_ns.is_some_and(|v| !v.is_none());
         let now = now_from(py, lim.clock.as_ref(), now_ns)?;
         match lim.core.try_acquire_raw(now, p) {
             Ok(raw) => Ok(Permit::admitted(Owner::Limiter(slf.clone().unbind()), p, raw, injected)),
-            Err(r) => Err(rejected_err(py, r)),
+            Err(e) => Err(place_err(py, "Limiter", e)),
         }
+    }
+
+    /// A shared limiter: releases the permits of worker processes proven dead (exactly
+    /// once each) and returns how many; a local one: 0.
+    fn reclaim(&self, py: Python<'_>) -> u64 {
+        py.detach(|| self.core.reclaim())
+    }
+
+    /// Whether the limiter lives in memory shared between processes.
+    #[getter]
+    fn is_shared(&self) -> bool {
+        self.core.is_shared()
+    }
+
+    /// Whether this object made its limiter (a shared one: false if it attached to
+    /// another process's segment).
+    #[getter]
+    fn created(&self) -> bool {
+        self.core.created()
+    }
+
+    /// Processes using the limiter (1 for a local one).
+    #[getter]
+    fn attached_processes(&self) -> u32 {
+        self.core.attached_processes()
+    }
+
+    /// Permits held by this process (a local limiter's: all of them).
+    #[getter]
+    fn held_by_this_process(&self) -> u32 {
+        self.core.held_by_this_process()
     }
 
     /// The kill switch: pin the limit to `limit`, or `None` to hand control
@@ -389,40 +435,45 @@ impl Limiter {
             Some(v) => Some(real_arg("limit", v)?),
             None => None,
         };
-        self.core.set_static_limit(v).map_err(|e| config_err(py, "static limit", e))
+        self.core.limiter().set_static_limit(v).map_err(|e| config_err(py, "static limit", e))
     }
 
     /// The limit in force (may be fractional).
     #[getter]
     fn limit(&self) -> f64 {
-        self.core.limit()
+        self.core.limiter().limit()
     }
 
     /// Requests in flight.
     #[getter]
     fn inflight(&self) -> u32 {
-        self.core.inflight()
+        self.core.limiter().inflight()
     }
 
     /// Priority levels in use.
     #[getter]
     fn levels(&self) -> u8 {
-        self.core.levels()
+        self.core.limiter().levels()
     }
 
     /// Requests in flight at `priority`.
     fn inflight_of(&self, py: Python<'_>, priority: &Bound<'_, PyAny>) -> PyResult<u32> {
-        Ok(self.core.inflight_of(priority_arg(py, Some(priority), self.core.levels())?))
+        let l = self.core.limiter();
+        Ok(l.inflight_of(priority_arg(py, Some(priority), l.levels())?))
     }
 
     /// A snapshot of counters and gauges as a dict.
     fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        limiter_metrics(py, &self.core.metrics())
+        limiter_metrics(py, &self.core.limiter().metrics())
     }
 
     fn __repr__(&self) -> String {
-        let m = self.core.metrics();
-        format!("Limiter(algorithm={:?}, limit={}, inflight={})", m.algorithm, m.limit, m.inflight)
+        let m = self.core.limiter().metrics();
+        let shared = if self.core.is_shared() { ", shared=True" } else { "" };
+        format!(
+            "Limiter(algorithm={:?}, limit={}, inflight={}{shared})",
+            m.algorithm, m.limit, m.inflight
+        )
     }
 }
 

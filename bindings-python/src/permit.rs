@@ -20,7 +20,8 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use pyo3::exceptions::{PyStopIteration, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
-use surgeguard_core::{Outcome, Priority, RawPermit};
+use surgeguard::placement::PlacedRawPermit;
+use surgeguard_core::{Outcome, Priority};
 
 use crate::common::*;
 use crate::gate::{Gate, Waiter};
@@ -62,13 +63,19 @@ impl Owner {
     }
 
     /// Returns the slot (and for a gate, hands freed slots to waiters).
-    fn release(&self, py: Option<Python<'_>>, raw: RawPermit, now: u64, outcome: Outcome) {
-        match self {
-            // Cannot fail: the permit came from this limiter.
-            Owner::Limiter(l) => {
+    fn release(&self, py: Option<Python<'_>>, raw: PlacedRawPermit, now: u64, outcome: Outcome) {
+        match (self, raw) {
+            // Cannot fail: the permit came from this limiter (a shared one's may have been
+            // given back already, by a reclaim in a process that forked this one).
+            (Owner::Limiter(l), raw) => {
                 let _ = l.get().core.release_raw(raw, now, outcome);
             }
-            Owner::Gate(g) => g.get().release_raw(py, raw, now, outcome),
+            (Owner::Gate(g), PlacedRawPermit::Local(raw)) => {
+                g.get().release_raw(py, raw, now, outcome)
+            }
+            // A gate's permits are local (`hold` wraps them): nothing else reaches here.
+            #[allow(unreachable_patterns)]
+            (Owner::Gate(_), other) => std::mem::forget(other),
         }
     }
 }
@@ -127,10 +134,10 @@ mod aw {
 /// one thread wins that transition; or by `Drop`, which has the permit to itself. So at
 /// most one thread touches the cell at a time, and each access happens after the previous
 /// one. Before, a mutex held the slot: two uncontended lock/unlock pairs per `with` block.
-struct SlotCell(UnsafeCell<Option<RawPermit>>);
+struct SlotCell(UnsafeCell<Option<PlacedRawPermit>>);
 
 // SAFETY: every access follows the ownership rule above (one thread at a time, ordered by
-// the state word's Release/Acquire pairs), and `RawPermit` is plain data that may move
+// the state word's Release/Acquire pairs), and the permit is plain data that may move
 // between threads.
 unsafe impl Sync for SlotCell {}
 
@@ -140,7 +147,7 @@ impl SlotCell {
     /// # Safety
     /// The caller owns the cell by the rule above (it won `WAITING` → `FILLING`), and
     /// publishes the store with a Release store of the state afterwards.
-    unsafe fn put(&self, raw: RawPermit) {
+    unsafe fn put(&self, raw: PlacedRawPermit) {
         // SAFETY: exclusive by the caller's contract.
         unsafe { *self.0.get() = Some(raw) };
     }
@@ -149,7 +156,7 @@ impl SlotCell {
     ///
     /// # Safety
     /// The caller won the transition to `RELEASING` (AcqRel compare-and-swap).
-    unsafe fn take(&self) -> Option<RawPermit> {
+    unsafe fn take(&self) -> Option<PlacedRawPermit> {
         // SAFETY: exclusive by the caller's contract.
         unsafe { (*self.0.get()).take() }
     }
@@ -185,7 +192,7 @@ impl Permit {
         now: Option<u64>,
         is_async: bool,
         state: u8,
-        raw: Option<RawPermit>,
+        raw: Option<PlacedRawPermit>,
     ) -> Self {
         let started = raw.as_ref().map_or(0, |r| r.started_at());
         Self {
@@ -213,7 +220,13 @@ impl Permit {
     }
 
     /// A permit already admitted.
-    pub fn admitted(owner: Owner, priority: Priority, raw: RawPermit, injected: bool) -> Self {
+    pub fn admitted(
+        owner: Owner,
+        priority: Priority,
+        raw: impl Into<PlacedRawPermit>,
+        injected: bool,
+    ) -> Self {
+        let raw = raw.into();
         let now = injected.then(|| raw.started_at());
         Self::new(owner, priority, None, now, false, st::HELD, Some(raw))
     }
@@ -230,7 +243,8 @@ impl Permit {
     /// Stores the slot of an admission and moves `WAITING` → `IN_BLOCK`. A permit that is
     /// not waiting (an async wait finished twice, or for another permit) refuses the slot:
     /// it goes back to its owner unused and the call raises `UsageError`.
-    fn hold(&self, py: Python<'_>, raw: RawPermit) -> PyResult<()> {
+    fn hold(&self, py: Python<'_>, raw: impl Into<PlacedRawPermit>) -> PyResult<()> {
+        let raw = raw.into();
         if self.cas(st::WAITING, st::FILLING).is_err() {
             let now = raw.started_at();
             self.owner.release(Some(py), raw, now, Outcome::Ignored);
@@ -300,9 +314,9 @@ impl Permit {
                     this.hold(py, raw)?;
                     Ok(None)
                 }
-                Err(r) => {
+                Err(e) => {
                     this.state.store(st::FAILED, Ordering::Release);
-                    Err(rejected_err(py, r))
+                    Err(crate::placed::place_err(py, "Limiter", e))
                 }
             },
             Owner::Gate(g) => {
@@ -338,7 +352,11 @@ impl Permit {
     }
 
     /// Called by the async wait when the ticket was granted (`Some`) or dropped (`None`).
-    pub fn finish_wait(&self, py: Python<'_>, raw: Option<RawPermit>) -> PyResult<()> {
+    pub fn finish_wait(
+        &self,
+        py: Python<'_>,
+        raw: Option<surgeguard_core::RawPermit>,
+    ) -> PyResult<()> {
         match raw {
             Some(raw) => self.hold(py, raw),
             None => {

@@ -8,7 +8,9 @@ use surgeguard_core::rate::{
 };
 
 use crate::common::*;
-use crate::placed::Placed;
+use crate::placed::{open, shared_call, where_arg};
+use pyo3::types::PyTuple;
+use surgeguard::placement::Placed;
 
 /// A GCRA rate limiter on one atomic word: `per_second` units per second, bursts of up to
 /// `burst` units, weighted cost. A refusal says how long to wait instead of sleeping.
@@ -41,40 +43,30 @@ fn cost_arg(v: Option<&Bound<'_, PyAny>>) -> PyResult<u32> {
 #[pymethods]
 impl RateLimiter {
     #[new]
-    #[pyo3(signature = (per_second, burst=None))]
+    #[pyo3(signature = (per_second, burst=None, *, shared=None))]
     fn new(
         py: Python<'_>,
         per_second: &Bound<'_, PyAny>,
         burst: Option<&Bound<'_, PyAny>>,
+        shared: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let core = CoreRate::new(rate_config(per_second, burst)?)
-            .map_err(|e| config_err(py, "RateLimiter", e))?;
-        Ok(Self { core: Placed::Local(core) })
+        let place = where_arg(shared, None)?;
+        Ok(Self { core: open(py, "RateLimiter", place, rate_config(per_second, burst)?)? })
     }
 
     /// One rate across worker processes (Linux): `RateLimiter.shared("name", 100, burst=10)`
     /// creates or attaches to the shared-memory rate limiter of that name (`None`:
     /// anonymous, for processes forked afterwards); same API. Another config under the
     /// same name raises `ValueError`.
-    #[cfg(target_os = "linux")]
     #[staticmethod]
-    #[pyo3(signature = (name, per_second, burst=None))]
-    fn shared(
-        py: Python<'_>,
-        name: &Bound<'_, PyAny>,
-        per_second: &Bound<'_, PyAny>,
-        burst: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Self> {
-        let cfg = rate_config(per_second, burst)?;
-        CoreRate::new(cfg).map_err(|e| config_err(py, "RateLimiter", e))?;
-        let core = crate::shared::place(
-            py,
-            name,
-            cfg,
-            surgeguard::shm::SharedRateLimiter::open,
-            surgeguard::shm::SharedRateLimiter::anonymous,
-        )?;
-        Ok(Self { core })
+    #[pyo3(signature = (name, *args, **kwargs))]
+    fn shared<'py>(
+        py: Python<'py>,
+        name: &Bound<'py, PyAny>,
+        args: &Bound<'py, PyTuple>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        shared_call::<Self>(py, name, args, kwargs)
     }
 
     /// Takes `cost` units now; True if allowed.

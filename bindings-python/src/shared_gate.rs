@@ -40,7 +40,11 @@ use surgeguard_core::{Outcome, Priority, Reason, Rejected, UsageError};
 
 use crate::common::*;
 use crate::gate::{gate_config, gate_metrics};
-use crate::shared::shm_err;
+use crate::placed::place_err;
+
+fn shm_err(py: Python<'_>, e: ShmError) -> PyErr {
+    place_err(py, "SharedGate", e)
+}
 
 /// The queue capacities compiled in; a shared gate uses the smallest that holds
 /// `queue_capacity` (every process must pass the same, or attaching is refused).
@@ -449,7 +453,7 @@ impl SharedGate {
         overload_exceptions: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let name = match name {
-            Some(n) => crate::shared::name_arg(n)?,
+            Some(n) => crate::placed::name_arg(n)?,
             None => None,
         };
         let (cfg, capacity) = gate_config(
@@ -489,10 +493,10 @@ impl SharedGate {
     /// A path is a `ValueError` (names only: remove a segment at a path with `os.unlink`).
     #[staticmethod]
     fn unlink(py: Python<'_>, name: &Bound<'_, PyAny>) -> PyResult<bool> {
-        let Some(name) = crate::shared::name_arg(name)? else {
+        let Some(name) = crate::placed::name_arg(name)? else {
             return Err(PyTypeError::new_err("name must be a str, got None"));
         };
-        crate::shared::unlink_name(py, &name, CoreShared::<64>::unlink)
+        crate::placed::unlink_name(py, "SharedGate", &name, CoreShared::<64>::unlink)
     }
 
     /// `with gate.acquire(priority="normal", timeout=0.2) as permit:` — admits on entry,

@@ -79,7 +79,7 @@ async def test_permit_aexit_is_typed_as_what_awaiting_it_gives():
     permits = [("Permit", lambda: sg.Gate(limit=1).acquire_async())]
     if hasattr(native, "SharedGate"):
         permits += [
-            ("SharedPermit", lambda: sg.Limiter.shared(None, limit=1).acquire()),
+            ("Permit", lambda: sg.Limiter.shared(None, limit=1).acquire()),
             ("SharedGatePermit", lambda: sg.Gate.shared(None, limit=1).acquire_async()),
         ]
     for name, make in permits:

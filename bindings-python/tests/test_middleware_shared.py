@@ -1,4 +1,4 @@
-"""The ASGI and WSGI middlewares with a SharedLimiter as their gate: admitted or refused
+"""The ASGI and WSGI middlewares with a shared Limiter as their gate: admitted or refused
 at once (no queue), one limit across worker processes, the permit released with the
 response's outcome."""
 
@@ -16,7 +16,7 @@ from surgeguard.asgi import OverloadMiddleware, health
 from surgeguard.wsgi import OverloadWSGIMiddleware
 
 pytestmark = pytest.mark.skipif(
-    sys.platform != "linux" or not hasattr(_native, "SharedLimiter"), reason="shared memory is Linux-only"
+    sys.platform != "linux" or not hasattr(_native, "SharedGate"), reason="shared memory is Linux-only"
 )
 
 
@@ -52,7 +52,7 @@ def asgi_app(status, started=None, release=None):
 
 
 async def test_asgi_admits_or_refuses_at_once_and_releases_with_the_outcome():
-    shared = sg.SharedLimiter(None, limit=1, levels=1)
+    shared = sg.Limiter.shared(None, limit=1, levels=1)
     started, release = asyncio.Event(), asyncio.Event()
     mw = OverloadMiddleware(asgi_app(200, started, release), gate=shared, timeout=5)
     first = asyncio.create_task(call(mw, http_scope()))
@@ -83,7 +83,7 @@ def _free_key(keyed, key):
 
 
 async def test_asgi_health_and_keys_with_a_shared_limiter():
-    shared = sg.SharedLimiter(None, limit=1, levels=1)
+    shared = sg.Limiter.shared(None, limit=1, levels=1)
     keyed = sg.KeyedLimits.shared(None, 1, shards=8, shards_per_key=1)
     started, release = asyncio.Event(), asyncio.Event()
     mw = OverloadMiddleware(asgi_app(200, started, release), gate=shared, keyed=keyed, health_path="/health")
@@ -104,7 +104,7 @@ async def test_asgi_health_and_keys_with_a_shared_limiter():
 
 
 def test_wsgi_with_a_shared_limiter_releases_on_close():
-    shared = sg.SharedLimiter(None, limit=1, levels=1)
+    shared = sg.Limiter.shared(None, limit=1, levels=1)
 
     def app(environ, start_response):
         start_response("200 OK", [("Content-Type", "text/plain")])
@@ -134,7 +134,7 @@ def test_middlewares_refuse_what_is_not_a_gate_or_limiter():
             OverloadMiddleware(app, gate=bad)
         with pytest.raises(TypeError):
             OverloadWSGIMiddleware(app, gate=bad)
-    shared = sg.SharedLimiter(None, limit=1, levels=1)
+    shared = sg.Limiter.shared(None, limit=1, levels=1)
     with pytest.raises(ValueError):
         OverloadMiddleware(app, gate=shared, timeout=-1)
     with pytest.raises(TypeError):
@@ -142,7 +142,7 @@ def test_middlewares_refuse_what_is_not_a_gate_or_limiter():
 
 
 async def test_one_limit_across_processes_and_a_killed_worker_gives_its_slot_back():
-    shared = sg.SharedLimiter(None, limit=1, levels=1)
+    shared = sg.Limiter.shared(None, limit=1, levels=1)
     mw = OverloadMiddleware(asgi_app(200), gate=shared)
     r, w = os.pipe()
     pid = os.fork()

@@ -239,7 +239,7 @@ def test_gunicorn_workers_share_one_limit_by_name(tmp_path):
         mine.reclaim()
         assert mine.inflight == 0
     finally:
-        surgeguard.SharedLimiter.unlink(name)
+        surgeguard.Limiter.unlink(name)
 
 
 def test_a_shared_limiter_refuses_the_wave_a_shared_gate_queues(tmp_path):
@@ -252,7 +252,7 @@ def test_a_shared_limiter_refuses_the_wave_a_shared_gate_queues(tmp_path):
         print(f"shared limiter, {CLIENTS} at once: served {served}, refused {refused}, peak {most}")
         assert most <= LIMIT and refused > served, (served, refused)
     finally:
-        surgeguard.SharedLimiter.unlink(name)
+        surgeguard.Limiter.unlink(name)
 
 
 def test_gunicorn_workers_share_one_limit_created_before_the_fork(tmp_path):
@@ -362,7 +362,7 @@ def test_a_worker_killed_while_holding_permits_gives_them_back(tmp_path):
                 results = [s for s, _ in pool.map(lambda _: get(port), range(CLIENTS))]
             assert dep.max <= LIMIT and results.count(200) >= LIMIT, results
     finally:
-        surgeguard.SharedLimiter.unlink(name)
+        surgeguard.Limiter.unlink(name)
 
 
 SWEEP_BOUND = 0.1

@@ -18,7 +18,7 @@ import surgeguard as sg
 from surgeguard import _native
 
 pytestmark = pytest.mark.skipif(
-    sys.platform != "linux" or not hasattr(_native, "SharedLimiter"), reason="shared memory is Linux-only"
+    sys.platform != "linux" or not hasattr(_native, "SharedGate"), reason="shared memory is Linux-only"
 )
 
 KeyedLimits = sg.KeyedLimits

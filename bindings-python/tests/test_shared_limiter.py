@@ -1,4 +1,4 @@
-"""One limit across worker processes: the native SharedLimiter with real processes.
+"""One limit across worker processes: a Limiter placed in shared memory, with real processes.
 
 Forked workers share one limit; a worker killed with SIGKILL while holding permits gets
 them back to the others; workers attaching by name agree on one segment; another config
@@ -15,10 +15,12 @@ import pytest
 from surgeguard import _native
 
 pytestmark = pytest.mark.skipif(
-    sys.platform != "linux" or not hasattr(_native, "SharedLimiter"), reason="shared memory is Linux-only"
+    sys.platform != "linux" or not hasattr(_native, "SharedGate"), reason="shared memory is Linux-only"
 )
 
-SharedLimiter = _native.SharedLimiter
+def SharedLimiter(name, **kw):
+    """A Limiter placed in shared memory (`shared=` of the constructor)."""
+    return _native.Limiter(shared=True if name is None else name, **kw)
 
 
 def unique(tag):
@@ -93,7 +95,7 @@ def test_attached_by_name_after_fork_and_refused_with_another_config():
     for pid in pids:
         assert os.waitpid(pid, 0)[1] == 0
     assert mine.inflight == 0
-    SharedLimiter.unlink(name)
+    _native.Limiter.unlink(name)
 
 
 def test_permits_release_once_and_bad_input_is_refused():
@@ -117,7 +119,7 @@ def test_limiter_shared_has_the_limiter_api():
     import surgeguard
 
     shared = surgeguard.Limiter.shared(None, limit=2, levels=1)
-    assert isinstance(shared, surgeguard.SharedLimiter)
+    assert isinstance(shared, surgeguard.Limiter) and shared.is_shared
     assert shared.levels == 1 and shared.limit == 2
     pending = shared.acquire()
     assert not pending.held and shared.inflight == 0  # admitted on entry, as Limiter.acquire
@@ -189,7 +191,7 @@ def test_limiter_shared_refuses_bad_config_and_a_mismatched_attach():
             a.acquire(now_ns=-1)
         assert a.inflight == 0
     finally:
-        surgeguard.SharedLimiter.unlink(name)
+        surgeguard.Limiter.unlink(name)
 
 
 # ---- kill -9 through the facade: the documented bound -------------------------------
@@ -245,7 +247,7 @@ def test_a_killed_worker_attached_by_name_gives_its_permits_back_within_the_boun
         assert parent.inflight == 0
         assert parent.metrics()["ignored"] == 2  # the child's, released without a sample
     finally:
-        surgeguard.SharedLimiter.unlink(name)
+        surgeguard.Limiter.unlink(name)
 
 
 def test_async_with_admits_at_once_and_releases_on_exit():
@@ -257,7 +259,7 @@ def test_async_with_admits_at_once_and_releases_on_exit():
 
     async def main():
         async with shared.acquire() as p:
-            assert isinstance(p, surgeguard.SharedPermit) and p.held and shared.inflight == 1
+            assert isinstance(p, surgeguard.Permit) and p.held and shared.inflight == 1
             with pytest.raises(surgeguard.Rejected):
                 async with shared.acquire():
                     pass  # pragma: no cover
@@ -338,7 +340,7 @@ def test_unlink_says_whether_the_name_existed_and_paths_are_refused_as_in_node(t
     import surgeguard
 
     for cls, make in (
-        (surgeguard.SharedLimiter, lambda n: surgeguard.Limiter.shared(n, limit=2)),
+        (surgeguard.Limiter, lambda n: surgeguard.Limiter.shared(n, limit=2)),
         (surgeguard.SharedGate, lambda n: surgeguard.Gate.shared(n, limit=2)),
     ):
         name = unique("unlink")

@@ -65,7 +65,7 @@ def test_one_rate_across_processes(by_name):
                 surgeguard.RateLimiter.shared(name, 1, burst=11)
     finally:
         if by_name:
-            surgeguard.SharedLimiter.unlink(name)
+            surgeguard.Limiter.unlink(name)
 
 
 @pytest.mark.parametrize("by_name", [True, False])
@@ -94,7 +94,7 @@ def test_one_retry_budget_across_processes(by_name):
                 surgeguard.RetryBudget.shared(name, ttl=10.0, min_retries_per_sec=0, percent_can_retry=0.4)
     finally:
         if by_name:
-            surgeguard.SharedLimiter.unlink(name)
+            surgeguard.Limiter.unlink(name)
 
 
 @pytest.mark.parametrize("name", [1, b"x", 2.5, object()])
@@ -135,4 +135,4 @@ def test_a_name_made_by_another_kind_is_refused():
         with pytest.raises(ValueError):
             surgeguard.Limiter.shared(name, limit=1)
     finally:
-        surgeguard.SharedLimiter.unlink(name)
+        surgeguard.Limiter.unlink(name)

@@ -245,15 +245,28 @@ INSTANCES: Dict[str, Callable[[], Any]] = {
     "VegasLimit": lambda: sg.VegasLimit(),
     **(
         {
-            "SharedLimiter": lambda: sg.Limiter.shared(None, limit=2),
-            "SharedPermit": lambda: sg.Limiter.shared(None, limit=2).try_acquire(),
             "SharedGate": lambda: sg.Gate.shared(None, limit=2, queue_capacity=8),
             "SharedGatePermit": lambda: sg.Gate.shared(None, limit=2, queue_capacity=8).try_acquire(),
         }
-        if hasattr(sg, "SharedLimiter")
+        if hasattr(sg, "SharedGate")
         else {}
     ),
 }
+
+#: The classes with a placement, placed in shared memory (Linux): each method is swept on
+#: a shared instance too (the same class, another placement).
+SHARED_INSTANCES: Dict[str, Callable[[], Any]] = (
+    {
+        "Limiter": lambda: sg.Limiter.shared(None, limit=2),
+        "Permit": lambda: sg.Limiter.shared(None, limit=2).try_acquire(),
+        "KeyedLimits": lambda: sg.KeyedLimits.shared(None, 4),
+        "KeyPermit": lambda: sg.KeyedLimits.shared(None, 4).try_acquire("k"),
+        "RateLimiter": lambda: sg.RateLimiter.shared(None, 10.0, 5),
+        "RetryBudget": lambda: sg.RetryBudget.shared(None),
+    }
+    if hasattr(sg, "SharedGate")
+    else {}
+)
 
 
 def _public_classes() -> Dict[str, type]:
@@ -278,6 +291,8 @@ def targets() -> List[Target]:
             if cname not in INSTANCES:
                 continue
             out.append(Target(f"{cname}.{m}", INSTANCES[cname], m, params))
+            if cname in SHARED_INSTANCES:
+                out.append(Target(f"{cname}.{m}[shared]", SHARED_INSTANCES[cname], m, params))
     for name in sg.__all__:
         obj = getattr(sg, name)
         if inspect.isfunction(obj) or inspect.isbuiltin(obj):

@@ -17,6 +17,7 @@ import asyncio
 import json
 import math
 import pathlib
+import sys
 from typing import Any, Callable
 
 import pytest
@@ -191,14 +192,16 @@ def replay_gate(sc: dict[str, Any]) -> int:
     return len(sc["steps"])
 
 
-def replay_simple(sc: dict[str, Any]) -> int:
+def replay_simple(sc: dict[str, Any], shared: bool = False) -> int:
+    """`shared`: the families with a placement made in anonymous shared memory."""
     kind, c, name = sc["kind"], sc["config"], sc["name"]
     held: dict[int, Any] = {}
+    place = {"shared": True} if shared else {}
     if kind == "limiter":
-        obj: Any = sg.Limiter(algorithm(c), **limiter_kwargs(c))
+        obj: Any = sg.Limiter(algorithm(c), **limiter_kwargs(c), **place)
     elif kind == "retry_budget":
         obj = sg.RetryBudget(ttl=secs(c["ttl_ns"]), min_retries_per_sec=c["min_retries_per_sec"],
-                             retry_ratio=c["percent_can_retry"])
+                             retry_ratio=c["percent_can_retry"], **place)
     elif kind == "token_throttle":
         obj = sg.TokenRetryThrottle(max_tokens=c["max_tokens"], token_ratio=c["token_ratio"])
     elif kind == "adaptive_throttle":
@@ -223,7 +226,7 @@ def replay_simple(sc: dict[str, Any]) -> int:
             seed=c["seed"],
         )
     elif kind == "rate_limiter":
-        obj = sg.RateLimiter(c["per_second"], c["burst"])
+        obj = sg.RateLimiter(c["per_second"], c["burst"], **place)
     else:
         raise Mismatch(f"scenario {name}: unknown kind {kind}")
 
@@ -335,7 +338,7 @@ def inf_if_null(x: Any) -> Any:
 LAG_SNAPSHOTS = 61
 
 
-def replay_flow(sc: dict[str, Any]) -> int:
+def replay_flow(sc: dict[str, Any], shared: bool = False) -> int:
     """Credits, LagMeter, Watermarks, PacedDrain, KeyedLimits (durations in seconds)."""
     kind, c, name = sc["kind"], sc["config"], sc["name"]
     held: dict[int, Any] = {}
@@ -354,7 +357,7 @@ def replay_flow(sc: dict[str, Any]) -> int:
         rate = {} if c["rate_per_second"] is None else {"rate": c["rate_per_second"], "burst": c["rate_burst"]}
         obj = sg.KeyedLimits(c["shard_limit"], shards=c["shards"], shards_per_key=c["shards_per_key"],
                              limit_retry_after=plain_secs(c["limit_retry_after_ns"]), seed=c["seed"],
-                             hash_seed=c["seed"], **rate)
+                             hash_seed=c["seed"], **rate, **({"shared": True} if shared else {}))
     else:
         raise Mismatch(f"scenario {name}: unknown kind {kind}")
 
@@ -547,6 +550,27 @@ def test_vectors(sc: dict[str, Any]) -> None:
     else:
         n = replay_simple(sc)
     assert n == len(sc["steps"]) > 0
+
+
+#: The kinds whose objects have a placement: replayed again in shared memory (Linux).
+PLACED_KINDS = ("limiter", "retry_budget", "rate_limiter", "keyed")
+PLACED = [s for s in DOC["scenarios"] if s["kind"] in PLACED_KINDS]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="shared memory is Linux-only")
+@pytest.mark.parametrize("sc", PLACED, ids=[s["name"] for s in PLACED])
+def test_vectors_through_the_shared_placement(sc: dict[str, Any]) -> None:
+    sc = in_range(sc)
+    if not sc["steps"]:
+        pytest.skip("every step is at an out-of-range time")
+    n = replay_flow(sc, shared=True) if sc["kind"] in FLOW_KINDS else replay_simple(sc, shared=True)
+    assert n == len(sc["steps"]) > 0
+
+
+def test_the_shared_placement_is_replayed_for_every_placed_kind() -> None:
+    assert {s["kind"] for s in PLACED} == set(PLACED_KINDS)
+    if sys.platform == "linux":
+        assert sg.Limiter(limit=1, shared=True).is_shared and sg.KeyedLimits(1, shared=True).is_shared
 
 
 def test_a_changed_expectation_is_caught() -> None:

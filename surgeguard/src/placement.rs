@@ -318,6 +318,12 @@ impl PlacedRawPermit {
     }
 }
 
+impl From<RawPermit> for PlacedRawPermit {
+    fn from(p: RawPermit) -> Self {
+        Self::Local(p)
+    }
+}
+
 /// A rejection of the local limiter in [`PlaceError`]'s terms.
 fn rejected(r: surgeguard_core::Rejected) -> PlaceError {
     PlaceError::Rejected(r)
@@ -333,6 +339,26 @@ impl Placed<Limiter> {
             Self::Local(l) => l,
             #[cfg(all(feature = "shm", target_os = "linux", target_has_atomic = "64"))]
             Self::Shared(s) => s.limiter(),
+        }
+    }
+
+    /// Processes using it: 1 for a local limiter; for a shared one, the processes
+    /// attached now.
+    pub fn attached_processes(&self) -> u32 {
+        match self {
+            Self::Local(_) => 1,
+            #[cfg(all(feature = "shm", target_os = "linux", target_has_atomic = "64"))]
+            Self::Shared(s) => s.attached_processes(),
+        }
+    }
+
+    /// Permits this process holds: all of a local limiter's; for a shared one, those
+    /// counted to this process.
+    pub fn held_by_this_process(&self) -> u32 {
+        match self {
+            Self::Local(l) => l.inflight(),
+            #[cfg(all(feature = "shm", target_os = "linux", target_has_atomic = "64"))]
+            Self::Shared(s) => s.held_by_this_process(),
         }
     }
 
@@ -462,6 +488,17 @@ impl<const N: usize, const K: usize> Placed<KeyedLimits<N, K>> {
             Self::Local(t) => t,
             #[cfg(all(feature = "shm", target_os = "linux", target_has_atomic = "64"))]
             Self::Shared(s) => s.limits(),
+        }
+    }
+
+    /// A shared table's key seed, drawn when its segment was created and the same in
+    /// every process attached (see [`SharedKeyedLimits::key_seed`]); `None` for a local
+    /// table, whose caller chooses its seed.
+    pub fn shared_key_seed(&self) -> Option<u64> {
+        match self {
+            Self::Local(_) => None,
+            #[cfg(all(feature = "shm", target_os = "linux", target_has_atomic = "64"))]
+            Self::Shared(s) => Some(s.key_seed()),
         }
     }
 

@@ -21,9 +21,10 @@ Admission (server side):
 
 - :class:`Limiter` — the limiter alone (no queue: refusals raise at once).
   ``Limiter.shared("name", limit=4)`` (Linux) is one limiter across worker processes
-  (gunicorn, ``uvicorn --workers``): a :class:`SharedLimiter` in shared memory, created
-  before the fork or attached by name after it, with the same ``acquire`` /
-  ``try_acquire`` / permit API.
+  (gunicorn, ``uvicorn --workers``): a :class:`Limiter` placed in shared memory, created
+  before the fork or attached by name after it, with the same API and :class:`Permit`.
+  :class:`RateLimiter`, :class:`RetryBudget` and :class:`KeyedLimits` are placed the same
+  way (``Class.shared(name, ...)``, or ``shared=name`` in the constructor).
 - :class:`KeyedLimits` — per-tenant / per-agent caps and rates, shuffle-sharded.
 - :mod:`surgeguard.asgi` / :mod:`surgeguard.wsgi` — middleware (503 / 429 + Retry-After).
 
@@ -88,7 +89,7 @@ from ._native import (
     time_to_drain,
 )
 try:  # Linux only: memory shared between worker processes
-    from ._native import SharedGate, SharedGatePermit, SharedLimiter, SharedPermit
+    from ._native import SharedGate, SharedGatePermit
 except ImportError:  # pragma: no cover - other platforms
     pass
 from .breaker import CircuitBreaker
@@ -146,7 +147,7 @@ __all__ = [
     "job_queue",
     "Limiter",
     "Permit",
-    *(["SharedGate", "SharedGatePermit", "SharedLimiter", "SharedPermit"] if "SharedLimiter" in globals() else []),
+    *(["SharedGate", "SharedGatePermit"] if "SharedGate" in globals() else []),
     "KeyedLimits",
     "KeyPermit",
     "FixedLimit",

@@ -234,7 +234,11 @@ class Limiter:
         active: Optional[Seconds] = None,
         overload_exceptions: Optional[ExcTypes] = None,
         clock: Optional[Callable[[], int]] = None,
-    ) -> None: ...
+        shared: Union[str, bool, None] = None,
+    ) -> None:
+        """``shared=``: a segment name (created or attached) or ``True`` (anonymous, shared
+        with processes forked afterwards) places the limiter in memory shared between
+        worker processes (Linux); a shared limiter takes no ``clock``."""
     @staticmethod
     def shared(
         name: Optional[str],
@@ -248,9 +252,21 @@ class Limiter:
         window_rtt_multiple: Optional[float] = None,
         min_samples: Optional[int] = None,
         active: Optional[Seconds] = None,
-    ) -> "SharedLimiter":
+        overload_exceptions: Optional[ExcTypes] = None,
+    ) -> "Limiter":
         """One limiter across worker processes (Linux): created or attached by ``name``
-        (``None``: anonymous, shared with processes forked afterwards)."""
+        (``None``: anonymous, shared with processes forked afterwards); a ``Limiter``."""
+    @staticmethod
+    def unlink(name: str) -> bool: ...
+    def reclaim(self) -> int: ...
+    @property
+    def is_shared(self) -> bool: ...
+    @property
+    def created(self) -> bool: ...
+    @property
+    def attached_processes(self) -> int: ...
+    @property
+    def held_by_this_process(self) -> int: ...
     def acquire(self, priority: Priority = None, *, now_ns: Optional[int] = None) -> Permit: ...
     def try_acquire(self, priority: Priority = None, *, now_ns: Optional[int] = None) -> Permit: ...
     def set_static_limit(self, limit: Optional[float]) -> None: ...
@@ -366,6 +382,7 @@ class RetryBudget:
         min_retries_per_sec: Optional[int] = None,
         percent_can_retry: Optional[float] = None,
         retry_ratio: Optional[float] = None,
+        shared: Union[str, bool, None] = None,
     ) -> None: ...
     @staticmethod
     def shared(
@@ -487,7 +504,7 @@ class BreakerFunction:
 @final
 class RateLimiter:
     """GCRA rate limiter; a refusal says how long to wait."""
-    def __init__(self, per_second: float, burst: Optional[int] = None) -> None: ...
+    def __init__(self, per_second: float, burst: Optional[int] = None, *, shared: Union[str, bool, None] = None) -> None: ...
     @staticmethod
     def shared(name: Optional[str], per_second: float, burst: Optional[int] = None) -> "RateLimiter":
         """One rate across worker processes (Linux), by ``name`` or anonymous (``None``)."""
@@ -576,6 +593,7 @@ class KeyedLimits:
         rate: Optional[float] = None,
         burst: Optional[int] = None,
         hash_seed: Optional[int] = None,
+        shared: Union[str, bool, None] = None,
     ) -> None: ...
     @staticmethod
     def shared(
@@ -618,61 +636,6 @@ class KeyPermit:
     def __exit__(
         self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
     ) -> bool: ...
-
-@final
-class SharedLimiter:
-    """A concurrency limiter in memory shared between processes (Linux): one limit across workers."""
-    def __init__(
-        self,
-        name: Optional[str] = None,
-        algorithm: Algorithm = None,
-        *,
-        limit: Optional[float] = None,
-        levels: Optional[int] = None,
-        weights: Optional[Sequence[float]] = None,
-        min_window: Optional[Seconds] = None,
-        max_window: Optional[Seconds] = None,
-        window_rtt_multiple: Optional[float] = None,
-        min_samples: Optional[int] = None,
-        active: Optional[Seconds] = None,
-    ) -> None: ...
-    @staticmethod
-    def unlink(name: str) -> bool: ...
-    def acquire(self, priority: Priority = None, *, now_ns: Optional[int] = None) -> "SharedPermit": ...
-    def try_acquire(self, priority: Priority = None, *, now_ns: Optional[int] = None) -> "SharedPermit": ...
-    def reclaim(self) -> int: ...
-    @property
-    def created(self) -> bool: ...
-    @property
-    def attached_processes(self) -> int: ...
-    @property
-    def limit(self) -> float: ...
-    @property
-    def inflight(self) -> int: ...
-    @property
-    def levels(self) -> int: ...
-    def inflight_of(self, priority: Priority) -> int: ...
-    @property
-    def held_by_this_process(self) -> int: ...
-    def metrics(self) -> dict[str, Any]: ...
-
-@final
-class SharedPermit:
-    """A permit of a SharedLimiter, released once."""
-    def release(self, outcome: str, *, now_ns: Optional[int] = None) -> None: ...
-    def success(self, *, now_ns: Optional[int] = None) -> None: ...
-    def dropped(self, *, now_ns: Optional[int] = None) -> None: ...
-    def ignore(self, *, now_ns: Optional[int] = None) -> None: ...
-    @property
-    def held(self) -> bool: ...
-    def __enter__(self) -> "SharedPermit": ...
-    def __exit__(
-        self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
-    ) -> bool: ...
-    async def __aenter__(self) -> "SharedPermit": ...
-    async def __aexit__(
-        self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
-    ) -> None: ...
 
 @final
 class _SharedTicket:

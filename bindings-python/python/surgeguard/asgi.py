@@ -29,7 +29,7 @@ Per request (``scope["type"] == "http"``; lifespan and websocket pass through):
 limit, queue and set of waiters across worker processes, with the same queueing,
 priorities and deadlines (a request queued in one worker is granted by a release in any).
 
-``gate`` may also be a limiter without a queue — a :class:`~surgeguard.SharedLimiter`
+``gate`` may also be a limiter without a queue — a :class:`~surgeguard.Limiter` (``Limiter.shared``)
 (one limit across worker processes) or a :class:`~surgeguard.Limiter`: each request is
 then admitted at once or refused at once (``503``, ``limit_reached``), never queued, and
 ``timeout`` is only the deadline the handler reads. Anything else (a
@@ -63,20 +63,19 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, Iterable, List
 from . import deadline as _dl
 from ._native import Gate, KeyedLimits, Limiter, actionable, clock_ns
 
-try:  # Linux only: a Gate and a Limiter in memory shared between worker processes
+try:  # Linux only: a Gate in memory shared between worker processes
     from ._native import SharedGate as _SharedGate
-    from ._native import SharedLimiter as _SharedLimiter
 
     _GATES: Tuple[type, ...] = (Gate, _SharedGate)
-    _LIMITERS: Tuple[type, ...] = (Limiter, _SharedLimiter)
 except ImportError:  # pragma: no cover - other platforms
     _GATES = (Gate,)
-    _LIMITERS = (Limiter,)
+# A Limiter, local or shared (Limiter.shared): admitted or refused at once, no queue.
+_LIMITERS: Tuple[type, ...] = (Limiter,)
 from .degrade import STALE_WARNING, _stale_cell
 from .errors import DeadlineExceeded, DeadlineUnmeetable, KeyLimit, KeyRate, OverloadError, Rejected
 
 if TYPE_CHECKING:
-    from ._native import SharedGate, SharedLimiter
+    from ._native import SharedGate
 
 __all__ = ["OverloadMiddleware", "health", "outcome_for_status", "DROPPED_STATUSES"]
 
@@ -217,9 +216,9 @@ def _admission(gate: Any) -> Any:
     return _LimiterGate(gate) if _is_limiter(gate) else gate
 
 
-def health(gate: "Union[Gate, SharedGate, Limiter, SharedLimiter, None]", broken: Optional[Callable[[], bool]] = None) -> Tuple[int, Dict[str, Any]]:
+def health(gate: "Union[Gate, SharedGate, Limiter, None]", broken: Optional[Callable[[], bool]] = None) -> Tuple[int, Dict[str, Any]]:
     """The readiness answer: ``(status, body)``. ``gate`` may also be a limiter (a
-    ``SharedLimiter``): overloaded when every permit is taken.
+    ``Limiter.shared``): overloaded when every permit is taken.
 
     - ``broken()`` true → ``503 {"status": "broken"}``: remove this instance.
     - gate overloaded → ``200 {"status": "overloaded", "send_less": true}``: keep it, send
@@ -310,7 +309,7 @@ def _check_args(
         raise TypeError(f"app must be a callable (the wrapped app), got {type(app).__name__}")
     if not isinstance(gate, _GATES) and not _is_limiter(gate):
         raise TypeError(
-            "gate must be a surgeguard.Gate, a SharedGate or a limiter (SharedLimiter, Limiter), "
+            "gate must be a surgeguard.Gate, a SharedGate or a Limiter (local or Limiter.shared), "
             f"got {type(gate).__name__}"
         )
     if keyed is not None and not isinstance(keyed, KeyedLimits):
@@ -353,7 +352,7 @@ class OverloadMiddleware:
         app: the ASGI app.
         gate: the :class:`~surgeguard.Gate` all requests pass (a
             :class:`~surgeguard.SharedGate` for one across worker processes), or a limiter without a
-            queue (a :class:`~surgeguard.SharedLimiter` for one limit across worker
+            queue (a :class:`~surgeguard.Limiter` (``Limiter.shared``) for one limit across worker
             processes): admitted or refused at once.
         timeout: the request's deadline in seconds, covering the wait in the queue *and*
             the expected service time (the gate's ``service_time``): a request that
@@ -385,7 +384,7 @@ class OverloadMiddleware:
     def __init__(
         self,
         app: ASGIApp,
-        gate: "Union[Gate, SharedGate, Limiter, SharedLimiter]",
+        gate: "Union[Gate, SharedGate, Limiter]",
         *,
         timeout: Optional[float] = None,
         priority_header: str = "x-request-priority",

@@ -10,7 +10,7 @@ closed — not when the app returns (PEP 3333), so streaming responses hold thei
 worker processes, a waiting request's thread blocks (GIL released) until a release in any
 worker grants it.
 
-``gate`` may also be a limiter without a queue (a :class:`~surgeguard.SharedLimiter`: one
+``gate`` may also be a limiter without a queue (a :class:`~surgeguard.Limiter` (``Limiter.shared``): one
 limit across worker processes), as in :mod:`surgeguard.asgi`: admitted or refused at once.
 
 Refusals: ``429`` (per key) or ``503`` (global) with ``Retry-After`` and the JSON body of
@@ -47,7 +47,7 @@ from .degrade import STALE_WARNING, _stale_cell
 from .errors import DeadlineExceeded, KeyLimit, KeyRate, OverloadError, Rejected
 
 if TYPE_CHECKING:
-    from ._native import SharedGate, SharedLimiter
+    from ._native import SharedGate
 
 __all__ = ["OverloadWSGIMiddleware"]
 
@@ -122,7 +122,7 @@ class OverloadWSGIMiddleware:
     Args:
         app: the WSGI app.
         gate: the :class:`~surgeguard.Gate` (or a :class:`~surgeguard.SharedGate`), or a limiter without a queue (a
-            :class:`~surgeguard.SharedLimiter`): admitted or refused at once.
+            :class:`~surgeguard.Limiter` (``Limiter.shared``)): admitted or refused at once.
         timeout: the request's deadline in seconds, covering the wait while queued (the
             thread blocks, GIL released) *and* the expected service time: a request that
             cannot finish in time is refused at once (``DeadlineUnmeetable``). ``None``
@@ -139,7 +139,7 @@ class OverloadWSGIMiddleware:
     def __init__(
         self,
         app: WSGIApp,
-        gate: "Union[Gate, SharedGate, Limiter, SharedLimiter]",
+        gate: "Union[Gate, SharedGate, Limiter]",
         *,
         timeout: Optional[float] = None,
         priority_header: str = "x-request-priority",
