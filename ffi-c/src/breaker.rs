@@ -17,7 +17,6 @@ use crate::handle::{obj_align, obj_size};
 use crate::permit::{issue, sg_permit, take, SG_PERMIT_KIND_BREAKER};
 use crate::status::sg_rejection;
 use crate::status::sg_status::{self, *};
-use crate::vocab::outcome;
 
 /// `sg_breaker_config.window_kind`: the last `window_count` calls.
 pub const SG_BREAKER_WINDOW_COUNT: u32 = 0;
@@ -250,7 +249,7 @@ pub unsafe extern "C" fn sg_breaker_record(
         // call. `take`/`restore` then write its state word through this shared borrow, which
         // `sg_permit`'s `UnsafeCell`s allow (see `sg_permit::cell` in permit.rs).
         let permit = unsafe { input(permit.cast_const())? };
-        let outcome = self::outcome(outcome)?;
+        let outcome = crate::vocab::outcome(outcome)?;
         // SAFETY: the crate's contract for `breaker`.
         unsafe {
             with(breaker, |b| {

@@ -12,6 +12,8 @@ use surgeguard_core::queue::Ticket;
 use surgeguard_core::{Priority, RawPermit};
 
 use crate::field;
+use crate::handle::release_with;
+use crate::handle::Out;
 use crate::handle::{
     deinit_object, ffi, ffi_status, ffi_value, free_object, init_object_in_place, input,
     new_object_in_place, object, out, rejected, with, Res,
@@ -22,7 +24,7 @@ use crate::permit::{issue, live_permit, restore, sg_permit, take, SG_PERMIT_KIND
 use crate::status::sg_rejection;
 use crate::status::sg_status::{self, *};
 use crate::time::SG_NEVER;
-use crate::vocab::{level, outcome};
+use crate::vocab::level;
 
 /// The largest `sg_gate_config.queue_capacity`.
 pub const SG_GATE_MAX_QUEUE: u32 = 4096;
@@ -308,6 +310,25 @@ pub unsafe extern "C" fn sg_gate_deinit(gate: *mut sg_gate) -> sg_status {
     unsafe { deinit_object(gate) }
 }
 
+/// An arrival's arguments, checked in this order (`sg_gate_arrive`, `sg_shared_gate_arrive`):
+/// `now`, the permit and ticket outputs (NULL: `SG_NULL_ARGUMENT`), the level, and the
+/// deadline (`SG_NO_DEADLINE`: none).
+pub(crate) type ArriveArgs<P, T> = (u64, Out<P>, Out<T>, Priority, Option<u64>);
+
+/// Checks an arrival's arguments (see [`ArriveArgs`]).
+pub(crate) fn arrive_args<P, T>(
+    now: u64,
+    permit_out: *mut P,
+    ticket_out: *mut T,
+    level: u32,
+    deadline: u64,
+) -> Res<ArriveArgs<P, T>> {
+    let now = crate::time::check_now(now)?;
+    let (permit_out, ticket_out) = (out(permit_out)?, out(ticket_out)?);
+    let level = self::level(level)?;
+    Ok((now, permit_out, ticket_out, level, (deadline != SG_NO_DEADLINE).then_some(deadline)))
+}
+
 /// One arrival at `level` (`SG_LEVEL_*`) at `now`, with an absolute `deadline` (ns, same
 /// clock; `SG_NO_DEADLINE` for none):
 /// - `SG_OK`: admitted; `*permit_out` is filled (release it with `sg_gate_release`);
@@ -326,11 +347,8 @@ pub unsafe extern "C" fn sg_gate_arrive(
     rejection_out: *mut sg_rejection,
 ) -> sg_status {
     ffi_status(|| {
-        let now = crate::time::check_now(now)?;
-        let permit_out = out(permit_out)?;
-        let ticket_out = out(ticket_out)?;
-        let level = self::level(level)?;
-        let deadline = (deadline != SG_NO_DEADLINE).then_some(deadline);
+        let (now, permit_out, ticket_out, level, deadline) =
+            arrive_args(now, permit_out, ticket_out, level, deadline)?;
         // SAFETY: the crate's contract for `gate`.
         unsafe {
             with(gate, |g| match each!(&g.inner, q => q.arrive(now, level, deadline)) {
@@ -358,23 +376,15 @@ pub unsafe extern "C" fn sg_gate_release(
     now: u64,
     outcome: u32,
 ) -> sg_status {
-    ffi(|| {
-        let now = crate::time::check_now(now)?;
-        // SAFETY: the crate's contract for `permit`: NULL or an `sg_permit` readable for the
-        // call. `take`/`restore` then write its state word through this shared borrow, which
-        // `sg_permit`'s `UnsafeCell`s allow (see `sg_permit::cell` in permit.rs).
-        let permit = unsafe { input(permit.cast_const())? };
-        let outcome = self::outcome(outcome)?;
-        // SAFETY: the crate's contract for `gate`.
-        unsafe {
-            with(gate, |g| {
-                let raw: RawPermit = take(permit, g.head.id, SG_PERMIT_KIND_GATE)?;
-                each!(&g.inner, q => q.release(raw, now, outcome))
-                    .inspect_err(|_| restore(permit))?;
-                Ok(())
-            })
-        }
-    })
+    // SAFETY: the crate's contract for `gate` and `permit` (`take`/`restore` write the
+    // permit's state word through the shared borrow, which its `UnsafeCell`s allow).
+    unsafe {
+        release_with(gate, permit, now, outcome, |g, permit, now, outcome| {
+            let raw: RawPermit = take(permit, g.head.id, SG_PERMIT_KIND_GATE)?;
+            each!(&g.inner, q => q.release(raw, now, outcome)).inspect_err(|_| restore(permit))?;
+            Ok(())
+        })
+    }
 }
 
 /// What `sg_gate_poll` reports about one queued ticket. Each ticket gets exactly one

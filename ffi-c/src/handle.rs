@@ -72,6 +72,32 @@ pub(crate) unsafe fn input<'a, T>(p: *const T) -> Res<&'a T> {
     unsafe { p.as_ref() }.ok_or(SG_NULL_ARGUMENT)
 }
 
+/// The body of every `sg_<type>_release(handle, permit, now, outcome)`: checks, in this
+/// order, `now` (`SG_TIME_OUT_OF_RANGE`), the permit storage (NULL: `SG_NULL_ARGUMENT`),
+/// the outcome (`SG_OUTCOME_*`, else `SG_INVALID_ARGUMENT`) and the handle, then runs
+/// `release` on the object under the panic boundary.
+///
+/// # Safety
+/// `handle` as in [`with`]; `permit` must be NULL or storage readable for one `P` for the
+/// call (the crate's contract). The permit types keep their words in `UnsafeCell`s, so
+/// `release` may update the state word through the shared borrow.
+pub(crate) unsafe fn release_with<T: Object, P>(
+    handle: *mut T,
+    permit: *mut P,
+    now: u64,
+    outcome: u32,
+    release: impl FnOnce(&Obj<T::Inner>, &P, u64, surgeguard_core::Outcome) -> Res,
+) -> sg_status {
+    ffi(|| {
+        let now = crate::time::check_now(now)?;
+        // SAFETY: this fn's contract for `permit`.
+        let permit = unsafe { input(permit.cast_const())? };
+        let outcome = crate::vocab::outcome(outcome)?;
+        // SAFETY: this fn's contract for `handle`.
+        unsafe { with(handle, |o| release(o, permit, now, outcome)) }
+    })
+}
+
 /// Reports a refusal: writes the optional `sg_rejection` output and says `SG_REJECTED`.
 pub(crate) fn rejected(
     rejection_out: *mut crate::status::sg_rejection,

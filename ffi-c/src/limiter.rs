@@ -11,6 +11,7 @@ use surgeguard_core::{Limiter, LimiterConfig, LimiterMetrics, Priority};
 use surgeguard_std::placement::{Placed, PlacedRawPermit};
 
 use crate::field;
+use crate::handle::release_with;
 use crate::handle::{
     deinit_object, ffi, ffi_status, ffi_value, free_object, init_object, input, new_object, object,
     out, with, Res,
@@ -20,7 +21,7 @@ use crate::permit::{sg_permit, take, SG_PERMIT_KIND_LIMITER};
 use crate::placed::{admitted, released};
 use crate::status::sg_rejection;
 use crate::status::sg_status::{self, *};
-use crate::vocab::{level, outcome};
+use crate::vocab::level;
 
 const _: () = assert!(Priority::MAX_LEVELS == 8); // the C arrays below have 8 entries
 
@@ -662,21 +663,14 @@ pub unsafe extern "C" fn sg_limiter_release(
     now: u64,
     outcome: u32,
 ) -> sg_status {
-    ffi(|| {
-        let now = crate::time::check_now(now)?;
-        // SAFETY: the crate's contract for `permit`: NULL or an `sg_permit` readable for the
-        // call. `take`/`restore` then write its state word through this shared borrow, which
-        // `sg_permit`'s `UnsafeCell`s allow (see `sg_permit::cell` in permit.rs).
-        let permit = unsafe { input(permit.cast_const())? };
-        let outcome = self::outcome(outcome)?;
-        // SAFETY: the crate's contract for `limiter`.
-        unsafe {
-            with(limiter, |l| {
-                let raw: PlacedRawPermit = take(permit, l.head.id, SG_PERMIT_KIND_LIMITER)?;
-                released(permit, l.inner.release_raw(raw, now, outcome))
-            })
-        }
-    })
+    // SAFETY: the crate's contract for `limiter` and `permit` (`take`/`restore` write the
+    // permit's state word through the shared borrow, which its `UnsafeCell`s allow).
+    unsafe {
+        release_with(limiter, permit, now, outcome, |l, permit, now, outcome| {
+            let raw: PlacedRawPermit = take(permit, l.head.id, SG_PERMIT_KIND_LIMITER)?;
+            released(permit, l.inner.release_raw(raw, now, outcome))
+        })
+    }
 }
 
 /// Marks `level` active at `now` without admitting anything (a queue of the caller's

@@ -28,12 +28,12 @@ use surgeguard_std::shm::{
 };
 
 use crate::gate::sg_gate_config;
+use crate::handle::release_with;
 use crate::handle::{ffi, ffi_status, free_object, input, new_object, object, out, rejected, with};
 use crate::placed::{name_arg, status_of};
 use crate::status::sg_rejection;
 use crate::status::sg_status::{self, *};
 use crate::storage::{self, Marks};
-use crate::vocab::{level, outcome};
 
 /// The largest `sg_gate_config.queue_capacity` of a shared gate.
 pub const SG_SHARED_GATE_MAX_QUEUE: u32 = 256;
@@ -154,11 +154,8 @@ pub unsafe extern "C" fn sg_shared_gate_arrive(
     rejection_out: *mut sg_rejection,
 ) -> sg_status {
     ffi_status(|| {
-        let now = crate::time::check_now(now)?;
-        let permit_out = out(permit_out)?;
-        let ticket_out = out(ticket_out)?;
-        let level = self::level(level)?;
-        let deadline = (deadline != crate::gate::SG_NO_DEADLINE).then_some(deadline);
+        let (now, permit_out, ticket_out, level, deadline) =
+            crate::gate::arrive_args(now, permit_out, ticket_out, level, deadline)?;
         // SAFETY: the crate's contract for `gate`.
         unsafe {
             with(gate, |g| match g.inner.arrive(now, level, deadline).map_err(status_of)? {
@@ -241,21 +238,14 @@ pub unsafe extern "C" fn sg_shared_gate_release(
     now: u64,
     outcome: u32,
 ) -> sg_status {
-    ffi(|| {
-        let now = crate::time::check_now(now)?;
-        // SAFETY: the crate's contract for `permit` (its state word changes through the
-        // `UnsafeCell`s).
-        let permit = unsafe { input(permit.cast_const())? };
-        let outcome = self::outcome(outcome)?;
-        // SAFETY: the crate's contract for `gate`.
-        unsafe {
-            with(gate, |g| {
-                let p =
-                    SharedGatePermit::from_words(storage::take(&permit.opaque, &MARKS, g.head.id)?);
-                g.inner.release(p, now, outcome).map_err(status_of)
-            })
-        }
-    })
+    // SAFETY: the crate's contract for `gate` and `permit` (its state word changes through
+    // the `UnsafeCell`s).
+    unsafe {
+        release_with(gate, permit, now, outcome, |g, permit, now, outcome| {
+            let words = storage::take(&permit.opaque, &MARKS, g.head.id)?;
+            g.inner.release(SharedGatePermit::from_words(words), now, outcome).map_err(status_of)
+        })
+    }
 }
 
 /// Runs the gate's dispatch at `now` (grants, expiries) and delivers each outcome to the
