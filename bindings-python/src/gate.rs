@@ -135,6 +135,9 @@ impl Ticket {
 #[pyclass(frozen, weakref, module = "surgeguard._native")]
 pub struct Gate {
     core: Box<AnyGate>,
+    /// The checked config and queue capacity it was made with (`SharedGate` places the
+    /// same in shared memory).
+    pub(crate) settings: (GateConfig, usize),
     levels: u8,
     pub overload: Py<PyTuple>,
     routes: Mutex<Routes>,
@@ -542,6 +545,7 @@ impl Gate {
         let core = AnyGate::new(&cfg, capacity).map_err(|e| config_err(py, "Gate", e))?;
         Ok(Self {
             core,
+            settings: (cfg, capacity),
             levels: cfg.limiter.levels,
             overload: overload_arg(py, overload_exceptions)?,
             routes: Mutex::new(Routes::default()),

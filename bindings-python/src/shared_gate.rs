@@ -39,7 +39,7 @@ use surgeguard_core::gate::{GateConfig, GateState};
 use surgeguard_core::{Outcome, Priority, Reason, Rejected, UsageError};
 
 use crate::common::*;
-use crate::gate::{gate_config, gate_metrics};
+use crate::gate::{gate_metrics, Gate};
 use crate::placed::place_err;
 
 fn shm_err(py: Python<'_>, e: ShmError) -> PyErr {
@@ -423,60 +423,32 @@ impl SharedGate {
 
 #[pymethods]
 impl SharedGate {
+    /// `SharedGate(name, ...)` takes the `Gate`'s arguments (checked by the `Gate` itself,
+    /// so the two never disagree) except `clock`: every process reads the native clock.
     #[new]
-    #[pyo3(signature = (name=None, algorithm=None, *, limit=None, levels=None, weights=None,
-        min_window=None, max_window=None, window_rtt_multiple=None, min_samples=None,
-        active=None, queue_capacity=None, codel=None, lifo=None, max_wait=None, aging=None,
-        initial_service=None, service_alpha=None, fallback_retry_after=None,
-        overload_exceptions=None))]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (name=None, *args, **kwargs))]
     fn new(
         py: Python<'_>,
         name: Option<&Bound<'_, PyAny>>,
-        algorithm: Option<&Bound<'_, PyAny>>,
-        limit: Option<&Bound<'_, PyAny>>,
-        levels: Option<&Bound<'_, PyAny>>,
-        weights: Option<&Bound<'_, PyAny>>,
-        min_window: Option<&Bound<'_, PyAny>>,
-        max_window: Option<&Bound<'_, PyAny>>,
-        window_rtt_multiple: Option<&Bound<'_, PyAny>>,
-        min_samples: Option<&Bound<'_, PyAny>>,
-        active: Option<&Bound<'_, PyAny>>,
-        queue_capacity: Option<&Bound<'_, PyAny>>,
-        codel: Option<&Bound<'_, PyAny>>,
-        lifo: Option<&Bound<'_, PyAny>>,
-        max_wait: Option<&Bound<'_, PyAny>>,
-        aging: Option<&Bound<'_, PyAny>>,
-        initial_service: Option<&Bound<'_, PyAny>>,
-        service_alpha: Option<&Bound<'_, PyAny>>,
-        fallback_retry_after: Option<&Bound<'_, PyAny>>,
-        overload_exceptions: Option<&Bound<'_, PyAny>>,
+        args: &Bound<'_, PyTuple>,
+        kwargs: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
         let name = match name {
             Some(n) => crate::placed::name_arg(n)?,
             None => None,
         };
-        let (cfg, capacity) = gate_config(
-            py,
-            algorithm,
-            limit,
-            levels,
-            weights,
-            min_window,
-            max_window,
-            window_rtt_multiple,
-            min_samples,
-            active,
-            queue_capacity,
-            codel,
-            lifo,
-            max_wait,
-            aging,
-            initial_service,
-            service_alpha,
-            fallback_retry_after,
-        )?;
-        let overload = overload_arg(py, overload_exceptions)?;
+        if let Some(k) = kwargs {
+            if k.contains("clock")? {
+                return Err(PyTypeError::new_err(
+                    "SharedGate takes no clock=: every process reads the native clock",
+                ));
+            }
+        }
+        // The arguments checked as a Gate's (a local gate, dropped at once).
+        let local = py.get_type::<Gate>().call(args, kwargs)?;
+        let local = local.cast::<Gate>()?.get();
+        let (cfg, capacity) = local.settings;
+        let overload = local.overload.clone_ref(py);
         let core =
             py.detach(|| AnyShared::open(name.as_deref(), cfg, capacity)).map_err(|e| match e {
                 ShmError::Config(c) => config_err(py, "SharedGate", c),
