@@ -61,6 +61,7 @@ pub(crate) fn status_of(e: PlaceError) -> sg_status {
 
 /// An acquire's result written for C: the permit into `permit_out` (`SG_OK`), or the
 /// refusal into the optional `rejection_out` (`SG_REJECTED`), or an error status.
+#[inline]
 pub(crate) fn admitted<P: CorePermit>(
     res: Result<P, PlaceError>,
     permit_out: Out<sg_permit>,
@@ -80,6 +81,7 @@ pub(crate) fn admitted<P: CorePermit>(
 
 /// A release's result: on a refusal the storage is live again (nothing changed), unless
 /// a reclaim already gave the permit back (then it stays released).
+#[inline]
 pub(crate) fn released(permit: &sg_permit, res: Result<(), PlaceError>) -> Res {
     res.map_err(|e| {
         #[cfg(target_os = "linux")]
