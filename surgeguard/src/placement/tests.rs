@@ -7,7 +7,6 @@ fn fixed(limit: f64) -> LimiterConfig {
         initial_limit: limit,
         min_limit: 1.0,
         max_limit: limit,
-        ..Default::default()
     }));
     c.levels = 1;
     c
