@@ -19,6 +19,9 @@
 //!   the server layer sets; the client layer propagates it).
 //! - [`degrade`]: fallbacks that run on refusals, open breakers and deadlines (never on
 //!   bugs), and a bounded stale-if-error cache.
+//! - [`placement`]: one object, several placements: a core limiter, rate limiter, retry
+//!   budget or keyed table in this process or (feature `shm`, Linux) in memory shared by
+//!   worker processes, behind one type (`Placed<T>`) that the bindings wrap once.
 //!
 //! The whole engine is re-exported as [`surgeguard::core`](crate::core) (the
 //! `surgeguard-core` crate: `no_std`, allocation-free, lock-free, time as an argument);
