@@ -1,8 +1,8 @@
 //! One object, several placements: [`Placed<T>`] is a core object owned by this process
 //! ([`Placement::Local`]) or the same core object in a segment every worker on the host
-//! maps ([`Placement::Shared`], [`Placement::Anonymous`]; feature `shm`, Linux). Either way
+//! maps (`Placement::Shared`, `Placement::Anonymous`; feature `shm`, Linux). Either way
 //! it makes the same decisions for the same operations: a shared object *is* the core's
-//! structure, placed in shared memory (see [`shm`](crate::shm)).
+//! structure, placed in shared memory (see the `shm` module).
 //!
 //! The bindings hold a `Placed<T>` in each family's one handle type (C's `sg_rate_limiter`,
 //! Python's `RateLimiter`, ...), so a family has one API whatever its placement:
@@ -25,11 +25,11 @@
 //!
 //! The Gate is not a `Placed<T>`: a shared gate's queue holds waiters of any process and
 //! hands grants to them through per-process mailboxes and futexes, which an in-process
-//! gate has no use for, so [`SharedGate`](crate::shm::SharedGate) is its own type.
+//! gate has no use for, so `shm::SharedGate` is its own type.
 //!
 //! **Cost.** The local placement is the core object inline (no box, no indirection); each
 //! call is one `match` on the placement before the core's own code. A shared object's
-//! calls add what [`shm`](crate::shm) documents (a check of the one-at-a-time cells; for
+//! calls add what the `shm` module documents (a check of the one-at-a-time cells; for
 //! the limiter and keyed limits, the per-process count).
 //!
 //! **Where a fleet placement goes.** A third variant, `Fleet`, would hold the same core
@@ -51,7 +51,7 @@ use crate::shm::{
 };
 
 /// Why an object could not be placed or used: with shared memory built in, a
-/// [`ShmError`](crate::shm::ShmError) (a config error is its `Config` variant).
+/// `shm::ShmError` (a config error is its `Config` variant).
 #[cfg(all(feature = "shm", target_os = "linux", target_has_atomic = "64"))]
 pub type PlaceError = crate::shm::ShmError;
 
@@ -363,7 +363,7 @@ impl Placed<Limiter> {
     }
 
     /// Admits one unit of work at `level` (as [`Limiter::try_acquire_raw`]); a shared
-    /// limiter counts it to this process (see [`SharedLimiter::try_acquire_raw`]).
+    /// limiter counts it to this process (see `SharedLimiter::try_acquire_raw`).
     #[inline]
     pub fn try_acquire_raw(
         &self,
@@ -492,7 +492,7 @@ impl<const N: usize, const K: usize> Placed<KeyedLimits<N, K>> {
     }
 
     /// A shared table's key seed, drawn when its segment was created and the same in
-    /// every process attached (see [`SharedKeyedLimits::key_seed`]); `None` for a local
+    /// every process attached (see `SharedKeyedLimits::key_seed`); `None` for a local
     /// table, whose caller chooses its seed.
     pub fn shared_key_seed(&self) -> Option<u64> {
         match self {
@@ -504,7 +504,7 @@ impl<const N: usize, const K: usize> Placed<KeyedLimits<N, K>> {
 
     /// Takes a slot for `key_hash` and `cost` units of its rate (as
     /// [`KeyedLimits::try_acquire`]); a shared table counts it to this process (see
-    /// [`SharedKeyedLimits::try_acquire`]).
+    /// `SharedKeyedLimits::try_acquire`).
     #[inline]
     pub fn try_acquire_key(
         &self,
