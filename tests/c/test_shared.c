@@ -183,7 +183,45 @@ static void test_bad_input(void) {
     }
 }
 
+/* One handle type, two placements: a local and a shared sg_limiter answer the same calls,
+ * and a permit of one is foreign to the other (nothing changes). */
+static void test_one_handle_type_two_placements(void) {
+    sg_limiter_config c;
+    sg_limiter *local = NULL, *shared = NULL;
+    sg_permit pl, ps;
+    bool created = false;
+    uint64_t reclaimed = 99;
+    double limit = 0;
+    fixed_config(&c, 2);
+    OK(sg_limiter_new(&c, &local));
+    OK(sg_limiter_open_shared(NULL, &c, &shared));
+    OK(sg_limiter_created(local, &created));
+    CHECK(created); /* a local limiter is always its handle's own */
+    OK(sg_limiter_reclaim(local, &reclaimed));
+    CHECK(reclaimed == 0); /* nothing to give back in one process */
+    OK(sg_limiter_limit(shared, &limit));
+    CHECK(limit == 2);
+    OK(sg_limiter_try_acquire(local, 10, 0, &pl, NULL));
+    OK(sg_limiter_try_acquire(shared, sg_clock_now_ns(), 0, &ps, NULL));
+    EXPECT(sg_limiter_release(shared, &pl, sg_clock_now_ns(), SG_OUTCOME_SUCCESS), SG_FOREIGN_HANDLE);
+    EXPECT(sg_limiter_release(local, &ps, 20, SG_OUTCOME_SUCCESS), SG_FOREIGN_HANDLE);
+    CHECK(inflight_of(local) == 1 && inflight_of(shared) == 1); /* refusals changed nothing */
+    {
+        sg_permit_info info;
+        OK(sg_permit_info_get(&ps, &info));
+        CHECK(info.kind == SG_PERMIT_KIND_LIMITER && info.level == 0 && info.started_at_ns > 0);
+        OK(sg_permit_info_get(&pl, &info));
+        CHECK(info.kind == SG_PERMIT_KIND_LIMITER && info.started_at_ns == 10);
+    }
+    OK(sg_limiter_release(local, &pl, 20, SG_OUTCOME_SUCCESS));
+    OK(sg_limiter_release(shared, &ps, sg_clock_now_ns(), SG_OUTCOME_SUCCESS));
+    CHECK(inflight_of(local) == 0 && inflight_of(shared) == 0);
+    sg_limiter_free(local);
+    sg_limiter_free(shared);
+}
+
 int main(void) {
+    test_one_handle_type_two_placements();
     test_prefork_and_kill();
     test_by_name();
     test_bad_input();
