@@ -19,7 +19,7 @@ use surgeguard_core::codel::{CodelConfig, CodelMode};
 use surgeguard_core::gate::{
     Aging, Arrival, Event, Gate as CoreGate, GateConfig, GateState, LifoTrigger,
 };
-use surgeguard_core::{ConfigError, Outcome, Priority, RawPermit, Reason, Rejected, UsageError};
+use surgeguard_core::{ConfigError, Outcome, Priority, RawPermit, Reason, Rejected};
 
 use crate::common::*;
 use crate::limiter::{limiter_config, limiter_metrics};
@@ -628,25 +628,13 @@ impl Gate {
         outcome: Option<&Bound<'_, PyAny>>,
         now_ns: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let py = slf.py();
-        let permit = permit.cast::<Permit>().map_err(|_| {
-            PyTypeError::new_err(format!("permit must be a Permit, got {}", type_name(permit)))
-        })?;
-        if !permit.get().owner().same(&Owner::Gate(slf.clone().unbind())) {
-            return Err(usage_err(py, UsageError::ForeignHandle));
-        }
-        permit.call_method(
-            "release",
-            (outcome,),
-            now_ns
-                .map(|v| {
-                    let d = PyDict::new(py);
-                    let _ = d.set_item("now_ns", v);
-                    d
-                })
-                .as_ref(),
-        )?;
-        Ok(())
+        crate::permit::release_to(
+            slf.py(),
+            Owner::Gate(slf.clone().unbind()),
+            permit,
+            outcome,
+            now_ns,
+        )
     }
 
     /// The on-call switch: refuse every arrival at `priority` or less important

@@ -55,7 +55,7 @@ mod _native {
     use super::rate::{time_to_drain, PacedDrain, RateLimiter};
     #[cfg(target_os = "linux")]
     #[pymodule_export]
-    use super::shared_gate::{SharedGate, SharedGatePermit, SharedGateTicket};
+    use super::shared_gate::{SharedGate, SharedGateTicket};
 
     use pyo3::prelude::*;
 

@@ -26,11 +26,47 @@ use surgeguard_core::{Outcome, Priority};
 use crate::common::*;
 use crate::gate::{Gate, Waiter};
 use crate::limiter::Limiter;
+#[cfg(target_os = "linux")]
+use crate::shared_gate::SharedGate;
 
 /// Who issued a permit.
 pub enum Owner {
     Limiter(Py<Limiter>),
     Gate(Py<Gate>),
+    /// A gate in shared memory: its queue's waiters are in every process (see
+    /// `shared_gate.rs`), so admission and waiting are its own; the permit is this one.
+    #[cfg(target_os = "linux")]
+    SharedGate(Py<SharedGate>),
+}
+
+/// What an admitted permit holds: a limiter's (either placement) or a gate's slot, or a
+/// shared gate's.
+pub enum Slot {
+    Placed(PlacedRawPermit),
+    #[cfg(target_os = "linux")]
+    SharedGate(surgeguard::shm::SharedGatePermit),
+}
+
+impl Slot {
+    fn started_at(&self) -> u64 {
+        match self {
+            Slot::Placed(p) => p.started_at(),
+            #[cfg(target_os = "linux")]
+            Slot::SharedGate(p) => p.started_at(),
+        }
+    }
+}
+
+impl From<PlacedRawPermit> for Slot {
+    fn from(p: PlacedRawPermit) -> Self {
+        Slot::Placed(p)
+    }
+}
+
+impl From<surgeguard_core::RawPermit> for Slot {
+    fn from(p: surgeguard_core::RawPermit) -> Self {
+        Slot::Placed(p.into())
+    }
 }
 
 impl Owner {
@@ -38,6 +74,8 @@ impl Owner {
         match self {
             Owner::Limiter(l) => l.get().overload.bind(py),
             Owner::Gate(g) => g.get().overload.bind(py),
+            #[cfg(target_os = "linux")]
+            Owner::SharedGate(g) => g.get().overload.bind(py),
         }
     }
 
@@ -46,6 +84,8 @@ impl Owner {
         match self {
             Owner::Limiter(l) => l.get().clock.as_ref(),
             Owner::Gate(g) => g.get().clock.as_ref(),
+            #[cfg(target_os = "linux")]
+            Owner::SharedGate(_) => None,
         }
     }
 
@@ -58,26 +98,60 @@ impl Owner {
         match (self, other) {
             (Owner::Limiter(a), Owner::Limiter(b)) => a.is(b),
             (Owner::Gate(a), Owner::Gate(b)) => a.is(b),
+            #[cfg(target_os = "linux")]
+            (Owner::SharedGate(a), Owner::SharedGate(b)) => a.is(b),
             _ => false,
         }
     }
 
     /// Returns the slot (and for a gate, hands freed slots to waiters).
-    fn release(&self, py: Option<Python<'_>>, raw: PlacedRawPermit, now: u64, outcome: Outcome) {
-        match (self, raw) {
+    fn release(&self, py: Option<Python<'_>>, slot: Slot, now: u64, outcome: Outcome) {
+        match (self, slot) {
             // Cannot fail: the permit came from this limiter (a shared one's may have been
             // given back already, by a reclaim in a process that forked this one).
-            (Owner::Limiter(l), raw) => {
+            (Owner::Limiter(l), Slot::Placed(raw)) => {
                 let _ = l.get().core.release_raw(raw, now, outcome);
             }
-            (Owner::Gate(g), PlacedRawPermit::Local(raw)) => {
+            (Owner::Gate(g), Slot::Placed(PlacedRawPermit::Local(raw))) => {
                 g.get().release_raw(py, raw, now, outcome)
             }
-            // A gate's permits are local (`hold` wraps them): nothing else reaches here.
+            #[cfg(target_os = "linux")]
+            (Owner::SharedGate(g), Slot::SharedGate(p)) => {
+                g.get().release_slot(py, p, now, outcome)
+            }
+            // Each owner's permits hold its own kind of slot (`hold`): nothing else
+            // reaches here.
             #[allow(unreachable_patterns)]
-            (Owner::Gate(_), other) => std::mem::forget(other),
+            (_, other) => std::mem::forget(other),
         }
     }
+}
+
+/// `gate.release(permit, outcome, now_ns=...)` of the gates: `permit` must be a `Permit`
+/// of `owner`; then as `permit.release(outcome, now_ns=...)`.
+pub(crate) fn release_to(
+    py: Python<'_>,
+    owner: Owner,
+    permit: &Bound<'_, PyAny>,
+    outcome: Option<&Bound<'_, PyAny>>,
+    now_ns: Option<&Bound<'_, PyAny>>,
+) -> PyResult<()> {
+    let permit = permit.cast::<Permit>().map_err(|_| {
+        PyTypeError::new_err(format!("permit must be a Permit, got {}", type_name(permit)))
+    })?;
+    if !permit.get().owner().same(&owner) {
+        return Err(usage_err(py, surgeguard_core::UsageError::ForeignHandle));
+    }
+    let kwargs = match now_ns {
+        Some(v) => {
+            let d = pyo3::types::PyDict::new(py);
+            d.set_item("now_ns", v)?;
+            Some(d)
+        }
+        None => None,
+    };
+    permit.call_method("release", (outcome,), kwargs.as_ref())?;
+    Ok(())
 }
 
 /// The states of a permit (one `AtomicU8`).
@@ -134,7 +208,7 @@ mod aw {
 /// one thread wins that transition; or by `Drop`, which has the permit to itself. So at
 /// most one thread touches the cell at a time, and each access happens after the previous
 /// one. Before, a mutex held the slot: two uncontended lock/unlock pairs per `with` block.
-struct SlotCell(UnsafeCell<Option<PlacedRawPermit>>);
+struct SlotCell(UnsafeCell<Option<Slot>>);
 
 // SAFETY: every access follows the ownership rule above (one thread at a time, ordered by
 // the state word's Release/Acquire pairs), and the permit is plain data that may move
@@ -147,7 +221,7 @@ impl SlotCell {
     /// # Safety
     /// The caller owns the cell by the rule above (it won `WAITING` → `FILLING`), and
     /// publishes the store with a Release store of the state afterwards.
-    unsafe fn put(&self, raw: PlacedRawPermit) {
+    unsafe fn put(&self, raw: Slot) {
         // SAFETY: exclusive by the caller's contract.
         unsafe { *self.0.get() = Some(raw) };
     }
@@ -156,7 +230,7 @@ impl SlotCell {
     ///
     /// # Safety
     /// The caller won the transition to `RELEASING` (AcqRel compare-and-swap).
-    unsafe fn take(&self) -> Option<PlacedRawPermit> {
+    unsafe fn take(&self) -> Option<Slot> {
         // SAFETY: exclusive by the caller's contract.
         unsafe { (*self.0.get()).take() }
     }
@@ -182,6 +256,8 @@ pub struct Permit {
     /// Set once admitted (0 before): `started_at_ns`.
     started: std::sync::atomic::AtomicU64,
     awaiting: AtomicU8,
+    /// The process that made it (see `foreign_copy`).
+    pid: u32,
 }
 
 impl Permit {
@@ -192,7 +268,7 @@ impl Permit {
         now: Option<u64>,
         is_async: bool,
         state: u8,
-        raw: Option<PlacedRawPermit>,
+        raw: Option<Slot>,
     ) -> Self {
         let started = raw.as_ref().map_or(0, |r| r.started_at());
         Self {
@@ -205,6 +281,7 @@ impl Permit {
             raw: SlotCell(UnsafeCell::new(raw)),
             started: std::sync::atomic::AtomicU64::new(started),
             awaiting: AtomicU8::new(aw::NOTHING),
+            pid: std::process::id(),
         }
     }
 
@@ -223,7 +300,7 @@ impl Permit {
     pub fn admitted(
         owner: Owner,
         priority: Priority,
-        raw: impl Into<PlacedRawPermit>,
+        raw: impl Into<Slot>,
         injected: bool,
     ) -> Self {
         let raw = raw.into();
@@ -243,7 +320,7 @@ impl Permit {
     /// Stores the slot of an admission and moves `WAITING` → `IN_BLOCK`. A permit that is
     /// not waiting (an async wait finished twice, or for another permit) refuses the slot:
     /// it goes back to its owner unused and the call raises `UsageError`.
-    fn hold(&self, py: Python<'_>, raw: impl Into<PlacedRawPermit>) -> PyResult<()> {
+    pub(crate) fn hold(&self, py: Python<'_>, raw: impl Into<Slot>) -> PyResult<()> {
         let raw = raw.into();
         if self.cas(st::WAITING, st::FILLING).is_err() {
             let now = raw.started_at();
@@ -276,6 +353,28 @@ impl Permit {
 
     /// Admission on entering the block: sync (may block, GIL released) or async (returns a
     /// coroutine to await when queued, `None` when admitted at once).
+    /// The admission failed (its refusal is raised) or the wait was abandoned.
+    pub(crate) fn refused(&self) {
+        self.state.store(st::FAILED, Ordering::Release);
+    }
+
+    /// The priority level it was asked at, its timeout (`None`: none), and whether its
+    /// time was injected (`now_ns=`).
+    pub(crate) fn request(&self) -> (Priority, Option<u64>, bool) {
+        (self.priority, self.timeout_ns, self.now.is_some())
+    }
+
+    /// A copy of a shared gate's permit in a process forked after the admission: the slot
+    /// is the parent's to release (a shared limiter's or an in-process object's is this
+    /// process's own copy).
+    fn foreign_copy(&self) -> bool {
+        #[cfg(target_os = "linux")]
+        if matches!(self.owner, Owner::SharedGate(_)) {
+            return self.pid != std::process::id();
+        }
+        false
+    }
+
     fn admit(slf: &Bound<'_, Self>, asynchronous: bool) -> PyResult<Option<Py<PyAny>>> {
         let py = slf.py();
         let this = slf.get();
@@ -348,6 +447,8 @@ impl Permit {
                     }
                 }
             }
+            #[cfg(target_os = "linux")]
+            Owner::SharedGate(g) => SharedGate::enter(g, py, slf, now, asynchronous),
         }
     }
 
@@ -414,6 +515,9 @@ impl Permit {
             Some(n) => n,
             None => self.owner.now(py)?,
         };
+        if self.foreign_copy() && self.held() {
+            return Err(usage_err(py, surgeguard_core::UsageError::ForeignHandle));
+        }
         self.claim(py)?;
         self.finish_release(Some(py), outcome, now);
         Ok(())
@@ -449,6 +553,9 @@ impl Permit {
     fn exit(&self, exc_type: &Bound<'_, PyAny>) -> PyResult<()> {
         let py = exc_type.py();
         match self.state.load(Ordering::Acquire) {
+            st::IN_BLOCK if self.foreign_copy() => {
+                Err(usage_err(py, surgeguard_core::UsageError::ForeignHandle))
+            }
             st::IN_BLOCK => {
                 let outcome = self.outcome_of(exc_type)?;
                 let now = match self.now {
@@ -600,6 +707,9 @@ impl Permit {
 
 impl Drop for Permit {
     fn drop(&mut self) {
+        if self.foreign_copy() {
+            return; // the parent's slot
+        }
         if let Some(raw) = self.raw.0.get_mut().take() {
             // Garbage-collected while held: return the slot, no capacity signal (with a
             // `clock=`, at the admission's time: no Python call from a destructor).

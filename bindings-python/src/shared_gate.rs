@@ -23,11 +23,11 @@
 //! object (the pump's registry lock could be held across the fork).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-use pyo3::exceptions::{PyStopIteration, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple};
@@ -36,10 +36,11 @@ use surgeguard::shm::{
     SharedTicket, ShmError, SWEEP_INTERVAL_NS,
 };
 use surgeguard_core::gate::{GateConfig, GateState};
-use surgeguard_core::{Outcome, Priority, Reason, Rejected, UsageError};
+use surgeguard_core::{Outcome, Priority, Reason, Rejected};
 
 use crate::common::*;
 use crate::gate::{gate_metrics, Gate};
+use crate::permit::{Owner, Permit, Slot};
 use crate::placed::place_err;
 
 fn shm_err(py: Python<'_>, e: ShmError) -> PyErr {
@@ -301,7 +302,7 @@ fn register_atexit(py: Python<'_>) -> PyResult<()> {
 pub struct SharedGate {
     inner: Arc<Inner>,
     levels: u8,
-    overload: Py<PyTuple>,
+    pub(crate) overload: Py<PyTuple>,
 }
 
 impl SharedGate {
@@ -401,7 +402,7 @@ impl SharedGate {
         priority: Option<&Bound<'_, PyAny>>,
         timeout: Option<&Bound<'_, PyAny>>,
         now_ns: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<SharedGatePermit> {
+    ) -> PyResult<Permit> {
         let py = slf.py();
         let level = priority_arg(py, priority, slf.get().levels)?;
         let timeout_ns = match timeout {
@@ -412,12 +413,96 @@ impl SharedGate {
             Some(v) if !v.is_none() => Some(now_arg(v)?),
             _ => None,
         };
-        Ok(SharedGatePermit {
-            owner: slf.clone().unbind(),
-            level,
-            state: Mutex::new(PState::Pending { timeout_ns, now }),
-            entered: AtomicBool::new(false),
-        })
+        Ok(Permit::pending(Owner::SharedGate(slf.clone().unbind()), level, timeout_ns, now, false))
+    }
+
+    /// Returns a permit's slot (errors ignored: the permit came from this gate; a copy in
+    /// a forked child never gets here, see `Permit::foreign_copy`).
+    pub(crate) fn release_slot(
+        &self,
+        py: Option<Python<'_>>,
+        p: CorePermit,
+        now: u64,
+        outcome: Outcome,
+    ) {
+        let release = || {
+            let _ = on!(self.core(), g => g.release(p, now, outcome));
+        };
+        match py {
+            Some(py) => py.detach(release),
+            None => release(),
+        }
+    }
+
+    /// Entering a pending permit (`with` / `async with`): the arrival, then for a queued
+    /// ticket the wait (sync: here, GIL released; async: the coroutine `async with`
+    /// awaits, woken by this process's pump thread). The permit is the in-process gate's
+    /// `Permit`; what differs is how a queued ticket learns its grant.
+    pub(crate) fn enter(
+        gate: &Py<SharedGate>,
+        py: Python<'_>,
+        permit: &Bound<'_, Permit>,
+        now: u64,
+        asynchronous: bool,
+    ) -> PyResult<Option<Py<PyAny>>> {
+        let g = gate.get();
+        let this = permit.get();
+        let (level, timeout_ns, injected) = this.request();
+        let deadline = match timeout_ns {
+            None | Some(0) => None,
+            Some(t) => Some(now.saturating_add(t)),
+        };
+        let granted = match g.arrive(py, now, level, deadline) {
+            Ok(SharedArrival::Admitted(p)) => Ok(p),
+            Ok(SharedArrival::Rejected(r)) => Err(rejected_err(py, r)),
+            Ok(SharedArrival::Queued(t)) if timeout_ns == Some(0) => g.no_wait(py, &t),
+            Ok(SharedArrival::Queued(t)) => {
+                // With injected time the deadline is in the caller's clock: give up after
+                // the timeout in real time.
+                let real = timeout_ns.map(|t| {
+                    if injected {
+                        clock_ns().saturating_add(t)
+                    } else {
+                        now.saturating_add(t)
+                    }
+                });
+                if asynchronous {
+                    return Self::wait_async(gate, py, permit, t, real).map(Some);
+                }
+                g.wait_sync(py, &t, real)
+            }
+            Err(e) => Err(e),
+        };
+        match granted {
+            Ok(p) => this.hold(py, Slot::SharedGate(p)).map(|()| None),
+            Err(e) => {
+                this.refused();
+                Err(e)
+            }
+        }
+    }
+
+    /// Starts the asyncio wait of a queued ticket: the coroutine `async with` awaits.
+    fn wait_async(
+        gate: &Py<SharedGate>,
+        py: Python<'_>,
+        permit: &Bound<'_, Permit>,
+        t: SharedTicket,
+        real: Option<u64>,
+    ) -> PyResult<Py<PyAny>> {
+        let ticket = Py::new(
+            py,
+            SharedGateTicket {
+                slot: Arc::new(AsyncSlot { ticket: t, state: Mutex::default() }),
+                inner: gate.get().inner.clone(),
+            },
+        )?;
+        let timeout = real.map(|d| secs(d.saturating_sub(clock_ns())));
+        let wait = AIO_WAIT.get_or_try_init(py, || {
+            py.import("surgeguard._aio")?.getattr("wait_ticket").map(Bound::unbind)
+        })?;
+        // No loop timer: the pump thread runs the gate's timers.
+        wait.call1(py, (gate.clone_ref(py), permit.clone(), ticket, timeout, false))
     }
 }
 
@@ -481,7 +566,7 @@ impl SharedGate {
         priority: Option<&Bound<'_, PyAny>>,
         timeout: Option<&Bound<'_, PyAny>>,
         now_ns: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<SharedGatePermit> {
+    ) -> PyResult<Permit> {
         Self::pending(slf, priority, timeout, now_ns)
     }
 
@@ -495,7 +580,7 @@ impl SharedGate {
         priority: Option<&Bound<'_, PyAny>>,
         timeout: Option<&Bound<'_, PyAny>>,
         now_ns: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<SharedGatePermit> {
+    ) -> PyResult<Permit> {
         Self::pending(slf, priority, timeout, now_ns)
     }
 
@@ -505,22 +590,19 @@ impl SharedGate {
         slf: &Bound<'_, Self>,
         priority: Option<&Bound<'_, PyAny>>,
         now_ns: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<SharedGatePermit> {
+    ) -> PyResult<Permit> {
         let py = slf.py();
         let g = slf.get();
         let level = priority_arg(py, priority, g.levels)?;
+        let injected = now_ns.is_some_and(|v| !v.is_none());
         let now = now_from(py, None, now_ns)?;
         let p = match g.arrive(py, now, level, None)? {
             SharedArrival::Admitted(p) => p,
             SharedArrival::Rejected(r) => return Err(rejected_err(py, r)),
             SharedArrival::Queued(t) => g.no_wait(py, &t)?,
         };
-        Ok(SharedGatePermit {
-            owner: slf.clone().unbind(),
-            level,
-            state: Mutex::new(PState::held(p)),
-            entered: AtomicBool::new(false),
-        })
+        let owner = Owner::SharedGate(slf.clone().unbind());
+        Ok(Permit::admitted(owner, level, Slot::SharedGate(p), injected))
     }
 
     /// Releases `permit` (which must come from this gate) with `outcome`.
@@ -531,21 +613,13 @@ impl SharedGate {
         outcome: Option<&Bound<'_, PyAny>>,
         now_ns: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let py = slf.py();
-        let permit = permit.cast::<SharedGatePermit>().map_err(|_| {
-            PyTypeError::new_err(format!(
-                "permit must be a SharedGatePermit, got {}",
-                type_name(permit)
-            ))
-        })?;
-        if !permit.get().owner.is(slf) {
-            return Err(usage_err(py, UsageError::ForeignHandle));
-        }
-        let outcome = match outcome.filter(|o| !o.is_none()) {
-            Some(o) => outcome_arg(o)?,
-            None => Outcome::Success,
-        };
-        permit.get().end(py, outcome, now_ns)
+        crate::permit::release_to(
+            slf.py(),
+            Owner::SharedGate(slf.clone().unbind()),
+            permit,
+            outcome,
+            now_ns,
+        )
     }
 
     /// Releases the permits and withdraws the queued tickets of dead processes (exactly
@@ -706,7 +780,7 @@ impl SharedGate {
     fn _finish(
         &self,
         py: Python<'_>,
-        permit: &Bound<'_, SharedGatePermit>,
+        permit: &Bound<'_, Permit>,
         ticket: &Bound<'_, SharedGateTicket>,
     ) -> PyResult<()> {
         let result = {
@@ -715,12 +789,9 @@ impl SharedGate {
             st.result.take()
         };
         match result {
-            Some(SharedOutcome::Granted(p)) => {
-                permit.get().finish_wait(Some(p.into_words()));
-                Ok(())
-            }
+            Some(SharedOutcome::Granted(p)) => permit.get().hold(py, Slot::SharedGate(p)),
             Some(SharedOutcome::Expired(r)) => {
-                permit.get().finish_wait(None);
+                permit.get().refused();
                 Err(rejected_err(py, r))
             }
             None => Err(PyValueError::new_err("the ticket has no outcome yet")),
@@ -734,7 +805,7 @@ impl SharedGate {
     fn _abandon(
         &self,
         py: Python<'_>,
-        permit: &Bound<'_, SharedGatePermit>,
+        permit: &Bound<'_, Permit>,
         ticket: &Bound<'_, SharedGateTicket>,
         keep: bool,
     ) -> PyResult<bool> {
@@ -758,16 +829,16 @@ impl SharedGate {
         });
         match outcome {
             Some(SharedOutcome::Granted(p)) if keep => {
-                permit.get().finish_wait(Some(p.into_words()));
+                permit.get().hold(py, Slot::SharedGate(p))?;
                 Ok(true)
             }
             Some(SharedOutcome::Granted(p)) => {
-                permit.get().finish_wait(None);
+                permit.get().refused();
                 self.release_words(py, p.into_words(), clock_ns(), Outcome::Ignored)?;
                 Ok(false)
             }
             _ => {
-                permit.get().finish_wait(None);
+                permit.get().refused();
                 Ok(false)
             }
         }
@@ -838,289 +909,6 @@ impl Drop for SharedGateTicket {
         if let Some(SharedOutcome::Granted(p)) = outcome {
             let now = clock_ns();
             let _ = on!(&self.inner.core, g => g.release(p, now, Outcome::Ignored));
-        }
-    }
-}
-
-enum PState {
-    /// From `acquire()`: admitted (or queued) on entry.
-    Pending {
-        timeout_ns: Option<u64>,
-        now: Option<u64>,
-    },
-    /// Queued, an async wait in progress.
-    Waiting,
-    /// Admitted: the permit's words, and the process that holds it.
-    Held([u64; 3], u32),
-    Done,
-}
-
-impl PState {
-    fn held(p: CorePermit) -> Self {
-        PState::Held(p.into_words(), std::process::id())
-    }
-}
-
-/// A permit of a `SharedGate`: release it once with `success()`, `dropped()`, `ignore()`
-/// or `release(outcome)`, or use it in `with` / `async with` (success on a normal exit,
-/// dropped on an overload exception, ignored on others). Counted to this process: if it
-/// dies holding it, the slot comes back.
-#[pyclass(frozen, module = "surgeguard._native")]
-pub struct SharedGatePermit {
-    owner: Py<SharedGate>,
-    level: Priority,
-    state: Mutex<PState>,
-    /// Set by `__aenter__` when admitted at once: awaiting the permit finishes with it.
-    entered: AtomicBool,
-}
-
-impl SharedGatePermit {
-    fn lock(&self) -> MutexGuard<'_, PState> {
-        lock(&self.state)
-    }
-
-    fn finish_wait(&self, words: Option<[u64; 3]>) {
-        *self.lock() = match words {
-            Some(w) => PState::Held(w, std::process::id()),
-            None => PState::Done,
-        };
-    }
-
-    /// The arrival of a pending permit: `Ok(None)` admitted (now held), `Ok(Some(..))`
-    /// queued (ticket, the real-clock deadline), refusals raised.
-    fn arrive(&self, py: Python<'_>) -> PyResult<Option<(SharedTicket, Option<u64>)>> {
-        let (timeout_ns, now) = match *self.lock() {
-            PState::Held(..) => return Ok(None),
-            PState::Pending { timeout_ns, now } => (timeout_ns, now),
-            PState::Waiting => {
-                return Err(usage_msg(py, "already_waiting", "this permit is already waiting"))
-            }
-            PState::Done => return Err(usage_err(py, UsageError::AlreadyReleased)),
-        };
-        let g = self.owner.get();
-        let injected = now.is_some();
-        let now = now.unwrap_or_else(clock_ns);
-        let deadline = match timeout_ns {
-            None | Some(0) => None,
-            Some(t) => Some(now.saturating_add(t)),
-        };
-        let arrival = match g.arrive(py, now, self.level, deadline) {
-            Ok(a) => a,
-            Err(e) => {
-                *self.lock() = PState::Done;
-                return Err(e);
-            }
-        };
-        match arrival {
-            SharedArrival::Admitted(p) => {
-                *self.lock() = PState::held(p);
-                Ok(None)
-            }
-            SharedArrival::Rejected(r) => {
-                *self.lock() = PState::Done;
-                Err(rejected_err(py, r))
-            }
-            SharedArrival::Queued(t) if timeout_ns == Some(0) => match g.no_wait(py, &t) {
-                Ok(p) => {
-                    *self.lock() = PState::held(p);
-                    Ok(None)
-                }
-                Err(e) => {
-                    *self.lock() = PState::Done;
-                    Err(e)
-                }
-            },
-            SharedArrival::Queued(t) => {
-                *self.lock() = PState::Waiting;
-                // With injected time the deadline is in the caller's clock: give up after
-                // the timeout in real time.
-                let real = timeout_ns.map(|t| {
-                    if injected {
-                        clock_ns().saturating_add(t)
-                    } else {
-                        now.saturating_add(t)
-                    }
-                });
-                Ok(Some((t, real)))
-            }
-        }
-    }
-
-    fn end(
-        &self,
-        py: Python<'_>,
-        outcome: Outcome,
-        now_ns: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<()> {
-        let now = now_from(py, None, now_ns)?;
-        let mut st = self.lock();
-        match std::mem::replace(&mut *st, PState::Done) {
-            PState::Held(w, pid) if pid == std::process::id() => {
-                drop(st);
-                self.owner.get().release_words(py, w, now, outcome)
-            }
-            held @ PState::Held(..) => {
-                // A copy in a forked child: the slot is the parent's to release.
-                *st = held;
-                Err(usage_err(py, UsageError::ForeignHandle))
-            }
-            other => {
-                *st = other;
-                Err(usage_err(py, UsageError::AlreadyReleased))
-            }
-        }
-    }
-
-    fn exit(&self, py: Python<'_>, exc_type: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
-        if self.held() {
-            let outcome = match exc_type.filter(|t| !t.is_none()) {
-                None => Outcome::Success,
-                Some(t) if is_overload(t, self.owner.get().overload.bind(py))? => Outcome::Dropped,
-                Some(_) => Outcome::Ignored,
-            };
-            self.end(py, outcome, None)?;
-        }
-        Ok(())
-    }
-}
-
-#[pymethods]
-impl SharedGatePermit {
-    /// Ends the work with `outcome` (`"success"`, `"dropped"`, `"ignored"`).
-    #[pyo3(signature = (outcome, *, now_ns=None))]
-    fn release(
-        &self,
-        py: Python<'_>,
-        outcome: &Bound<'_, PyAny>,
-        now_ns: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<()> {
-        self.end(py, outcome_arg(outcome)?, now_ns)
-    }
-    /// Ends the work as a success (its latency is a sample).
-    #[pyo3(signature = (*, now_ns=None))]
-    fn success(&self, py: Python<'_>, now_ns: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
-        self.end(py, Outcome::Success, now_ns)
-    }
-    /// Ends the work as dropped (an overload signal).
-    #[pyo3(signature = (*, now_ns=None))]
-    fn dropped(&self, py: Python<'_>, now_ns: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
-        self.end(py, Outcome::Dropped, now_ns)
-    }
-    /// Ends the work without a signal.
-    #[pyo3(signature = (*, now_ns=None))]
-    fn ignore(&self, py: Python<'_>, now_ns: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
-        self.end(py, Outcome::Ignored, now_ns)
-    }
-    /// Whether it is held.
-    #[getter]
-    fn held(&self) -> bool {
-        matches!(*self.lock(), PState::Held(..))
-    }
-    /// The priority level (an int) it was asked at.
-    #[getter]
-    fn priority(&self) -> u8 {
-        self.level.index() as u8
-    }
-    /// Admits a pending permit, waiting (GIL released) while queued; raises a
-    /// `Rejected` subclass if refused. A held permit is returned as is.
-    fn __enter__(slf: &Bound<'_, Self>) -> PyResult<Py<Self>> {
-        let py = slf.py();
-        let this = slf.get();
-        if let Some((t, real)) = this.arrive(py)? {
-            match this.owner.get().wait_sync(py, &t, real) {
-                Ok(p) => this.finish_wait(Some(p.into_words())),
-                Err(e) => {
-                    this.finish_wait(None);
-                    return Err(e);
-                }
-            }
-        }
-        Ok(slf.clone().unbind())
-    }
-    #[pyo3(signature = (exc_type=None, _exc=None, _tb=None))]
-    fn __exit__(
-        &self,
-        py: Python<'_>,
-        exc_type: Option<&Bound<'_, PyAny>>,
-        _exc: Option<&Bound<'_, PyAny>>,
-        _tb: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<bool> {
-        self.exit(py, exc_type)?;
-        Ok(false)
-    }
-    /// `async with`: admits, or waits on the running loop while queued.
-    fn __aenter__(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
-        let py = slf.py();
-        let this = slf.get();
-        match this.arrive(py)? {
-            None => {
-                this.entered.store(true, Ordering::Release);
-                Ok(slf.clone().into_any().unbind())
-            }
-            Some((t, real)) => {
-                let gate = this.owner.clone_ref(py);
-                let ticket = Py::new(
-                    py,
-                    SharedGateTicket {
-                        slot: Arc::new(AsyncSlot { ticket: t, state: Mutex::default() }),
-                        inner: gate.get().inner.clone(),
-                    },
-                )?;
-                let timeout = real.map(|d| secs(d.saturating_sub(clock_ns())));
-                let wait = AIO_WAIT.get_or_try_init(py, || {
-                    py.import("surgeguard._aio")?.getattr("wait_shared_ticket").map(Bound::unbind)
-                })?;
-                wait.call1(py, (gate, slf.clone(), ticket, timeout))
-            }
-        }
-    }
-    #[pyo3(signature = (exc_type=None, _exc=None, _tb=None))]
-    fn __aexit__(
-        slf: &Bound<'_, Self>,
-        exc_type: Option<&Bound<'_, PyAny>>,
-        _exc: Option<&Bound<'_, PyAny>>,
-        _tb: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Py<Self>> {
-        slf.get().exit(slf.py(), exc_type)?;
-        slf.get().entered.store(false, Ordering::Release);
-        Ok(slf.clone().unbind())
-    }
-    /// Awaiting an admitted permit finishes at once with it.
-    fn __await__(slf: Py<Self>) -> Py<Self> {
-        slf
-    }
-    fn __next__(slf: &Bound<'_, Self>) -> PyResult<Option<Py<PyAny>>> {
-        if slf.get().entered.swap(false, Ordering::AcqRel) {
-            Err(PyStopIteration::new_err(slf.clone().into_any().unbind()))
-        } else {
-            Ok(None)
-        }
-    }
-    fn __repr__(&self) -> String {
-        let state = match *self.lock() {
-            PState::Pending { .. } => "pending",
-            PState::Waiting => "waiting",
-            PState::Held(..) => "held",
-            PState::Done => "released",
-        };
-        format!("SharedGatePermit(priority={}, {state})", self.level.index())
-    }
-}
-
-impl Drop for SharedGatePermit {
-    fn drop(&mut self) {
-        let st = std::mem::replace(
-            self.state.get_mut().unwrap_or_else(|e| e.into_inner()),
-            PState::Done,
-        );
-        // Not in a forked child holding a copy: the slot is the parent's.
-        if let PState::Held(w, pid) = st {
-            if pid != std::process::id() {
-                return;
-            }
-            let g = self.owner.get();
-            let now = clock_ns();
-            let _ = on!(g.core(), c => c.release(CorePermit::from_words(w), now, Outcome::Ignored));
         }
     }
 }

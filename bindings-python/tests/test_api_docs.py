@@ -80,7 +80,7 @@ async def test_permit_aexit_is_typed_as_what_awaiting_it_gives():
     if hasattr(native, "SharedGate"):
         permits += [
             ("Permit", lambda: sg.Limiter.shared(None, limit=1).acquire()),
-            ("SharedGatePermit", lambda: sg.Gate.shared(None, limit=1).acquire_async()),
+            ("Permit", lambda: sg.Gate.shared(None, limit=1).acquire_async()),
         ]
     for name, make in permits:
         assert annotations[name] == "None", (name, annotations[name])

@@ -246,7 +246,6 @@ INSTANCES: Dict[str, Callable[[], Any]] = {
     **(
         {
             "SharedGate": lambda: sg.Gate.shared(None, limit=2, queue_capacity=8),
-            "SharedGatePermit": lambda: sg.Gate.shared(None, limit=2, queue_capacity=8).try_acquire(),
         }
         if hasattr(sg, "SharedGate")
         else {}
@@ -264,6 +263,13 @@ SHARED_INSTANCES: Dict[str, Callable[[], Any]] = (
         "RateLimiter": lambda: sg.RateLimiter.shared(None, 10.0, 5),
         "RetryBudget": lambda: sg.RetryBudget.shared(None),
     }
+    if hasattr(sg, "SharedGate")
+    else {}
+)
+
+#: A shared gate's permits are `Permit`s too: swept as well.
+SHARED_GATE_PERMITS: Dict[str, Callable[[], Any]] = (
+    {"Permit": lambda: sg.Gate.shared(None, limit=2, queue_capacity=8).try_acquire()}
     if hasattr(sg, "SharedGate")
     else {}
 )
@@ -293,6 +299,8 @@ def targets() -> List[Target]:
             out.append(Target(f"{cname}.{m}", INSTANCES[cname], m, params))
             if cname in SHARED_INSTANCES:
                 out.append(Target(f"{cname}.{m}[shared]", SHARED_INSTANCES[cname], m, params))
+            if cname in SHARED_GATE_PERMITS:
+                out.append(Target(f"{cname}.{m}[shared gate]", SHARED_GATE_PERMITS[cname], m, params))
     for name in sg.__all__:
         obj = getattr(sg, name)
         if inspect.isfunction(obj) or inspect.isbuiltin(obj):

@@ -89,7 +89,7 @@ from ._native import (
     time_to_drain,
 )
 try:  # Linux only: memory shared between worker processes
-    from ._native import SharedGate, SharedGatePermit
+    from ._native import SharedGate
 except ImportError:  # pragma: no cover - other platforms
     pass
 from .breaker import CircuitBreaker
@@ -147,7 +147,7 @@ __all__ = [
     "job_queue",
     "Limiter",
     "Permit",
-    *(["SharedGate", "SharedGatePermit"] if "SharedGate" in globals() else []),
+    *(["SharedGate"] if "SharedGate" in globals() else []),
     "KeyedLimits",
     "KeyPermit",
     "FixedLimit",

@@ -13,7 +13,7 @@ import threading
 import weakref
 from typing import Any, Optional
 
-__all__ = ["wait_ticket", "wait_shared_ticket"]
+__all__ = ["wait_ticket"]
 
 #: A waiter whose timeout passed without a word from the core gives up after this much more.
 _GRACE = 0.005
@@ -115,12 +115,17 @@ def _timer_for(gate: Any, loop: asyncio.AbstractEventLoop) -> _Timer:
         return timer
 
 
-async def wait_ticket(gate: Any, permit: Any, ticket: Any, timeout: Optional[float]) -> Any:
-    """Waits for a queued ticket; returns the permit (now held) or raises its refusal."""
+async def wait_ticket(gate: Any, permit: Any, ticket: Any, timeout: Optional[float], timer: bool = True) -> Any:
+    """Waits for a queued ticket; returns the permit (now held) or raises its refusal.
+
+    ``timer``: arm the gate's loop timer (a ``Gate``). A ``SharedGate`` passes False: the
+    process's pump thread (native) wakes the future when the ticket is decided (in
+    whichever process the slot was freed) and runs the gate's timers."""
     loop = asyncio.get_running_loop()
     fut: "asyncio.Future[None]" = loop.create_future()
     if not ticket.set_waker(_waker(loop, fut)):
-        _timer_for(gate, loop).arm()
+        if timer:
+            _timer_for(gate, loop).arm()
         backstop = None
         if timeout is not None:
             backstop = loop.call_at(loop.time() + timeout + _GRACE, _resolve, fut)
@@ -137,33 +142,6 @@ async def wait_ticket(gate: Any, permit: Any, ticket: Any, timeout: Optional[flo
         if not ticket.done:
             # The backstop fired before the core said anything: give up, unless a grant
             # is on its way (then keep it).
-            if gate._abandon(permit, ticket, True):
-                return permit
-            raise gate._expired()
-    gate._finish(permit, ticket)
-    return permit
-
-
-async def wait_shared_ticket(gate: Any, permit: Any, ticket: Any, timeout: Optional[float]) -> Any:
-    """Waits for a queued ticket of a ``SharedGate``; returns the permit (now held) or
-    raises its refusal. The process's pump thread (native) wakes the future when the
-    ticket is decided (in whichever process the slot was freed) and runs the gate's
-    timers, so no loop timer is needed here."""
-    loop = asyncio.get_running_loop()
-    fut: "asyncio.Future[None]" = loop.create_future()
-    if not ticket.set_waker(_waker(loop, fut)):
-        backstop = None
-        if timeout is not None:
-            backstop = loop.call_at(loop.time() + timeout + _GRACE, _resolve, fut)
-        try:
-            await fut
-        except BaseException:
-            gate._abandon(permit, ticket)
-            raise
-        finally:
-            if backstop is not None:
-                backstop.cancel()
-        if not ticket.done:
             if gate._abandon(permit, ticket, True):
                 return permit
             raise gate._expired()
