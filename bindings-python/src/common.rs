@@ -533,3 +533,38 @@ pub fn short_repr(v: &Bound<'_, PyAny>) -> String {
         s
     }
 }
+
+/// `set_static_limit(limit)` of the limiter and the gates: pins the limit of `limiter` to
+/// `limit` (a real number), or hands it back to the algorithm (`None`).
+pub fn set_static_limit_arg(
+    py: Python<'_>,
+    limiter: &surgeguard_core::Limiter,
+    limit: Option<&Bound<'_, PyAny>>,
+) -> PyResult<()> {
+    let v = match limit.filter(|v| !v.is_none()) {
+        Some(v) => Some(real_arg("limit", v)?),
+        None => None,
+    };
+    limiter.set_static_limit(v).map_err(|e| config_err(py, "static limit", e))
+}
+
+/// The arguments of the gates' `acquire(priority, timeout, *, now_ns)`, checked: the level,
+/// the timeout (`None`: none) and the injected time (`None`: the clock).
+pub fn acquire_args(
+    py: Python<'_>,
+    levels: u8,
+    priority: Option<&Bound<'_, PyAny>>,
+    timeout: Option<&Bound<'_, PyAny>>,
+    now_ns: Option<&Bound<'_, PyAny>>,
+) -> PyResult<(surgeguard_core::Priority, Option<u64>, Option<u64>)> {
+    let p = priority_arg(py, priority, levels)?;
+    let timeout_ns = match timeout.filter(|t| !t.is_none()) {
+        Some(t) => Some(secs_arg("timeout", t, 86_400.0)?),
+        None => None,
+    };
+    let now = match now_ns.filter(|v| !v.is_none()) {
+        Some(v) => Some(now_arg(v)?),
+        None => None,
+    };
+    Ok((p, timeout_ns, now))
+}

@@ -704,12 +704,7 @@ impl Gate {
 
     /// The kill switch: pin the limit (`None`: back to the algorithm).
     fn set_static_limit(&self, py: Python<'_>, limit: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
-        let v = match limit.filter(|v| !v.is_none()) {
-            Some(v) => Some(real_arg("limit", v)?),
-            None => None,
-        };
-        on!(&*self.core, g => g.limiter().set_static_limit(v))
-            .map_err(|e| config_err(py, "static limit", e))?;
+        on!(&*self.core, g => set_static_limit_arg(py, g.limiter(), limit))?;
         self.pump(Some(py), 0);
         Ok(())
     }
@@ -770,14 +765,7 @@ impl Gate {
         ticket: &Bound<'_, Ticket>,
     ) -> PyResult<()> {
         let result = lock(&ticket.get().slot.state).result.take();
-        match result {
-            Some(Ok(raw)) => permit.get().finish_wait(py, Some(raw)),
-            Some(Err(r)) => {
-                permit.get().finish_wait(py, None)?;
-                Err(rejected_err(py, r))
-            }
-            None => Err(PyValueError::new_err("the ticket has no outcome yet")),
-        }
+        crate::permit::finish_async(py, permit, result)
     }
 
     /// Used by `surgeguard._aio`: the waiting task was cancelled or timed out. Returns
@@ -791,22 +779,11 @@ impl Gate {
         ticket: &Bound<'_, Ticket>,
         keep: bool,
     ) -> PyResult<bool> {
-        let slot = &ticket.get().slot;
-        match self.abandon(slot) {
-            Some(Ok(raw)) if keep => {
-                permit.get().finish_wait(py, Some(raw))?;
-                Ok(true)
-            }
-            Some(Ok(raw)) => {
-                permit.get().finish_wait(py, None)?;
-                self.release_raw(Some(py), raw, 0, Outcome::Ignored);
-                Ok(false)
-            }
-            _ => {
-                permit.get().finish_wait(py, None)?;
-                Ok(false)
-            }
-        }
+        let granted = self.abandon(&ticket.get().slot).and_then(Result::ok);
+        crate::permit::abandon_async(py, permit, granted, keep, |raw| {
+            self.release_raw(Some(py), raw, 0, Outcome::Ignored);
+            Ok(())
+        })
     }
 
     /// Used by `surgeguard._aio`: registers an asyncio timer's re-arm callable, called
@@ -839,17 +816,8 @@ impl Gate {
         now_ns: Option<&Bound<'_, PyAny>>,
         is_async: bool,
     ) -> PyResult<Permit> {
-        let py = slf.py();
-        let p = priority_arg(py, priority, slf.get().levels)?;
-        let timeout_ns = match timeout {
-            None => None,
-            Some(t) if t.is_none() => None,
-            Some(t) => Some(secs_arg("timeout", t, 86_400.0)?),
-        };
-        let now = match now_ns {
-            Some(v) if !v.is_none() => Some(now_arg(v)?),
-            _ => None,
-        };
+        let (p, timeout_ns, now) =
+            acquire_args(slf.py(), slf.get().levels, priority, timeout, now_ns)?;
         Ok(Permit::pending(Owner::Gate(slf.clone().unbind()), p, timeout_ns, now, is_async))
     }
 }

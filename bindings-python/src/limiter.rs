@@ -431,11 +431,7 @@ impl Limiter {
     /// The kill switch: pin the limit to `limit`, or `None` to hand control
     /// back to the algorithm.
     fn set_static_limit(&self, py: Python<'_>, limit: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
-        let v = match limit.filter(|v| !v.is_none()) {
-            Some(v) => Some(real_arg("limit", v)?),
-            None => None,
-        };
-        self.core.limiter().set_static_limit(v).map_err(|e| config_err(py, "static limit", e))
+        set_static_limit_arg(py, self.core.limiter(), limit)
     }
 
     /// The limit in force (may be fractional).

@@ -63,6 +63,13 @@ impl From<PlacedRawPermit> for Slot {
     }
 }
 
+#[cfg(target_os = "linux")]
+impl From<surgeguard::shm::SharedGatePermit> for Slot {
+    fn from(p: surgeguard::shm::SharedGatePermit) -> Self {
+        Slot::SharedGate(p)
+    }
+}
+
 impl From<surgeguard_core::RawPermit> for Slot {
     fn from(p: surgeguard_core::RawPermit) -> Self {
         Slot::Placed(p.into())
@@ -152,6 +159,46 @@ pub(crate) fn release_to(
     };
     permit.call_method("release", (outcome,), kwargs.as_ref())?;
     Ok(())
+}
+
+/// `gate._finish(permit, ticket)` of the gates' asyncio wait: the ticket's outcome, a slot
+/// (the permit now holds it) or a refusal (raised); `None`: not decided yet.
+pub(crate) fn finish_async<P: Into<Slot>>(
+    py: Python<'_>,
+    permit: &Bound<'_, Permit>,
+    outcome: Option<Result<P, surgeguard_core::Rejected>>,
+) -> PyResult<()> {
+    match outcome {
+        Some(Ok(slot)) => permit.get().hold(py, slot),
+        Some(Err(r)) => {
+            permit.get().refused();
+            Err(rejected_err(py, r))
+        }
+        None => Err(pyo3::exceptions::PyValueError::new_err("the ticket has no outcome yet")),
+    }
+}
+
+/// `gate._abandon(permit, ticket, keep)` of the gates' asyncio wait, once the ticket is
+/// withdrawn: a slot granted meanwhile is kept (`keep`: the permit holds it, `True`) or
+/// handed to `give_back`; the permit is refused otherwise.
+pub(crate) fn abandon_async<P: Into<Slot>>(
+    py: Python<'_>,
+    permit: &Bound<'_, Permit>,
+    granted: Option<P>,
+    keep: bool,
+    give_back: impl FnOnce(P) -> PyResult<()>,
+) -> PyResult<bool> {
+    match granted {
+        Some(slot) if keep => permit.get().hold(py, slot).map(|()| true),
+        Some(slot) => {
+            permit.get().refused();
+            give_back(slot).map(|()| false)
+        }
+        None => {
+            permit.get().refused();
+            Ok(false)
+        }
+    }
 }
 
 /// The states of a permit (one `AtomicU8`).

@@ -27,7 +27,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple};
@@ -403,16 +403,8 @@ impl SharedGate {
         timeout: Option<&Bound<'_, PyAny>>,
         now_ns: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Permit> {
-        let py = slf.py();
-        let level = priority_arg(py, priority, slf.get().levels)?;
-        let timeout_ns = match timeout {
-            Some(t) if !t.is_none() => Some(secs_arg("timeout", t, 86_400.0)?),
-            _ => None,
-        };
-        let now = match now_ns {
-            Some(v) if !v.is_none() => Some(now_arg(v)?),
-            _ => None,
-        };
+        let (level, timeout_ns, now) =
+            acquire_args(slf.py(), slf.get().levels, priority, timeout, now_ns)?;
         Ok(Permit::pending(Owner::SharedGate(slf.clone().unbind()), level, timeout_ns, now, false))
     }
 
@@ -713,12 +705,7 @@ impl SharedGate {
 
     /// The kill switch: pin the limit (`None`: back to the algorithm), for every process.
     fn set_static_limit(&self, py: Python<'_>, limit: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
-        let v = match limit.filter(|v| !v.is_none()) {
-            Some(v) => Some(real_arg("limit", v)?),
-            None => None,
-        };
-        on!(self.core(), g => g.gate().limiter().set_static_limit(v))
-            .map_err(|e| config_err(py, "static limit", e))?;
+        on!(self.core(), g => set_static_limit_arg(py, g.gate().limiter(), limit))?;
         let now = clock_ns();
         py.detach(|| on!(self.core(), g => g.poll(now))).map_err(|e| shm_err(py, e))?;
         Ok(())
@@ -788,14 +775,11 @@ impl SharedGate {
             st.finished = st.result.is_some();
             st.result.take()
         };
-        match result {
-            Some(SharedOutcome::Granted(p)) => permit.get().hold(py, Slot::SharedGate(p)),
-            Some(SharedOutcome::Expired(r)) => {
-                permit.get().refused();
-                Err(rejected_err(py, r))
-            }
-            None => Err(PyValueError::new_err("the ticket has no outcome yet")),
-        }
+        let result = result.map(|o| match o {
+            SharedOutcome::Granted(p) => Ok(Slot::SharedGate(p)),
+            SharedOutcome::Expired(r) => Err(r),
+        });
+        crate::permit::finish_async(py, permit, result)
     }
 
     /// Used by `surgeguard._aio`: the waiting task was cancelled or timed out: withdraws
@@ -827,21 +811,13 @@ impl SharedGate {
                 None => on!(self.core(), g => g.cancel(&slot.ticket)).ok().flatten(),
             }
         });
-        match outcome {
-            Some(SharedOutcome::Granted(p)) if keep => {
-                permit.get().hold(py, Slot::SharedGate(p))?;
-                Ok(true)
-            }
-            Some(SharedOutcome::Granted(p)) => {
-                permit.get().refused();
-                self.release_words(py, p.into_words(), clock_ns(), Outcome::Ignored)?;
-                Ok(false)
-            }
-            _ => {
-                permit.get().refused();
-                Ok(false)
-            }
-        }
+        let granted = match outcome {
+            Some(SharedOutcome::Granted(p)) => Some(p),
+            _ => None,
+        };
+        crate::permit::abandon_async(py, permit, granted, keep, |p| {
+            self.release_words(py, p.into_words(), clock_ns(), Outcome::Ignored)
+        })
     }
 
     /// Used by `surgeguard._aio`: the refusal for an async wait that timed out.
