@@ -38,6 +38,9 @@
 //! the request path by a refiller the binding runs. It extends [`Place`] with the fleet
 //! object type and [`Placement`] with the store's name; the families' handle types and
 //! their methods stay as they are, and the per-call `match` gains one arm.
+//! The `fleet` module's `FleetRateLimiter` (feature `fleet`: a core `TokenLease` refilled
+//! from Redis by a tokio task) is the first such object; as the rate limiter's third arm
+//! it maps its `try_take` decisions onto `check`.
 
 use surgeguard_core::keyed::{KeyPermit, KeyedConfig, KeyedLimits};
 use surgeguard_core::rate::{RateLimiter, RateLimiterConfig};
