@@ -165,6 +165,11 @@ impl Gate {
         self.levels
     }
 
+    /// The limiter's rule for a permit admitted at `started_at` whose caller went away.
+    pub(crate) fn abandoned_outcome_at(&self, started_at: u64, now: u64) -> Outcome {
+        on!(&*self.core, g => g.limiter().abandoned_outcome_at(started_at, now))
+    }
+
     /// One arrival. `timeout_ns`: `None` waits until granted or dropped; `Some(0)` never
     /// waits (a queued arrival is withdrawn at once).
     pub fn arrive(

@@ -96,6 +96,18 @@ impl Owner {
         }
     }
 
+    /// What an abandoned permit admitted at `started_at` reports at `now`: `Dropped` if it
+    /// was held longer than the owner's last window's p99 (a client that timed out),
+    /// `Ignored` otherwise (the core's `Limiter::abandoned_outcome`).
+    fn abandoned(&self, started_at: u64, now: u64) -> Outcome {
+        match self {
+            Owner::Limiter(l) => l.get().core.limiter().abandoned_outcome_at(started_at, now),
+            Owner::Gate(g) => g.get().abandoned_outcome_at(started_at, now),
+            #[cfg(target_os = "linux")]
+            Owner::SharedGate(g) => g.get().abandoned_outcome_at(started_at, now),
+        }
+    }
+
     /// The owner's time now.
     fn now(&self, py: Python<'_>) -> PyResult<u64> {
         read_clock(py, self.clock())
@@ -695,7 +707,27 @@ impl Permit {
         self.end(py, Outcome::Ignored, now_ns)
     }
 
-    /// Ends the work with `outcome` (`"success"`, `"dropped"` or `"ignored"`).
+    /// Ends work whose caller went away (a cancelled task, a client that disconnected):
+    /// an overload signal (`"dropped"`) if it was held longer than the last window's p99
+    /// latency, which is what a client timeout looks like; otherwise `"ignored"`.
+    #[pyo3(signature = (*, now_ns=None))]
+    fn abandon(&self, py: Python<'_>, now_ns: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let now = match now_ns {
+            Some(v) if !v.is_none() => Some(now_arg(v)?),
+            _ => None,
+        };
+        let now = match now.or(self.now) {
+            Some(n) => n,
+            None => self.owner.now(py)?,
+        };
+        let started = self.started.load(Ordering::Relaxed);
+        let o = self.owner.abandoned(started, now);
+        let now_obj = now.into_pyobject(py)?.into_any();
+        self.end(py, o, Some(&now_obj))
+    }
+
+    /// Ends the work with `outcome` (`"success"`, `"dropped"`, `"ignored"` or
+    /// `"abandoned"`, as [`abandon`](Self::abandon)).
     #[pyo3(signature = (outcome=None, *, now_ns=None))]
     fn release(
         &self,
@@ -704,6 +736,9 @@ impl Permit {
         now_ns: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let o = match outcome.filter(|v| !v.is_none()) {
+            Some(v) if v.extract::<&str>().is_ok_and(|s| s == "abandoned") => {
+                return self.abandon(py, now_ns);
+            }
             Some(v) => outcome_arg(v)?,
             None => Outcome::Success,
         };

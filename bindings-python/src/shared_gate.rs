@@ -310,6 +310,11 @@ impl SharedGate {
         &self.inner.core
     }
 
+    /// The limiter's rule for a permit admitted at `started_at` whose caller went away.
+    pub(crate) fn abandoned_outcome_at(&self, started_at: u64, now: u64) -> Outcome {
+        on!(self.core(), g => g.gate().limiter().abandoned_outcome_at(started_at, now))
+    }
+
     fn retry_hint(&self) -> u64 {
         let s = on!(self.core(), g => g.gate().service_ns());
         if s == 0 {

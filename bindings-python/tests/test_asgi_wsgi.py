@@ -305,3 +305,33 @@ def test_middlewares_refuse_an_object_that_only_has_a_try_acquire():
     for gate in wrong:
         with pytest.raises(TypeError, match="gate must be"):
             sg.asgi.health(gate)
+
+
+async def test_a_request_cancelled_after_the_p99_is_an_overload_signal():
+    # A client that went away after waiting longer than the limiter's last p99 timed out:
+    # its cancelled request is a drop (an earlier cancel is ignored, as above).
+    now = [1_000_000]
+    g = sg.Gate(limit=4, min_window=0.01, max_window=0.01, min_samples=5, clock=lambda: now[0])
+
+    async def ten_ms(scope, receive, send):
+        now[0] += 10_000_000
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    for _ in range(10):
+        await call(OverloadMiddleware(ten_ms, g), http_scope())
+    before = g.metrics()["limiter"]
+    started, never = asyncio.Event(), asyncio.Event()
+
+    async def slow(scope, receive, send):
+        started.set()
+        now[0] += 50_000_000
+        await never.wait()
+
+    task = asyncio.create_task(call(OverloadMiddleware(slow, g), http_scope()))
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    m = g.metrics()["limiter"]
+    assert (m["drops"] - before["drops"], m["ignored"] - before["ignored"], m["inflight"]) == (1, 0, 0)

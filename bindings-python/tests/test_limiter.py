@@ -190,3 +190,28 @@ def test_adaptive_limit_backs_off_on_drops():
         t += 30 * MS
         p.dropped(now_ns=t)
     assert lim.limit < 20
+
+
+def test_an_abandoned_permit_is_a_drop_only_past_the_last_windows_p99():
+    # Windows of at least 10 ms and 5 answers: 10 answers of 10 ms close one (p99 10 ms).
+    lim = sg.Limiter(limit=4, levels=1, min_window=0.01, max_window=0.01, min_samples=5)
+    t = MS
+    for _ in range(10):
+        p = lim.try_acquire(now_ns=t)
+        p.success(now_ns=t + 10 * MS)
+        t += 10 * MS
+    before = lim.metrics()
+    # Held 50 ms, then the caller went away: what a client's timeout looks like.
+    late = lim.try_acquire(now_ns=t)
+    late.abandon(now_ns=t + 50 * MS)
+    assert late.outcome == "dropped"
+    # Gone after 1 ms: says nothing about capacity.
+    early = lim.try_acquire(now_ns=t + 50 * MS)
+    early.release("abandoned", now_ns=t + 51 * MS)
+    assert early.outcome == "ignored"
+    m = lim.metrics()
+    assert (m["drops"] - before["drops"], m["ignored"] - before["ignored"]) == (1, 1)
+    # Twice is refused like any second release, and changes nothing.
+    with pytest.raises(sg.UsageError):
+        late.abandon(now_ns=t + 60 * MS)
+    assert lim.metrics()["drops"] == m["drops"]

@@ -709,8 +709,15 @@ impl Limiter {
     /// about capacity. Without it, a slowdown in which every client times out before its
     /// answer leaves the limiter with no sample and no drop, and the limit never moves.
     pub fn abandoned_outcome(&self, permit: &RawPermit, now: u64) -> Outcome {
+        self.abandoned_outcome_at(permit.started_at, now)
+    }
+
+    /// [`abandoned_outcome`](Self::abandoned_outcome) of a permit admitted at
+    /// `started_at` (for permits the limiter did not issue as a [`RawPermit`], such as a
+    /// shared gate's).
+    pub fn abandoned_outcome_at(&self, started_at: u64, now: u64) -> Outcome {
         let p99 = self.last_p99_ns.load(Ordering::Relaxed);
-        if p99 > 0 && now.saturating_sub(permit.started_at) > p99 {
+        if p99 > 0 && now.saturating_sub(started_at) > p99 {
             Outcome::Dropped
         } else {
             Outcome::Ignored

@@ -11,6 +11,8 @@ from typing import Any, Callable, Iterable, Literal, Optional, Sequence, Tuple, 
 
 Priority = Union[Literal["critical", "normal", "background"], int, str, None]
 OutcomeName = Literal["success", "dropped", "ignored"]
+# A permit may also be ended as abandoned: see `Permit.abandon`.
+PermitOutcomeName = Literal["success", "dropped", "ignored", "abandoned"]
 Seconds = Union[int, float]
 Key = Union[str, bytes, int]
 ExcTypes = Union[Type[BaseException], Tuple[Type[BaseException], ...]]
@@ -207,7 +209,9 @@ class Permit:
     def success(self, *, now_ns: Optional[int] = None) -> None: ...
     def dropped(self, *, now_ns: Optional[int] = None) -> None: ...
     def ignore(self, *, now_ns: Optional[int] = None) -> None: ...
-    def release(self, outcome: Optional[OutcomeName] = None, *, now_ns: Optional[int] = None) -> None: ...
+    def abandon(self, *, now_ns: Optional[int] = None) -> None:
+        """The caller went away: "dropped" if held longer than the last window's p99, else "ignored"."""
+    def release(self, outcome: Optional[PermitOutcomeName] = None, *, now_ns: Optional[int] = None) -> None: ...
     @property
     def priority(self) -> int: ...
     @property

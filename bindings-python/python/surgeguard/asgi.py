@@ -22,8 +22,9 @@ Per request (``scope["type"] == "http"``; lifespan and websocket pass through):
 4. The app runs with the deadline in :mod:`surgeguard.deadline` (``remaining()``); the
    permit is released in ``finally`` with an outcome from the response status: below
    400 → success; 429, 502, 503, 504 or an overload exception (timeout) → dropped;
-   anything else (other 4xx/5xx, client disconnect, cancellation, a
-   :class:`~surgeguard.DeadlineExceeded`) → ignored.
+   a cancelled request (the client went away) → abandoned: dropped if it was held longer
+   than the limiter's last p99 latency (what a client's timeout looks like), else ignored;
+   anything else (other 4xx/5xx, a :class:`~surgeguard.DeadlineExceeded`) → ignored.
 
 ``gate`` may be a :class:`~surgeguard.SharedGate` (``Gate.shared(...)``, Linux): one
 limit, queue and set of waiters across worker processes, with the same queueing,
@@ -137,9 +138,13 @@ def _answer_deadlines_in(app: Any) -> None:
 
 
 def _exception_outcome(exc: BaseException) -> str:
-    """A caller that gave up is not a capacity signal; other overload errors are."""
+    """A caller that gave up is not a capacity signal; other overload errors are. A
+    cancelled request (the client went away) is "abandoned": a drop if it was held longer
+    than the limiter's last p99, which is what a client's timeout looks like."""
     if isinstance(exc, DeadlineExceeded):
         return "ignored"
+    if isinstance(exc, asyncio.CancelledError):
+        return "abandoned"
     return "dropped" if isinstance(exc, _OVERLOAD) else "ignored"
 
 
