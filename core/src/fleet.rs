@@ -42,10 +42,10 @@
 //! expiry are no longer used here. Client clocks never enter the central decision.
 
 use crate::rate::gcra_decide;
-use crate::sync::{AtomicU32, AtomicU64, Ordering};
+use crate::sync::{next_instance_id, AtomicU32, AtomicU64, Ordering};
 use crate::time::{AtomicMonotonic, MS, SEC};
 use crate::types::check_range;
-use crate::{ConfigError, Reason, Rejected};
+use crate::{ConfigError, Reason, Rejected, UsageError};
 
 /// What a lease that ran out of time admits at.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -524,6 +524,8 @@ impl SlotLeaseConfig {
 #[derive(Debug, PartialEq, Eq)]
 pub struct SlotPermit {
     mode: Mode,
+    /// The lease that issued it.
+    owner: u32,
 }
 
 impl SlotPermit {
@@ -548,13 +550,15 @@ impl SlotPermit {
 /// let a = lease.try_acquire(MS).unwrap();
 /// let b = lease.try_acquire(MS).unwrap();
 /// assert!(lease.try_acquire(MS).is_err(), "both leased slots in flight");
-/// lease.release(a);
+/// lease.release(a).unwrap();
 /// assert_eq!(lease.try_acquire(2 * MS).map(|p| p.mode()).ok(), Some(Mode::Leased));
-/// # lease.release(b);
+/// # lease.release(b).unwrap();
 /// ```
 #[derive(Debug)]
 pub struct SlotLease {
     cfg: SlotLeaseConfig,
+    /// This lease's identity: its permits carry it.
+    id: u32,
     /// As [`TokenLease`]'s.
     clock: AtomicMonotonic,
     /// Slots leased now.
@@ -577,6 +581,7 @@ impl SlotLease {
         cfg.validate()?;
         Ok(Self {
             cfg,
+            id: next_instance_id(),
             clock: AtomicMonotonic::new(),
             slots: AtomicU32::new(0),
             inflight: AtomicU32::new(0),
@@ -649,15 +654,19 @@ impl SlotLease {
             },
             1,
         );
-        Ok(SlotPermit { mode })
+        Ok(SlotPermit { mode, owner: self.id })
     }
 
-    /// Gives a slot back.
-    pub fn release(&self, permit: SlotPermit) {
-        let _ = permit;
+    /// Gives a slot back. A permit of another lease is refused with `ForeignHandle` and
+    /// changes nothing.
+    pub fn release(&self, permit: SlotPermit) -> Result<(), UsageError> {
+        if permit.owner != self.id {
+            return Err(UsageError::ForeignHandle);
+        }
         // Never below 0: a permit exists for every count (it is consumed here).
         let _ =
             self.inflight.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| c.checked_sub(1));
+        Ok(())
     }
 
     /// Requests in flight here.
@@ -816,10 +825,10 @@ mod tests {
         assert_eq!(l.metrics(50 * MS).expires_at, 110 * MS);
         let p = l.try_acquire(108 * MS).unwrap();
         assert_eq!(p.mode(), Mode::Leased);
-        l.release(p);
+        l.release(p).unwrap();
         let p = l.try_acquire(109 * MS).unwrap();
         assert_eq!(p.mode(), Mode::Fallback(Fallback::Safe), "1 ms left: not enough");
-        l.release(p);
+        l.release(p).unwrap();
     }
 
     #[test]
@@ -850,8 +859,8 @@ mod tests {
         let b = l.try_acquire(MS).unwrap();
         assert_eq!(l.try_acquire(MS).unwrap_err().reason, Reason::LimitReached);
         assert_eq!(l.want(2 * MS), Some(3), "2 in flight and one refused: 3 wanted");
-        l.release(a);
-        l.release(b);
+        l.release(a).unwrap();
+        l.release(b).unwrap();
         // 9 s in: less than the longest request (1 s) left: the fallback (safe, 8/2 = 4).
         let held: Vec<_> = (0..4).map(|_| l.try_acquire(9 * SEC).unwrap()).collect();
         assert!(held.iter().all(|p| p.mode() == Mode::Fallback(Fallback::Safe)));
@@ -859,14 +868,22 @@ mod tests {
         let m = l.metrics(9 * SEC);
         assert_eq!((m.leased, m.refused, m.safe_admitted, m.safe_refused), (2, 1, 4, 1));
         for p in held {
-            l.release(p);
+            l.release(p).unwrap();
         }
         assert_eq!(l.inflight(), 0);
         // A shrunk lease admits nothing until in-flight is below it.
         l.grant(9 * SEC, 1, 10 * SEC, 2);
         let c = l.try_acquire(9 * SEC).unwrap();
         assert!(l.try_acquire(9 * SEC).is_err());
-        l.release(c);
+        l.release(c).unwrap();
+        // A permit of another lease is refused and changes nothing.
+        let other = SlotLease::new(cfg).unwrap();
+        other.grant(9 * SEC, 1, 10 * SEC, 2);
+        let foreign = other.try_acquire(9 * SEC).unwrap();
+        let mine = l.try_acquire(9 * SEC).unwrap();
+        assert_eq!(l.release(foreign), Err(UsageError::ForeignHandle));
+        assert_eq!((l.inflight(), other.inflight()), (1, 1));
+        l.release(mine).unwrap();
         // Pessimistic and optimistic.
         let p = SlotLease::new(SlotLeaseConfig { fallback: Fallback::Pessimistic, ..cfg }).unwrap();
         assert!(p.try_acquire(0).is_err());
@@ -874,7 +891,7 @@ mod tests {
         let many: Vec<_> = (0..100).map(|_| o.try_acquire(0).unwrap()).collect();
         assert_eq!(o.inflight(), 100);
         for p in many {
-            o.release(p);
+            o.release(p).unwrap();
         }
     }
 

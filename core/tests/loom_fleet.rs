@@ -57,7 +57,7 @@ fn one_slot_two_callers() {
         let spawn = |l: Arc<SlotLease>| {
             thread::spawn(move || match l.try_acquire(MS) {
                 Ok(p) => {
-                    l.release(p);
+                    l.release(p).unwrap();
                     1
                 }
                 Err(_) => 0,

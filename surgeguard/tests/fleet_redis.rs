@@ -286,7 +286,7 @@ fn the_slot_cap_holds_and_a_crashed_holders_slots_come_back() {
                             peak.fetch_max(n, Ordering::SeqCst);
                             std::thread::sleep(Duration::from_millis(2));
                             dep.fetch_sub(1, Ordering::SeqCst);
-                            l.release(p);
+                            l.release(p).unwrap();
                         }
                         Err(_) => std::thread::sleep(Duration::from_micros(300)),
                     }
