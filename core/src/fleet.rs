@@ -722,6 +722,117 @@ impl SlotLease {
     }
 }
 
+/// Settings of a [`RetryLease`]: a retry budget for the whole fleet.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RetryLeaseConfig {
+    /// Retries allowed per request, fleet-wide, over the window `ρ` (`0 ≤ ρ ≤ 10`;
+    /// default 0.1, Finagle's 10%).
+    pub ratio: f64,
+    /// Retries per second allowed with no traffic, fleet-wide `m` (`≥ 0`; default 1).
+    pub min_per_sec: f64,
+    /// The window `W` the script counts requests and retries over, ns (1 s – 1 h;
+    /// default 10 s, Finagle's TTL).
+    pub window_ns: u64,
+    /// The most retry tokens one instance holds, `b_r` (`≥ 1`; default 10).
+    pub max_batch: u32,
+    /// How much of its recent retry demand a batch covers, ns (default 100 ms).
+    pub batch_period_ns: u64,
+}
+
+impl Default for RetryLeaseConfig {
+    fn default() -> Self {
+        Self {
+            ratio: 0.1,
+            min_per_sec: 1.0,
+            window_ns: 10 * SEC,
+            max_batch: 10,
+            batch_period_ns: 100 * MS,
+        }
+    }
+}
+
+/// A retry budget for the whole fleet: the requests of every instance are counted in the
+/// store (each refill adds this instance's since the last), and retry tokens are leased
+/// while the fleet's retries in the window stay within `ρ · requests + m · W`. So over a
+/// window the fleet retries at most `ρ·Req + m·W + N·b_r` (`N·b_r`: the tokens instances
+/// hold); requests not yet flushed only make it stricter.
+///
+/// A retry also needs the instance's own [`RetryBudget`](crate::retry::RetryBudget): the
+/// local budget is the floor, so an instance cut off from the store (its lease expired: no
+/// fleet tokens to go by) is still bounded by its own budget and cannot start a storm.
+/// A refused fleet token still spends the local one (the order errs towards fewer retries).
+#[derive(Debug)]
+pub struct RetryLease {
+    cfg: RetryLeaseConfig,
+    tokens: TokenLease,
+    pending: AtomicU64,
+}
+
+impl RetryLease {
+    /// A lease with no tokens yet (retries before the first grant are bounded by the local
+    /// budget alone), or `ConfigError`.
+    pub fn new(cfg: RetryLeaseConfig) -> Result<Self, ConfigError> {
+        check_range(cfg.ratio, 0.0, 10.0, "retry_lease.ratio")?;
+        check_range(cfg.min_per_sec, 0.0, 1e9, "retry_lease.min_per_sec")?;
+        if cfg.window_ns < SEC || cfg.window_ns > MAX_SETTING_NS {
+            return Err(ConfigError::out_of_range("retry_lease.window_ns"));
+        }
+        if cfg.max_batch == 0 {
+            return Err(ConfigError::out_of_range("retry_lease.max_batch"));
+        }
+        if cfg.batch_period_ns == 0 || cfg.batch_period_ns > MAX_SETTING_NS {
+            return Err(ConfigError::out_of_range("retry_lease.batch_period_ns"));
+        }
+        let tokens = TokenLease::new(TokenLeaseConfig {
+            // The rate and burst only size the fallback, which is off here (optimistic: the
+            // local budget decides alone).
+            rate_per_sec: 1.0,
+            burst: cfg.max_batch,
+            max_batch: cfg.max_batch,
+            batch_period_ns: cfg.batch_period_ns,
+            fallback: Fallback::Optimistic,
+        })
+        .map_err(|_| ConfigError::out_of_range("retry_lease.max_batch"))?;
+        Ok(Self { cfg, tokens, pending: AtomicU64::new(0) })
+    }
+
+    /// The settings.
+    pub fn config(&self) -> RetryLeaseConfig {
+        self.cfg
+    }
+
+    /// Counts one request (an original attempt) for the fleet; also deposit it into the
+    /// local budget as usual.
+    pub fn deposit(&self) {
+        Counts::bump(&self.pending, 1);
+    }
+
+    /// Requests counted since the last call: what the refiller adds to the store's count.
+    pub fn take_pending(&self) -> u64 {
+        self.pending.swap(0, Ordering::Relaxed)
+    }
+
+    /// Gives back requests a failed refill did not deliver (they count at the next one).
+    pub fn restore_pending(&self, n: u64) {
+        Counts::bump(&self.pending, n);
+    }
+
+    /// May one retry go at `now`? It needs the local budget's token, and a fleet token
+    /// while the lease holds (once it has expired, the local budget decides alone:
+    /// `Mode::Fallback(Optimistic)`).
+    pub fn try_retry(&self, now: u64, local: &crate::retry::RetryBudget) -> Result<Mode, Rejected> {
+        local.try_withdraw(now)?;
+        self.tokens
+            .try_take(now, 1)
+            .map_err(|r| Rejected::new(Reason::BudgetExhausted, r.retry_after))
+    }
+
+    /// The token lease (its `want`, `grant`, metrics).
+    pub fn tokens(&self) -> &TokenLease {
+        &self.tokens
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -892,6 +1003,46 @@ mod tests {
         assert_eq!(o.inflight(), 100);
         for p in many {
             o.release(p).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_fleet_retry_needs_the_local_budget_and_a_fleet_token_while_leased() {
+        use crate::retry::{RetryBudget, RetryBudgetConfig};
+        let local = RetryBudget::new(RetryBudgetConfig {
+            ttl: 10 * SEC,
+            min_retries_per_sec: 0,
+            percent_can_retry: 1.0,
+        })
+        .unwrap();
+        let l = RetryLease::new(RetryLeaseConfig::default()).unwrap();
+        for _ in 0..3 {
+            local.deposit(MS);
+            l.deposit();
+        }
+        assert_eq!(l.take_pending(), 3);
+        assert_eq!(l.take_pending(), 0);
+        l.restore_pending(3);
+        assert_eq!(l.take_pending(), 3);
+        // Not leased yet: the local budget alone (3 deposits at 100%: 3 retries).
+        assert_eq!(l.try_retry(MS, &local), Ok(Mode::Fallback(Fallback::Optimistic)));
+        // One fleet token: one leased retry, then the fleet refuses though the local
+        // budget has more.
+        l.tokens().grant(2 * MS, 1, SEC, 1);
+        assert_eq!(l.try_retry(2 * MS, &local), Ok(Mode::Leased));
+        assert_eq!(l.try_retry(2 * MS, &local).unwrap_err().reason, Reason::BudgetExhausted);
+        // The local budget is spent now (3 of 3): the floor refuses even with fleet tokens.
+        l.tokens().grant(3 * MS, 5, SEC, 1);
+        assert!(l.try_retry(3 * MS, &local).is_err());
+        for bad in [
+            RetryLeaseConfig { ratio: -0.1, ..Default::default() },
+            RetryLeaseConfig { ratio: f64::NAN, ..Default::default() },
+            RetryLeaseConfig { min_per_sec: -1.0, ..Default::default() },
+            RetryLeaseConfig { window_ns: MS, ..Default::default() },
+            RetryLeaseConfig { max_batch: 0, ..Default::default() },
+            RetryLeaseConfig { batch_period_ns: 0, ..Default::default() },
+        ] {
+            assert!(RetryLease::new(bad).is_err(), "{bad:?}");
         }
     }
 

@@ -491,3 +491,146 @@ fn bad_fleet_settings_are_refused() {
         assert_eq!(e.field, field, "{e}");
     }
 }
+
+const RETRY_LUA: &str = include_str!("../lua/retry_lease.lua");
+
+/// One instance's part of a retry storm: `rate` requests a second for `run`, each failing
+/// at the dependency and retried up to 3 times while the budget allows. With `fleet`, the
+/// retry lease (refilled every 20 ms through the script) decides beside the local budget.
+/// Returns (requests, retries).
+fn storm(
+    client: redis::Client,
+    who: String,
+    rate: u64,
+    run: Duration,
+    local: surgeguard_core::retry::RetryBudgetConfig,
+    fleet: Option<surgeguard_core::fleet::RetryLeaseConfig>,
+) -> (u64, u64) {
+    use surgeguard_core::fleet::RetryLease;
+    use surgeguard_core::retry::RetryBudget;
+    let mut con = client.get_connection().unwrap();
+    let budget = RetryBudget::new(local).unwrap();
+    let lease = fleet.map(|c| RetryLease::new(c).unwrap());
+    let start = Instant::now();
+    let (mut requests, mut retries) = (0u64, 0u64);
+    let mut last_refill = Instant::now() - Duration::from_secs(1);
+    while start.elapsed() < run {
+        let now = monotonic_ns();
+        if let Some(l) = &lease {
+            if last_refill.elapsed() >= Duration::from_millis(20) {
+                last_refill = Instant::now();
+                let pending = l.take_pending();
+                let want = l.tokens().want(now).unwrap_or(0);
+                let c = l.config();
+                let v: Vec<i64> = redis::Script::new(RETRY_LUA)
+                    .key("sg:{storm}:req")
+                    .key("sg:{storm}:ret")
+                    .arg(pending)
+                    .arg(want)
+                    .arg(c.ratio)
+                    .arg(c.min_per_sec)
+                    .arg(c.window_ns / MS)
+                    .arg(3000)
+                    .invoke(&mut con)
+                    .unwrap();
+                l.tokens().grant(now, v[0] as u32, v[1] as u64 * MS, 1);
+            }
+        }
+        let due = (start.elapsed().as_secs_f64() * rate as f64) as u64;
+        while requests < due {
+            requests += 1;
+            budget.deposit(now);
+            if let Some(l) = &lease {
+                l.deposit();
+            }
+            // The dependency fails every attempt: retry while allowed, at most 3 times.
+            for _ in 0..3 {
+                let ok = match &lease {
+                    Some(l) => l.try_retry(now, &budget).is_ok(),
+                    None => budget.try_withdraw(now).is_ok(),
+                };
+                if !ok {
+                    break;
+                }
+                retries += 1;
+            }
+        }
+        std::thread::sleep(Duration::from_micros(500));
+    }
+    (requests, retries)
+}
+
+/// The fleet retry budget's bound with the dependency failing every call: four instances
+/// retry at most `ρ·Req + m·W + N·b_r` in total. Per-process budgets with the same ratio
+/// and reserve allow each instance its own reserve, so the fleet retries grow with N.
+#[test]
+fn the_fleet_retry_budget_bounds_a_storm_across_instances() {
+    use surgeguard_core::fleet::RetryLeaseConfig;
+    use surgeguard_core::retry::RetryBudgetConfig;
+    let server = Server::start();
+    let n = 4u64;
+    let run = Duration::from_millis(1500);
+    let fleet = RetryLeaseConfig {
+        ratio: 0.1,
+        min_per_sec: 10.0,
+        window_ns: 2 * SEC,
+        max_batch: 5,
+        batch_period_ns: 20 * MS,
+    };
+    // Per process: the same ratio and reserve (10/s over a 2 s TTL).
+    let per_process =
+        RetryBudgetConfig { ttl: 2 * SEC, min_retries_per_sec: 10, percent_can_retry: 0.1 };
+    // With the fleet lease the local budget is only the floor: roomy.
+    let roomy =
+        RetryBudgetConfig { ttl: 2 * SEC, min_retries_per_sec: 1000, percent_can_retry: 10.0 };
+    let go = |fleet: Option<RetryLeaseConfig>, local: RetryBudgetConfig| {
+        let threads: Vec<_> = (0..n)
+            .map(|i| {
+                let client = server.client();
+                std::thread::spawn(move || storm(client, format!("i{i}"), 50, run, local, fleet))
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+    };
+    let (req, ret) = go(Some(fleet), roomy);
+    let bound = fleet.ratio * req as f64
+        + fleet.min_per_sec * 2.0
+        + (n * u64::from(fleet.max_batch)) as f64;
+    assert!(ret as f64 <= bound, "fleet: {ret} retries for {req} requests, bound {bound:.0}");
+    assert!(ret as f64 >= 0.5 * fleet.ratio * req as f64, "fleet: the budget was used: {ret}");
+    let (req_p, ret_p) = go(None, per_process);
+    eprintln!(
+        "retries with the dependency down, {n} instances at 50 req/s for 1.5 s: fleet budget \
+         {ret} for {req} requests (bound {bound:.0}); per-process budgets {ret_p} for {req_p}"
+    );
+    assert!(ret_p > ret, "per-process budgets allow each instance its reserve: {ret_p} vs {ret}");
+}
+
+/// Bad arguments to the retry script are errors and write nothing.
+#[test]
+fn the_retry_script_refuses_bad_arguments() {
+    let server = Server::start();
+    let mut con = server.client().get_connection().unwrap();
+    for (req, want, ratio, min, window) in [
+        ("-1", "1", "0.1", "1", "2000"),
+        ("1", "x", "0.1", "1", "2000"),
+        ("1", "1", "11", "1", "2000"),
+        ("1", "1", "nan", "1", "2000"),
+        ("1", "1", "0.1", "-1", "2000"),
+        ("1", "1", "0.1", "1", "10"),
+    ] {
+        let r: redis::RedisResult<Vec<i64>> = redis::Script::new(RETRY_LUA)
+            .key("sg:{rbad}:req")
+            .key("sg:{rbad}:ret")
+            .arg(req)
+            .arg(want)
+            .arg(ratio)
+            .arg(min)
+            .arg(window)
+            .arg(1000)
+            .invoke(&mut con);
+        assert!(r.is_err(), "{req} {want} {ratio} {min} {window}");
+    }
+    let keys: Vec<String> = redis::cmd("KEYS").arg("sg:{rbad}:*").query(&mut con).unwrap();
+    assert!(keys.is_empty(), "{keys:?}");
+}
