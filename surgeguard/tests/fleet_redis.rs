@@ -500,7 +500,6 @@ const RETRY_LUA: &str = include_str!("../lua/retry_lease.lua");
 /// Returns (requests, retries).
 fn storm(
     client: redis::Client,
-    who: String,
     rate: u64,
     run: Duration,
     local: surgeguard_core::retry::RetryBudgetConfig,
@@ -585,9 +584,9 @@ fn the_fleet_retry_budget_bounds_a_storm_across_instances() {
         RetryBudgetConfig { ttl: 2 * SEC, min_retries_per_sec: 1000, percent_can_retry: 10.0 };
     let go = |fleet: Option<RetryLeaseConfig>, local: RetryBudgetConfig| {
         let threads: Vec<_> = (0..n)
-            .map(|i| {
+            .map(|_| {
                 let client = server.client();
-                std::thread::spawn(move || storm(client, format!("i{i}"), 50, run, local, fleet))
+                std::thread::spawn(move || storm(client, 50, run, local, fleet))
             })
             .collect();
         threads.into_iter().map(|t| t.join().unwrap()).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
