@@ -9,120 +9,60 @@ use std::rc::Rc;
 use napi::bindgen_prelude::*;
 use napi::sys;
 use napi_derive::napi;
-use surgeguard_core::keyed::{
-    self, hash_key, KeyPermit, KeyedConfig, KeyedLimits, ShardRate, MAX_BODY_LEN,
-};
+use surgeguard_core::keyed::{self, hash_key, KeyedConfig, KeyedLimits, ShardRate, MAX_BODY_LEN};
 use surgeguard_core::{Reason, Rejected};
 
 use crate::clock::resolve_now;
 use crate::convert::{config_err, int_in, ms_to_ns, range, u32_of};
 use crate::handle::{new_handle, tags, Tagged};
 use crate::raw::{args, bad_type, count, handle_arg, now, number, refuse, ret, Callback};
+use crate::shared::open;
 use crate::slab::Slab;
-#[cfg(target_os = "linux")]
-use surgeguard::shm::{SharedKeyPermit, SharedKeyedLimits, ShmError};
+use surgeguard::placement::{PlaceError, Placed, PlacedKeyPermit};
 
 /// Heavy hitters tracked per table (the core's default).
 const TOP: usize = keyed::DEFAULT_TOP_KEYS;
 /// Refused keys whose text is remembered for `metrics().topKeys` (bounded memory).
 const KEY_NAMES: usize = 1024;
 
-/// One table size: in this thread's heap, or shared between processes (then permits are
-/// counted to this process, so a dead worker's come back).
-enum Tbl<const N: usize> {
-    Local(Box<KeyedLimits<N, TOP>>),
-    #[cfg(target_os = "linux")]
-    Shared(Box<SharedKeyedLimits<N, TOP>>),
+/// One table size, in this thread's heap or shared between processes (then permits are
+/// counted to this process, so a dead worker's come back). Boxed: the sizes differ by
+/// 64x and [`Table`] holds one of them.
+type Tbl<const N: usize> = Box<Placed<KeyedLimits<N, TOP>>>;
+
+/// A permit, `Err(Some(refusal))`, or `Err(None)` when the shared process table is full.
+#[inline]
+fn take<const N: usize>(
+    t: &Tbl<N>,
+    hash: u64,
+    now: u64,
+    cost: u32,
+) -> std::result::Result<PlacedKeyPermit, Option<Rejected>> {
+    t.try_acquire_key(hash, now, cost).map_err(|e| match e {
+        PlaceError::Rejected(r) => Some(r),
+        _ => None,
+    })
 }
 
-impl<const N: usize> std::ops::Deref for Tbl<N> {
-    type Target = KeyedLimits<N, TOP>;
-    fn deref(&self) -> &KeyedLimits<N, TOP> {
-        match self {
-            Tbl::Local(t) => t,
-            #[cfg(target_os = "linux")]
-            Tbl::Shared(s) => s.limits(),
-        }
+/// Ends a permit: false if it was not live (its process reclaimed, or another table's).
+#[inline]
+fn give<const N: usize>(t: &Tbl<N>, p: PlacedKeyPermit) -> bool {
+    t.release_key(p).is_ok()
+}
+
+/// Processes using the table: 1 in-process; for a shared one, the processes attached now.
+fn attached<const N: usize>(t: &Tbl<N>) -> u32 {
+    match &**t {
+        Placed::Local(_) => 1,
+        #[cfg(target_os = "linux")]
+        Placed::Shared(s) => s.attached_processes(),
     }
 }
 
-/// A permit of a [`Tbl`].
-enum KPermit {
-    Local(KeyPermit),
-    #[cfg(target_os = "linux")]
-    Shared(SharedKeyPermit),
-}
-
-impl<const N: usize> Tbl<N> {
-    /// A permit, `Err(Some(refusal))`, or `Err(None)` when the shared process table is
-    /// full.
-    fn take(
-        &self,
-        hash: u64,
-        now: u64,
-        cost: u32,
-    ) -> std::result::Result<KPermit, Option<Rejected>> {
-        match self {
-            Tbl::Local(t) => t.try_acquire(hash, now, cost).map(KPermit::Local).map_err(Some),
-            #[cfg(target_os = "linux")]
-            Tbl::Shared(s) => match s.try_acquire(hash, now, cost) {
-                Ok(p) => Ok(KPermit::Shared(p)),
-                Err(ShmError::Rejected(r)) => Err(Some(r)),
-                Err(_) => Err(None),
-            },
-        }
-    }
-
-    /// Ends a permit: false if it was not live (its process reclaimed, or another table's).
-    fn give(&self, p: KPermit) -> bool {
-        match (self, p) {
-            (Tbl::Local(t), KPermit::Local(p)) => t.release(p).is_ok(),
-            #[cfg(target_os = "linux")]
-            (Tbl::Shared(s), KPermit::Shared(p)) => s.release(p).is_ok(),
-            // A permit of the other kind cannot reach here (the slab is per table); it is
-            // dropped without touching either table.
-            #[cfg(target_os = "linux")]
-            (_, _) => false,
-        }
-    }
-
-    fn reclaim(&self) -> u64 {
-        match self {
-            Tbl::Local(_) => 0,
-            #[cfg(target_os = "linux")]
-            Tbl::Shared(s) => s.reclaim(),
-        }
-    }
-
-    fn attached(&self) -> u32 {
-        match self {
-            Tbl::Local(_) => 1,
-            #[cfg(target_os = "linux")]
-            Tbl::Shared(s) => s.attached_processes(),
-        }
-    }
-
-    fn created(&self) -> bool {
-        match self {
-            Tbl::Local(_) => true,
-            #[cfg(target_os = "linux")]
-            Tbl::Shared(s) => s.created(),
-        }
-    }
-
-    fn is_shared(&self) -> bool {
-        !matches!(self, Tbl::Local(_))
-    }
-
-    /// The seed keys are hashed with: the config's in-process; the segment's (the same in
-    /// every process attached) when shared.
-    fn hash_seed(&self) -> u64 {
-        match self {
-            Tbl::Local(t) => t.config().seed,
-            #[cfg(target_os = "linux")]
-            Tbl::Shared(s) => s.key_seed(),
-        }
-    }
+/// The seed keys are hashed with: the config's in-process; the segment's (the same in
+/// every process attached) when shared.
+fn hash_seed<const N: usize>(t: &Tbl<N>) -> u64 {
+    t.shared_key_seed().unwrap_or(t.limits().config().seed)
 }
 
 /// The table sizes offered (`shards` option). `N` is a compile-time constant in the core.
@@ -161,7 +101,7 @@ macro_rules! table_of {
 /// What a `KeyedLimits` handle points at.
 pub struct KeyedInner {
     table: Table,
-    permits: Slab<KPermit>,
+    permits: Slab<PlacedKeyPermit>,
     /// Text of recently refused keys, by hash, for the top-keys report.
     names: RefCell<HashMap<u64, String>>,
     seed: u64,
@@ -172,7 +112,7 @@ impl Drop for KeyedInner {
     /// back: for a shared table they would otherwise count until this process exits.
     fn drop(&mut self) {
         for p in self.permits.drain() {
-            let _ = each!(&self.table, t => t.give(p));
+            let _ = each!(&self.table, t => give(t, p));
         }
     }
 }
@@ -189,11 +129,11 @@ impl KeyedInner {
 
     /// A permit id, `-reason` (`key_limit`, `key_rate`), or `SHM_TABLE_FULL`.
     pub fn acquire(&self, hash: u64, now: u64, cost: u32) -> f64 {
-        match each!(&self.table, t => t.take(hash, now, cost)) {
+        match each!(&self.table, t => take(t, hash, now, cost)) {
             Ok(p) => match self.permits.insert(p) {
                 Ok(id) => id,
                 Err(p) => {
-                    let _ = each!(&self.table, t => t.give(p));
+                    let _ = each!(&self.table, t => give(t, p));
                     -(Reason::KeyLimit as u8 as f64)
                 }
             },
@@ -207,7 +147,7 @@ impl KeyedInner {
     pub fn release(&self, id: f64) -> f64 {
         match self.permits.take(id) {
             Some(p) => {
-                if each!(&self.table, t => t.give(p)) {
+                if each!(&self.table, t => give(t, p)) {
                     0.0
                 } else {
                     -2.0
@@ -313,26 +253,7 @@ pub struct NativeKeyedLimits {
 impl NativeKeyedLimits {
     #[napi(constructor)]
     pub fn new(options: KeyedOptions) -> Result<Self> {
-        let shards = options.shards;
-        let c = keyed_config(options)?;
-        let err = |e| config_err("KeyedLimits", e);
-        let table = table_of!(
-            shards.unwrap_or(64.0),
-            Tbl::Local(Box::new(KeyedLimits::new(c).map_err(err)?))
-        );
-        Ok(Self::wrap(table))
-    }
-
-    fn wrap(table: Table) -> Self {
-        let seed = each!(&table, t => t.hash_seed());
-        Self {
-            inner: Rc::new(KeyedInner {
-                table,
-                permits: Slab::default(),
-                names: RefCell::new(HashMap::new()),
-                seed,
-            }),
-        }
+        Self::open(None, options)
     }
 
     /// The table named `name` in shared memory: created, or attached to if it exists (then
@@ -340,22 +261,23 @@ impl NativeKeyedLimits {
     /// the segment was created (the same in every process).
     #[napi(factory)]
     pub fn open_shared(name: String, options: KeyedOptions) -> Result<Self> {
+        Self::open(Some(&name), options)
+    }
+
+    /// In this thread's heap (`name` `None`) or in the segment `name`.
+    fn open(name: Option<&str>, options: KeyedOptions) -> Result<Self> {
         let shards = options.shards.unwrap_or(64.0);
         let c = keyed_config(options)?;
-        #[cfg(target_os = "linux")]
-        {
-            let e = |e| crate::shared::shm_err("KeyedLimits", e);
-            let table = table_of!(
-                shards,
-                Tbl::Shared(Box::new(SharedKeyedLimits::open(&name, c).map_err(e)?))
-            );
-            Ok(Self::wrap(table))
-        }
-        #[cfg(not(target_os = "linux"))]
-        {
-            let _ = (name, shards, c);
-            Err(crate::shared::unsupported("KeyedLimits.shared"))
-        }
+        let table = table_of!(shards, Box::new(open("KeyedLimits", name, c)?));
+        let seed = each!(&table, t => hash_seed(t));
+        Ok(Self {
+            inner: Rc::new(KeyedInner {
+                table,
+                permits: Slab::default(),
+                names: RefCell::new(HashMap::new()),
+                seed,
+            }),
+        })
     }
 
     /// Whether it lives in shared memory.
@@ -379,7 +301,7 @@ impl NativeKeyedLimits {
     /// Shared: process-table slots in use.
     #[napi]
     pub fn attached(&self) -> f64 {
-        f64::from(each!(&self.inner.table, t => t.attached()))
+        f64::from(each!(&self.inner.table, t => attached(t)))
     }
 
     #[napi]
@@ -390,14 +312,14 @@ impl NativeKeyedLimits {
     /// The most permits one key can hold.
     #[napi]
     pub fn key_limit(&self) -> f64 {
-        each!(&self.inner.table, t => t.key_limit()) as f64
+        each!(&self.inner.table, t => t.limits().key_limit()) as f64
     }
 
     /// The shards `key` maps to.
     #[napi]
     pub fn shards_of(&self, key: String) -> Vec<f64> {
         let h = hash_key(self.inner.seed(), key.as_bytes());
-        each!(&self.inner.table, t => t.shards_of(h).as_slice().iter().map(|&s| f64::from(s)).collect())
+        each!(&self.inner.table, t => t.limits().shards_of(h).as_slice().iter().map(|&s| f64::from(s)).collect())
     }
 
     /// Remembers the text of a refused key for `metrics().topKeys` (cold path).
@@ -416,12 +338,12 @@ impl NativeKeyedLimits {
     pub fn record_rejection(&self, key: String) -> bool {
         let h = hash_key(self.inner.seed(), key.as_bytes());
         self.note_refused(key);
-        each!(&self.inner.table, t => t.record_rejection(h))
+        each!(&self.inner.table, t => t.limits().record_rejection(h))
     }
 
     #[napi]
     pub fn isolation(&self) -> IsolationJs {
-        isolation_js(each!(&self.inner.table, t => t.isolation()))
+        isolation_js(each!(&self.inner.table, t => t.limits().isolation()))
     }
 
     #[napi]
@@ -458,10 +380,10 @@ impl NativeKeyedLimits {
             }};
         }
         match &self.inner.table {
-            Table::S16(t) => conv!(t.metrics(), 16),
-            Table::S64(t) => conv!(t.metrics(), 64),
-            Table::S256(t) => conv!(t.metrics(), 256),
-            Table::S1024(t) => conv!(t.metrics(), 1024),
+            Table::S16(t) => conv!(t.limits().metrics(), 16),
+            Table::S64(t) => conv!(t.limits().metrics(), 64),
+            Table::S256(t) => conv!(t.limits().metrics(), 256),
+            Table::S1024(t) => conv!(t.limits().metrics(), 1024),
         }
     }
 }

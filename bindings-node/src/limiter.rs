@@ -5,6 +5,7 @@ use std::rc::Rc;
 use napi::bindgen_prelude::*;
 use napi::sys;
 use napi_derive::napi;
+use surgeguard::placement::{PlaceError, Placed, PlacedRawPermit};
 use surgeguard_core::limit::{
     AimdConfig, AlgorithmConfig, FixedConfig, Gradient2Config, GradientConfig, HysteresisConfig,
     VegasConfig,
@@ -16,7 +17,7 @@ use crate::handle::{new_handle, tags, Tagged};
 use crate::raw::{
     args, handle_arg, handle_id_outcome_now, level, now, refuse, ret, Callback, SHM_TABLE_FULL,
 };
-use crate::shared::{AcquireError, CorePermit, LimiterCore, ReleaseError};
+use crate::shared::open;
 use crate::slab::Slab;
 
 /// Limiter options, as the facade normalises them (durations in ms).
@@ -312,10 +313,10 @@ pub fn limiter_config(o: &LimiterOptions) -> Result<LimiterConfig> {
 
 /// What a `Limiter` handle points at.
 pub struct LimiterInner {
-    /// The core limiter (in-process or shared).
-    pub core: LimiterCore,
+    /// The core limiter (in-process or shared; the local one inline, no box).
+    pub core: Placed<Limiter>,
     /// Permits held by JS.
-    pub permits: Slab<CorePermit>,
+    pub permits: Slab<PlacedRawPermit>,
     /// Levels in use.
     pub levels: u8,
 }
@@ -325,9 +326,9 @@ impl Drop for LimiterInner {
     /// as `Ignored`: for a shared limiter they would otherwise count against every process
     /// until this one exits.
     fn drop(&mut self) {
-        let now = self.core.latest_time();
+        let now = self.core.limiter().latest_time();
         for p in self.permits.drain() {
-            let _ = self.core.release(p, now, Outcome::Ignored);
+            let _ = self.core.release_raw(p, now, Outcome::Ignored);
         }
     }
 }
@@ -340,13 +341,14 @@ impl LimiterInner {
     /// A permit id, `-reason`, `-1` (2^24 permits live) or `SHM_TABLE_FULL`.
     #[inline]
     pub fn acquire(&self, now: u64, level: Priority) -> f64 {
-        match self.core.acquire(now, level) {
+        match self.core.try_acquire_raw(now, level) {
             Ok(p) => self.permits.insert(p).unwrap_or_else(|p| {
-                let _ = self.core.release(p, now, Outcome::Ignored);
+                let _ = self.core.release_raw(p, now, Outcome::Ignored);
                 -1.0
             }),
-            Err(AcquireError::Rejected(r)) => refuse(r),
-            Err(AcquireError::TableFull) => SHM_TABLE_FULL,
+            Err(PlaceError::Rejected(r)) => refuse(r),
+            // A shared limiter whose process table is full of live processes.
+            Err(_) => SHM_TABLE_FULL,
         }
     }
 
@@ -355,10 +357,12 @@ impl LimiterInner {
     #[inline]
     pub fn release(&self, id: f64, now: u64, outcome: Outcome) -> f64 {
         match self.permits.take(id) {
-            Some(p) => match self.core.release(p, now, outcome) {
+            Some(p) => match self.core.release_raw(p, now, outcome) {
                 Ok(()) => 0.0,
-                Err(ReleaseError::AlreadyReleased) => -1.0,
-                Err(ReleaseError::Foreign) => -2.0,
+                // Already given back: a reclaim released it (its process was taken for dead).
+                #[cfg(target_os = "linux")]
+                Err(PlaceError::Reclaimed) => -1.0,
+                Err(_) => -2.0,
             },
             None => -1.0,
         }
@@ -431,31 +435,28 @@ pub struct NativeLimiter {
 impl NativeLimiter {
     #[napi(constructor)]
     pub fn new(options: Option<LimiterOptions>) -> Result<Self> {
-        let cfg = limiter_config(&options.unwrap_or_default())?;
-        let core = Limiter::new(cfg).map_err(|e| config_err("Limiter", e))?;
-        Ok(Self::wrap(LimiterCore::Local(core), cfg.levels))
-    }
-
-    fn wrap(core: LimiterCore, levels: u8) -> Self {
-        Self { inner: Rc::new(LimiterInner { core, permits: Slab::default(), levels }) }
+        Self::open(None, options)
     }
 
     /// The limiter named `name` in shared memory: created, or attached to if it exists
     /// (then `options` must describe the same config).
     #[napi(factory)]
     pub fn open_shared(name: String, options: Option<LimiterOptions>) -> Result<Self> {
+        Self::open(Some(&name), options)
+    }
+
+    /// The core limiter (metrics, limit, kill switch); acquire through the placement.
+    fn limiter(&self) -> &Limiter {
+        self.inner.core.limiter()
+    }
+
+    /// In this thread's heap (`name` `None`) or in the segment `name`.
+    fn open(name: Option<&str>, options: Option<LimiterOptions>) -> Result<Self> {
         let cfg = limiter_config(&options.unwrap_or_default())?;
-        #[cfg(target_os = "linux")]
-        {
-            let core = surgeguard::shm::SharedLimiter::open(&name, cfg)
-                .map_err(|e| crate::shared::shm_err("Limiter", e))?;
-            Ok(Self::wrap(LimiterCore::Shared(core), cfg.levels))
-        }
-        #[cfg(not(target_os = "linux"))]
-        {
-            let _ = (name, cfg);
-            Err(crate::shared::unsupported("Limiter.shared"))
-        }
+        let core = open("Limiter", name, cfg)?;
+        Ok(Self {
+            inner: Rc::new(LimiterInner { core, permits: Slab::default(), levels: cfg.levels }),
+        })
     }
 
     /// Whether it lives in shared memory.
@@ -467,41 +468,25 @@ impl NativeLimiter {
     /// Shared: whether this call created the segment (false: attached).
     #[napi]
     pub fn created(&self) -> bool {
-        match &self.inner.core {
-            LimiterCore::Local(_) => true,
-            #[cfg(target_os = "linux")]
-            LimiterCore::Shared(s) => s.created(),
-        }
+        self.inner.core.created()
     }
 
     /// Shared: releases the permits of dead processes (each once); how many.
     #[napi]
     pub fn reclaim(&self) -> f64 {
-        match &self.inner.core {
-            LimiterCore::Local(_) => 0.0,
-            #[cfg(target_os = "linux")]
-            LimiterCore::Shared(s) => s.reclaim() as f64,
-        }
+        self.inner.core.reclaim() as f64
     }
 
     /// Shared: process-table slots in use (processes and worker threads attached).
     #[napi]
     pub fn attached(&self) -> f64 {
-        match &self.inner.core {
-            LimiterCore::Local(_) => 1.0,
-            #[cfg(target_os = "linux")]
-            LimiterCore::Shared(s) => f64::from(s.attached_processes()),
-        }
+        f64::from(self.inner.core.attached_processes())
     }
 
     /// Permits held through this object (for a shared one: counted in its slot).
     #[napi]
     pub fn held_here(&self) -> f64 {
-        match &self.inner.core {
-            LimiterCore::Local(_) => self.inner.permits.live() as f64,
-            #[cfg(target_os = "linux")]
-            LimiterCore::Shared(s) => f64::from(s.held_by_this_process()),
-        }
+        f64::from(self.inner.core.held_by_this_process())
     }
 
     /// The handle the `fast.limiter*` functions take.
@@ -512,12 +497,12 @@ impl NativeLimiter {
 
     #[napi]
     pub fn limit(&self) -> f64 {
-        self.inner.core.limit()
+        self.limiter().limit()
     }
 
     #[napi]
     pub fn inflight(&self) -> f64 {
-        f64::from(self.inner.core.inflight())
+        f64::from(self.limiter().inflight())
     }
 
     #[napi]
@@ -527,12 +512,12 @@ impl NativeLimiter {
 
     #[napi]
     pub fn set_static_limit(&self, limit: Option<f64>) -> Result<()> {
-        set_static(&self.inner.core, limit)
+        set_static(self.limiter(), limit)
     }
 
     #[napi]
     pub fn metrics(&self) -> LimiterMetricsJs {
-        limiter_metrics(&self.inner.core.metrics())
+        limiter_metrics(&self.limiter().metrics())
     }
 }
 

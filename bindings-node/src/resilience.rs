@@ -26,8 +26,9 @@ use crate::raw::{
     args, bad_type, count, handle_arg, handle_id_outcome_now, handle_now, now, refuse, ret,
     Callback,
 };
-use crate::shared::Placed;
+use crate::shared::open;
 use crate::slab::Slab;
+use surgeguard::placement::Placed;
 
 /// A seed: a whole number in `[0, 2^53]` (exact in a JS number).
 fn seed_of(x: Option<f64>) -> Result<u64> {
@@ -101,26 +102,15 @@ pub struct NativeRetryBudget {
 impl NativeRetryBudget {
     #[napi(constructor)]
     pub fn new(options: Option<RetryBudgetOptions>) -> Result<Self> {
-        let c = budget_config(options)?;
-        let core = RetryBudget::new(c).map_err(|e| config_err("RetryBudget", e))?;
-        Ok(Self { inner: Rc::new(BudgetInner { core: Placed::Local(core) }) })
+        let core = open("RetryBudget", None, budget_config(options)?)?;
+        Ok(Self { inner: Rc::new(BudgetInner { core }) })
     }
 
     /// The budget named `name` in shared memory: created, or attached to (same config).
     #[napi(factory)]
     pub fn open_shared(name: String, options: Option<RetryBudgetOptions>) -> Result<Self> {
-        let c = budget_config(options)?;
-        #[cfg(target_os = "linux")]
-        {
-            let core = surgeguard::shm::SharedRetryBudget::open(&name, c)
-                .map_err(|e| crate::shared::shm_err("RetryBudget", e))?;
-            Ok(Self { inner: Rc::new(BudgetInner { core: Placed::Shared(Box::new(core)) }) })
-        }
-        #[cfg(not(target_os = "linux"))]
-        {
-            let _ = (name, c);
-            Err(crate::shared::unsupported("RetryBudget.shared"))
-        }
+        let core = open("RetryBudget", Some(&name), budget_config(options)?)?;
+        Ok(Self { inner: Rc::new(BudgetInner { core }) })
     }
 
     /// Whether it lives in shared memory.
@@ -722,27 +712,16 @@ pub struct NativeRateLimiter {
 impl NativeRateLimiter {
     #[napi(constructor)]
     pub fn new(options: RateLimiterOptions) -> Result<Self> {
-        let c = rate_config(&options)?;
-        let core = RateLimiter::new(c).map_err(|e| config_err("RateLimiter", e))?;
-        Ok(Self { inner: Rc::new(RateInner { core: Placed::Local(core) }) })
+        let core = open("RateLimiter", None, rate_config(&options)?)?;
+        Ok(Self { inner: Rc::new(RateInner { core }) })
     }
 
     /// The rate limiter named `name` in shared memory: created, or attached to (same
     /// config).
     #[napi(factory)]
     pub fn open_shared(name: String, options: RateLimiterOptions) -> Result<Self> {
-        let c = rate_config(&options)?;
-        #[cfg(target_os = "linux")]
-        {
-            let core = surgeguard::shm::SharedRateLimiter::open(&name, c)
-                .map_err(|e| crate::shared::shm_err("RateLimiter", e))?;
-            Ok(Self { inner: Rc::new(RateInner { core: Placed::Shared(Box::new(core)) }) })
-        }
-        #[cfg(not(target_os = "linux"))]
-        {
-            let _ = (name, c);
-            Err(crate::shared::unsupported("RateLimiter.shared"))
-        }
+        let core = open("RateLimiter", Some(&name), rate_config(&options)?)?;
+        Ok(Self { inner: Rc::new(RateInner { core }) })
     }
 
     /// Whether it lives in shared memory.

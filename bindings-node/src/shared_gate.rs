@@ -143,7 +143,7 @@ impl NativeSharedGate {
         #[cfg(target_os = "linux")]
         {
             let gate = SharedGate::<SHARED_CAP>::open(&name, cfg)
-                .map_err(|e| crate::shared::shm_err("Gate", e))?;
+                .map_err(|e| crate::shared::place_err("Gate", e))?;
             Ok(Self {
                 inner: Rc::new(SharedGateInner {
                     gate: Arc::new(gate),
