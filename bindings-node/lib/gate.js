@@ -104,14 +104,22 @@ class Gate {
       native.agingTo = this._lv.of(g.aging.to)
       native.agingAfterMs = g.aging.afterMs
     }
+    // The one difference on the admission path: which native gate, and its raw fast path
+    // (`F.gate*` or `F.sharedGate*`, both taking this handle): `_try(h, level[,
+    // timeoutMs[, nowNs]])`, `_release(h, id, outcome[, nowNs])`, and `_end`, the permits'
+    // release.
     if (open === OPEN) {
       this._n = call(() => N.NativeSharedGate.open(name, native))
-      // The shared gate's raw fast path (`F.sharedGate*`) takes this handle.
-      this._h = this._n.handle()
+      this._try = F.sharedGateTryAcquire
+      this._release = F.sharedGateRelease
+      this._end = releaseShared
     } else {
       this._n = call(() => new N.NativeGate(native))
-      this._h = this._n.handle()
+      this._try = F.gateTryAcquire
+      this._release = F.gateRelease
+      this._end = releaseGate
     }
+    this._h = this._n.handle()
     /** ticket → waiter { resolve, reject, level, signal, onAbort } */
     this._waiters = new Map()
     this._timer = null
@@ -137,8 +145,10 @@ class Gate {
       now = v.nowNs(opts.nowNs)
       if (opts.deadlineNs !== undefined) t = untilMs(opts.deadlineNs, now)
     }
-    const r = now === undefined ? (t === -1 ? F.gateTryAcquire(this._h, lvl) : F.gateTryAcquire(this._h, lvl, t)) : F.gateTryAcquire(this._h, lvl, t, now)
-    if (r >= 0) return newPermit(this, releaseGate, r, lvl)
+    const tryAcquire = this._try
+    const r = now === undefined ? (t === -1 ? tryAcquire(this._h, lvl) : tryAcquire(this._h, lvl, t)) : tryAcquire(this._h, lvl, t, now)
+    if (r >= 0) return newPermit(this, this._end, r, lvl)
+    if (r === TABLE_FULL) throw tableFull()
     this._rej = -r
     this._rejMs = F.lastRetryAfterMs()
     return null
@@ -189,17 +199,21 @@ class Gate {
     try {
       // Admitted at once through the cheaper non-queueing path: the core's try_arrive,
       // arrive's own decisions (deadline included) up to the queue.
-      r = now === undefined ? F.gateTryAcquire(this._h, lvl, timeout) : F.gateTryAcquire(this._h, lvl, timeout, now)
-      if (r >= 0) return Promise.resolve(newPermit(this, releaseGate, r, lvl))
-      if (r === -LIMIT_REACHED && !noWait) {
-        r = now === undefined ? F.gateArrive(this._h, lvl, timeout) : F.gateArrive(this._h, lvl, timeout, now)
-      }
+      r = now === undefined ? this._try(this._h, lvl, timeout) : this._try(this._h, lvl, timeout, now)
+      if (r >= 0) return Promise.resolve(newPermit(this, this._end, r, lvl))
+      if (r === TABLE_FULL) throw tableFull()
+      if (r === -LIMIT_REACHED && !noWait) r = this._arrive(lvl, timeout, now)
     } catch (err) {
       return Promise.reject(err)
     }
-    if (r >= 0) return Promise.resolve(newPermit(this, releaseGate, r, lvl))
+    if (r >= 0) return Promise.resolve(newPermit(this, this._end, r, lvl))
     if (r > -QUEUED_BASE) return Promise.reject(new RejectedError(reasonName(-r), F.lastRetryAfterMs()))
     return this._wait(-r - QUEUED_BASE, lvl, signal, now)
+  }
+
+  /** `gateArrive`: a permit id, `-reason`, or `-(QUEUED_BASE + ticket)`. */
+  _arrive (lvl, timeout, now) {
+    return now === undefined ? F.gateArrive(this._h, lvl, timeout) : F.gateArrive(this._h, lvl, timeout, now)
   }
 
   _wait (ticket, lvl, signal, now) {
@@ -210,14 +224,19 @@ class Gate {
         signal.addEventListener('abort', w.onAbort, { once: true })
       }
       this._waiters.set(ticket, w)
-      // The core asks for one poll right after queueing (a slot may have freed).
-      this._pump(now)
+      this._queued(now)
     })
+  }
+
+  /** After a waiter queued: the core asks for one poll at once (a slot may have freed). */
+  _queued (now) {
+    this._pump(now)
   }
 
   _abort (ticket, w) {
     if (this._waiters.get(ticket) !== w) return
     this._waiters.delete(ticket)
+    // Withdrawn (a shared gate releases a grant that raced with it, as ignored, natively).
     this._n.cancel(ticket)
     w.reject(abortReason(w.signal))
     this._schedule()
@@ -229,18 +248,25 @@ class Gate {
 
   /** Polls the core and settles the waiters it reports, then re-arms the timer. */
   _pump (nowNs) {
-    const ev = nowNs === undefined ? this._n.poll() : this._n.poll(nowNs)
+    this._settle(nowNs === undefined ? this._n.poll() : this._n.poll(nowNs))
+  }
+
+  /**
+   * Settles the waiters of `ev`'s `[kind, ticket, a, b]` quadruples (see the native
+   * `poll`), then `_schedule`s.
+   */
+  _settle (ev) {
     for (let i = 0; i < ev.length; i += 4) {
       const ticket = ev[i + 1]
       const w = this._waiters.get(ticket)
       if (ev[i] === 0) {
         if (w === undefined) {
-          F.gateRelease(this._h, ev[i + 2], 2) // nobody waits for it any more
+          this._release(this._h, ev[i + 2], 2) // nobody waits for it any more
           continue
         }
         this._waiters.delete(ticket)
         this._settled(w)
-        w.resolve(newPermit(this, releaseGate, ev[i + 2], w.level))
+        w.resolve(newPermit(this, this._end, ev[i + 2], w.level))
       } else if (w !== undefined) {
         this._waiters.delete(ticket)
         this._settled(w)
@@ -295,10 +321,17 @@ class Gate {
       }
     }
     // Fast path: admitted at once.
-    let r = F.gateTryAcquire(this._h, lvl)
-    if (r >= 0) return runUnder(newPermit(this, releaseGate, r, lvl), fn, classify)
-    if (r === -LIMIT_REACHED) r = F.gateArrive(this._h, lvl, -1)
-    if (r >= 0) return runUnder(newPermit(this, releaseGate, r, lvl), fn, classify)
+    let r = this._try(this._h, lvl)
+    if (r >= 0) return runUnder(newPermit(this, this._end, r, lvl), fn, classify)
+    if (r === TABLE_FULL) return Promise.reject(tableFull())
+    if (r === -LIMIT_REACHED) {
+      try {
+        r = this._arrive(lvl, -1)
+      } catch (err) {
+        return Promise.reject(err)
+      }
+    }
+    if (r >= 0) return runUnder(newPermit(this, this._end, r, lvl), fn, classify)
     if (r > -QUEUED_BASE) return Promise.reject(new RejectedError(reasonName(-r), F.lastRetryAfterMs()))
     return this._wait(-r - QUEUED_BASE, lvl, undefined, undefined).then((p) => runUnder(p, fn, classify))
   }
@@ -462,100 +495,15 @@ class SharedGate extends Gate {
     this._keep = null
   }
 
-  tryAcquire (opts) {
-    if (!(this instanceof SharedGate)) throw badThis('Gate', 'tryAcquire')
-    let lvl = this._lv.default
-    let now
-    let t = -1
-    if (opts !== undefined) {
-      v.callOptions('tryAcquire', opts, TRY_OPTIONS)
-      if (opts.priority !== undefined) lvl = this._lv.of(opts.priority)
-      now = v.nowNs(opts.nowNs)
-      if (opts.deadlineNs !== undefined) t = untilMs(opts.deadlineNs, now)
-    }
-    const r = now === undefined ? (t === -1 ? F.sharedGateTryAcquire(this._h, lvl) : F.sharedGateTryAcquire(this._h, lvl, t)) : F.sharedGateTryAcquire(this._h, lvl, t, now)
-    if (r >= 0) return newPermit(this, releaseShared, r, lvl)
-    if (r === TABLE_FULL) throw tableFull()
-    this._rej = -r
-    this._rejMs = F.lastRetryAfterMs()
-    return null
+  /** Queues through the class method (it refuses a full process table). */
+  _arrive (lvl, timeout, now) {
+    return call(() => this._n.arrive(lvl, timeout, now))
   }
 
-  acquire (opts) {
-    if (!(this instanceof SharedGate)) return Promise.reject(badThis('Gate', 'acquire'))
-    let lvl = this._lv.default
-    let timeout = -1
-    let noWait = false
-    let signal
-    let now
-    let r
-    try {
-      if (opts !== undefined) {
-        v.callOptions('acquire', opts, ACQUIRE_OPTIONS)
-        if (opts.priority !== undefined) lvl = this._lv.of(opts.priority)
-        if (opts.timeoutMs !== undefined) {
-          if (v.ms('timeoutMs', opts.timeoutMs) === 0) noWait = true
-          else timeout = opts.timeoutMs
-        }
-        signal = opts.signal
-        if (signal !== undefined && !isSignal(signal)) throw v.typeErr(`signal must be an AbortSignal (got ${v.show(signal)})`)
-        now = v.nowNs(opts.nowNs)
-        if (opts.deadlineNs !== undefined) {
-          const t = untilMs(opts.deadlineNs, now)
-          timeout = timeout === -1 ? t : Math.min(timeout, t)
-        }
-        if (signal !== undefined && signal.aborted) return Promise.reject(abortReason(signal))
-      }
-      r = now === undefined ? F.sharedGateTryAcquire(this._h, lvl, timeout) : F.sharedGateTryAcquire(this._h, lvl, timeout, now)
-      if (r === TABLE_FULL) throw tableFull()
-      if (r === -LIMIT_REACHED && !noWait) r = call(() => this._n.arrive(lvl, timeout, now))
-    } catch (err) {
-      return Promise.reject(err)
-    }
-    if (r >= 0) return Promise.resolve(newPermit(this, releaseShared, r, lvl))
-    if (r > -QUEUED_BASE) return Promise.reject(new RejectedError(reasonName(-r), F.lastRetryAfterMs()))
-    return this._wait(-r - QUEUED_BASE, lvl, signal)
-  }
-
-  run (fn, opts) {
-    if (!(this instanceof SharedGate)) return Promise.reject(badThis('Gate', 'run'))
-    if (typeof fn !== 'function') return Promise.reject(v.typeErr(`run needs a function (got ${v.show(fn)})`))
-    let classify = this._classify
-    let o
-    if (opts !== undefined) {
-      try {
-        v.callOptions('run', opts, RUN_OPTIONS)
-        if (opts.classify !== undefined) classify = v.fn('classify', opts.classify)
-      } catch (err) {
-        return Promise.reject(err)
-      }
-      o = Object.assign({}, opts)
-      delete o.classify
-    }
-    return this.acquire(o).then((p) => runUnder(p, fn, classify))
-  }
-
-  _wait (ticket, lvl, signal) {
-    return new Promise((resolve, reject) => {
-      const w = { resolve, reject, level: lvl, signal, onAbort: null }
-      if (signal !== undefined) {
-        w.onAbort = () => this._abort(ticket, w)
-        signal.addEventListener('abort', w.onAbort, { once: true })
-      }
-      this._waiters.set(ticket, w)
-      this._startPump()
-      // A grant may have come during the arrival itself.
-      this._collect()
-    })
-  }
-
-  _abort (ticket, w) {
-    if (this._waiters.get(ticket) !== w) return
-    this._waiters.delete(ticket)
-    // Withdrawn; a grant that raced with it is released (as ignored) natively.
-    this._n.cancel(ticket)
-    w.reject(abortReason(w.signal))
-    this._idle()
+  /** After a waiter queued: the pump runs, and a grant may have come during the arrival. */
+  _queued () {
+    this._startPump()
+    this._collect()
   }
 
   _startPump () {
@@ -577,25 +525,7 @@ class SharedGate extends Gate {
 
   /** Takes this object's decided tickets and settles their waiters. */
   _collect () {
-    const ev = this._n.collect()
-    for (let i = 0; i < ev.length; i += 4) {
-      const ticket = ev[i + 1]
-      const w = this._waiters.get(ticket)
-      if (ev[i] === 0) {
-        if (w === undefined) {
-          this._n.release(ev[i + 2], 2) // nobody waits for it any more
-          continue
-        }
-        this._waiters.delete(ticket)
-        this._settled(w)
-        w.resolve(newPermit(this, releaseShared, ev[i + 2], w.level))
-      } else if (w !== undefined) {
-        this._waiters.delete(ticket)
-        this._settled(w)
-        w.reject(new RejectedError(reasonName(ev[i + 2]), ev[i + 3]))
-      }
-    }
-    this._idle()
+    this._settle(this._n.collect())
   }
 
   /** After a shed-level or limit change: dispatch now, then settle. */
@@ -604,7 +534,10 @@ class SharedGate extends Gate {
     this._collect()
   }
 
-  _schedule () {}
+  /** No timer (the pump thread runs the gate's): stops the pump once nothing waits. */
+  _schedule () {
+    this._idle()
+  }
 
   get shared () {
     return true
@@ -646,6 +579,6 @@ function releaseShared (gate, id, outcome, nowNs) {
 }
 
 guard(Gate, ['tryAcquire', 'acquire', 'run'])
-guard(SharedGate, ['tryAcquire', 'acquire', 'run'])
+guard(SharedGate)
 
 module.exports = { Gate, SharedGate, defaultClassify }
