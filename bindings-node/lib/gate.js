@@ -107,7 +107,7 @@ class Gate {
     // The one difference on the admission path: which native gate, and its raw fast path
     // (`F.gate*` or `F.sharedGate*`, both taking this handle): `_try(h, level[,
     // timeoutMs[, nowNs]])`, `_release(h, id, outcome[, nowNs])`, and `_end`, the permits'
-    // release.
+    // release. Only gates have `_try`: the hot methods check `this` by it.
     if (open === OPEN) {
       this._n = call(() => N.NativeSharedGate.open(name, native))
       this._try = F.sharedGateTryAcquire
@@ -135,7 +135,7 @@ class Gate {
    * `lastRejection` then says why.
    */
   tryAcquire (opts) {
-    if (this?._h === undefined) throw badThis('Gate', 'tryAcquire')
+    if (this?._try === undefined) throw badThis('Gate', 'tryAcquire')
     let lvl = this._lv.default
     let now
     let t = -1
@@ -168,7 +168,7 @@ class Gate {
    * `sg.deadline.current()`); with both, the earlier one holds.
    */
   acquire (opts) {
-    if (this?._h === undefined) return Promise.reject(badThis('Gate', 'acquire'))
+    if (this?._try === undefined) return Promise.reject(badThis('Gate', 'acquire'))
     let lvl = this._lv.default
     let timeout = -1
     let noWait = false
@@ -302,7 +302,7 @@ class Gate {
    * (default: `dropped` for overload errors and timeouts, `ignore` otherwise).
    */
   run (fn, opts) {
-    if (this?._h === undefined) return Promise.reject(badThis('Gate', 'run'))
+    if (this?._try === undefined) return Promise.reject(badThis('Gate', 'run'))
     if (typeof fn !== 'function') return Promise.reject(v.typeErr(`run needs a function (got ${v.show(fn)})`))
     let classify = this._classify
     let lvl = this._lv.default
