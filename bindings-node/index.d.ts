@@ -112,11 +112,13 @@ export type Algorithm = 'fixed' | 'aimd' | 'hysteresis' | 'gradient' | 'gradient
 export interface LimiterOptions {
   /** Default `gradient`. */
   algorithm?: Algorithm
-  /** The limit before any window (gradient default 20). */
+  // The algorithms' settings (refused when the chosen algorithm does not take them).
+  // Where algorithms share an option its default is the chosen algorithm's, listed by name.
+  /** The limit before any window, between minLimit and maxLimit (defaults: gradient 20, fixed 20, aimd 10, hysteresis 20, gradient2 20, vegas 20). */
   initialLimit?: number
-  /** Floor (gradient default 1). */
+  /** Floor, may be below 1 (default 1 for every algorithm). */
   minLimit?: number
-  /** Ceiling (gradient default 1000). */
+  /** Ceiling (defaults: gradient 1000, fixed 1000, aimd 200, hysteresis 1000, gradient2 1000, vegas 1000). */
   maxLimit?: number
   /** Priority levels, 1..8 (default 3). */
   levels?: number
@@ -132,36 +134,43 @@ export interface LimiterOptions {
   minSamples?: number
   /** A level is active while it saw an arrival within this long (default 1 s). */
   activeMs?: number
-  // Algorithm-specific (refused when the chosen algorithm does not take them):
-  /** aimd, hysteresis */
+  /** aimd: a window below this latency grows the limit by 1, one above backs off; hysteresis: the latency the zones are measured against (default 50 ms for both). */
   targetLatencyMs?: number
-  /** aimd */
+  /** aimd: the latency compared with the target, 0 = the mean, or exactly 0.5, 0.9 or 0.99 (default 0). */
   latencyPercentile?: number
-  /** aimd, gradient2 */
+  /** aimd, gradient2 (its fixed mode): the factor applied on overload, in [0.5, 1) (default 0.9 for both). */
   backoffRatio?: number
-  /** aimd */
+  /** aimd: a window whose latency exceeds this counts as a drop (default 5 s). */
   timeoutMs?: number
-  /** aimd, hysteresis, gradient2, vegas */
+  /** aimd, hysteresis, gradient2, vegas: no growth while the window's most in flight is below this × limit; 0 = off (default 0.5 for each). */
   appLimitedFraction?: number
-  /** Double the limit per uncongested window until the first congestion signal (gradient default true). */
+  /** Grow the limit per uncongested window until the first congestion signal (defaults: gradient true, aimd false, hysteresis false, gradient2 false, vegas false). */
   slowStart?: boolean
-  /** aimd */
+  /** aimd: reproduce Netflix concurrency-limits' AIMDLimit exactly, whole-number limits (default false). */
   netflixParity?: boolean
-  /** hysteresis */
+  /** hysteresis: healthy while the rolling p99 is below this × target (default 0.8). */
   healthyBelow?: number
+  /** hysteresis: critical once the rolling p99 is above this × target (default 1.5). */
   criticalAbove?: number
+  /** hysteresis: the factor of a critical event, in (0, 1) (default 0.5). */
   criticalFactor?: number
+  /** hysteresis: a jump is a rise of the average latency by more than this fraction within jumpWindowMs (default 0.2). */
   jumpRise?: number
+  /** hysteresis: the look-back of jump detection (default 2 s). */
   jumpWindowMs?: number
+  /** hysteresis: the factor applied on a jump, in (0, 1) (default 0.8). */
   jumpFactor?: number
+  /** hysteresis: EWMA weight of each completion in the average latency, in (0, 1] (default 0.1). */
   avgAlpha?: number
+  /** hysteresis: no additive increase for this long after a critical event (default 5 s). */
   coolOffMs?: number
+  /** hysteresis: the horizon of the rolling p99 (default 10 s). */
   p99WindowMs?: number
   /** gradient: latency allowance over the baseline, in [0, 10] (default 0.1). */
   buffer?: number
   /** Multiplier of the sqrt(limit · gradient) headroom, in [0, 10] (default 0.8). */
   headroom?: number
-  /** Fraction of each step applied (gradient: in [0.01, 1], default 0.3). */
+  /** Fraction of each step applied; gradient: in [0.01, 1], gradient2 and vegas: in (0, 1], 1 = no smoothing (defaults: gradient 0.3, gradient2 0.2, vegas 1). */
   smoothing?: number
   /** The window latency percentile used as the sample, in [50, 99] (default 50). */
   samplePercentile?: number
@@ -181,18 +190,25 @@ export interface LimiterOptions {
   dropTolerance?: number
   /** No growth while the window's most in flight is below this × limit; 0 = off (default 0.6). */
   appLimitedRatio?: number
-  /** Seed of the probe jitter (gradient default 0x5EED5EED5EED5EED). */
+  /** Seed of the probe jitter (defaults: gradient 0x5EED5EED5EED5EED, vegas 0). */
   seed?: number
-  /** gradient2 */
+  /** gradient2: the queue allowance added each window, in [0, 1e6] (default 4). */
   queueSize?: number
+  /** gradient2: windows in the long-term RTT average, in [1, 1e6] (default 600). */
   longWindow?: number
+  /** gradient2: how far the short RTT may exceed the long one before the limit shrinks, in [1, 1000] (default 1.5). */
   rttTolerance?: number
+  /** gradient2: drops back off and the allowance needs a gradient of 0.9; false = Netflix parity (default true). */
   fixed?: boolean
-  /** vegas */
+  /** vegas: queue size under which the limit grows, at most beta (default: Netflix's 3·log10(limit)). */
   alpha?: number
+  /** vegas: queue size above which the limit shrinks (default: Netflix's 6·log10(limit)). */
   beta?: number
+  /** vegas: queue size at or under which the limit grows by beta at once (default: log10(limit)). */
   threshold?: number
+  /** vegas: the decrease limit × this, in (0, 1) (default: Netflix's limit − log10(limit)). */
   decreaseRatio?: number
+  /** vegas: re-measure the no-load RTT every jitter × this × limit windows; 0 = never (default 30). */
   probeMultiplier?: number
 }
 

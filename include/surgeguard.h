@@ -645,10 +645,13 @@ typedef struct sg_watermarks_metrics {
 // Settings of the fixed limit (`SG_ALGORITHM_FIXED`).
 typedef struct sg_fixed_config {
     // The limit (may be fractional: below 1 admits that fraction of the time).
+    // Default 20.
     double initial_limit;
     // Floor.
+    // Default 1.
     double min_limit;
     // Ceiling.
+    // Default 1000.
     double max_limit;
     // Reserved for settings added later (each will give 0 today's behaviour); must be
     // 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
@@ -659,25 +662,35 @@ typedef struct sg_fixed_config {
 // concurrency-limits' `AIMDLimit` exactly (`netflix_parity`).
 typedef struct sg_aimd_config {
     // The limit before any window.
+    // Default 10.
     double initial_limit;
     // Floor.
+    // Default 1.
     double min_limit;
     // Ceiling.
+    // Default 200.
     double max_limit;
     // Seed mode: a window below this latency grows the limit by 1, one above backs off.
     // ns, in `[1 ns, 1 day]`.
+    // Default 50 ms.
     uint64_t target_latency_ns;
     // Which latency seed mode compares: 0 = the mean, or 0.5 / 0.9 / 0.99.
+    // Default 0.
     double latency_percentile;
     // The factor on overload, in `[0.5, 1)` (0.9).
+    // Default 0.9.
     double backoff_ratio;
     // A window slower than this counts as a drop, ns (NCL `timeout`, 5 s).
+    // Default 5 s.
     uint64_t timeout_ns;
     // No growth while max in-flight < this × limit, in `[0, 1]` (0 = off).
+    // Default 0.5.
     double app_limited_fraction;
     // Grow by `min(samples, limit)` per window until the first congestion signal.
+    // Default false.
     bool slow_start;
     // Reproduce NCL `AIMDLimit` exactly (whole-number limits).
+    // Default false.
     bool netflix_parity;
     // Reserved for settings added later (each will give 0 today's behaviour); must be
     // 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
@@ -688,35 +701,50 @@ typedef struct sg_aimd_config {
 // critical zones on the rolling p99 against a target.
 typedef struct sg_hysteresis_config {
     // The limit before any window.
+    // Default 20.
     double initial_limit;
     // Floor.
+    // Default 1.
     double min_limit;
     // Hard cap.
+    // Default 1000.
     double max_limit;
     // The latency the zones are measured against, ns (default 50 ms).
+    // Default 50 ms.
     uint64_t target_latency_ns;
     // Healthy while p99 < this × target (0.8).
+    // Default 0.8.
     double healthy_below;
     // Critical once p99 > this × target (1.5).
+    // Default 1.5.
     double critical_above;
     // The factor of a critical event, in `(0, 1)` (0.5).
+    // Default 0.5.
     double critical_factor;
     // A jump: the average latency rises by more than this fraction within
     // `jump_window_ns` (0.2).
+    // Default 0.2.
     double jump_rise;
     // The look-back of jump detection, ns (2 s).
+    // Default 2 s.
     uint64_t jump_window_ns;
     // The factor applied on a jump, in `(0, 1)` (0.8).
+    // Default 0.8.
     double jump_factor;
     // EWMA weight of each completion in the average latency, in `(0, 1]` (0.1).
+    // Default 0.1.
     double avg_alpha;
     // No additive increase for this long after a critical event, ns (5 s).
+    // Default 5 s.
     uint64_t cool_off_ns;
     // The horizon of the rolling p99, ns (10 s).
+    // Default 10 s.
     uint64_t p99_window_ns;
     // No growth while max in-flight < this × limit, in `[0, 1]`.
+    // Default 0.5.
     double app_limited_fraction;
     // Slow start until the first window that is not healthy, a jump or a drop.
+    // Default false.
     bool slow_start;
     // Reserved for settings added later (each will give 0 today's behaviour); must be
     // 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
@@ -787,27 +815,38 @@ typedef struct sg_gradient_config {
 // or the fixed mode).
 typedef struct sg_gradient2_config {
     // The limit before any window (NCL 20).
+    // Default 20.
     double initial_limit;
     // Floor (NCL 20).
+    // Default 1.
     double min_limit;
     // Ceiling (NCL 200).
+    // Default 1000.
     double max_limit;
     // Weight of the new value, in `(0, 1]` (NCL 0.2).
+    // Default 0.2.
     double smoothing;
     // The queue allowance added each window, in `[0, 1e6]` (NCL 4).
+    // Default 4.
     double queue_size;
     // Windows in the long-term RTT average, in `[1, 1e6]` (NCL 600).
+    // Default 600.
     uint32_t long_window;
     // How far the short RTT may exceed the long one, in `[1, 1000]` (NCL 1.5).
+    // Default 1.5.
     double rtt_tolerance;
     // `true`: drops back off by `backoff_ratio` and the queue allowance is added only
     // while the gradient is ≥ 0.9; `false`: NCL parity.
+    // Default true.
     bool fixed;
     // The factor on a drop in fixed mode, in `[0.5, 1)`.
+    // Default 0.9.
     double backoff_ratio;
     // No growth while max in-flight < this × limit, in `[0, 1]` (NCL 0.5).
+    // Default 0.5.
     double app_limited_fraction;
     // Slow start until the first drop (fixed mode) or gradient below 1.
+    // Default false.
     bool slow_start;
     // Reserved for settings added later (each will give 0 today's behaviour); must be
     // 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
@@ -818,28 +857,40 @@ typedef struct sg_gradient2_config {
 // optional thresholds use 0 for "NCL's default formula".
 typedef struct sg_vegas_config {
     // The limit before any window (NCL 20).
+    // Default 20.
     double initial_limit;
     // Floor (NCL 1).
+    // Default 1.
     double min_limit;
     // Ceiling (NCL 1000).
+    // Default 1000.
     double max_limit;
     // Weight of the new value, in `(0, 1]` (1 = no smoothing, NCL).
+    // Default 1.
     double smoothing;
     // Queue size under which the limit grows; 0 = NCL's `3·log10(L)`.
+    // Default 0.
     uint32_t alpha;
     // Queue size above which the limit shrinks; 0 = NCL's `6·log10(L)`.
+    // Default 0.
     uint32_t beta;
     // Queue size at or under which the limit grows by `beta` at once; 0 = `log10(L)`.
+    // Default 0.
     uint32_t threshold;
     // The decrease: 0 = NCL's `L − log10(L)`; otherwise `L × r`, `r` in `(0, 1)`.
+    // Default 0.
     double decrease_ratio;
     // Re-measure the no-load RTT every `jitter × this × L` windows (NCL 30); 0 = never.
+    // Default 30.
     uint32_t probe_multiplier;
     // Seed of the probe jitter.
+    // Default 0.
     uint64_t seed;
     // No growth while max in-flight < this × limit, in `[0, 1]` (NCL 0.5).
+    // Default 0.5.
     double app_limited_fraction;
     // Slow start until the first drop or queue estimate reaching `alpha`.
+    // Default false.
     bool slow_start;
     // Reserved for settings added later (each will give 0 today's behaviour); must be
     // 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).

@@ -1,6 +1,7 @@
 //! One description of each config's fields: path, unit, range, default and a line of
 //! docs, as static data (`const FIELDS: &[FieldSpec]` on each config). Described so far:
-//! the Limiter and its gradient controller, the Gate, the retry budget and token
+//! the Limiter and its limit algorithms (gradient, fixed, AIMD, hysteresis, Gradient2,
+//! Vegas), the Gate, the retry budget and token
 //! throttle, the backoff, the circuit breaker, the adaptive throttle and the flow
 //! controls ([`CONFIGS`]).
 //!
@@ -25,7 +26,9 @@ use crate::breaker::{CircuitBreakerConfig, MAX_COUNT_WINDOW, MAX_PROBES};
 use crate::codel::MAX_INTERVAL_NS;
 use crate::flow::{CreditsConfig, LagMeterConfig, WatermarksConfig};
 use crate::gate::GateConfig;
-use crate::limit::GradientConfig;
+use crate::limit::{
+    AimdConfig, FixedConfig, Gradient2Config, GradientConfig, HysteresisConfig, VegasConfig,
+};
 use crate::limiter::LimiterConfig;
 use crate::retry::{RetryBudgetConfig, TokenThrottleConfig};
 use crate::throttle::AdaptiveThrottleConfig;
@@ -156,6 +159,10 @@ const fn spec(
 const INF: f64 = f64::INFINITY;
 const HOUR_NS: f64 = 3600.0 * SEC as f64;
 const DAY_NS: f64 = 86_400.0 * SEC as f64;
+/// The largest value below 1 (the top of a range open at 1, such as `[0.5, 1)`).
+const BELOW_1: f64 = 1.0 - f64::EPSILON / 2.0;
+/// The smallest positive value (the bottom of a range open at 0, such as `(0, 1]`).
+const ABOVE_0: f64 = f64::MIN_POSITIVE;
 use Unit::*;
 use Value::*;
 
@@ -340,6 +347,337 @@ impl GradientConfig {
             Int(0x5EED_5EED_5EED_5EED),
             "Seed of the probe jitter.",
         ),
+    ];
+}
+
+/// The floor, ceiling and initial limit every algorithm takes, in `[1e-6, 1e9]` with
+/// `min <= initial <= max` (the defaults differ per algorithm).
+macro_rules! bounds {
+    ($algo:literal, $initial:expr, $min:expr, $max:expr) => {
+        [
+            spec(
+                concat!("limiter.", $algo, ".initial_limit"),
+                Number,
+                1e-6,
+                1e9,
+                Float($initial),
+                "The limit before any window (between min_limit and max_limit).",
+            ),
+            spec(
+                concat!("limiter.", $algo, ".min_limit"),
+                Number,
+                1e-6,
+                1e9,
+                Float($min),
+                "Floor (may be below 1).",
+            ),
+            spec(
+                concat!("limiter.", $algo, ".max_limit"),
+                Number,
+                1e-6,
+                1e9,
+                Float($max),
+                "Ceiling.",
+            ),
+        ]
+    };
+}
+
+const fn app_limited(path: &'static str) -> FieldSpec {
+    spec(
+        path,
+        Ratio,
+        0.0,
+        1.0,
+        Float(0.5),
+        "No growth while the window's most in flight is below this × limit; 0 = off.",
+    )
+}
+
+const fn no_slow_start(path: &'static str) -> FieldSpec {
+    spec(
+        path,
+        Flag,
+        0.0,
+        1.0,
+        Bool(false),
+        "Grow by min(samples, limit) per window until the first congestion signal.",
+    )
+}
+
+impl FixedConfig {
+    /// The description of each field.
+    pub const FIELDS: &'static [FieldSpec] = &bounds!("fixed", 20.0, 1.0, 1000.0);
+}
+
+const AIMD_BOUNDS: [FieldSpec; 3] = bounds!("aimd", 10.0, 1.0, 200.0);
+
+impl AimdConfig {
+    /// The description of each field (the latency-target mode; [`AimdConfig::netflix`]
+    /// is NCL's `AIMDLimit`).
+    pub const FIELDS: &'static [FieldSpec] = &[
+        AIMD_BOUNDS[0],
+        AIMD_BOUNDS[1],
+        AIMD_BOUNDS[2],
+        spec(
+            "limiter.aimd.target_latency_ns",
+            Nanos,
+            1.0,
+            DAY_NS,
+            Int(50 * MS),
+            "A window below this latency grows the limit by 1, one above it backs off.",
+        ),
+        spec(
+            "limiter.aimd.latency_percentile",
+            Number,
+            0.0,
+            0.99,
+            Float(0.0),
+            "The latency compared with the target: 0 = the mean, or exactly 0.5, 0.9 or 0.99.",
+        ),
+        spec(
+            "limiter.aimd.backoff_ratio",
+            Ratio,
+            0.5,
+            BELOW_1,
+            Float(0.9),
+            "The factor applied on overload, in [0.5, 1).",
+        ),
+        spec(
+            "limiter.aimd.timeout_ns",
+            Nanos,
+            1.0,
+            DAY_NS,
+            Int(5 * SEC),
+            "A window whose latency exceeds this counts as a drop.",
+        ),
+        app_limited("limiter.aimd.app_limited_fraction"),
+        no_slow_start("limiter.aimd.slow_start"),
+        spec(
+            "limiter.aimd.netflix_parity",
+            Flag,
+            0.0,
+            1.0,
+            Bool(false),
+            "Reproduce NCL AIMDLimit exactly (whole-number limits).",
+        ),
+    ];
+}
+
+const HYSTERESIS_BOUNDS: [FieldSpec; 3] = bounds!("hysteresis", 20.0, 1.0, 1000.0);
+
+impl HysteresisConfig {
+    /// The description of each field.
+    pub const FIELDS: &'static [FieldSpec] = &[
+        HYSTERESIS_BOUNDS[0],
+        HYSTERESIS_BOUNDS[1],
+        HYSTERESIS_BOUNDS[2],
+        spec(
+            "limiter.hysteresis.target_latency_ns",
+            Nanos,
+            1.0,
+            DAY_NS,
+            Int(50 * MS),
+            "The latency the zones are measured against.",
+        ),
+        spec(
+            "limiter.hysteresis.healthy_below",
+            Number,
+            ABOVE_0,
+            1000.0,
+            Float(0.8),
+            "Healthy while the rolling p99 is below this × target (at most critical_above).",
+        ),
+        spec(
+            "limiter.hysteresis.critical_above",
+            Number,
+            ABOVE_0,
+            1000.0,
+            Float(1.5),
+            "Critical once the rolling p99 is above this × target.",
+        ),
+        spec(
+            "limiter.hysteresis.critical_factor",
+            Ratio,
+            ABOVE_0,
+            BELOW_1,
+            Float(0.5),
+            "The factor of a critical event, in (0, 1).",
+        ),
+        spec(
+            "limiter.hysteresis.jump_rise",
+            Number,
+            ABOVE_0,
+            100.0,
+            Float(0.2),
+            "A jump: the average latency rises by more than this fraction within jump_window_ns.",
+        ),
+        spec(
+            "limiter.hysteresis.jump_window_ns",
+            Nanos,
+            1.0,
+            DAY_NS,
+            Int(2 * SEC),
+            "The look-back of jump detection.",
+        ),
+        spec(
+            "limiter.hysteresis.jump_factor",
+            Ratio,
+            ABOVE_0,
+            BELOW_1,
+            Float(0.8),
+            "The factor applied on a jump, in (0, 1).",
+        ),
+        spec(
+            "limiter.hysteresis.avg_alpha",
+            Ratio,
+            ABOVE_0,
+            1.0,
+            Float(0.1),
+            "EWMA weight of each completion in the average latency.",
+        ),
+        spec(
+            "limiter.hysteresis.cool_off_ns",
+            Nanos,
+            1.0,
+            DAY_NS,
+            Int(5 * SEC),
+            "No additive increase for this long after a critical event.",
+        ),
+        spec(
+            "limiter.hysteresis.p99_window_ns",
+            Nanos,
+            1.0,
+            DAY_NS,
+            Int(10 * SEC),
+            "The horizon of the rolling p99.",
+        ),
+        app_limited("limiter.hysteresis.app_limited_fraction"),
+        no_slow_start("limiter.hysteresis.slow_start"),
+    ];
+}
+
+const GRADIENT2_BOUNDS: [FieldSpec; 3] = bounds!("gradient2", 20.0, 1.0, 1000.0);
+
+impl Gradient2Config {
+    /// The description of each field (the fixed mode; [`Gradient2Config::netflix`] is
+    /// NCL's `Gradient2Limit`).
+    pub const FIELDS: &'static [FieldSpec] = &[
+        GRADIENT2_BOUNDS[0],
+        GRADIENT2_BOUNDS[1],
+        GRADIENT2_BOUNDS[2],
+        spec(
+            "limiter.gradient2.smoothing",
+            Ratio,
+            ABOVE_0,
+            1.0,
+            Float(0.2),
+            "Weight of the new value: L = (1 - s)·L + s·new.",
+        ),
+        spec(
+            "limiter.gradient2.queue_size",
+            Number,
+            0.0,
+            1e6,
+            Float(4.0),
+            "The queue allowance added each window.",
+        ),
+        spec(
+            "limiter.gradient2.long_window",
+            Count,
+            1.0,
+            1e6,
+            Int(600),
+            "Windows in the long-term RTT average.",
+        ),
+        spec(
+            "limiter.gradient2.rtt_tolerance",
+            Number,
+            1.0,
+            1000.0,
+            Float(1.5),
+            "How far the short RTT may exceed the long one before the limit shrinks.",
+        ),
+        spec(
+            "limiter.gradient2.fixed",
+            Flag,
+            0.0,
+            1.0,
+            Bool(true),
+            "Drops back off and the allowance needs a gradient of 0.9; false = NCL parity.",
+        ),
+        spec(
+            "limiter.gradient2.backoff_ratio",
+            Ratio,
+            0.5,
+            BELOW_1,
+            Float(0.9),
+            "The factor applied on a drop in the fixed mode, in [0.5, 1).",
+        ),
+        app_limited("limiter.gradient2.app_limited_fraction"),
+        no_slow_start("limiter.gradient2.slow_start"),
+    ];
+}
+
+const VEGAS_BOUNDS: [FieldSpec; 3] = bounds!("vegas", 20.0, 1.0, 1000.0);
+
+impl VegasConfig {
+    /// The description of each field (NCL `VegasLimit`'s defaults).
+    pub const FIELDS: &'static [FieldSpec] = &[
+        VEGAS_BOUNDS[0],
+        VEGAS_BOUNDS[1],
+        VEGAS_BOUNDS[2],
+        spec(
+            "limiter.vegas.smoothing",
+            Ratio,
+            ABOVE_0,
+            1.0,
+            Float(1.0),
+            "Weight of the new value: L = (1 - s)·L + s·new; 1 = no smoothing.",
+        ),
+        spec(
+            "limiter.vegas.alpha",
+            Count,
+            0.0,
+            1e6,
+            Off,
+            "Queue size under which the limit grows (at most beta); none = NCL's 3·log10(L).",
+        ),
+        spec(
+            "limiter.vegas.beta",
+            Count,
+            0.0,
+            1e6,
+            Off,
+            "Queue size above which the limit shrinks; none = NCL's 6·log10(L).",
+        ),
+        spec(
+            "limiter.vegas.threshold",
+            Count,
+            0.0,
+            1e6,
+            Off,
+            "Queue size at or under which the limit grows by beta at once; none = log10(L).",
+        ),
+        spec(
+            "limiter.vegas.decrease_ratio",
+            Ratio,
+            ABOVE_0,
+            BELOW_1,
+            Off,
+            "The decrease L × this, in (0, 1); none = NCL's L - log10(L).",
+        ),
+        spec(
+            "limiter.vegas.probe_multiplier",
+            Count,
+            0.0,
+            1e6,
+            Int(30),
+            "Re-measure the no-load RTT every jitter × this × L windows; 0 = never.",
+        ),
+        spec("limiter.vegas.seed", Seed, 0.0, u64::MAX as f64, Int(0), "Seed of the probe jitter."),
+        app_limited("limiter.vegas.app_limited_fraction"),
+        no_slow_start("limiter.vegas.slow_start"),
     ];
 }
 
@@ -714,6 +1052,11 @@ impl WatermarksConfig {
 pub const CONFIGS: &[(&str, &[FieldSpec])] = &[
     ("limiter", LimiterConfig::FIELDS),
     ("limiter.gradient", GradientConfig::FIELDS),
+    ("limiter.fixed", FixedConfig::FIELDS),
+    ("limiter.aimd", AimdConfig::FIELDS),
+    ("limiter.hysteresis", HysteresisConfig::FIELDS),
+    ("limiter.gradient2", Gradient2Config::FIELDS),
+    ("limiter.vegas", VegasConfig::FIELDS),
     ("gate", GateConfig::FIELDS),
     ("retry_budget", RetryBudgetConfig::FIELDS),
     ("token_throttle", TokenThrottleConfig::FIELDS),
@@ -808,6 +1151,140 @@ mod tests {
             ("limiter.gradient.slow_start", Bool(slow_start)),
             ("limiter.gradient.app_limited_ratio", Float(app_limited_ratio)),
             ("limiter.gradient.seed", Int(seed)),
+        ]
+    }
+
+    fn fixed_values(c: &FixedConfig) -> Vec<(&'static str, Value)> {
+        let FixedConfig { initial_limit, min_limit, max_limit } = *c;
+        std::vec![
+            ("limiter.fixed.initial_limit", Float(initial_limit)),
+            ("limiter.fixed.min_limit", Float(min_limit)),
+            ("limiter.fixed.max_limit", Float(max_limit)),
+        ]
+    }
+
+    fn aimd_values(c: &AimdConfig) -> Vec<(&'static str, Value)> {
+        let AimdConfig {
+            initial_limit,
+            min_limit,
+            max_limit,
+            target_latency_ns,
+            latency_percentile,
+            backoff_ratio,
+            timeout_ns,
+            app_limited_fraction,
+            slow_start,
+            netflix_parity,
+        } = *c;
+        std::vec![
+            ("limiter.aimd.initial_limit", Float(initial_limit)),
+            ("limiter.aimd.min_limit", Float(min_limit)),
+            ("limiter.aimd.max_limit", Float(max_limit)),
+            ("limiter.aimd.target_latency_ns", Int(target_latency_ns)),
+            ("limiter.aimd.latency_percentile", Float(latency_percentile)),
+            ("limiter.aimd.backoff_ratio", Float(backoff_ratio)),
+            ("limiter.aimd.timeout_ns", Int(timeout_ns)),
+            ("limiter.aimd.app_limited_fraction", Float(app_limited_fraction)),
+            ("limiter.aimd.slow_start", Bool(slow_start)),
+            ("limiter.aimd.netflix_parity", Bool(netflix_parity)),
+        ]
+    }
+
+    fn hysteresis_values(c: &HysteresisConfig) -> Vec<(&'static str, Value)> {
+        let HysteresisConfig {
+            initial_limit,
+            min_limit,
+            max_limit,
+            target_latency_ns,
+            healthy_below,
+            critical_above,
+            critical_factor,
+            jump_rise,
+            jump_window_ns,
+            jump_factor,
+            avg_alpha,
+            cool_off_ns,
+            p99_window_ns,
+            app_limited_fraction,
+            slow_start,
+        } = *c;
+        std::vec![
+            ("limiter.hysteresis.initial_limit", Float(initial_limit)),
+            ("limiter.hysteresis.min_limit", Float(min_limit)),
+            ("limiter.hysteresis.max_limit", Float(max_limit)),
+            ("limiter.hysteresis.target_latency_ns", Int(target_latency_ns)),
+            ("limiter.hysteresis.healthy_below", Float(healthy_below)),
+            ("limiter.hysteresis.critical_above", Float(critical_above)),
+            ("limiter.hysteresis.critical_factor", Float(critical_factor)),
+            ("limiter.hysteresis.jump_rise", Float(jump_rise)),
+            ("limiter.hysteresis.jump_window_ns", Int(jump_window_ns)),
+            ("limiter.hysteresis.jump_factor", Float(jump_factor)),
+            ("limiter.hysteresis.avg_alpha", Float(avg_alpha)),
+            ("limiter.hysteresis.cool_off_ns", Int(cool_off_ns)),
+            ("limiter.hysteresis.p99_window_ns", Int(p99_window_ns)),
+            ("limiter.hysteresis.app_limited_fraction", Float(app_limited_fraction)),
+            ("limiter.hysteresis.slow_start", Bool(slow_start)),
+        ]
+    }
+
+    fn gradient2_values(c: &Gradient2Config) -> Vec<(&'static str, Value)> {
+        let Gradient2Config {
+            initial_limit,
+            min_limit,
+            max_limit,
+            smoothing,
+            queue_size,
+            long_window,
+            rtt_tolerance,
+            fixed,
+            backoff_ratio,
+            app_limited_fraction,
+            slow_start,
+        } = *c;
+        std::vec![
+            ("limiter.gradient2.initial_limit", Float(initial_limit)),
+            ("limiter.gradient2.min_limit", Float(min_limit)),
+            ("limiter.gradient2.max_limit", Float(max_limit)),
+            ("limiter.gradient2.smoothing", Float(smoothing)),
+            ("limiter.gradient2.queue_size", Float(queue_size)),
+            ("limiter.gradient2.long_window", Int(long_window.into())),
+            ("limiter.gradient2.rtt_tolerance", Float(rtt_tolerance)),
+            ("limiter.gradient2.fixed", Bool(fixed)),
+            ("limiter.gradient2.backoff_ratio", Float(backoff_ratio)),
+            ("limiter.gradient2.app_limited_fraction", Float(app_limited_fraction)),
+            ("limiter.gradient2.slow_start", Bool(slow_start)),
+        ]
+    }
+
+    fn vegas_values(c: &VegasConfig) -> Vec<(&'static str, Value)> {
+        let VegasConfig {
+            initial_limit,
+            min_limit,
+            max_limit,
+            smoothing,
+            alpha,
+            beta,
+            threshold,
+            decrease_ratio,
+            probe_multiplier,
+            seed,
+            app_limited_fraction,
+            slow_start,
+        } = *c;
+        let opt = |v: Option<u32>| v.map_or(Off, |v| Int(v.into()));
+        std::vec![
+            ("limiter.vegas.initial_limit", Float(initial_limit)),
+            ("limiter.vegas.min_limit", Float(min_limit)),
+            ("limiter.vegas.max_limit", Float(max_limit)),
+            ("limiter.vegas.smoothing", Float(smoothing)),
+            ("limiter.vegas.alpha", opt(alpha)),
+            ("limiter.vegas.beta", opt(beta)),
+            ("limiter.vegas.threshold", opt(threshold)),
+            ("limiter.vegas.decrease_ratio", decrease_ratio.map_or(Off, Float)),
+            ("limiter.vegas.probe_multiplier", Int(probe_multiplier.into())),
+            ("limiter.vegas.seed", Int(seed)),
+            ("limiter.vegas.app_limited_fraction", Float(app_limited_fraction)),
+            ("limiter.vegas.slow_start", Bool(slow_start)),
         ]
     }
 
@@ -981,6 +1458,11 @@ mod tests {
     fn every_field_is_described_with_its_default() {
         check(LimiterConfig::FIELDS, limiter_values(&LimiterConfig::default()));
         check(GradientConfig::FIELDS, gradient_values(&GradientConfig::default()));
+        check(FixedConfig::FIELDS, fixed_values(&FixedConfig::default()));
+        check(AimdConfig::FIELDS, aimd_values(&AimdConfig::default()));
+        check(HysteresisConfig::FIELDS, hysteresis_values(&HysteresisConfig::default()));
+        check(Gradient2Config::FIELDS, gradient2_values(&Gradient2Config::default()));
+        check(VegasConfig::FIELDS, vegas_values(&VegasConfig::default()));
         check(GateConfig::FIELDS, gate_values(&GateConfig::default()));
         check(RetryBudgetConfig::FIELDS, retry_budget_values(&RetryBudgetConfig::default()));
         check(TokenThrottleConfig::FIELDS, token_throttle_values(&TokenThrottleConfig::default()));

@@ -44,10 +44,13 @@ pub const SG_ALGORITHM_VEGAS: u32 = 5;
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct sg_fixed_config {
     /// The limit (may be fractional: below 1 admits that fraction of the time).
+    /// Default 20.
     pub initial_limit: f64,
     /// Floor.
+    /// Default 1.
     pub min_limit: f64,
     /// Ceiling.
+    /// Default 1000.
     pub max_limit: f64,
     /// Reserved for settings added later (each will give 0 today's behaviour); must be
     /// 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
@@ -60,25 +63,35 @@ pub struct sg_fixed_config {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct sg_aimd_config {
     /// The limit before any window.
+    /// Default 10.
     pub initial_limit: f64,
     /// Floor.
+    /// Default 1.
     pub min_limit: f64,
     /// Ceiling.
+    /// Default 200.
     pub max_limit: f64,
     /// Seed mode: a window below this latency grows the limit by 1, one above backs off.
     /// ns, in `[1 ns, 1 day]`.
+    /// Default 50 ms.
     pub target_latency_ns: u64,
     /// Which latency seed mode compares: 0 = the mean, or 0.5 / 0.9 / 0.99.
+    /// Default 0.
     pub latency_percentile: f64,
     /// The factor on overload, in `[0.5, 1)` (0.9).
+    /// Default 0.9.
     pub backoff_ratio: f64,
     /// A window slower than this counts as a drop, ns (NCL `timeout`, 5 s).
+    /// Default 5 s.
     pub timeout_ns: u64,
     /// No growth while max in-flight < this × limit, in `[0, 1]` (0 = off).
+    /// Default 0.5.
     pub app_limited_fraction: f64,
     /// Grow by `min(samples, limit)` per window until the first congestion signal.
+    /// Default false.
     pub slow_start: bool,
     /// Reproduce NCL `AIMDLimit` exactly (whole-number limits).
+    /// Default false.
     pub netflix_parity: bool,
     /// Reserved for settings added later (each will give 0 today's behaviour); must be
     /// 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
@@ -91,35 +104,50 @@ pub struct sg_aimd_config {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct sg_hysteresis_config {
     /// The limit before any window.
+    /// Default 20.
     pub initial_limit: f64,
     /// Floor.
+    /// Default 1.
     pub min_limit: f64,
     /// Hard cap.
+    /// Default 1000.
     pub max_limit: f64,
     /// The latency the zones are measured against, ns (default 50 ms).
+    /// Default 50 ms.
     pub target_latency_ns: u64,
     /// Healthy while p99 < this × target (0.8).
+    /// Default 0.8.
     pub healthy_below: f64,
     /// Critical once p99 > this × target (1.5).
+    /// Default 1.5.
     pub critical_above: f64,
     /// The factor of a critical event, in `(0, 1)` (0.5).
+    /// Default 0.5.
     pub critical_factor: f64,
     /// A jump: the average latency rises by more than this fraction within
     /// `jump_window_ns` (0.2).
+    /// Default 0.2.
     pub jump_rise: f64,
     /// The look-back of jump detection, ns (2 s).
+    /// Default 2 s.
     pub jump_window_ns: u64,
     /// The factor applied on a jump, in `(0, 1)` (0.8).
+    /// Default 0.8.
     pub jump_factor: f64,
     /// EWMA weight of each completion in the average latency, in `(0, 1]` (0.1).
+    /// Default 0.1.
     pub avg_alpha: f64,
     /// No additive increase for this long after a critical event, ns (5 s).
+    /// Default 5 s.
     pub cool_off_ns: u64,
     /// The horizon of the rolling p99, ns (10 s).
+    /// Default 10 s.
     pub p99_window_ns: u64,
     /// No growth while max in-flight < this × limit, in `[0, 1]`.
+    /// Default 0.5.
     pub app_limited_fraction: f64,
     /// Slow start until the first window that is not healthy, a jump or a drop.
+    /// Default false.
     pub slow_start: bool,
     /// Reserved for settings added later (each will give 0 today's behaviour); must be
     /// 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
@@ -194,27 +222,38 @@ pub struct sg_gradient_config {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct sg_gradient2_config {
     /// The limit before any window (NCL 20).
+    /// Default 20.
     pub initial_limit: f64,
     /// Floor (NCL 20).
+    /// Default 1.
     pub min_limit: f64,
     /// Ceiling (NCL 200).
+    /// Default 1000.
     pub max_limit: f64,
     /// Weight of the new value, in `(0, 1]` (NCL 0.2).
+    /// Default 0.2.
     pub smoothing: f64,
     /// The queue allowance added each window, in `[0, 1e6]` (NCL 4).
+    /// Default 4.
     pub queue_size: f64,
     /// Windows in the long-term RTT average, in `[1, 1e6]` (NCL 600).
+    /// Default 600.
     pub long_window: u32,
     /// How far the short RTT may exceed the long one, in `[1, 1000]` (NCL 1.5).
+    /// Default 1.5.
     pub rtt_tolerance: f64,
     /// `true`: drops back off by `backoff_ratio` and the queue allowance is added only
     /// while the gradient is ≥ 0.9; `false`: NCL parity.
+    /// Default true.
     pub fixed: bool,
     /// The factor on a drop in fixed mode, in `[0.5, 1)`.
+    /// Default 0.9.
     pub backoff_ratio: f64,
     /// No growth while max in-flight < this × limit, in `[0, 1]` (NCL 0.5).
+    /// Default 0.5.
     pub app_limited_fraction: f64,
     /// Slow start until the first drop (fixed mode) or gradient below 1.
+    /// Default false.
     pub slow_start: bool,
     /// Reserved for settings added later (each will give 0 today's behaviour); must be
     /// 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).
@@ -227,28 +266,40 @@ pub struct sg_gradient2_config {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct sg_vegas_config {
     /// The limit before any window (NCL 20).
+    /// Default 20.
     pub initial_limit: f64,
     /// Floor (NCL 1).
+    /// Default 1.
     pub min_limit: f64,
     /// Ceiling (NCL 1000).
+    /// Default 1000.
     pub max_limit: f64,
     /// Weight of the new value, in `(0, 1]` (1 = no smoothing, NCL).
+    /// Default 1.
     pub smoothing: f64,
     /// Queue size under which the limit grows; 0 = NCL's `3·log10(L)`.
+    /// Default 0.
     pub alpha: u32,
     /// Queue size above which the limit shrinks; 0 = NCL's `6·log10(L)`.
+    /// Default 0.
     pub beta: u32,
     /// Queue size at or under which the limit grows by `beta` at once; 0 = `log10(L)`.
+    /// Default 0.
     pub threshold: u32,
     /// The decrease: 0 = NCL's `L − log10(L)`; otherwise `L × r`, `r` in `(0, 1)`.
+    /// Default 0.
     pub decrease_ratio: f64,
     /// Re-measure the no-load RTT every `jitter × this × L` windows (NCL 30); 0 = never.
+    /// Default 30.
     pub probe_multiplier: u32,
     /// Seed of the probe jitter.
+    /// Default 0.
     pub seed: u64,
     /// No growth while max in-flight < this × limit, in `[0, 1]` (NCL 0.5).
+    /// Default 0.5.
     pub app_limited_fraction: f64,
     /// Slow start until the first drop or queue estimate reaching `alpha`.
+    /// Default false.
     pub slow_start: bool,
     /// Reserved for settings added later (each will give 0 today's behaviour); must be
     /// 0, as `_config_default` sets it (else `SG_CONFIG_OUT_OF_RANGE`, field `reserved`).

@@ -7,7 +7,9 @@
 //!   signature in `_native.pyi` (the native classes take the core's default for an
 //!   unset keyword; `tests/test_config_fields.py` checks the values they report);
 //! - Node: `bindings-node/src/fields.rs` names it, the option is in its interface in
-//!   `index.d.ts`, and its comment says `default <value>`.
+//!   `index.d.ts`, and its comment says `default <value>`; the limit algorithms share
+//!   `LimiterOptions`, so an option several of them take with different defaults names
+//!   each algorithm's (`defaults: gradient 20, aimd 10`).
 //!
 //! A field described in the core but missing from a binding fails here. Unset-by-default
 //! settings (`Value::Off`) carry no default text: each binding spells "unset" its own way.
@@ -34,6 +36,11 @@ fn homes(family: &str) -> (&'static str, &'static str, &'static str) {
     match family {
         "limiter" => ("sg_limiter_config", "Limiter", "LimiterOptions"),
         "limiter.gradient" => ("sg_gradient_config", "GradientLimit", "LimiterOptions"),
+        "limiter.fixed" => ("sg_fixed_config", "FixedLimit", "LimiterOptions"),
+        "limiter.aimd" => ("sg_aimd_config", "AimdLimit", "LimiterOptions"),
+        "limiter.hysteresis" => ("sg_hysteresis_config", "HysteresisLimit", "LimiterOptions"),
+        "limiter.gradient2" => ("sg_gradient2_config", "Gradient2Limit", "LimiterOptions"),
+        "limiter.vegas" => ("sg_vegas_config", "VegasLimit", "LimiterOptions"),
         "gate" => ("sg_gate_config", "Gate", "GateOptions"),
         "retry_budget" => ("sg_retry_budget_config", "RetryBudget", "RetryBudgetOptions"),
         "token_throttle" => {
@@ -98,6 +105,46 @@ fn states_default(doc: &str, f: &FieldSpec) -> bool {
             }
         }
     })
+}
+
+/// Whether `doc` states `f`'s default for the algorithm `algo` (`gradient default 20`,
+/// `defaults: gradient 20, aimd 10`): the name as a word, then the value.
+fn states_default_for(doc: &str, algo: &str, f: &FieldSpec) -> bool {
+    let want = f.default_text().to_string().to_lowercase();
+    let doc = doc.to_lowercase();
+    doc.match_indices(algo).any(|(i, _)| {
+        let before = doc[..i].chars().next_back();
+        let after = &doc[i + algo.len()..];
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') || !after.starts_with(' ') {
+            return false;
+        }
+        let after = after.trim_start();
+        let after = after.strip_prefix("default").unwrap_or(after).trim_start_matches([' ', ':']);
+        after.starts_with(&want) && !after[want.len()..].starts_with(|c: char| c.is_ascii_digit())
+    })
+}
+
+/// The limit algorithms (`limiter.<name>`) whose settings include the Node option `opt`,
+/// with their defaults: a shared option (`initialLimit`) whose defaults differ states each
+/// algorithm's by name.
+fn node_sharers(opt: &str) -> Vec<(&'static str, &'static FieldSpec)> {
+    CONFIGS
+        .iter()
+        .filter_map(|(family, specs)| {
+            let algo = family.strip_prefix("limiter.")?;
+            let f = specs.iter().find(|f| js::js_name(f.path) == Some(opt))?;
+            Some((algo, f))
+        })
+        .collect()
+}
+
+/// Whether the Node doc of `f` (option `opt`) states its default: each algorithm's by
+/// name where the algorithms sharing the option differ, else plainly or by name.
+fn node_states_default(doc: &str, family: &str, opt: &str, f: &FieldSpec) -> bool {
+    let Some(algo) = family.strip_prefix("limiter.") else { return states_default(doc, f) };
+    let sharers = node_sharers(opt);
+    let same = sharers.iter().all(|(_, g)| g.default == f.default);
+    states_default_for(doc, algo, f) || (same && states_default(doc, f))
 }
 
 /// Settings that have no default in Node: the occupancy is the value of `lifo` itself,
@@ -183,7 +230,7 @@ fn every_binding_exposes_every_described_field_with_its_default() {
                     };
                     match doc_above(js_body, is_option) {
                         None => r.check(false, || format!("Node: {js_iface}.{opt} ({p}) is not in index.d.ts")),
-                        Some(doc) => r.check(!stated || NODE_NO_DEFAULT.contains(&p) || states_default(&doc, f), || {
+                        Some(doc) => r.check(!stated || NODE_NO_DEFAULT.contains(&p) || node_states_default(&doc, family, opt, f), || {
                             format!("Node: {js_iface}.{opt} ({p}) does not say `default {}`: {doc:?}", f.default_text())
                         }),
                     }
@@ -193,6 +240,24 @@ fn every_binding_exposes_every_described_field_with_its_default() {
     }
     assert!(fields > 40, "{fields} fields described");
     assert!(r.0.is_empty(), "{} problems:\n{}", r.0.len(), r.0.join("\n"));
+}
+
+#[test]
+fn the_per_algorithm_check_reads_the_named_default() {
+    let aimd = CONFIGS.iter().find(|(f, _)| *f == "limiter.aimd").unwrap().1;
+    let f = aimd.iter().find(|f| f.path == "limiter.aimd.initial_limit").unwrap();
+    let doc = "The limit (defaults: gradient 20, gradient2 10, aimd 10).";
+    assert!(states_default_for(doc, "aimd", f));
+    assert!(!states_default_for("The limit (defaults: gradient 20, aimd 100).", "aimd", f));
+    assert!(!states_default_for("The limit (defaults: gradient 20, gradient2 10).", "aimd", f));
+    // `gradient` is not read from `gradient2 ...`.
+    let g = CONFIGS.iter().find(|(f, _)| *f == "limiter.gradient").unwrap().1;
+    let g = g.iter().find(|f| f.path == "limiter.gradient.initial_limit").unwrap();
+    assert!(!states_default_for("(defaults: gradient2 20, gradient 10)", "gradient", g));
+    assert!(states_default_for("(gradient default 20)", "gradient", g));
+    // A shared option whose defaults differ must name the algorithm.
+    assert!(!node_states_default("The limit (default 10).", "limiter.aimd", "initialLimit", f));
+    assert!(node_states_default("(aimd default 10)", "limiter.aimd", "initialLimit", f));
 }
 
 #[test]
