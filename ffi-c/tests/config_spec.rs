@@ -11,6 +11,10 @@
 //!   `LimiterOptions`, so an option several of them take with different defaults names
 //!   each algorithm's (`defaults: gradient 20, aimd 10`).
 //!
+//! The Node facade (`index.js`, `lib/*.js`) applies a few defaults itself before calling
+//! the addon (`o.levels === undefined ? 3 : o.levels`); each one that sets a described
+//! field must be the core's default.
+//!
 //! A field described in the core but missing from a binding fails here. Unset-by-default
 //! settings (`Value::Off`) carry no default text: each binding spells "unset" its own way.
 
@@ -267,4 +271,98 @@ fn the_doc_check_reads_defaults_strictly() {
     assert!(states_default("Default: 10", f));
     assert!(!states_default("closes with samples (default 100).", f));
     assert!(!states_default("closes with 10 samples.", f));
+}
+
+/// The defaults the Node facade applies itself before calling the addon
+/// (`o.levels === undefined ? 3 : o.levels`, `o.algorithm || 'gradient'`): each
+/// `(file, option, literal)` found in `index.js` and `lib/*.js`.
+fn node_facade_defaults() -> Vec<(String, String, String)> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../bindings-node");
+    let mut files = vec![dir.join("index.js")];
+    let mut lib: Vec<_> = std::fs::read_dir(dir.join("lib"))
+        .expect("bindings-node/lib")
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "js"))
+        .collect();
+    lib.sort();
+    files.extend(lib);
+    let mut out = Vec::new();
+    for p in files {
+        let text = std::fs::read_to_string(&p).unwrap();
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        for (sep, end) in [(" === undefined ? ", " :"), (" || ", "")] {
+            for (i, _) in text.match_indices(sep) {
+                // The option: the identifier after the last `.` before the separator.
+                let before = &text[..i];
+                let ident_start =
+                    before.rfind(|c: char| !(c.is_alphanumeric() || c == '_')).map_or(0, |j| j + 1);
+                if !before[..ident_start].ends_with('.') {
+                    continue;
+                }
+                let opt = &before[ident_start..];
+                // The literal: a number, a quoted string, true or false.
+                let rest = &text[i + sep.len()..];
+                let lit_len = if rest.starts_with('\'') {
+                    rest[1..].find('\'').map(|j| j + 2)
+                } else {
+                    rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '.' || c == '-'))
+                };
+                let Some(n) = lit_len else { continue };
+                let lit = &rest[..n];
+                let is_lit = lit.starts_with('\'')
+                    || lit == "true"
+                    || lit == "false"
+                    || lit.parse::<f64>().is_ok();
+                if is_lit && rest[n..].starts_with(end) {
+                    out.push((name.clone(), opt.to_string(), lit.to_string()));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Whether the facade's literal `lit` for a Node option is the described default of `f`
+/// (durations in ms).
+fn facade_literal_is(lit: &str, f: &FieldSpec) -> bool {
+    let num = lit.parse::<f64>().ok();
+    match (f.unit, f.default) {
+        (Unit::Nanos, Value::Int(ns)) => num == Some(ns as f64 / 1e6),
+        (_, Value::Int(n)) => num == Some(n as f64),
+        (_, Value::Float(x)) => num == Some(x),
+        (_, Value::Bool(b)) => lit == b.to_string(),
+        (_, Value::Name(s)) => lit == format!("'{s}'"),
+        _ => false,
+    }
+}
+
+#[test]
+fn the_node_facade_applies_only_the_described_defaults() {
+    let found = node_facade_defaults();
+    let mut checked = 0;
+    let mut wrong = Vec::new();
+    for (file, opt, lit) in &found {
+        // Every described field the option sets (an option the algorithms share sets each).
+        let fields: Vec<&FieldSpec> = CONFIGS
+            .iter()
+            .flat_map(|(_, specs)| specs.iter())
+            .filter(|f| js::js_name(f.path) == Some(opt.as_str()))
+            .collect();
+        if fields.is_empty() {
+            continue; // a facade-only setting (a retry count, a header name)
+        }
+        checked += 1;
+        for f in fields {
+            if !facade_literal_is(lit, f) {
+                wrong.push(format!(
+                    "{file}: {opt} defaults to {lit}, the core's {} is {}",
+                    f.path,
+                    f.default_text()
+                ));
+            }
+        }
+    }
+    // levels in the Limiter and the Gate, the algorithm's name.
+    assert!(checked >= 3, "facade defaults found: {found:?}");
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
