@@ -1547,6 +1547,92 @@ mod tests {
         assert_eq!(checked, 8);
     }
 
+    /// `Some(result of building the algorithm with `path` set to `x`)` for the real-valued
+    /// settings of the other algorithms (`None`: not one of them).
+    fn build_with(path: &str, x: f64) -> Option<Result<(), crate::ConfigError>> {
+        use crate::limit::{Aimd, Gradient2, HysteresisAimd, Vegas};
+        let (algo, leaf) = path.strip_prefix("limiter.")?.split_once('.')?;
+        Some(match algo {
+            "aimd" => {
+                let mut c = AimdConfig::default();
+                *match leaf {
+                    "backoff_ratio" => &mut c.backoff_ratio,
+                    "app_limited_fraction" => &mut c.app_limited_fraction,
+                    _ => return None,
+                } = x;
+                Aimd::new(c).map(drop)
+            }
+            "hysteresis" => {
+                let mut c = HysteresisConfig::default();
+                *match leaf {
+                    // healthy_below may not exceed critical_above: test it below 1.5.
+                    "critical_factor" => &mut c.critical_factor,
+                    "jump_rise" => &mut c.jump_rise,
+                    "jump_factor" => &mut c.jump_factor,
+                    "avg_alpha" => &mut c.avg_alpha,
+                    "app_limited_fraction" => &mut c.app_limited_fraction,
+                    _ => return None,
+                } = x;
+                HysteresisAimd::new(c).map(drop)
+            }
+            "gradient2" => {
+                let mut c = Gradient2Config::default();
+                *match leaf {
+                    "smoothing" => &mut c.smoothing,
+                    "queue_size" => &mut c.queue_size,
+                    "rtt_tolerance" => &mut c.rtt_tolerance,
+                    "backoff_ratio" => &mut c.backoff_ratio,
+                    "app_limited_fraction" => &mut c.app_limited_fraction,
+                    _ => return None,
+                } = x;
+                Gradient2::new(c).map(drop)
+            }
+            "vegas" => {
+                let mut c = VegasConfig::default();
+                match leaf {
+                    "smoothing" => c.smoothing = x,
+                    "decrease_ratio" => c.decrease_ratio = Some(x),
+                    "app_limited_fraction" => c.app_limited_fraction = x,
+                    _ => return None,
+                }
+                Vegas::new(c).map(drop)
+            }
+            _ => return None,
+        })
+    }
+
+    /// The described ranges of the algorithms' real-valued settings are their validators':
+    /// both ends accepted, just past them (and the open end itself) refused, naming the path.
+    #[test]
+    fn algorithm_ranges_are_the_validators() {
+        let mut checked = 0;
+        for fields in [
+            AimdConfig::FIELDS,
+            HysteresisConfig::FIELDS,
+            Gradient2Config::FIELDS,
+            VegasConfig::FIELDS,
+        ] {
+            for f in fields {
+                let Some(at_min) = build_with(f.path, f.min) else { continue };
+                assert_eq!(at_min, Ok(()), "{} at its min", f.path);
+                assert_eq!(build_with(f.path, f.max).unwrap(), Ok(()), "{} at its max", f.path);
+                let mut bad = std::vec![f.min - 1e-3, f.max + 1e-3];
+                if f.min == ABOVE_0 {
+                    bad.push(0.0);
+                }
+                if f.max == BELOW_1 {
+                    bad.push(1.0);
+                }
+                for x in bad {
+                    let e = build_with(f.path, x).unwrap().expect_err("refused");
+                    assert_eq!(e.field, f.path, "{x}");
+                }
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, 15);
+    }
+
     #[test]
     fn defaults_read_as_docs_write_them() {
         let text = |path: &str| {
