@@ -1,6 +1,7 @@
 """The Python binding against the core's description of each config field
 (``surgeguard_core::fields``): every described field has a keyword, the constructor
-accepts it with the described default, and the gradient controller reports that default.
+accepts it with the described default, and the classes that report their config (the
+limit algorithms, the backoff) report that default for an unset keyword.
 A config error names the keyword and says what is wrong."""
 
 import pytest
@@ -24,26 +25,53 @@ def family(prefix):
     return [(p, kw, d) for p, kw, d in FIELDS if p.startswith(prefix) and not (own and p.count(".") > 1)]
 
 
-def test_the_gradient_controller_reports_the_described_defaults():
-    got = sg.GradientLimit().config()
-    fields = family("limiter.gradient.")
-    assert len(fields) == 17
-    for path, kw, default in fields:
-        assert got[kw] == pytest.approx(default), path
+def same(got, default):
+    """A reported value equals the described default (floats approximately: seconds)."""
+    if isinstance(default, float) and not isinstance(got, bool):
+        return got == pytest.approx(default)
+    return got == default and type(got) is type(default)
 
 
-def test_the_backoff_reports_the_described_defaults():
-    got = sg.Backoff().config()
-    fields = family("backoff.")
-    assert len(fields) == 4
-    for path, kw, default in fields:
-        assert got[kw] == pytest.approx(default) if isinstance(default, float) else got[kw] == default, path
+# The stub writes every default as `...` (the stub style): the native classes take the
+# core's default for an unset keyword, so these tests read what an unset keyword gave.
+@pytest.mark.parametrize(
+    "cls, prefix, count",
+    [
+        (sg.GradientLimit, "limiter.gradient.", 17),
+        (sg.FixedLimit, "limiter.fixed.", 3),
+        (sg.AimdLimit, "limiter.aimd.", 10),
+        (sg.HysteresisLimit, "limiter.hysteresis.", 15),
+        (sg.Gradient2Limit, "limiter.gradient2.", 11),
+        (sg.VegasLimit, "limiter.vegas.", 12),
+        (sg.Backoff, "backoff.", 4),
+    ],
+)
+def test_an_unset_keyword_reports_the_described_default(cls, prefix, count):
+    got = cls().config()
+    fields = family(prefix)
+    assert len(fields) == count
+    wrong = [(path, kw, got.get(kw, "missing"), default) for path, kw, default in fields
+             if not same(got.get(kw, "missing"), default)]
+    assert wrong == []
+
+
+def test_a_default_that_differs_is_found():
+    # The comparison is not vacuous: a changed keyword no longer reports the default.
+    got = sg.AimdLimit(initial_limit=11).config()
+    _, default = BY_PATH["limiter.aimd.initial_limit"]
+    assert not same(got["initial_limit"], default)
+    assert not same(sg.VegasLimit(alpha=3).config()["alpha"], BY_PATH["limiter.vegas.alpha"][1])
 
 
 @pytest.mark.parametrize(
     "cls, prefix",
     [
         (sg.GradientLimit, "limiter.gradient."),
+        (sg.FixedLimit, "limiter.fixed."),
+        (sg.AimdLimit, "limiter.aimd."),
+        (sg.HysteresisLimit, "limiter.hysteresis."),
+        (sg.Gradient2Limit, "limiter.gradient2."),
+        (sg.VegasLimit, "limiter.vegas."),
         (sg.Limiter, "limiter."),
         (sg.Gate, "gate."),
         (sg.RetryBudget, "retry_budget."),
