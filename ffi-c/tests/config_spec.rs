@@ -302,8 +302,8 @@ fn node_facade_defaults() -> Vec<(String, String, String)> {
                 let opt = &before[ident_start..];
                 // The literal: a number, a quoted string, true or false.
                 let rest = &text[i + sep.len()..];
-                let lit_len = if rest.starts_with('\'') {
-                    rest[1..].find('\'').map(|j| j + 2)
+                let lit_len = if let Some(quoted) = rest.strip_prefix('\'') {
+                    quoted.find('\'').map(|j| j + 2)
                 } else {
                     rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '.' || c == '-'))
                 };
