@@ -105,7 +105,7 @@ nodetest:
 # with threads or unsafe code stays in the slice.
 MIRI_TOOLCHAIN ?= nightly-2026-10-30
 MIRI_CORE_TESTS := limiter:: stats:: time:: rng:: sync:: codel:: queue:: gate:: retry:: rate:: \
-  breaker:: flow:: keyed::
+  breaker:: flow:: keyed:: fleet::
 .PHONY: miri-setup miri-full
 miri-setup:
 	rustup toolchain install $(MIRI_TOOLCHAIN) --profile minimal --component miri,rust-src >/dev/null 2>&1 \

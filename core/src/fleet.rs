@@ -1133,6 +1133,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "100 whole histories: minutes under Miri; make unit runs it")]
     fn fleet_admissions_stay_within_rw_plus_b_plus_n_bmax() {
         quickcheck(bound_holds as fn(Fleet) -> bool);
     }
