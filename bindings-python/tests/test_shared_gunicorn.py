@@ -373,7 +373,19 @@ def test_a_gate_worker_killed_holding_permits_and_queued_tickets_gives_them_back
     more requests wait in the shared queue, in several workers; the holders' workers are
     killed (SIGKILL), some with queued tickets of their own. The live workers' waiting
     requests are then granted (their pump threads sweep the dead workers at most every
-    100 ms) and served; the dead workers' tickets are withdrawn, not granted to nobody."""
+    100 ms) and served; the dead workers' tickets are withdrawn, not granted to nobody.
+    gunicorn spreads the waiters over its workers as it likes: a run in which every one
+    was queued in a killed worker checks nothing, and is run again (at most 3 runs)."""
+    for attempt in range(3):
+        run_dir = tmp_path / f"run{attempt}"
+        run_dir.mkdir()
+        if _gate_kill_run(run_dir):
+            return
+    pytest.fail("in 3 runs every waiting request was queued in a killed worker")
+
+
+def _gate_kill_run(tmp_path):
+    """One run of the test above; False if no waiter was queued in a live worker."""
     name = f"pytest-gunicorn-gatekill-{os.getpid()}-{time.monotonic_ns()}"
     waiters = 8
     done = {}
@@ -415,6 +427,8 @@ def test_a_gate_worker_killed_holding_permits_and_queued_tickets_gives_them_back
             for t in queued:
                 t.join(10)
             served = {i: at - killed for i, (status, at) in done.items() if status == 200}
+            if len(done) == waiters and all(status is None for status, _ in done.values()):
+                return False  # every waiter was in a killed worker
             print(f"gate kill -9: {len(served)} of {waiters} waiters served, first after "
                   f"{min(served.values()) * 1000:.0f} ms")  # fmt: skip
             assert served, done  # the live workers' waiters were granted ...
@@ -429,6 +443,7 @@ def test_a_gate_worker_killed_holding_permits_and_queued_tickets_gives_them_back
                 time.sleep(0.02)
     finally:
         surgeguard.SharedGate.unlink(name)
+    return True
 
 
 def _alive(pid):
